@@ -1,0 +1,31 @@
+# The two commands of the README:
+#   make demo   runs the demo: worker processes contending for a lock on a Redis it starts
+#   make test   runs the whole test suite
+# Both install redis-server, redis-tools and redis-sentinel when missing.
+
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+
+.PHONY: demo test redis lint bench
+
+demo: redis
+	$(GO) run ./examples/demo
+
+test: redis lint
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+lint:
+	@out=$$(gofmt -l .); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# redis installs the Redis server, client and sentinel from the system
+# package manager when any of them is missing.
+redis:
+	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-sentinel >/dev/null; then \
+	  echo "installing redis-server redis-tools redis-sentinel"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
+	fi
+	@redis-server --version

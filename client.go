@@ -1,0 +1,84 @@
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+)
+
+// DefaultPrefix is the prefix of every Redis key and channel dlock writes,
+// unless WithPrefix sets another.
+const DefaultPrefix = "dlock:"
+
+// Client obtains locks through a Driver. It is safe for concurrent use; make
+// one per Redis deployment and share it.
+type Client struct {
+	driver Driver
+	prefix string
+	log    *slog.Logger
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithPrefix sets the prefix of every key and channel the client uses. The
+// default is DefaultPrefix, "dlock:". Two clients see each other's locks only
+// if they use the same prefix.
+func WithPrefix(prefix string) ClientOption {
+	return func(c *Client) { c.prefix = prefix }
+}
+
+// WithLogger sets where the client logs: debug records for acquisitions,
+// retries and releases, warnings for failures it cannot return to a caller.
+// Tokens are never logged. The default discards everything.
+func WithLogger(l *slog.Logger) ClientOption {
+	return func(c *Client) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// New returns a Client that reaches Redis through d, such as
+// goredis.New(rdb). It panics if d is nil.
+func New(d Driver, opts ...ClientOption) *Client {
+	if d == nil {
+		panic("dlock: New with a nil Driver")
+	}
+	c := &Client{driver: d, prefix: DefaultPrefix, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Prefix returns the key prefix of the client.
+func (c *Client) Prefix() string { return c.prefix }
+
+// RedisKey returns the Redis key of the lock called name. Every key of one lock
+// shares the name's hash tag, so it lives in one Redis Cluster slot: a name
+// that holds a hash tag of its own ("{order:42}:pay") keeps it, any other is
+// wrapped in braces ("dlock:{orders:42}").
+func (c *Client) RedisKey(name string) string {
+	if hasHashTag(name) {
+		return c.prefix + name
+	}
+	return c.prefix + "{" + name + "}"
+}
+
+// hasHashTag reports whether s holds a non-empty Redis Cluster hash tag.
+func hasHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '}')
+	return j > 0
+}
+
+// eval runs one script call and returns its reply.
+func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
+	call := &Call{Script: s, Keys: keys, Args: args}
+	c.driver.Eval(ctx, call)
+	return call.Val, call.Err
+}

@@ -1,0 +1,65 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by dlock. Match them with errors.Is: the returned errors
+// wrap them with details such as the key or argument concerned.
+var (
+	// ErrNotObtained means the lock is held by someone else: TryLock found it
+	// taken, or Lock gave up waiting.
+	ErrNotObtained = errors.New("dlock: not obtained")
+
+	// ErrNotHeld means the lock is no longer held by this Lock value: it
+	// expired, was released, or was taken over.
+	ErrNotHeld = errors.New("dlock: not held")
+
+	// ErrWrongType means a lock key already holds Redis data that dlock did not
+	// write (a string, list, …). dlock never touches such data; choose
+	// another name or key prefix.
+	ErrWrongType = errors.New("dlock: key holds data that is not a dlock lock")
+
+	// ErrKindMismatch means the name is in use by another kind of dlock
+	// primitive (for example a read/write lock where an exclusive lock was
+	// asked for).
+	ErrKindMismatch = errors.New("dlock: name is used by another kind of lock")
+
+	// ErrInvalidArgument is the parent of every argument error: all of the
+	// Err… argument errors below match it with errors.Is.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	// ErrNilContext means a nil context.Context was passed.
+	ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	// ErrEmptyKey means a lock name was empty.
+	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	// ErrNoKeys means a multi-key call was given no keys.
+	ErrNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)
+	// ErrDuplicateKey means a multi-key call named the same key twice.
+	ErrDuplicateKey = fmt.Errorf("%w: duplicate key", ErrInvalidArgument)
+	// ErrInvalidTTL means a TTL was under one millisecond.
+	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
+	// ErrInvalidToken means a token given with WithToken or Attach was empty.
+	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)
+	// ErrInvalidOption means an option's value is out of range; the message
+	// names the option.
+	ErrInvalidOption = fmt.Errorf("%w: option", ErrInvalidArgument)
+)
+
+// ServerError is an error reply from Redis to one of dlock's requests, or a
+// failure to reach Redis, together with the key it concerned.
+type ServerError struct {
+	Key string // the Redis key of the request, or the first of several
+	Err error  // what the driver returned
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("dlock: redis request for %q failed: %v", e.Key, e.Err)
+}
+
+// Unwrap returns the driver's error.
+func (e *ServerError) Unwrap() error { return e.Err }
+
+// ErrUnsupported is returned by a Driver for a capability it lacks.
+var ErrUnsupported = errors.New("dlock: not supported by this driver")

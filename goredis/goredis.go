@@ -1,0 +1,117 @@
+// Package goredis lets dlock use a go-redis v9 client: a single node, a
+// Sentinel-managed failover client, or a Redis Cluster, anything that
+// implements redis.UniversalClient.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	locks := dlock.New(goredis.New(rdb))
+package goredis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/dlockio/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Driver carries dlock's requests over a go-redis client.
+type Driver struct {
+	rdb redis.UniversalClient
+}
+
+var _ dlock.Driver = (*Driver)(nil)
+
+// New returns a Driver over rdb. The client stays the caller's: dlock never
+// closes it.
+func New(rdb redis.UniversalClient) *Driver {
+	if rdb == nil {
+		panic("goredis: New with a nil client")
+	}
+	return &Driver{rdb: rdb}
+}
+
+// Eval runs the calls by EVALSHA, in one pipeline when there are several,
+// and runs again by EVAL those the server answered NOSCRIPT (it had not
+// seen the script yet, or has restarted or failed over since).
+func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	var retry []*dlock.Call
+	d.run(ctx, calls, true)
+	for _, c := range calls {
+		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		d.run(ctx, retry, false)
+	}
+}
+
+func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
+	cmd := func(c redis.Scripter, call *dlock.Call) *redis.Cmd {
+		if bySHA {
+			return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
+		}
+		return c.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
+	}
+	if len(calls) == 1 {
+		store(calls[0], cmd(d.rdb, calls[0]))
+		return
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, call := range calls {
+			cmds[i] = cmd(p, call)
+		}
+		return nil
+	})
+	for i, call := range calls {
+		store(call, cmds[i])
+	}
+}
+
+func store(call *dlock.Call, cmd *redis.Cmd) {
+	call.Val, call.Err = cmd.Val(), cmd.Err()
+	if errors.Is(call.Err, redis.Nil) {
+		call.Val, call.Err = nil, nil
+	}
+}
+
+// Subscribe opens a go-redis PubSub; go-redis reconnects it and re-subscribes
+// its channels after a connection loss.
+func (d *Driver) Subscribe(ctx context.Context, notify func(channel string)) (dlock.Subscription, error) {
+	ps := d.rdb.Subscribe(ctx)
+	s := &subscription{ps: ps, done: make(chan struct{})}
+	ch := ps.Channel()
+	go func() {
+		defer close(s.done)
+		for msg := range ch {
+			notify(msg.Channel)
+		}
+	}()
+	return s, nil
+}
+
+type subscription struct {
+	ps    *redis.PubSub
+	done  chan struct{}
+	close sync.Once
+	err   error
+}
+
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	return s.ps.Subscribe(ctx, channels...)
+}
+
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	return s.ps.Unsubscribe(ctx, channels...)
+}
+
+func (s *subscription) Close() error {
+	s.close.Do(func() {
+		s.err = s.ps.Close()
+		<-s.done
+	})
+	return s.err
+}

@@ -1,0 +1,480 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Lock is an exclusive lock held on one or more names. It is obtained with
+// Client.TryLock, Client.Lock, their multi-key forms or Client.Attach, and
+// given up with Release. Its methods are safe for concurrent use.
+type Lock struct {
+	c      *Client
+	names  []string
+	keys   []string // the lock keys, then their fence keys
+	req    string   // this acquisition's request token
+	token  string   // the token the lock is held with
+	owner  string
+	meta   string
+	fences []uint64
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time // local validity, on the monotonic clock
+	released bool
+}
+
+// TryLock obtains the exclusive lock called name if it is free, in one round
+// trip, and returns ErrNotObtained at once if it is not.
+func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, []string{name}, opts, false)
+}
+
+// Lock obtains the exclusive lock called name, waiting while it is held:
+// after each failed attempt it waits as the retry strategy says (see
+// WithRetry), or until the holder's lock expires if that comes sooner. It
+// gives up when the strategy stops, when ctx ends, or, if ctx has no
+// deadline, after the WithMaxWait bound (DefaultMaxWait); the error then
+// matches ErrNotObtained, and ctx.Err() when ctx ended.
+func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, []string{name}, opts, true)
+}
+
+// TryLockMulti obtains the exclusive locks on all of names, or none of them,
+// in one atomic round trip. On Redis Cluster all names must share one hash
+// slot (give them a common hash tag, such as "{order:42}:pay" and
+// "{order:42}:ship").
+func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, names, opts, false)
+}
+
+// LockMulti is TryLockMulti that waits as Lock does.
+func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, names, opts, true)
+}
+
+// Attach returns the Lock that is held on name with token, so that another
+// process (or a later run of this one) can refresh or release a lock it was
+// handed. It checks in one round trip that the lock is held with that token
+// and returns ErrNotHeld if not. WithOwner attaches by owner id instead of
+// token; other options are ignored.
+func (c *Client) Attach(ctx context.Context, name, token string, opts ...Option) (*Lock, error) {
+	return c.AttachMulti(ctx, []string{name}, token, opts...)
+}
+
+// AttachMulti is Attach for a lock obtained on several names at once.
+func (c *Client) AttachMulti(ctx context.Context, names []string, token string, opts ...Option) (*Lock, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	if token == "" {
+		return nil, fmt.Errorf("%w: Attach with an empty token", ErrInvalidToken)
+	}
+	o := newOptions(opts)
+	if o.err != nil {
+		return nil, o.err
+	}
+	l, err := c.newLock(names, token, o)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := l.TTL(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// newLock validates names and builds the Lock value an acquisition fills in.
+func (c *Client) newLock(names []string, token string, o *options) (*Lock, error) {
+	if len(names) == 0 {
+		return nil, ErrNoKeys
+	}
+	keys := make([]string, 2*len(names))
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		if name == "" {
+			return nil, fmt.Errorf("%w (name %d of %d)", ErrEmptyKey, i+1, len(names))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, name)
+		}
+		seen[name] = true
+		keys[i] = c.RedisKey(name)
+		keys[len(names)+i] = keys[i] + ":fence"
+	}
+	return &Lock{
+		c: c, names: append([]string(nil), names...), keys: keys,
+		req: token, token: token, owner: o.owner, meta: o.metadata, ttl: o.ttl,
+	}, nil
+}
+
+// obtain makes attempts to acquire names until one succeeds, or, when wait is
+// false, once.
+func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait bool) (*Lock, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	o := newOptions(opts)
+	if o.err != nil {
+		return nil, o.err
+	}
+	token := o.token
+	if token == "" {
+		token = newToken()
+	}
+	l, err := c.newLock(names, token, o)
+	if err != nil {
+		return nil, err
+	}
+	if wait {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.maxWait)
+			defer cancel()
+		}
+	}
+	uncertain := false // an attempt may have taken the lock without our knowing
+	for failed := 0; ; {
+		holderTTL, err := l.acquire(ctx)
+		if err == nil {
+			c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "attempts", failed+1)
+			return l, nil
+		}
+		if isFinal(err) {
+			return nil, err
+		}
+		if !errors.Is(err, ErrNotObtained) {
+			uncertain = true
+		}
+		if !wait {
+			return nil, l.abandon(ctx, uncertain, err)
+		}
+		failed++
+		if o.onRetry != nil {
+			o.onRetry(failed, err)
+		}
+		c.log.DebugContext(ctx, "dlock: attempt failed", "names", l.names, "attempt", failed, "err", err)
+		d, ok := o.retry.NextBackoff(failed)
+		if !ok {
+			return nil, l.abandon(ctx, uncertain, err)
+		}
+		if holderTTL > 0 && holderTTL < d {
+			d = holderTTL
+		}
+		if sleep(ctx, d) != nil {
+			if errors.Is(err, ErrNotObtained) {
+				err = nil // already said by the sentinel below
+			}
+			return nil, l.abandon(ctx, uncertain, errors.Join(ErrNotObtained, ctx.Err(), err))
+		}
+	}
+}
+
+// acquire makes one attempt. When the lock is held by another, it returns
+// ErrNotObtained and how long the holder's lock has left.
+func (l *Lock) acquire(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	ttl := l.ttl
+	v, err := l.c.eval(ctx, scriptAcquire, l.keys, l.req, ttl.Milliseconds(), l.meta, l.owner)
+	if err != nil {
+		return 0, l.replyError(err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) < 2 {
+		return 0, l.badReply(v)
+	}
+	if got, _ := r[0].(int64); got == 0 {
+		if len(r) != 3 {
+			return 0, l.badReply(v)
+		}
+		pttl, _ := r[1].(int64)
+		i, _ := r[2].(int64)
+		return time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q is held", ErrNotObtained, l.nameAt(i))
+	}
+	token, _ := r[1].(string)
+	fences, ok := int64s(r[2:])
+	if token == "" || !ok || len(fences) != len(l.names) {
+		return 0, l.badReply(v)
+	}
+	deadline := start.Add(ttl - drift(ttl))
+	if !time.Now().Before(deadline) {
+		// The grant came back too late to be of use: it may already have
+		// expired and been taken by another. Give it back.
+		l.cleanup(ctx, false)
+		return 0, fmt.Errorf("%w: the grant of %q arrived after its validity", ErrNotObtained, l.names[0])
+	}
+	l.mu.Lock()
+	l.token, l.fences, l.deadline = token, fences, deadline
+	l.mu.Unlock()
+	return 0, nil
+}
+
+// abandon ends a failed acquisition. If an attempt may have taken the lock
+// unseen (its reply was lost), it releases it so that nothing is left behind.
+func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
+	if uncertain {
+		l.cleanup(ctx, true)
+	}
+	return err
+}
+
+// cleanup releases what this acquisition's request token may hold, on a
+// context that outlives ctx's cancellation but is bounded in time. It only
+// matches the request token, never the owner, so it cannot take away
+// another acquisition's hold.
+func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := l.c.eval(ctx, scriptRelease, l.lockKeys(), l.req, ""); err != nil && logFailure {
+		l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", err)
+	}
+}
+
+// cleanupTimeout bounds the release that follows a failed acquisition.
+const cleanupTimeout = time.Second
+
+// Release gives the lock up. It returns ErrNotHeld if the lock had already
+// been released, had expired or was taken over; with several names, the
+// names still held are released all the same. A lock re-entered by its owner
+// (WithOwner) is freed when every acquisition has been released.
+//
+// Release panics if l is nil: check the error of the call that obtained it.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		panic("dlock: Release of a nil *Lock")
+	}
+	if ctx == nil {
+		return ErrNilContext
+	}
+	l.mu.Lock()
+	released, token := l.released, l.token
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.names[0])
+	}
+	v, err := l.c.eval(ctx, scriptRelease, l.lockKeys(), token, l.owner)
+	if err != nil {
+		return l.replyError(err)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	if missing, ok := v.(int64); !ok {
+		return l.badReply(v)
+	} else if missing > 0 {
+		return fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.describe())
+	}
+	l.c.log.DebugContext(ctx, "dlock: released", "names", l.names)
+	return nil
+}
+
+// Refresh resets the lock's TTL to ttl, if it is still held. It returns
+// ErrNotHeld once the lock has been lost.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	released, token := l.released, l.token
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.names[0])
+	}
+	start := time.Now()
+	v, err := l.c.eval(ctx, scriptRefresh, l.lockKeys(), token, l.owner, ttl.Milliseconds())
+	if err != nil {
+		return l.replyError(err)
+	}
+	switch i, ok := v.(int64); {
+	case !ok:
+		return l.badReply(v)
+	case i > 0:
+		return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, l.nameAt(i))
+	}
+	l.mu.Lock()
+	l.ttl, l.deadline = ttl, start.Add(ttl-drift(ttl))
+	l.mu.Unlock()
+	return nil
+}
+
+// TTL returns how long the lock has left on the server (the least of its
+// names'), or ErrNotHeld if it is no longer held.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, ErrNilContext
+	}
+	l.mu.Lock()
+	token := l.token
+	l.mu.Unlock()
+	start := time.Now()
+	v, err := l.c.eval(ctx, scriptTTL, l.lockKeys(), token, l.owner)
+	if err != nil {
+		return 0, l.replyError(err)
+	}
+	r, _ := v.([]any)
+	if len(r) == 0 {
+		return 0, l.badReply(v)
+	}
+	pttl, _ := r[0].(int64)
+	if pttl == -2 {
+		return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
+	}
+	meta, _ := r[1].(string)
+	fences, ok := int64s(r[2:])
+	if len(r) != 2+len(l.names) || !ok {
+		return 0, l.badReply(v)
+	}
+	left := time.Duration(pttl) * time.Millisecond
+	if pttl < 0 { // no expiry: only an operator can have done that
+		left = 0
+	}
+	l.mu.Lock()
+	l.meta, l.fences = meta, fences
+	if pttl >= 0 {
+		l.deadline = start.Add(left - drift(left))
+	}
+	l.mu.Unlock()
+	return left, nil
+}
+
+// Key returns the name the lock was obtained on (the first, for a lock on
+// several names).
+func (l *Lock) Key() string { return l.names[0] }
+
+// Keys returns every name the lock was obtained on.
+func (l *Lock) Keys() []string { return append([]string(nil), l.names...) }
+
+// Token returns the lock's token: whoever knows it can refresh or release
+// the lock (see Client.Attach).
+func (l *Lock) Token() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.token
+}
+
+// Metadata returns the string stored with the lock (see WithMetadata).
+func (l *Lock) Metadata() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta
+}
+
+// Fence returns the lock's fencing token: a number that is larger for every
+// new acquisition of the same name than for any before it, so a resource
+// that remembers the largest fence it has seen can refuse a writer whose
+// lock has since passed to another. For a lock on several names it is the
+// first name's fence; see Fences. A re-entry or repeated acquire keeps the
+// fence of the hold it joins.
+func (l *Lock) Fence() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.fences) == 0 {
+		return 0
+	}
+	return l.fences[0]
+}
+
+// Fences returns the fencing token of each name, in the order of Keys.
+func (l *Lock) Fences() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]uint64(nil), l.fences...)
+}
+
+// Deadline returns when the lock stops being safe to rely on without a
+// refresh: the TTL measured from before the request that obtained or last
+// refreshed it, less an allowance for clock drift (1% of the TTL + 2ms).
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *Lock) lockKeys() []string { return l.keys[:len(l.names)] }
+
+// nameAt returns the name at a script's 1-based key index.
+func (l *Lock) nameAt(i int64) string {
+	if i >= 1 && int(i) <= len(l.names) {
+		return l.names[i-1]
+	}
+	return l.names[0]
+}
+
+func (l *Lock) describe() string {
+	if len(l.names) == 1 {
+		return strconv.Quote(l.names[0])
+	}
+	return fmt.Sprintf("%q", l.names)
+}
+
+// replyError turns a failed script call into a dlock error. The scripts
+// report data they refuse to touch as "DLOCK_WRONGTYPE i" or "DLOCK_KIND i",
+// i being the 1-based index of the key.
+func (l *Lock) replyError(err error) error {
+	msg := err.Error()
+	for code, sentinel := range map[string]error{"DLOCK_WRONGTYPE ": ErrWrongType, "DLOCK_KIND ": ErrKindMismatch} {
+		if at := strings.Index(msg, code); at >= 0 {
+			i, _ := strconv.ParseInt(strings.Fields(msg[at+len(code):] + " ")[0], 10, 64)
+			return fmt.Errorf("%w: %q", sentinel, l.nameAt(i))
+		}
+	}
+	return &ServerError{Key: l.keys[0], Err: err}
+}
+
+func (l *Lock) badReply(v any) error {
+	return &ServerError{Key: l.keys[0], Err: fmt.Errorf("unexpected reply %#v", v)}
+}
+
+// isFinal reports whether an attempt's error will not change by retrying.
+func isFinal(err error) bool {
+	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrKindMismatch) || errors.Is(err, ErrInvalidArgument)
+}
+
+// drift is the allowance for clock drift between client and server: 1% of
+// the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// newToken returns 128 random bits from crypto/rand, base64url-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// int64s converts a script's array of integers.
+func int64s(vs []any) ([]uint64, bool) {
+	out := make([]uint64, len(vs))
+	for i, v := range vs {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, false
+		}
+		out[i] = uint64(n)
+	}
+	return out, true
+}

@@ -1,0 +1,668 @@
+package dlock_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+func TestTryLockExcludesOthersUntilReleased(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := e.newClient(t)
+
+	l, err := e.c.TryLock(ctx, "orders:42", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Key() != "orders:42" {
+		t.Errorf("Key() = %q", l.Key())
+	}
+	if _, err := other.TryLock(ctx, "orders:42"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("second TryLock: err = %v, want ErrNotObtained", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release: err = %v, want ErrNotHeld", err)
+	}
+	l2, err := other.TryLock(ctx, "orders:42")
+	if err != nil {
+		t.Fatalf("TryLock after release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(t, "dlock:{orders:42}") {
+		t.Error("lock key left behind after release")
+	}
+}
+
+func TestUncontendedAcquireAndReleaseCostTwoRoundTrips(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	before := e.drv.trips.Load()
+	l, err := e.c.TryLock(ctx, "cheap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drv.trips.Load() - before; n != 2 {
+		t.Errorf("round trips = %d, want 2", n)
+	}
+	// EVALSHA twice, after one EVAL each the first time the server saw the
+	// scripts: the server ran exactly the two requests, plus the fallbacks.
+	stats := e.srv.Do(t, "INFO", "commandstats")
+	if !containsAll(stats, "cmdstat_evalsha:calls=2") {
+		t.Errorf("server saw:\n%s", stats)
+	}
+}
+
+func TestLockWaitsForRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	var once sync.Once
+	got := make(chan error, 1)
+	go func() {
+		l, err := e.newClient(t).Lock(ctx, "job",
+			dlock.WithRetry(dlock.ConstantBackoff(5*time.Millisecond)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(waiting) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	<-waiting
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+func TestLockTakesOverAtTheHoldersExpiry(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.c.TryLock(ctx, "crashed", dlock.WithTTL(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// The holder never releases. A retry interval far longer than the
+	// context proves the waiter woke at the holder's expiry instead.
+	l, err := e.newClient(t).Lock(ctx, "crashed", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+func TestLockGivesUp(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.c.TryLock(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("context deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := e.c.Lock(ctx, "busy")
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	})
+	t.Run("max wait without a deadline", func(t *testing.T) {
+		_, err := e.c.Lock(ctx, "busy", dlock.WithMaxWait(50*time.Millisecond))
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		_, err := e.c.Lock(ctx, "busy", dlock.WithOnRetry(func(int, error) { cancel() }))
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want ErrNotObtained and Canceled", err)
+		}
+	})
+	t.Run("strategy exhausted", func(t *testing.T) {
+		var attempts []int
+		_, err := e.c.Lock(ctx, "busy",
+			dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 3)),
+			dlock.WithOnRetry(func(n int, err error) {
+				if !errors.Is(err, dlock.ErrNotObtained) {
+					t.Errorf("attempt %d: err = %v", n, err)
+				}
+				attempts = append(attempts, n)
+			}))
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("err = %v, want ErrNotObtained", err)
+		}
+		if len(attempts) != 3 || attempts[2] != 3 {
+			t.Errorf("attempts seen = %v, want [1 2 3]", attempts)
+		}
+	})
+}
+
+func TestRefreshAndTTL(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "long", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	left, err := l.TTL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left <= time.Second || left > time.Minute {
+		t.Errorf("TTL after refresh = %v, want about 1m", left)
+	}
+	if d := time.Until(l.Deadline()); d <= 50*time.Second || d > time.Minute {
+		t.Errorf("Deadline in %v, want just under 1m", d)
+	}
+	if err := l.Refresh(ctx, 0); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("Refresh(0): err = %v, want ErrInvalidTTL", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after release: err = %v, want ErrNotHeld", err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("TTL after release: err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestExpiredHolderCannotReleaseOrRefreshTheNewHolders(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	old, err := e.c.TryLock(ctx, "shared", dlock.WithTTL(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := e.newClient(t)
+	cur, err := other.Lock(ctx, "shared", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale Refresh: err = %v, want ErrNotHeld", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale Release: err = %v, want ErrNotHeld", err)
+	}
+	if _, err := cur.TTL(ctx); err != nil {
+		t.Errorf("new holder lost its lock: %v", err)
+	}
+	if _, err := e.c.Attach(ctx, "shared", "guessed-token"); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach with a wrong token: err = %v, want ErrNotHeld", err)
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokensAreRandom128Bits(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	seen := map[string]bool{}
+	for i := range 50 {
+		l, err := e.c.TryLock(ctx, "tok:"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := base64.RawURLEncoding.DecodeString(l.Token())
+		if err != nil || len(b) != 16 {
+			t.Fatalf("token %q is not 16 base64url bytes", l.Token())
+		}
+		if seen[l.Token()] {
+			t.Fatalf("token %q repeated", l.Token())
+		}
+		seen[l.Token()] = true
+	}
+}
+
+func TestMetadataAndHandOff(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "migration", dlock.WithMetadata("host=a pid=42"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Metadata() != "host=a pid=42" {
+		t.Errorf("Metadata() = %q", l.Metadata())
+	}
+	// Another process, told the name and token, takes the lock over.
+	heir, err := e.newClient(t).Attach(ctx, "migration", l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heir.Metadata() != "host=a pid=42" || heir.Fence() != l.Fence() || heir.Token() != l.Token() {
+		t.Errorf("attached lock = %q fence %d, want the holder's", heir.Metadata(), heir.Fence())
+	}
+	if err := heir.Refresh(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := heir.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("release after the heir released: err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestAcquireWithTheSameTokenIsIdempotent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first, err := e.c.TryLock(ctx, "idem", dlock.WithToken("token-of-request-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.newClient(t).TryLock(ctx, "idem", dlock.WithToken("token-of-request-7"))
+	if err != nil {
+		t.Fatalf("repeated acquire: %v", err)
+	}
+	if again.Fence() != first.Fence() {
+		t.Errorf("fence changed on a repeated acquire: %d then %d", first.Fence(), again.Fence())
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(t, "dlock:{idem}") {
+		t.Error("one release must free a lock acquired twice with one token")
+	}
+}
+
+func TestAcquireRetriedAfterALostReplyGetsTheLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.drv.loseReplies(1) // the grant happens on the server, its reply is lost
+	l, err := e.c.Lock(ctx, "lossy", dlock.WithRetry(dlock.ConstantBackoff(time.Millisecond)))
+	if err != nil {
+		t.Fatalf("Lock after a lost reply: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(t, "dlock:{lossy}") {
+		t.Error("lock left behind")
+	}
+}
+
+func TestFailedAcquireLeavesNothingBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.drv.loseReplies(1)
+	if _, err := e.c.TryLock(ctx, "lost"); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want the transport error", err)
+	}
+	if e.exists(t, "dlock:{lost}") {
+		t.Error("a TryLock whose reply was lost left its lock behind")
+	}
+}
+
+func TestMultiKeyIsAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	blocker, err := e.newClient(t).TryLock(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.c.TryLockMulti(ctx, []string{"a", "b", "c"})
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want ErrNotObtained", err)
+	}
+	if e.exists(t, "dlock:{a}") || e.exists(t, "dlock:{c}") {
+		t.Fatal("a refused multi-key acquire left keys behind")
+	}
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.c.TryLockMulti(ctx, []string{"a", "b", "c"}, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Keys(); len(got) != 3 || len(l.Fences()) != 3 {
+		t.Errorf("Keys() = %v, Fences() = %v", got, l.Fences())
+	}
+	if _, err := e.c.TryLock(ctx, "c"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("single TryLock on a multi-held name: err = %v", err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := l.TTL(ctx); err != nil || left <= time.Second {
+		t.Errorf("TTL = %v, %v after refresh", left, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if e.exists(t, "dlock:{"+k+"}") {
+			t.Errorf("%s left behind", k)
+		}
+	}
+}
+
+func TestMultiKeyReleaseReportsTheLostName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLockMulti(ctx, []string{"x", "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{y}")
+	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh: err = %v, want ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release: err = %v, want ErrNotHeld", err)
+	}
+	if e.exists(t, "dlock:{x}") {
+		t.Error("the name still held was not released")
+	}
+}
+
+func TestReentrantOwner(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first, err := e.c.TryLock(ctx, "reent", dlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.newClient(t).TryLock(ctx, "reent", dlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if second.Fence() != first.Fence() {
+		t.Errorf("re-entry changed the fence: %d then %d", first.Fence(), second.Fence())
+	}
+	if _, err := e.c.TryLock(ctx, "reent", dlock.WithOwner("job-8")); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("another owner: err = %v, want ErrNotObtained", err)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{reent}", "count"); got != "2" {
+		t.Errorf("hold count = %s, want 2", got)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.TryLock(ctx, "reent"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Error("lock freed while the owner still held it once")
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(t, "dlock:{reent}") {
+		t.Error("lock not freed when the count reached zero")
+	}
+}
+
+func TestFencesIncrease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var last uint64
+	for i := range 20 {
+		c := e.c
+		if i%2 == 1 {
+			c = e.newClient(t)
+		}
+		l, err := c.TryLock(ctx, "fenced")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("acquisition %d: fence %d after %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ttl := e.srv.Do(t, "PTTL", "dlock:{fenced}:fence"); ttl != "-1" {
+		t.Errorf("fence counter PTTL = %s, want -1 (no expiry)", ttl)
+	}
+}
+
+func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "SET", "dlock:{str}", "user data")
+	e.srv.Do(t, "RPUSH", "dlock:{list}", "1")
+	e.srv.Do(t, "HSET", "dlock:{hash}", "field", "v")
+	for _, name := range []string{"str", "list", "hash"} {
+		_, err := e.c.TryLock(ctx, name)
+		if !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("%s: err = %v, want ErrWrongType", name, err)
+		} else if !containsAll(err.Error(), strconv.Quote(name)) {
+			t.Errorf("%s: error %q does not name the key", name, err)
+		}
+	}
+	_, err := e.c.TryLockMulti(ctx, []string{"free", "list"})
+	if !errors.Is(err, dlock.ErrWrongType) || !containsAll(err.Error(), `"list"`) {
+		t.Errorf("multi: err = %v, want ErrWrongType naming \"list\"", err)
+	}
+	if e.exists(t, "dlock:{free}") {
+		t.Error("refused multi-key acquire left a key behind")
+	}
+	if got := e.srv.Do(t, "GET", "dlock:{str}"); got != "user data" {
+		t.Errorf("data changed to %q", got)
+	}
+	if got := e.srv.Do(t, "HGETALL", "dlock:{hash}"); got != "field\nv" {
+		t.Errorf("hash changed to %q", got)
+	}
+}
+
+func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var nilCtx context.Context
+	cases := []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"nil context", func() error { _, err := e.c.TryLock(nilCtx, "k"); return err }, dlock.ErrNilContext},
+		{"nil context Lock", func() error { _, err := e.c.Lock(nilCtx, "k"); return err }, dlock.ErrNilContext},
+		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
+		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyKey},
+		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoKeys},
+		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateKey},
+		{"zero TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
+		{"negative TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(-time.Second)); return err }, dlock.ErrInvalidTTL},
+		{"sub-millisecond TTL", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithTTL(500*time.Microsecond)); return err }, dlock.ErrInvalidTTL},
+		{"empty token", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithToken("")); return err }, dlock.ErrInvalidToken},
+		{"empty owner", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithOwner("")); return err }, dlock.ErrInvalidOption},
+		{"nil retry", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
+		{"zero max wait", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
+		{"attach empty token", func() error { _, err := e.c.Attach(ctx, "k", ""); return err }, dlock.ErrInvalidToken},
+		{"attach nil context", func() error { _, err := e.c.Attach(nilCtx, "k", "t"); return err }, dlock.ErrNilContext},
+	}
+	before := e.drv.trips.Load()
+	for _, tc := range cases {
+		err := tc.do()
+		if !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if n := e.drv.trips.Load() - before; n != 0 {
+		t.Errorf("bad input made %d round trips", n)
+	}
+	if keys := e.srv.Do(t, "DBSIZE"); keys != "0" {
+		t.Errorf("bad input left %s keys", keys)
+	}
+}
+
+func TestReleaseOfANilLockPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	var l *dlock.Lock
+	_ = l.Release(context.Background())
+}
+
+// TestMutualExclusionUnderContention has 16 workers, each with its own
+// client, take one lock 20 times each. Inside the critical section a
+// detector counts holders and a counter is incremented without atomics: any
+// overlap shows as a second holder or a lost increment.
+func TestMutualExclusionUnderContention(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const workers, rounds = 16, 20
+	var inside, overlaps atomic.Int32
+	counter := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		c := e.newClient(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := c.Lock(ctx, "contended", dlock.WithTTL(5*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counter
+				time.Sleep(50 * time.Microsecond)
+				counter = v + 1
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping holders", overlaps.Load())
+	}
+	if counter != workers*rounds {
+		t.Errorf("counter = %d, want %d", counter, workers*rounds)
+	}
+}
+
+func TestRedisRestartWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	t.Run("without persistence the lock is lost", func(t *testing.T) {
+		e := newEnv(t)
+		l, err := e.c.TryLock(ctx, "restart", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Restart(t)
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Refresh after restart: err = %v, want ErrNotHeld", err)
+		}
+		l2, err := e.newClient(t).TryLock(ctx, "restart")
+		if err != nil {
+			t.Fatalf("TryLock after restart: %v", err)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("fence went backwards across a restart: %d then %d", l.Fence(), l2.Fence())
+		}
+	})
+	t.Run("with persistence the lock survives", func(t *testing.T) {
+		e := newEnv(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
+		l, err := e.c.TryLock(ctx, "restart", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Restart(t)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Errorf("Refresh after restart: %v", err)
+		}
+		if _, err := e.newClient(t).TryLock(ctx, "restart"); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("TryLock by another after restart: err = %v, want ErrNotObtained", err)
+		}
+	})
+}
+
+func TestKeyLayout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithPrefix("app:locks:"))
+	l, err := c.TryLock(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.exists(t, "app:locks:{report}") || !e.exists(t, "app:locks:{report}:fence") {
+		t.Errorf("keys: %s", e.srv.Do(t, "KEYS", "*"))
+	}
+	// Another prefix is another namespace.
+	if _, err := e.c.TryLock(ctx, "report"); err != nil {
+		t.Errorf("default prefix collided with a custom one: %v", err)
+	}
+	_ = l.Release(ctx)
+	for name, want := range map[string]string{
+		"orders:42":      "dlock:{orders:42}",
+		"{order:42}:pay": "dlock:{order:42}:pay",
+		"a{}b":           "dlock:{a{}b}",
+	} {
+		if got := e.c.RedisKey(name); got != want {
+			t.Errorf("RedisKey(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestScriptsOnTheServer(t *testing.T) {
+	e := newEnv(t)
+	for _, s := range dlock.Scripts() {
+		if got := e.srv.Do(t, "SCRIPT", "LOAD", s.Src); got != s.SHA1 {
+			t.Errorf("%s: server hash %s, shipped %s", s.Name, got, s.SHA1)
+		}
+	}
+	// After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT and the driver falls
+	// back to EVAL.
+	e.srv.Do(t, "SCRIPT", "FLUSH")
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "flushed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,99 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleAddr is the address of the Redis server the Example functions use.
+var exampleAddr string
+
+func TestMain(m *testing.M) {
+	srv, stop, err := redistest.StartForMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleAddr = srv.Addr()
+	code := redistest.RunWithoutLeaks(m)
+	stop()
+	os.Exit(code)
+}
+
+// env is one test's Redis server and the clients on it.
+type env struct {
+	srv *redistest.Server
+	drv *tapDriver
+	c   *dlock.Client
+}
+
+// newEnv starts a Redis server for the test and a client on it that counts
+// its round trips.
+func newEnv(t testing.TB, opts ...redistest.Option) *env {
+	t.Helper()
+	srv := redistest.Start(t, opts...)
+	e := &env{srv: srv}
+	e.drv = e.newDriver(t)
+	e.c = dlock.New(e.drv)
+	return e
+}
+
+// newDriver returns a driver on its own go-redis client, closed with the test.
+func (e *env) newDriver(t testing.TB) *tapDriver {
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return &tapDriver{Driver: goredis.New(rdb)}
+}
+
+// newClient returns another client, as another process would have.
+func (e *env) newClient(t testing.TB, opts ...dlock.ClientOption) *dlock.Client {
+	return dlock.New(e.newDriver(t), opts...)
+}
+
+// exists reports whether the Redis key exists.
+func (e *env) exists(t testing.TB, key string) bool {
+	return e.srv.Do(t, "EXISTS", key) == "1"
+}
+
+// tapDriver counts round trips and can make a call's reply get lost.
+type tapDriver struct {
+	dlock.Driver
+	trips atomic.Int64
+
+	mu       sync.Mutex
+	loseNext int // how many of the next calls run but lose their reply
+}
+
+func (d *tapDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.trips.Add(1)
+	d.Driver.Eval(ctx, calls...)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range calls {
+		if d.loseNext > 0 {
+			d.loseNext--
+			c.Val, c.Err = nil, errLostReply
+		}
+	}
+}
+
+func (d *tapDriver) loseReplies(n int) {
+	d.mu.Lock()
+	d.loseNext = n
+	d.mu.Unlock()
+}
+
+var errLostReply = &lostReply{}
+
+type lostReply struct{}
+
+func (*lostReply) Error() string { return "i/o timeout (reply lost)" }

@@ -1,0 +1,135 @@
+package dlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of the lock options.
+const (
+	// DefaultTTL is how long a lock lives unless refreshed, when WithTTL is
+	// not given.
+	DefaultTTL = 10 * time.Second
+	// DefaultMaxWait bounds how long Lock waits when its context has no
+	// deadline and WithMaxWait is not given.
+	DefaultMaxWait = time.Minute
+)
+
+// DefaultRetry is the retry strategy of Lock when WithRetry is not given:
+// exponential from 1 ms to 100 ms with jitter, and a wake-up at the
+// holder's expiry whichever comes first.
+var DefaultRetry = Jitter(ExponentialBackoff(time.Millisecond, 100*time.Millisecond), 0.5)
+
+// Option configures one acquisition (TryLock, Lock and their multi-key
+// forms) or Attach.
+type Option func(*options)
+
+type options struct {
+	ttl      time.Duration
+	retry    RetryStrategy
+	onRetry  func(failed int, err error)
+	maxWait  time.Duration
+	metadata string
+	token    string
+	owner    string
+	err      error // the first invalid option
+}
+
+func newOptions(opts []Option) *options {
+	o := &options{ttl: DefaultTTL, retry: DefaultRetry, maxWait: DefaultMaxWait}
+	for _, f := range opts {
+		if f != nil {
+			f(o)
+		}
+	}
+	return o
+}
+
+func (o *options) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// WithTTL sets how long the lock lives unless refreshed; the default is
+// DefaultTTL (10s). It must be at least one millisecond; Redis keeps it with
+// millisecond precision, so it is truncated to whole milliseconds.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		if err := checkTTL(ttl); err != nil {
+			o.fail(err)
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithRetry sets how Lock waits between attempts; the default is
+// DefaultRetry. TryLock never waits, whatever the strategy.
+func WithRetry(s RetryStrategy) Option {
+	return func(o *options) {
+		if s == nil {
+			o.fail(fmt.Errorf("%w: WithRetry(nil)", ErrInvalidOption))
+		}
+		o.retry = s
+	}
+}
+
+// WithOnRetry sets a function that Lock calls after each failed attempt
+// with the number of attempts failed so far and why the last one failed
+// (ErrNotObtained, or the Redis error). It is called on the goroutine that
+// called Lock.
+func WithOnRetry(f func(failed int, err error)) Option {
+	return func(o *options) { o.onRetry = f }
+}
+
+// WithMaxWait bounds how long Lock waits when its context has no deadline;
+// the default is DefaultMaxWait (1m). A context deadline always wins.
+func WithMaxWait(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithMaxWait(%v) must be positive", ErrInvalidOption, d))
+		}
+		o.maxWait = d
+	}
+}
+
+// WithMetadata stores a string with the lock, such as who holds it (host,
+// process, job), for inspection and for Lock.Metadata.
+func WithMetadata(meta string) Option {
+	return func(o *options) { o.metadata = meta }
+}
+
+// WithToken sets the lock's token instead of a random one. Whoever knows the
+// token can release or refresh the lock (see Client.Attach), so it must be
+// unique and hard to guess. An acquire with the token of a lock already held
+// succeeds again, so a caller that lost a reply may safely retry.
+func WithToken(token string) Option {
+	return func(o *options) {
+		if token == "" {
+			o.fail(fmt.Errorf("%w: WithToken(\"\")", ErrInvalidToken))
+		}
+		o.token = token
+	}
+}
+
+// WithOwner makes the lock re-entrant for an owner: an acquire by the same
+// owner id of a lock it holds succeeds at once and adds one to its hold
+// count; each release takes one away, and the lock is freed when the count
+// reaches zero. Every Lock value of the owner can release or refresh it.
+// Owner ids are explicit strings, such as a request or job id.
+func WithOwner(id string) Option {
+	return func(o *options) {
+		if id == "" {
+			o.fail(fmt.Errorf("%w: WithOwner(\"\")", ErrInvalidOption))
+		}
+		o.owner = id
+	}
+}
+
+// checkTTL validates a TTL given to WithTTL or Refresh.
+func checkTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: %v is under 1ms", ErrInvalidTTL, ttl)
+	}
+	return nil
+}

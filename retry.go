@@ -1,0 +1,107 @@
+package dlock
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// RetryStrategy decides how long Lock waits before trying again after a
+// failed attempt. Strategies are stateless: one value may serve any number of
+// calls and goroutines at once.
+type RetryStrategy interface {
+	// NextBackoff returns the wait before the next attempt, given the number
+	// of attempts that failed so far (1 after the first failure), and false
+	// to stop trying.
+	NextBackoff(failed int) (time.Duration, bool)
+}
+
+// RetryFunc adapts a plain function to a RetryStrategy.
+type RetryFunc func(failed int) (time.Duration, bool)
+
+// NextBackoff calls f.
+func (f RetryFunc) NextBackoff(failed int) (time.Duration, bool) { return f(failed) }
+
+// NoRetry gives up after the first attempt.
+func NoRetry() RetryStrategy {
+	return RetryFunc(func(int) (time.Duration, bool) { return 0, false })
+}
+
+// ConstantBackoff waits d between attempts; d may be zero.
+func ConstantBackoff(d time.Duration) RetryStrategy {
+	d = max(d, 0)
+	return RetryFunc(func(int) (time.Duration, bool) { return d, true })
+}
+
+// LinearBackoff waits step after the first failure, 2×step after the second,
+// and so on, never more than limit (no cap when limit is zero).
+func LinearBackoff(step, limit time.Duration) RetryStrategy {
+	return RetryFunc(func(failed int) (time.Duration, bool) {
+		return capped(time.Duration(failed)*max(step, 0), limit), true
+	})
+}
+
+// ExponentialBackoff waits min after the first failure and doubles the wait
+// after each further one, never more than limit (no cap when limit is zero).
+// Wrap it in Jitter to keep many waiters from retrying in step.
+func ExponentialBackoff(min, limit time.Duration) RetryStrategy {
+	min = max(min, 0)
+	ceiling := limit
+	if ceiling <= 0 {
+		ceiling = math.MaxInt64 / 2
+	}
+	return RetryFunc(func(failed int) (time.Duration, bool) {
+		d := min
+		for i := 1; i < failed && d < ceiling && d > 0; i++ {
+			d *= 2
+		}
+		return capped(d, limit), true
+	})
+}
+
+// Intervals waits ds[0] after the first failure, ds[1] after the second, and
+// so on; after the last it gives up.
+func Intervals(ds ...time.Duration) RetryStrategy {
+	ds = append([]time.Duration(nil), ds...)
+	return RetryFunc(func(failed int) (time.Duration, bool) {
+		if failed < 1 || failed > len(ds) {
+			return 0, false
+		}
+		return max(ds[failed-1], 0), true
+	})
+}
+
+// LimitRetry stops s after max attempts in all (the first included).
+func LimitRetry(s RetryStrategy, max int) RetryStrategy {
+	return RetryFunc(func(failed int) (time.Duration, bool) {
+		if failed >= max {
+			return 0, false
+		}
+		return s.NextBackoff(failed)
+	})
+}
+
+// Jitter randomises the waits of s: each becomes a uniformly random duration
+// in [(1-fraction)×d, d]. A fraction of 1 gives "full jitter"; fractions
+// outside [0, 1] are clamped.
+func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
+	fraction = min(max(fraction, 0), 1)
+	return RetryFunc(func(failed int) (time.Duration, bool) {
+		d, ok := s.NextBackoff(failed)
+		if !ok || d <= 0 || fraction == 0 {
+			return d, ok
+		}
+		span := time.Duration(float64(d) * fraction)
+		if span <= 0 {
+			return d, ok
+		}
+		return d - rand.N(span+1), ok
+	})
+}
+
+func capped(d, limit time.Duration) time.Duration {
+	if limit > 0 && d > limit {
+		return limit
+	}
+	return d
+}

@@ -1,0 +1,38 @@
+package dlock
+
+import (
+	"embed"
+	"strings"
+)
+
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+// The scripts dlock runs on the server, one per operation. Scripts that act
+// on a lock already taken start with the shared helpers in held.lua.
+var (
+	scriptAcquire = loadScript("acquire")
+	scriptRelease = loadScript("release", "held")
+	scriptRefresh = loadScript("refresh", "held")
+	scriptTTL     = loadScript("ttl", "held")
+)
+
+// Scripts returns every script dlock runs, for drivers that preload them
+// (SCRIPT LOAD) and for tests.
+func Scripts() []*Script {
+	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL}
+}
+
+// loadScript builds a script from scripts/name.lua, preceded by the named
+// helper files.
+func loadScript(name string, helpers ...string) *Script {
+	var b strings.Builder
+	for _, f := range append(helpers, name) {
+		src, err := scriptFiles.ReadFile("scripts/" + f + ".lua")
+		if err != nil {
+			panic("dlock: missing embedded script " + f) // a broken build, not a runtime condition
+		}
+		b.Write(src)
+	}
+	return NewScript(name, b.String())
+}
