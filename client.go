@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -16,6 +17,10 @@ type Client struct {
 	driver Driver
 	prefix string
 	log    *slog.Logger
+
+	mu     sync.Mutex
+	wd     *watchdog // started by the first lock that refreshes automatically
+	closed bool
 }
 
 // ClientOption configures a Client.
@@ -81,4 +86,38 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 	call := &Call{Script: s, Keys: keys, Args: args}
 	c.driver.Eval(ctx, call)
 	return call.Val, call.Err
+}
+
+// Close stops the client's background work: the watchdog that refreshes
+// locks obtained WithAutoRefresh. Locks still held are not released; they
+// are no longer refreshed, so they expire with their TTL and their Done
+// channels close at their deadlines. Close does not close the Redis client
+// under the driver. It is safe to call more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	wd := c.wd
+	c.wd, c.closed = nil, true
+	c.mu.Unlock()
+	if wd != nil {
+		wd.close()
+	}
+	return nil
+}
+
+// watchdog returns the client's watchdog, starting it on first use; nil
+// once the client is closed.
+func (c *Client) watchdog() *watchdog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wd == nil && !c.closed {
+		c.wd = newWatchdog(c)
+	}
+	return c.wd
+}
+
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }

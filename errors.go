@@ -3,6 +3,8 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Errors returned by dlock. Match them with errors.Is: the returned errors
@@ -63,3 +65,25 @@ func (e *ServerError) Unwrap() error { return e.Err }
 
 // ErrUnsupported is returned by a Driver for a capability it lacks.
 var ErrUnsupported = errors.New("dlock: not supported by this driver")
+
+// ErrClosed is returned for work that needs the client's watchdog (such as
+// WithAutoRefresh) after Client.Close.
+var ErrClosed = errors.New("dlock: client closed")
+
+// scriptError turns a failed script call into a dlock error. The scripts
+// report data they refuse to touch as "DLOCK_WRONGTYPE i" or "DLOCK_KIND i",
+// i being the 1-based index of the key, which name turns into the name for
+// the message; anything else is a *ServerError about key.
+func scriptError(err error, key string, name func(i int64) string) error {
+	msg := err.Error()
+	for _, c := range [...]struct {
+		code     string
+		sentinel error
+	}{{"DLOCK_WRONGTYPE ", ErrWrongType}, {"DLOCK_KIND ", ErrKindMismatch}} {
+		if at := strings.Index(msg, c.code); at >= 0 {
+			i, _ := strconv.ParseInt(strings.Fields(msg[at+len(c.code):] + " ")[0], 10, 64)
+			return fmt.Errorf("%w: %q", c.sentinel, name(i))
+		}
+	}
+	return &ServerError{Key: key, Err: err}
+}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 )
 
@@ -16,19 +14,16 @@ import (
 // Client.TryLock, Client.Lock, their multi-key forms or Client.Attach, and
 // given up with Release. Its methods are safe for concurrent use.
 type Lock struct {
-	c      *Client
-	names  []string
-	keys   []string // the lock keys, then their fence keys
-	req    string   // this acquisition's request token
-	token  string   // the token the lock is held with
-	owner  string
+	lease
+	names []string
+	keys  []string // the lock keys, then their fence keys
+	req   string   // this acquisition's request token
+	owner string
+
+	// Guarded by lease.mu.
+	token  string // the token the lock is held with
 	meta   string
 	fences []uint64
-
-	mu       sync.Mutex
-	ttl      time.Duration
-	deadline time.Time // local validity, on the monotonic clock
-	released bool
 }
 
 // TryLock obtains the exclusive lock called name if it is free, in one round
@@ -81,13 +76,19 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	if o.err != nil {
 		return nil, o.err
 	}
+	if c.isClosed() && o.auto {
+		return nil, ErrClosed
+	}
 	l, err := c.newLock(names, token, o)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := l.TTL(ctx); err != nil {
+	start := time.Now()
+	left, err := l.inspect(ctx)
+	if err != nil {
 		return nil, err
 	}
+	l.start(start, start.Add(left-drift(left)))
 	return l, nil
 }
 
@@ -109,10 +110,27 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		keys[i] = c.RedisKey(name)
 		keys[len(names)+i] = keys[i] + ":fence"
 	}
-	return &Lock{
-		c: c, names: append([]string(nil), names...), keys: keys,
-		req: token, token: token, owner: o.owner, meta: o.metadata, ttl: o.ttl,
-	}, nil
+	l := &Lock{names: append([]string(nil), names...), keys: keys, req: token, token: token, owner: o.owner, meta: o.metadata}
+	l.lease.init(c, l.describe(), o)
+	l.refreshCall = func(ttl time.Duration) *Call {
+		l.mu.Lock()
+		token := l.token
+		l.mu.Unlock()
+		return &Call{Script: scriptRefresh, Keys: l.lockKeys(), Args: []any{token, l.owner, ttl.Milliseconds()}}
+	}
+	l.refreshed = func(call *Call) error {
+		if call.Err != nil {
+			return l.replyError(call.Err)
+		}
+		switch i, ok := call.Val.(int64); {
+		case !ok:
+			return l.badReply(call.Val)
+		case i > 0:
+			return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, l.nameAt(i))
+		}
+		return nil
+	}
+	return l, nil
 }
 
 // obtain makes attempts to acquire names until one succeeds, or, when wait is
@@ -124,6 +142,9 @@ func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait
 	o := newOptions(opts)
 	if o.err != nil {
 		return nil, o.err
+	}
+	if c.isClosed() && o.auto {
+		return nil, ErrClosed
 	}
 	token := o.token
 	if token == "" {
@@ -181,7 +202,7 @@ func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait
 // ErrNotObtained and how long the holder's lock has left.
 func (l *Lock) acquire(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	ttl := l.ttl
+	ttl := l.currentTTL()
 	v, err := l.c.eval(ctx, scriptAcquire, l.keys, l.req, ttl.Milliseconds(), l.meta, l.owner)
 	if err != nil {
 		return 0, l.replyError(err)
@@ -211,8 +232,9 @@ func (l *Lock) acquire(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: the grant of %q arrived after its validity", ErrNotObtained, l.names[0])
 	}
 	l.mu.Lock()
-	l.token, l.fences, l.deadline = token, fences, deadline
+	l.token, l.fences = token, fences
 	l.mu.Unlock()
+	l.start(start, deadline)
 	return 0, nil
 }
 
@@ -237,13 +259,23 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	}
 }
 
-// cleanupTimeout bounds the release that follows a failed acquisition.
-const cleanupTimeout = time.Second
+// cleanupTimeout bounds the release that follows a failed acquisition, or
+// the end of Do's function.
+const cleanupTimeout = 2 * time.Second
+
+// releaseAfter releases the lock once ctx may have ended: on a context that
+// outlives ctx's cancellation, bounded by cleanupTimeout.
+func (l *Lock) releaseAfter(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return l.Release(ctx)
+}
 
 // Release gives the lock up. It returns ErrNotHeld if the lock had already
 // been released, had expired or was taken over; with several names, the
 // names still held are released all the same. A lock re-entered by its owner
-// (WithOwner) is freed when every acquisition has been released.
+// (WithOwner) is freed when every acquisition has been released. Done is
+// closed once Release returns without a Redis error.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -257,26 +289,31 @@ func (l *Lock) Release(ctx context.Context) error {
 	released, token := l.released, l.token
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.names[0])
+		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
 	}
 	v, err := l.c.eval(ctx, scriptRelease, l.lockKeys(), token, l.owner)
 	if err != nil {
 		return l.replyError(err)
 	}
+	missing, ok := v.(int64)
+	if !ok {
+		return l.badReply(v)
+	}
 	l.mu.Lock()
 	l.released = true
 	l.mu.Unlock()
-	if missing, ok := v.(int64); !ok {
-		return l.badReply(v)
-	} else if missing > 0 {
-		return fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.describe())
+	if missing > 0 {
+		err := fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what)
+		l.end(fmt.Errorf("%w: %w", ErrLost, err))
+		return err
 	}
+	l.end(nil)
 	l.c.log.DebugContext(ctx, "dlock: released", "names", l.names)
 	return nil
 }
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
-// ErrNotHeld once the lock has been lost.
+// ErrNotHeld once the lock has been lost, and then closes Done.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -284,27 +321,35 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	released, token := l.released, l.token
-	l.mu.Unlock()
-	if released {
-		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.names[0])
+	if err := l.alive(); err != nil {
+		return err
 	}
 	start := time.Now()
-	v, err := l.c.eval(ctx, scriptRefresh, l.lockKeys(), token, l.owner, ttl.Milliseconds())
-	if err != nil {
-		return l.replyError(err)
+	call := l.refreshCall(ttl)
+	l.c.driver.Eval(ctx, call)
+	if err := l.refreshed(call); err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			l.end(fmt.Errorf("%w: %w", ErrLost, err))
+		}
+		return err
 	}
-	switch i, ok := v.(int64); {
-	case !ok:
-		return l.badReply(v)
-	case i > 0:
-		return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, l.nameAt(i))
-	}
-	l.mu.Lock()
-	l.ttl, l.deadline = ttl, start.Add(ttl-drift(ttl))
-	l.mu.Unlock()
+	l.extend(start, ttl)
 	return nil
+}
+
+// AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an
+// attached one, say), as WithAutoRefresh would have: opts may hold
+// WithRefreshInterval and WithMaxHold. It returns ErrNotHeld if the lock was
+// released or lost, and ErrClosed after Client.Close.
+func (l *Lock) AutoRefresh(opts ...Option) error {
+	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
+	if o.err != nil {
+		return o.err
+	}
+	if l.c.isClosed() {
+		return ErrClosed
+	}
+	return l.autoRefresh(o)
 }
 
 // TTL returns how long the lock has left on the server (the least of its
@@ -313,10 +358,15 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
+	return l.inspect(ctx)
+}
+
+// inspect asks the server what it knows of the lock: its TTL, metadata and
+// fences.
+func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 	l.mu.Lock()
 	token := l.token
 	l.mu.Unlock()
-	start := time.Now()
 	v, err := l.c.eval(ctx, scriptTTL, l.lockKeys(), token, l.owner)
 	if err != nil {
 		return 0, l.replyError(err)
@@ -327,22 +377,16 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	pttl, _ := r[0].(int64)
 	if pttl == -2 {
-		return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
+		return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.what)
 	}
 	meta, _ := r[1].(string)
 	fences, ok := int64s(r[2:])
 	if len(r) != 2+len(l.names) || !ok {
 		return 0, l.badReply(v)
 	}
-	left := time.Duration(pttl) * time.Millisecond
-	if pttl < 0 { // no expiry: only an operator can have done that
-		left = 0
-	}
+	left := max(time.Duration(pttl)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
 	l.mu.Lock()
 	l.meta, l.fences = meta, fences
-	if pttl >= 0 {
-		l.deadline = start.Add(left - drift(left))
-	}
 	l.mu.Unlock()
 	return left, nil
 }
@@ -391,13 +435,11 @@ func (l *Lock) Fences() []uint64 {
 	return append([]uint64(nil), l.fences...)
 }
 
-// Deadline returns when the lock stops being safe to rely on without a
-// refresh: the TTL measured from before the request that obtained or last
-// refreshed it, less an allowance for clock drift (1% of the TTL + 2ms).
-func (l *Lock) Deadline() time.Time {
+// currentTTL is the TTL the lock was last obtained or refreshed with.
+func (l *Lock) currentTTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.ttl
 }
 
 func (l *Lock) lockKeys() []string { return l.keys[:len(l.names)] }
@@ -417,18 +459,9 @@ func (l *Lock) describe() string {
 	return fmt.Sprintf("%q", l.names)
 }
 
-// replyError turns a failed script call into a dlock error. The scripts
-// report data they refuse to touch as "DLOCK_WRONGTYPE i" or "DLOCK_KIND i",
-// i being the 1-based index of the key.
+// replyError turns a failed script call on the lock into a dlock error.
 func (l *Lock) replyError(err error) error {
-	msg := err.Error()
-	for code, sentinel := range map[string]error{"DLOCK_WRONGTYPE ": ErrWrongType, "DLOCK_KIND ": ErrKindMismatch} {
-		if at := strings.Index(msg, code); at >= 0 {
-			i, _ := strconv.ParseInt(strings.Fields(msg[at+len(code):] + " ")[0], 10, 64)
-			return fmt.Errorf("%w: %q", sentinel, l.nameAt(i))
-		}
-	}
-	return &ServerError{Key: l.keys[0], Err: err}
+	return scriptError(err, l.keys[0], l.nameAt)
 }
 
 func (l *Lock) badReply(v any) error {

@@ -44,6 +44,7 @@ func newEnv(t testing.TB, opts ...redistest.Option) *env {
 	e := &env{srv: srv}
 	e.drv = e.newDriver(t)
 	e.c = dlock.New(e.drv)
+	t.Cleanup(func() { _ = e.c.Close() })
 	return e
 }
 
@@ -56,7 +57,9 @@ func (e *env) newDriver(t testing.TB) *tapDriver {
 
 // newClient returns another client, as another process would have.
 func (e *env) newClient(t testing.TB, opts ...dlock.ClientOption) *dlock.Client {
-	return dlock.New(e.newDriver(t), opts...)
+	c := dlock.New(e.newDriver(t), opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // exists reports whether the Redis key exists.

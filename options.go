@@ -32,6 +32,9 @@ type options struct {
 	metadata string
 	token    string
 	owner    string
+	auto     bool          // refresh automatically
+	interval time.Duration // WithRefreshInterval; zero for the default
+	maxHold  time.Duration
 	err      error // the first invalid option
 }
 
@@ -41,6 +44,9 @@ func newOptions(opts []Option) *options {
 		if f != nil {
 			f(o)
 		}
+	}
+	if o.err == nil {
+		o.err = o.checkLease(o.ttl)
 	}
 	return o
 }
@@ -124,6 +130,60 @@ func WithOwner(id string) Option {
 		}
 		o.owner = id
 	}
+}
+
+// WithAutoRefresh keeps the lock alive until it is released: the client's
+// watchdog refreshes it every third of its TTL (see WithRefreshInterval),
+// retrying transient errors until the lock's deadline. If the lock is lost
+// all the same, its Done channel closes and Err says why.
+func WithAutoRefresh() Option {
+	return func(o *options) { o.auto = true }
+}
+
+// WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
+// every d instead of every third of its TTL. d must be shorter than the TTL.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) must be positive", ErrInvalidOption, d))
+		}
+		o.auto, o.interval = true, d
+	}
+}
+
+// WithMaxHold bounds how long automatic refreshing may keep the lock: d
+// after it was obtained the lock runs out, its Done channel closes and Err
+// matches ErrMaxHold. d must be at least the TTL.
+func WithMaxHold(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithMaxHold(%v) must be positive", ErrInvalidOption, d))
+		}
+		o.maxHold = d
+	}
+}
+
+// refreshInterval is the automatic refresh period, or zero when off.
+func (o *options) refreshInterval() time.Duration {
+	switch {
+	case !o.auto:
+		return 0
+	case o.interval > 0:
+		return o.interval
+	default:
+		return o.ttl / 3
+	}
+}
+
+// checkLease validates the lease options against a TTL.
+func (o *options) checkLease(ttl time.Duration) error {
+	if o.auto && o.refreshInterval() >= ttl {
+		return fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", ErrInvalidOption, o.refreshInterval(), ttl)
+	}
+	if o.maxHold > 0 && o.maxHold < ttl {
+		return fmt.Errorf("%w: max hold %v is shorter than the TTL %v", ErrInvalidOption, o.maxHold, ttl)
+	}
+	return nil
 }
 
 // checkTTL validates a TTL given to WithTTL or Refresh.

@@ -15,12 +15,14 @@ var (
 	scriptRelease = loadScript("release", "held")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
+
+	scriptFencedSet = loadScript("fenced_set")
 )
 
 // Scripts returns every script dlock runs, for drivers that preload them
 // (SCRIPT LOAD) and for tests.
 func Scripts() []*Script {
-	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL}
+	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL, scriptFencedSet}
 }
 
 // loadScript builds a script from scripts/name.lua, preceded by the named

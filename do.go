@@ -1,0 +1,30 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Do runs fn while holding the exclusive lock called name: it obtains the
+// lock as Lock does (waiting as opts say), refreshes it automatically,
+// runs fn with a context that is cancelled the moment the lock is lost,
+// and releases the lock when fn returns. It returns fn's error, joined with
+// the loss (matching ErrLost) if the lock was lost while fn ran.
+//
+// opts are those of Lock; WithAutoRefresh is implied.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: Do with a nil function", ErrInvalidArgument)
+	}
+	l, err := c.Lock(ctx, name, append([]Option{WithAutoRefresh()}, opts...)...)
+	if err != nil {
+		return err
+	}
+	err = fn(l.Context(ctx))
+	lost := l.Err()
+	if rerr := l.releaseAfter(ctx); rerr != nil && lost == nil {
+		lost = rerr
+	}
+	return errors.Join(err, lost)
+}

@@ -1,0 +1,55 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrStaleFence means a write carried a fencing token older than the newest
+// the resource has seen: the writer's lock has passed to another holder
+// since.
+var ErrStaleFence = errors.New("dlock: stale fencing token")
+
+// SetFenced writes value to the Redis hash at key, a resource that the lock
+// holder with the given fence protects, and records the fence with it
+// (fields "value" and "fence"). A write whose fence is older than the one
+// recorded is refused with ErrStaleFence and changes nothing; a write with
+// the same or a newer fence goes through. One script, one round trip.
+//
+// The key is used as given, without the client's prefix: it is the
+// caller's data. On Redis Cluster it may live in any slot.
+//
+// The same check protects any store that can compare and write at once; in
+// SQL, for example:
+//
+//	UPDATE reports SET body = $2, fence = $1 WHERE id = $3 AND fence <= $1
+//
+// where no updated row means a stale holder; over HTTP, send the fence in
+// a header and have the server answer 409 Conflict to one older than the
+// newest it accepted.
+func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value string) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if key == "" {
+		return fmt.Errorf("%w: SetFenced", ErrEmptyKey)
+	}
+	v, err := c.eval(ctx, scriptFencedSet, []string{key}, strconv.FormatUint(fence, 10), value)
+	if err != nil {
+		return scriptError(err, key, func(int64) string { return key })
+	}
+	r, _ := v.([]any)
+	if len(r) == 0 {
+		return &ServerError{Key: key, Err: fmt.Errorf("unexpected reply %#v", v)}
+	}
+	if ok, _ := r[0].(int64); ok == 1 {
+		return nil
+	}
+	newest := ""
+	if len(r) > 1 {
+		newest, _ = r[1].(string)
+	}
+	return fmt.Errorf("%w: %q has seen fence %s, the write carried %d", ErrStaleFence, key, newest, fence)
+}

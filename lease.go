@@ -1,0 +1,248 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// lease is the lifetime of a held lock, shared by every primitive: its TTL
+// and local deadline, the channel that closes when it ends, and its place
+// in the client's watchdog when it is refreshed automatically.
+//
+// A lease ends once: released (err nil), lost (err wraps ErrLost), or past
+// its deadline without a successful refresh.
+type lease struct {
+	c    *Client
+	what string // the names, for messages
+
+	// refreshCall builds the call that extends the lease to ttl; refreshed
+	// reads its reply: nil when extended, an error wrapping ErrNotHeld when
+	// the lock is gone, any other error when the outcome is unknown.
+	refreshCall func(ttl time.Duration) *Call
+	refreshed   func(call *Call) error
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	acquired time.Time     // when the acquire request was sent
+	deadline time.Time     // local validity, on the monotonic clock
+	interval time.Duration // auto-refresh period; zero when off
+	maxHold  time.Duration // zero when unbounded
+	capped   bool          // the max hold stopped the refreshing
+	released bool          // Release was called and succeeded
+	done     chan struct{}
+	err      error
+	timer    *time.Timer // fires at the deadline
+	onEnd    map[*int]func()
+
+	// Owned by the watchdog, under its lock.
+	next  time.Time // when the watchdog refreshes it next
+	index int       // position in the watchdog's heap; -1 when not in it
+}
+
+func (s *lease) init(c *Client, what string, o *options) {
+	s.c, s.what = c, what
+	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
+	s.done = make(chan struct{})
+	s.index = -1
+}
+
+// start begins the lease once obtained: it arms the deadline timer and
+// hands the lease to the watchdog if it refreshes automatically.
+func (s *lease) start(acquired, deadline time.Time) {
+	s.mu.Lock()
+	s.acquired, s.deadline = acquired, deadline
+	s.timer = time.AfterFunc(time.Until(deadline), s.expire)
+	auto := s.interval > 0
+	s.mu.Unlock()
+	if auto {
+		s.watch()
+	}
+}
+
+// watch hands the lease to the client's watchdog; after Close there is
+// none, and the lease runs out at its deadline.
+func (s *lease) watch() {
+	if w := s.c.watchdog(); w != nil {
+		w.add(s)
+	}
+}
+
+// extend records a successful refresh sent at sent with ttl.
+func (s *lease) extend(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended() {
+		return
+	}
+	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
+	if s.timer != nil {
+		s.timer.Reset(time.Until(s.deadline))
+	}
+}
+
+// expire ends the lease at its deadline.
+func (s *lease) expire() {
+	s.mu.Lock()
+	if left := time.Until(s.deadline); left > 0 {
+		// A refresh moved the deadline as the timer fired.
+		s.timer.Reset(left)
+		s.mu.Unlock()
+		return
+	}
+	capped := s.capped
+	s.mu.Unlock()
+	if capped {
+		s.end(fmt.Errorf("%w: %s: %w", ErrLost, s.what, ErrMaxHold))
+		return
+	}
+	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.what))
+}
+
+// end closes the lease with err (nil for a release). Only the first call
+// counts.
+func (s *lease) end(err error) {
+	s.mu.Lock()
+	if s.ended() {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	close(s.done)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	fns := s.onEnd
+	s.onEnd = nil
+	s.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+	if err != nil {
+		s.c.log.Warn("dlock: lock lost", "names", s.what, "err", err)
+	}
+}
+
+// ended reports whether the lease has ended; s.mu must be held.
+func (s *lease) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// alive returns nil while the lease runs, or why it does not.
+func (s *lease) alive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.what)
+	}
+	if s.ended() {
+		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)
+	}
+	return nil
+}
+
+// Done returns a channel that is closed when the lock ends: when it is
+// released, or the moment it is known lost (a refresh found it expired or
+// taken) or its deadline passes without a successful refresh. Err then says
+// which.
+func (s *lease) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while the lock is held and after it was released, and an
+// error wrapping ErrLost once it was lost: ErrMaxHold when WithMaxHold ended
+// it, the reason otherwise.
+func (s *lease) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Deadline returns when the lock stops being safe to rely on without a
+// refresh: its TTL measured from before the request that obtained or last
+// refreshed it, less an allowance for clock drift (1% of the TTL + 2ms).
+func (s *lease) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// lock ends: context.Cause then returns Err, or context.Canceled after a
+// release. Work done under the lock should use it, so that it stops the
+// moment the lock is lost.
+func (s *lease) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	s.mu.Lock()
+	if s.ended() {
+		err := s.err
+		s.mu.Unlock()
+		cancel(err)
+		return ctx
+	}
+	if s.onEnd == nil {
+		s.onEnd = make(map[*int]func())
+	}
+	key := new(int)
+	s.onEnd[key] = func() { cancel(s.Err()) }
+	s.mu.Unlock()
+	// Forget the callback when parent ends first, so that a long-held lock
+	// does not collect one per request.
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.onEnd, key)
+		s.mu.Unlock()
+	})
+	return ctx
+}
+
+// autoRefresh starts refreshing a lease that was obtained without it.
+func (s *lease) autoRefresh(o *options) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if err := o.checkLease(s.ttl); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	already := s.interval > 0
+	s.interval, s.maxHold = o.refreshInterval(), o.maxHold
+	s.mu.Unlock()
+	if !already {
+		s.watch()
+	}
+	return nil
+}
+
+// nextRefresh returns the TTL for a refresh sent now: the lease's TTL, or
+// less when WithMaxHold ends the lease sooner; last is true when this is the
+// final refresh the max hold allows, and ok false when it allows none.
+func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ttl = s.ttl
+	if s.maxHold <= 0 {
+		return ttl, false, true
+	}
+	left := s.acquired.Add(s.maxHold).Sub(now)
+	if left <= ttl {
+		s.capped = true
+		return left, true, left >= time.Millisecond
+	}
+	return ttl, false, true
+}
+
+// ErrLost is wrapped by Err, and by the errors of a lock that was lost: it
+// expired, was deleted or taken by another, or its deadline passed without a
+// successful refresh.
+var ErrLost = errors.New("dlock: lock lost")
+
+// ErrMaxHold is wrapped by Err when WithMaxHold stopped the refreshing and
+// the lock ran out.
+var ErrMaxHold = errors.New("dlock: max hold reached")

@@ -1,0 +1,355 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// waitDone waits for a lock's Done channel, failing the test after limit.
+func waitDone(t *testing.T, l *dlock.Lock, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(limit):
+		t.Fatalf("Done not closed within %v", limit)
+	}
+}
+
+func TestAutoRefreshKeepsTheLockPastManyTTLs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "kept", dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := e.newClient(t)
+	for end := time.Now().Add(800 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if _, err := other.TryLock(ctx, "kept"); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("another client got the lock: %v", err)
+		}
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("Done closed while refreshed: %v", l.Err())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, time.Second)
+	if l.Err() != nil {
+		t.Errorf("Err after release = %v, want nil", l.Err())
+	}
+}
+
+func TestDoneClosesAtTheDeadlineWithoutRefresh(t *testing.T) {
+	e := newEnv(t)
+	l, err := e.c.TryLock(context.Background(), "short", dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+	if time.Now().Before(l.Deadline()) {
+		t.Error("Done closed before the deadline")
+	}
+	if err := l.Refresh(context.Background(), time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after loss: err = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestLossIsNoticedAtTheNextRefresh takes a refreshed lock away in each way
+// production does and checks that the holder hears of it from a refresh,
+// long before the lock's own deadline would have told it.
+func TestLossIsNoticedAtTheNextRefresh(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		take func(t *testing.T, e *env)
+	}{
+		{"deleted by another client", func(t *testing.T, e *env) { e.srv.Do(t, "DEL", "dlock:{victim}") }},
+		{"taken over after a force delete", func(t *testing.T, e *env) {
+			e.srv.Do(t, "DEL", "dlock:{victim}")
+			if _, err := e.newClient(t).TryLock(ctx, "victim"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"redis restarted without persistence", func(t *testing.T, e *env) { e.srv.Restart(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			l, err := e.c.TryLock(ctx, "victim", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lctx := l.Context(ctx)
+			tc.take(t, e)
+			waitDone(t, l, 5*time.Second)
+			if !errors.Is(l.Err(), dlock.ErrLost) || !errors.Is(l.Err(), dlock.ErrNotHeld) {
+				t.Errorf("Err = %v, want ErrLost from a refresh", l.Err())
+			}
+			<-lctx.Done()
+			if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
+				t.Errorf("context cause = %v, want ErrLost", context.Cause(lctx))
+			}
+		})
+	}
+}
+
+func TestUnreachableRedisEndsTheLeaseAtItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	l, err := e.c.TryLock(context.Background(), "unreachable",
+		dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Kill(t)
+	waitDone(t, l, 5*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || !strings.Contains(err.Error(), "deadline") {
+		t.Errorf("Err = %v, want ErrLost at the deadline", err)
+	}
+}
+
+func TestMaxHoldStopsRefreshing(t *testing.T) {
+	e := newEnv(t)
+	start := time.Now()
+	l, err := e.c.TryLock(context.Background(), "capped",
+		dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(20*time.Millisecond), dlock.WithMaxHold(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) || !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
+	}
+	// Refreshed past its TTL, up to the cap.
+	if held := time.Since(start); held < 250*time.Millisecond {
+		t.Errorf("lock ended after %v, before its max hold", held)
+	}
+}
+
+func TestLeaseOptionsAreChecked(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for name, opts := range map[string][]dlock.Option{
+		"interval equal to the TTL":   {dlock.WithTTL(time.Second), dlock.WithRefreshInterval(time.Second)},
+		"interval above the TTL":      {dlock.WithTTL(time.Second), dlock.WithRefreshInterval(2 * time.Second)},
+		"zero interval":               {dlock.WithRefreshInterval(0)},
+		"max hold shorter than a TTL": {dlock.WithTTL(time.Second), dlock.WithAutoRefresh(), dlock.WithMaxHold(time.Millisecond)},
+		"negative max hold":           {dlock.WithMaxHold(-time.Second)},
+	} {
+		if _, err := e.c.TryLock(ctx, "opts", opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
+		}
+	}
+	l, err := e.c.TryLock(ctx, "opts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AutoRefresh(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("AutoRefresh after release: err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestAutoRefreshStartedLaterAndStoppedByClose(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t)
+	l, err := c.TryLock(ctx, "later", dlock.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AutoRefresh(dlock.WithRefreshInterval(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// Refreshed: still held after several TTLs.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := l.TTL(ctx); err != nil {
+		t.Fatalf("lost while refreshed: %v", err)
+	}
+	// Close stops the watchdog: the lock then runs out.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+	if _, err := c.TryLock(ctx, "x", dlock.WithAutoRefresh()); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("auto-refresh after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+func TestWatchdogBatchesRefreshes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const locks = 200
+	held := make([]*dlock.Lock, 0, locks)
+	for i := range locks {
+		l, err := e.c.TryLock(ctx, "batch:"+strconv.Itoa(i),
+			dlock.WithTTL(time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	before := e.drv.trips.Load()
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	time.Sleep(500 * time.Millisecond) // about five refresh intervals
+	trips := e.drv.trips.Load() - before
+	// One round trip per lock per interval would be about 1,000.
+	if trips == 0 || trips > 40 {
+		t.Errorf("%d round trips to refresh %d locks over ~5 intervals", trips, locks)
+	}
+	for _, l := range held {
+		if l.Err() != nil {
+			t.Fatalf("lost: %v", l.Err())
+		}
+		_ = l.Release(ctx)
+	}
+}
+
+// TestPausedHolderIsFencedOut: the holder's process stops (its watchdog is
+// held) for longer than the TTL; another holder takes the lock and writes.
+// When the first resumes, its Done has closed and the fenced resource
+// refuses its write.
+func TestPausedHolderIsFencedOut(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	paused := e.newClient(t)
+	old, err := paused.TryLock(ctx, "report", dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := paused.SetFenced(ctx, "report:data", old.Fence(), "v1 by old"); err != nil {
+		t.Fatal(err)
+	}
+	resume := dlock.PauseWatchdog(paused)
+	cur, err := e.c.Lock(ctx, "report", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.SetFenced(ctx, "report:data", cur.Fence(), "v2 by new"); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	waitDone(t, old, time.Second)
+	if !errors.Is(old.Err(), dlock.ErrLost) {
+		t.Errorf("paused holder's Err = %v, want ErrLost", old.Err())
+	}
+	err = paused.SetFenced(ctx, "report:data", old.Fence(), "v3 by old")
+	if !errors.Is(err, dlock.ErrStaleFence) {
+		t.Errorf("stale write: err = %v, want ErrStaleFence", err)
+	}
+	if got := e.srv.Do(t, "HGET", "report:data", "value"); got != "v2 by new" {
+		t.Errorf("resource = %q, want the new holder's write", got)
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSetFencedInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.c.SetFenced(ctx, "", 1, "v"); !errors.Is(err, dlock.ErrEmptyKey) {
+		t.Errorf("empty key: err = %v", err)
+	}
+	e.srv.Do(t, "SET", "plain", "x")
+	if err := e.c.SetFenced(ctx, "plain", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("string key: err = %v, want ErrWrongType", err)
+	}
+	if err := e.c.SetFenced(ctx, "res", 5, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.SetFenced(ctx, "res", 5, "b"); err != nil {
+		t.Errorf("same fence refused: %v", err)
+	}
+	if err := e.c.SetFenced(ctx, "res", 4, "c"); !errors.Is(err, dlock.ErrStaleFence) {
+		t.Errorf("older fence: err = %v, want ErrStaleFence", err)
+	}
+}
+
+// TestFencesStrictlyIncreaseUnderCompetition has four clients take one lock
+// 1,000 times in all; the fences, in the order the holders held the lock,
+// must strictly increase.
+func TestFencesStrictlyIncreaseUnderCompetition(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var fences []uint64
+	var wg sync.WaitGroup
+	for range 4 {
+		c := e.newClient(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 250 {
+				l, err := c.Lock(ctx, "fence-race", dlock.WithRetry(dlock.ConstantBackoff(0)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				fences = append(fences, l.Fence())
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fences) != 1000 {
+		t.Fatalf("%d acquisitions", len(fences))
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fence %d: %d after %d", i, fences[i], fences[i-1])
+		}
+	}
+}
+
+func TestDo(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	errJob := errors.New("job failed")
+	err := e.c.Do(ctx, "job", func(ctx context.Context) error {
+		if _, err := e.newClient(t).TryLock(ctx, "job"); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("lock not held inside Do: %v", err)
+		}
+		return errJob
+	})
+	if !errors.Is(err, errJob) {
+		t.Errorf("Do = %v, want the function's error", err)
+	}
+	if e.exists(t, "dlock:{job}") {
+		t.Error("Do did not release")
+	}
+	err = e.c.Do(ctx, "job", func(ctx context.Context) error {
+		e.srv.Do(t, "DEL", "dlock:{job}") // the lock is taken away mid-job
+		<-ctx.Done()
+		return ctx.Err()
+	}, dlock.WithRefreshInterval(20*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do = %v, want the loss and the cancelled context", err)
+	}
+	if err := e.c.Do(ctx, "job", nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("nil fn: err = %v", err)
+	}
+}
+

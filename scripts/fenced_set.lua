@@ -1,0 +1,14 @@
+-- fenced_set: write a value to a resource only for a holder whose fencing
+-- token is not older than the newest the resource has seen.
+--
+-- KEYS[1] the resource: a hash with fields 'value' and 'fence'
+-- ARGV[1] the writer's fence, ARGV[2] the value
+--
+-- Returns {1} when written, or {0, newest} when the fence is stale.
+local newest = redis.pcall('HGET', KEYS[1], 'fence')
+if type(newest) == 'table' then return redis.error_reply('DLOCK_WRONGTYPE 1') end
+if newest and tonumber(newest) > tonumber(ARGV[1]) then
+  return {0, newest}
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return {1}

@@ -1,0 +1,206 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// watchdog refreshes the leases of one client that asked for it
+// (WithAutoRefresh). One goroutine serves every lease: it sleeps until the
+// earliest refresh falls due, then refreshes every lease due by then or
+// soon after, in pipelined batches, so that holding many locks costs a few
+// round trips per interval, not one goroutine and one round trip per lock.
+type watchdog struct {
+	c      *Client
+	cancel context.CancelFunc // cancels the refreshes under way
+
+	mu     sync.Mutex
+	leases leaseHeap
+	wake   chan struct{} // a lease was added
+	stop   chan struct{} // closed by Client.Close
+	done   chan struct{} // closed when the goroutine returns
+
+	// gate is held by the goroutine while it works; tests hold it to stand
+	// for a process pause.
+	gate sync.Mutex
+}
+
+const (
+	// refreshBatch is the most refresh calls sent in one pipeline.
+	refreshBatch = 1000
+	// earlyFraction of its interval is how early a lease may be refreshed
+	// to join a batch that is going out anyway.
+	earlyFraction = 10
+	// maxRetryDelay bounds the wait before retrying a refresh that failed
+	// for a transient reason.
+	maxRetryDelay = 250 * time.Millisecond
+)
+
+func newWatchdog(c *Client) *watchdog {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watchdog{c: c, cancel: cancel, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run(ctx)
+	return w
+}
+
+// add schedules a lease's first refresh one interval after it was obtained.
+func (w *watchdog) add(s *lease) {
+	s.mu.Lock()
+	next := s.acquired.Add(s.interval)
+	s.mu.Unlock()
+	w.mu.Lock()
+	s.next = next
+	heap.Push(&w.leases, s)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the goroutine, abandoning a refresh under way, and waits for
+// it to return.
+func (w *watchdog) close() {
+	w.cancel()
+	close(w.stop)
+	<-w.done
+}
+
+func (w *watchdog) run(ctx context.Context) {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(w.untilNext())
+		select {
+		case <-w.stop:
+			return
+		case <-w.wake:
+			continue
+		case <-timer.C:
+		}
+		w.gate.Lock()
+		w.refresh(ctx, w.takeDue(time.Now()))
+		w.gate.Unlock()
+	}
+}
+
+// untilNext returns how long until the earliest lease is due.
+func (w *watchdog) untilNext() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.leases) == 0 {
+		return time.Hour
+	}
+	return max(time.Until(w.leases[0].next), 0)
+}
+
+// takeDue removes from the heap every lease due by now, or due within a
+// tenth of its interval from now: refreshing it a little early lets it join
+// this batch instead of costing a round trip of its own.
+func (w *watchdog) takeDue(now time.Time) []*lease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due []*lease
+	for len(w.leases) > 0 {
+		s := w.leases[0]
+		if s.next.After(now.Add(s.interval / earlyFraction)) {
+			break
+		}
+		due = append(due, heap.Pop(&w.leases).(*lease))
+	}
+	return due
+}
+
+// refresh refreshes the leases in pipelined batches and schedules each one's
+// next refresh, or drops it once it has ended.
+func (w *watchdog) refresh(ctx context.Context, due []*lease) {
+	for len(due) > 0 {
+		n := min(len(due), refreshBatch)
+		w.refreshBatch(ctx, due[:n])
+		due = due[n:]
+	}
+}
+
+func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
+	now := time.Now()
+	calls := make([]*Call, 0, len(batch))
+	sent := make([]*lease, 0, len(batch))
+	ttls := make([]time.Duration, 0, len(batch))
+	lasts := make([]bool, 0, len(batch))
+	deadline := now.Add(time.Hour)
+	for _, s := range batch {
+		if s.alive() != nil {
+			continue
+		}
+		if d := s.Deadline(); !now.Before(d) {
+			s.expire() // too late to refresh: never extend a lock that may have expired
+			continue
+		} else if d.Before(deadline) {
+			deadline = d
+		}
+		ttl, last, ok := s.nextRefresh(now)
+		if !ok {
+			continue // the max hold allows no more: the deadline timer ends it
+		}
+		calls = append(calls, s.refreshCall(ttl))
+		sent, ttls, lasts = append(sent, s), append(ttls, ttl), append(lasts, last)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	// A refresh that cannot answer before the earliest deadline is useless.
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	w.c.driver.Eval(ctx, calls...)
+	for i, s := range sent {
+		err := s.refreshed(calls[i])
+		switch {
+		case err == nil:
+			s.extend(now, ttls[i])
+			if !lasts[i] {
+				w.schedule(s, now.Add(s.interval))
+			}
+		case errors.Is(err, ErrNotHeld):
+			s.end(fmt.Errorf("%w: %w", ErrLost, err))
+		default:
+			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.what, "err", err)
+			w.schedule(s, time.Now().Add(min(s.interval/4, maxRetryDelay)))
+		}
+	}
+}
+
+// schedule puts a lease back with its next refresh time.
+func (w *watchdog) schedule(s *lease, next time.Time) {
+	w.mu.Lock()
+	s.next = next
+	heap.Push(&w.leases, s)
+	w.mu.Unlock()
+}
+
+// leaseHeap orders leases by their next refresh.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	s := x.(*lease)
+	s.index = len(*h)
+	*h = append(*h, s)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	s.index = -1
+	*h = old[:len(old)-1]
+	return s
+}
