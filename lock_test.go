@@ -466,6 +466,11 @@ func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
 	if e.exists(t, "dlock:{free}") {
 		t.Error("refused multi-key acquire left a key behind")
 	}
+	e.srv.Do(t, "SET", "dlock:{badfence}:fence", "not a number")
+	_, err = e.c.TryLockMulti(ctx, []string{"free", "badfence"})
+	if !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{free}") {
+		t.Errorf("fence counter with other data: err = %v, want ErrWrongType and nothing taken", err)
+	}
 	if got := e.srv.Do(t, "GET", "dlock:{str}"); got != "user data" {
 		t.Errorf("data changed to %q", got)
 	}

@@ -17,9 +17,9 @@ local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- First look at every key, so that a refusal leaves everything untouched.
 local state, token = {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner')
-  if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-  if cur[1] then
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner')
+    if cur.err or not cur[1] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
     if cur[1] ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
     if cur[3] == req then
       state[i], token = 'repeat', cur[2]
@@ -28,37 +28,43 @@ for i = 1, n do
     else
       return {0, redis.call('PTTL', KEYS[i]), i}
     end
-  elseif redis.call('EXISTS', KEYS[i]) == 1 then
-    return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
   end
 end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- Fences next, so that a fence counter holding other data stops the
+-- acquire before any lock is written (skipping a number is harmless). A
+-- fence never goes backwards: one more than the last, and at least the
+-- server's clock in microseconds, so that increments a failover or restart
+-- lost are still overtaken.
+local fences = {}
+for i = 1, n do
+  if state[i] then
+    fences[i] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
+  else
+    local f = redis.pcall('INCR', KEYS[n + i])
+    if type(f) == 'table' then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+    if f < now_us then
+      f = now_us
+      redis.call('SET', KEYS[n + i], string.format('%.0f', f))
+    end
+    fences[i] = f
+  end
+end
+
 local out = {1, token}
 for i = 1, n do
   local k = KEYS[i]
-  if state[i] then
-    if state[i] == 'reenter' then
-      redis.call('HINCRBY', k, 'count', 1)
-      redis.call('HSET', k, 'req', req)
-    end
-    redis.call('PEXPIRE', k, ttl)
-    out[#out + 1] = tonumber(redis.call('HGET', k, 'fence'))
-  else
-    -- The fence never goes backwards: one more than the last, and at least
-    -- the server's clock in microseconds, so a counter increment lost in a
-    -- failover is still overtaken.
-    local last = redis.pcall('GET', KEYS[n + i])
-    if type(last) == 'table' then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-    local f = (tonumber(last) or 0) + 1
-    if f < now_us then f = now_us end
-    local fs = string.format('%.0f', f)
-    redis.call('SET', KEYS[n + i], fs)
-    redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner,
-      'count', 1, 'meta', meta, 'fence', fs, 'since', string.format('%.0f', now_us / 1000))
-    redis.call('PEXPIRE', k, ttl)
-    out[#out + 1] = f
+  if state[i] == 'reenter' then
+    redis.call('HINCRBY', k, 'count', 1)
+    redis.call('HSET', k, 'req', req)
+  elseif not state[i] then
+    redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', 1,
+      'meta', meta, 'fence', string.format('%.0f', fences[i]), 'since', string.format('%.0f', now_us / 1000))
   end
+  redis.call('PEXPIRE', k, ttl)
+  out[#out + 1] = fences[i]
 end
 return out
