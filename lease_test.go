@@ -352,4 +352,3 @@ func TestDo(t *testing.T) {
 		t.Errorf("nil fn: err = %v", err)
 	}
 }
-
