@@ -89,6 +89,10 @@ func (d *tapDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 }
 
+func (d *tapDriver) Scan(ctx context.Context, match, typ string, fn func(string) error) error {
+	return d.Driver.(dlock.Scanner).Scan(ctx, match, typ, fn)
+}
+
 func (d *tapDriver) loseReplies(n int) {
 	d.mu.Lock()
 	d.loseNext = n

@@ -16,13 +16,16 @@ var (
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 
-	scriptFencedSet = loadScript("fenced_set")
+	scriptFencedSet    = loadScript("fenced_set")
+	scriptInspect      = loadScript("inspect", "describe")
+	scriptForceRelease = loadScript("force_release", "describe")
 )
 
 // Scripts returns every script dlock runs, for drivers that preload them
 // (SCRIPT LOAD) and for tests.
 func Scripts() []*Script {
-	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL, scriptFencedSet}
+	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL,
+		scriptFencedSet, scriptInspect, scriptForceRelease}
 }
 
 // loadScript builds a script from scripts/name.lua, preceded by the named

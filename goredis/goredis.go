@@ -115,3 +115,32 @@ func (s *subscription) Close() error {
 	})
 	return s.err
 }
+
+var _ dlock.Scanner = (*Driver)(nil)
+
+// Scan walks the keys matching match of Redis type typ with SCAN, on every
+// primary of a cluster.
+func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
+	c, ok := d.rdb.(*redis.ClusterClient)
+	if !ok {
+		return scan(ctx, d.rdb, match, typ, fn)
+	}
+	var mu sync.Mutex // the primaries are walked at once; fn sees one key at a time
+	return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return scan(ctx, node, match, typ, func(key string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return fn(key)
+		})
+	})
+}
+
+func scan(ctx context.Context, c redis.Cmdable, match, typ string, fn func(key string) error) error {
+	it := c.ScanType(ctx, 0, match, 1000, typ).Iterator()
+	for it.Next(ctx) {
+		if err := fn(it.Val()); err != nil {
+			return err
+		}
+	}
+	return it.Err()
+}

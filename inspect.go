@@ -1,0 +1,260 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is the kind of primitive a name is used by.
+type Kind string
+
+// The kinds of primitive.
+const (
+	KindNone Kind = ""     // the name is free
+	KindLock Kind = "lock" // an exclusive lock
+)
+
+// Info is what Inspect, List and ForceRelease report of a name.
+type Info struct {
+	Name    string
+	Kind    Kind     // KindNone when the name is free
+	Holders []Holder // who holds it now
+	Fence   uint64   // the newest fencing token issued for the name
+}
+
+// Holder is one holder of a name. Tokens are never shown.
+type Holder struct {
+	Owner    string        // the WithOwner id, or ""
+	Metadata string        // the WithMetadata string
+	Count    int           // the hold count (above 1 when re-entered)
+	Since    time.Time     // when it was obtained, by the server's clock
+	TTL      time.Duration // how long it has left unless refreshed
+	Fence    uint64        // its fencing token
+}
+
+// Inspect reports what holds name, in one round trip. A free name has
+// Kind KindNone and no holders.
+func (c *Client) Inspect(ctx context.Context, name string) (*Info, error) {
+	return c.describe(ctx, scriptInspect, name)
+}
+
+// ForceRelease frees name whoever holds it, wakes its waiters, and returns
+// what it removed. It is meant for operators: the holder is not asked, and
+// learns of the loss at its next refresh (its Done channel closes then).
+// The fence counter stays, so later holders still get larger fences.
+func (c *Client) ForceRelease(ctx context.Context, name string) (*Info, error) {
+	return c.describe(ctx, scriptForceRelease, name)
+}
+
+func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	if name == "" {
+		return nil, ErrEmptyKey
+	}
+	key := c.RedisKey(name)
+	v, err := c.eval(ctx, s, []string{key, key + ":fence"})
+	if err != nil {
+		return nil, scriptError(err, key, func(int64) string { return name })
+	}
+	info, ok := parseInfo(name, v)
+	if !ok {
+		return nil, &ServerError{Key: key, Err: fmt.Errorf("unexpected reply %#v", v)}
+	}
+	return info, nil
+}
+
+// parseInfo reads the reply of describe.lua.
+func parseInfo(name string, v any) (*Info, bool) {
+	r, _ := v.([]any)
+	if len(r) < 3 {
+		return nil, false
+	}
+	kind, _ := r[0].(string)
+	info := &Info{Name: name, Kind: Kind(kind), Fence: parseUint(r[1])}
+	n, _ := r[2].(int64)
+	const fields = 6
+	if len(r) != 3+int(n)*fields {
+		return nil, false
+	}
+	for i := range int(n) {
+		h := r[3+i*fields : 3+(i+1)*fields]
+		owner, _ := h[0].(string)
+		meta, _ := h[1].(string)
+		pttl, _ := h[4].(int64)
+		info.Holders = append(info.Holders, Holder{
+			Owner: owner, Metadata: meta, Count: int(parseUint(h[2])),
+			Since: time.UnixMilli(int64(parseUint(h[3]))),
+			TTL:   max(time.Duration(pttl)*time.Millisecond, 0), Fence: parseUint(h[5]),
+		})
+	}
+	return info, true
+}
+
+// parseUint reads a number that a script returned as an integer or a string.
+func parseUint(v any) uint64 {
+	switch v := v.(type) {
+	case int64:
+		return uint64(max(v, 0))
+	case string:
+		n, _ := strconv.ParseUint(v, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// Scanner is implemented by drivers that can walk the keyspace (on every
+// primary of a cluster). List needs it; the goredis driver has it.
+type Scanner interface {
+	// Scan calls fn with every key that matches the glob pattern match and
+	// holds the Redis type typ, until fn returns an error, which Scan then
+	// returns. A key may be seen more than once.
+	Scan(ctx context.Context, match, typ string, fn func(key string) error) error
+}
+
+// List reports every name that holds a lock and matches the glob pattern
+// (Redis syntax: *, ?, [abc]; "" or "*" for all), sorted by name. It walks
+// the keys with SCAN, never KEYS, and asks about each name in one round
+// trip. Names released while it runs are left out. It returns
+// ErrUnsupported if the driver has no Scanner.
+func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	sc, ok := c.driver.(Scanner)
+	if !ok {
+		return nil, fmt.Errorf("%w: List needs a driver that can SCAN", ErrUnsupported)
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	seen := map[string]bool{}
+	var names []string
+	err := sc.Scan(ctx, escapeGlob(c.prefix)+"*", "hash", func(key string) error {
+		name := c.nameOf(key)
+		if !seen[name] && globMatch(pattern, name) {
+			seen[name] = true
+			names = append(names, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &ServerError{Key: c.prefix + "*", Err: err}
+	}
+	sort.Strings(names)
+	calls := make([]*Call, len(names))
+	for i, name := range names {
+		key := c.RedisKey(name)
+		calls[i] = &Call{Script: scriptInspect, Keys: []string{key, key + ":fence"}}
+	}
+	if len(calls) > 0 {
+		c.driver.Eval(ctx, calls...)
+	}
+	var out []*Info
+	for i, call := range calls {
+		if call.Err != nil {
+			if strings.Contains(call.Err.Error(), "DLOCK_WRONGTYPE") {
+				continue // a hash under the prefix that dlock did not write
+			}
+			return nil, &ServerError{Key: call.Keys[0], Err: call.Err}
+		}
+		if info, ok := parseInfo(names[i], call.Val); ok && info.Kind != KindNone {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// nameOf is the inverse of RedisKey.
+func (c *Client) nameOf(key string) string {
+	name := strings.TrimPrefix(key, c.prefix)
+	if inner, ok := strings.CutPrefix(name, "{"); ok {
+		if inner, ok := strings.CutSuffix(inner, "}"); ok && c.RedisKey(inner) == key {
+			return inner
+		}
+	}
+	return name
+}
+
+// escapeGlob quotes the glob characters of s for a Redis MATCH pattern.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// globMatch reports whether name matches pattern in Redis's glob syntax:
+// * any run, ? any one character, [abc] [a-z] [^a] a class, \ escapes.
+func globMatch(pattern, name string) bool {
+	p, n := []rune(pattern), []rune(name)
+	var match func(pi, ni int) bool
+	match = func(pi, ni int) bool {
+		for pi < len(p) {
+			switch p[pi] {
+			case '*':
+				for k := ni; k <= len(n); k++ {
+					if match(pi+1, k) {
+						return true
+					}
+				}
+				return false
+			case '?':
+				if ni >= len(n) {
+					return false
+				}
+			case '[':
+				end := pi + 1
+				for end < len(p) && p[end] != ']' {
+					end++
+				}
+				if ni >= len(n) || end >= len(p) || !classMatch(p[pi+1:end], n[ni]) {
+					return false
+				}
+				pi = end
+			case '\\':
+				if pi+1 < len(p) {
+					pi++
+				}
+				fallthrough
+			default:
+				if ni >= len(n) || p[pi] != n[ni] {
+					return false
+				}
+			}
+			pi++
+			ni++
+		}
+		return ni == len(n)
+	}
+	return match(0, 0)
+}
+
+// classMatch matches r against the inside of a [...] glob class.
+func classMatch(class []rune, r rune) bool {
+	negate := len(class) > 0 && class[0] == '^'
+	if negate {
+		class = class[1:]
+	}
+	found := false
+	for i := 0; i < len(class); i++ {
+		if i+2 < len(class) && class[i+1] == '-' {
+			if class[i] <= r && r <= class[i+2] {
+				found = true
+			}
+			i += 2
+		} else if class[i] == r {
+			found = true
+		}
+	}
+	return found != negate
+}
