@@ -17,6 +17,7 @@ type Client struct {
 	driver Driver
 	prefix string
 	log    *slog.Logger
+	batch  batcher
 
 	mu     sync.Mutex
 	wd     *watchdog // started by the first lock that refreshes automatically
@@ -44,6 +45,15 @@ func WithLogger(l *slog.Logger) ClientOption {
 	}
 }
 
+// WithPipelines sets how many requests or pipelines the client sends at
+// once before it queues further requests from other goroutines and sends
+// them together as one pipeline; the default is DefaultPipelines (4).
+// Values below 1 count as 1. Idle or lightly loaded, every request goes out
+// at once, alone.
+func WithPipelines(n int) ClientOption {
+	return func(c *Client) { c.batch.max = max(n, 1) }
+}
+
 // New returns a Client that reaches Redis through d, such as
 // goredis.New(rdb). It panics if d is nil.
 func New(d Driver, opts ...ClientOption) *Client {
@@ -51,6 +61,7 @@ func New(d Driver, opts ...ClientOption) *Client {
 		panic("dlock: New with a nil Driver")
 	}
 	c := &Client{driver: d, prefix: DefaultPrefix, log: slog.New(slog.DiscardHandler)}
+	c.batch = batcher{driver: d, max: DefaultPipelines}
 	for _, o := range opts {
 		o(c)
 	}
@@ -84,7 +95,7 @@ func hasHashTag(s string) bool {
 // eval runs one script call and returns its reply.
 func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	call := &Call{Script: s, Keys: keys, Args: args}
-	c.driver.Eval(ctx, call)
+	c.batch.eval(ctx, call)
 	return call.Val, call.Err
 }
 

@@ -326,7 +326,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	call := l.refreshCall(ttl)
-	l.c.driver.Eval(ctx, call)
+	l.c.batch.eval(ctx, call)
 	if err := l.refreshed(call); err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			l.end(fmt.Errorf("%w: %w", ErrLost, err))
