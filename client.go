@@ -21,6 +21,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	wd     *watchdog // started by the first lock that refreshes automatically
+	waits  *waitHub  // made by the first caller that waits
 	closed bool
 }
 
@@ -55,7 +56,8 @@ func WithPipelines(n int) ClientOption {
 }
 
 // New returns a Client that reaches Redis through d, such as
-// goredis.New(rdb). It panics if d is nil.
+// goredis.New(rdb). It panics if d is nil. Close the client when done with
+// it: once used, it may own a goroutine and a pub/sub connection.
 func New(d Driver, opts ...ClientOption) *Client {
 	if d == nil {
 		panic("dlock: New with a nil Driver")
@@ -100,17 +102,21 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 }
 
 // Close stops the client's background work: the watchdog that refreshes
-// locks obtained WithAutoRefresh. Locks still held are not released; they
+// locks obtained WithAutoRefresh, and the subscription that wakes waiting
+// callers (callers still waiting then poll). Locks still held are not released; they
 // are no longer refreshed, so they expire with their TTL and their Done
 // channels close at their deadlines. Close does not close the Redis client
 // under the driver. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	wd := c.wd
+	wd, waits := c.wd, c.waits
 	c.wd, c.closed = nil, true
 	c.mu.Unlock()
 	if wd != nil {
 		wd.close()
+	}
+	if waits != nil {
+		waits.close()
 	}
 	return nil
 }

@@ -28,12 +28,31 @@
 //
 // # Waiting
 //
-// Lock retries according to a RetryStrategy (WithRetry): NoRetry,
-// ConstantBackoff, LinearBackoff, ExponentialBackoff, Intervals, LimitRetry,
-// RetryFunc, each optionally wrapped in Jitter. It wakes early when the
-// holder's lock is due to expire. Strategies are stateless and may be shared.
-// Lock gives up when the strategy stops or ctx ends; without a deadline on
-// ctx it waits at most DefaultMaxWait (see WithMaxWait).
+// Lock waits without polling: the script that frees a lock publishes a
+// notice to one waiting client, whose first waiting caller then tries
+// again, so a release costs one attempt, however many wait. Callers of one
+// client queue in arrival order. A waiter also wakes when the holder's lock
+// is due to expire and at least twice a second, so a lost notice or a dead
+// holder delays it briefly, never for good. A RetryStrategy (WithRetry)
+// decides how many attempts are made and the backoff after Redis errors:
+// NoRetry, ConstantBackoff, LinearBackoff, ExponentialBackoff, Intervals,
+// LimitRetry, RetryFunc, each optionally wrapped in Jitter. Strategies are
+// stateless and may be shared. Lock gives up when the strategy stops or ctx
+// ends; without a deadline on ctx it waits at most DefaultMaxWait (see
+// WithMaxWait).
+//
+// Requests that many goroutines make at once through one client are sent
+// together in pipelines (see WithPipelines); a lone request goes at once.
+//
+// # Leases
+//
+// A held lock is a lease. WithAutoRefresh has the client's watchdog (one
+// goroutine for all its locks, refreshing in pipelined batches) keep it
+// alive until released. Done closes the moment the lock is known lost, or
+// its local Deadline passes without a refresh, and Err says why (ErrLost);
+// Context returns a context cancelled then. Do runs a function under a
+// lock that is refreshed, with such a context, and releases it after.
+// WithMaxHold caps how long refreshing may keep a lock.
 //
 // # Several names at once
 //
@@ -44,7 +63,13 @@
 //
 // Every acquisition of a name gets a fencing token (Lock.Fence) larger than
 // any given for that name before, so a resource can refuse writes from a
-// holder whose lock has expired and passed to another.
+// holder whose lock has expired and passed to another. SetFenced does that
+// for a value kept in Redis.
+//
+// # Inspection
+//
+// Inspect reports who holds a name, List walks all names with SCAN, and
+// ForceRelease frees a name whoever holds it.
 //
 // # Re-entrant owners
 //

@@ -22,12 +22,12 @@ type Driver interface {
 	// is stored in Call.Err.
 	Eval(ctx context.Context, calls ...*Call)
 
-	// Subscribe opens a pub/sub connection that calls notify with the name of
-	// the channel of every message it receives, from a single goroutine that
-	// the driver owns. Subscribe and Unsubscribe on the returned Subscription
+	// Subscribe opens a pub/sub connection that calls notify with the
+	// channel and payload of every message it receives, from a single
+	// goroutine that the driver owns. Subscribe and Unsubscribe on the returned Subscription
 	// change the set of channels. A driver that cannot subscribe returns
 	// ErrUnsupported; dlock then wakes waiters by timers and retries alone.
-	Subscribe(ctx context.Context, notify func(channel string)) (Subscription, error)
+	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The

@@ -16,6 +16,7 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	l, err := locks.TryLock(ctx, "nightly-report", dlock.WithTTL(30*time.Second))
 	if errors.Is(err, dlock.ErrNotObtained) {
@@ -36,6 +37,7 @@ func ExampleClient_TryLock() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	first, _ := locks.TryLock(ctx, "orders:42")
 	_, err := locks.TryLock(ctx, "orders:42")
@@ -56,6 +58,7 @@ func ExampleClient_Lock() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	// A holder that crashed: its lock expires after 50ms.
 	_, _ = locks.TryLock(ctx, "migration", dlock.WithTTL(50*time.Millisecond))
@@ -77,6 +80,7 @@ func ExampleLock_Refresh() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	l, _ := locks.TryLock(ctx, "rebuild-cache", dlock.WithTTL(time.Second))
 	if err := l.Refresh(ctx, time.Minute); err != nil {
@@ -99,6 +103,7 @@ func ExampleClient_TryLockMulti() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	// A transfer locks both accounts, or neither.
 	l, err := locks.TryLockMulti(ctx, []string{"account:1", "account:2"})
@@ -116,6 +121,7 @@ func ExampleClient_Attach() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	l, _ := locks.TryLock(ctx, "deploy", dlock.WithMetadata("pipeline 812"))
 	// Another process, handed the name and the token, takes over.
@@ -134,6 +140,7 @@ func ExampleWithOwner() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 
 	outer, _ := locks.TryLock(ctx, "invoice:9", dlock.WithOwner("request-31"))
 	inner, err := locks.TryLock(ctx, "invoice:9", dlock.WithOwner("request-31"))

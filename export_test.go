@@ -8,3 +8,15 @@ func PauseWatchdog(c *Client) (resume func()) {
 	w.gate.Lock()
 	return w.gate.Unlock
 }
+
+// Waiting returns how many callers of c wait in line for the lock called
+// name.
+func Waiting(c *Client, name string) int {
+	h := c.hub()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.queues[c.RedisKey(name)])
+}
+
+// WaitBeat is how long a registered waiter sleeps at most between attempts.
+const WaitBeat = waitBeat

@@ -58,7 +58,7 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 		return nil, ErrEmptyKey
 	}
 	key := c.RedisKey(name)
-	v, err := c.eval(ctx, s, []string{key, key + ":fence"})
+	v, err := c.eval(ctx, s, []string{key, key + ":fence", key + ":waiters"})
 	if err != nil {
 		return nil, scriptError(err, key, func(int64) string { return name })
 	}

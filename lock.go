@@ -16,7 +16,7 @@ import (
 type Lock struct {
 	lease
 	names []string
-	keys  []string // the lock keys, then their fence keys
+	keys  []string // the lock keys, then their fence keys, then their waiter sets
 	req   string   // this acquisition's request token
 	owner string
 
@@ -32,10 +32,17 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 	return c.obtain(ctx, []string{name}, opts, false)
 }
 
-// Lock obtains the exclusive lock called name, waiting while it is held:
-// after each failed attempt it waits as the retry strategy says (see
-// WithRetry), or until the holder's lock expires if that comes sooner. It
-// gives up when the strategy stops, when ctx ends, or, if ctx has no
+// Lock obtains the exclusive lock called name, waiting while it is held.
+// A waiting caller is woken by Redis: the release of the lock publishes a
+// notice to one waiting client, which lets its first waiting caller try
+// again; callers of one client queue in arrival order. A waiter also tries
+// again when the holder's lock is due to expire (its holder may have died),
+// and at least twice a second in case a notice was lost. The retry strategy
+// (WithRetry) decides how many attempts are made and how long to back off
+// after a Redis error; with a driver that cannot subscribe, its waits are
+// also the polling interval.
+//
+// Lock gives up when the strategy stops, when ctx ends, or, if ctx has no
 // deadline, after the WithMaxWait bound (DefaultMaxWait); the error then
 // matches ErrNotObtained, and ctx.Err() when ctx ended.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
@@ -97,7 +104,7 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 	if len(names) == 0 {
 		return nil, ErrNoKeys
 	}
-	keys := make([]string, 2*len(names))
+	keys := make([]string, 3*len(names))
 	seen := make(map[string]bool, len(names))
 	for i, name := range names {
 		if name == "" {
@@ -109,6 +116,7 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		seen[name] = true
 		keys[i] = c.RedisKey(name)
 		keys[len(names)+i] = keys[i] + ":fence"
+		keys[2*len(names)+i] = keys[i] + ":waiters"
 	}
 	l := &Lock{names: append([]string(nil), names...), keys: keys, req: token, token: token, owner: o.owner, meta: o.metadata}
 	l.lease.init(c, l.describe(), o)
@@ -154,56 +162,32 @@ func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait
 	if err != nil {
 		return nil, err
 	}
-	if wait {
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, o.maxWait)
-			defer cancel()
+	if !wait {
+		if _, err := l.acquire(ctx, waitArgs{}); err != nil {
+			return nil, l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
+		return l, nil
 	}
-	uncertain := false // an attempt may have taken the lock without our knowing
-	for failed := 0; ; {
-		holderTTL, err := l.acquire(ctx)
-		if err == nil {
-			c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "attempts", failed+1)
-			return l, nil
-		}
-		if isFinal(err) {
-			return nil, err
-		}
-		if !errors.Is(err, ErrNotObtained) {
-			uncertain = true
-		}
-		if !wait {
-			return nil, l.abandon(ctx, uncertain, err)
-		}
-		failed++
-		if o.onRetry != nil {
-			o.onRetry(failed, err)
-		}
-		c.log.DebugContext(ctx, "dlock: attempt failed", "names", l.names, "attempt", failed, "err", err)
-		d, ok := o.retry.NextBackoff(failed)
-		if !ok {
-			return nil, l.abandon(ctx, uncertain, err)
-		}
-		if holderTTL > 0 && holderTTL < d {
-			d = holderTTL
-		}
-		if sleep(ctx, d) != nil {
-			if errors.Is(err, ErrNotObtained) {
-				err = nil // already said by the sentinel below
-			}
-			return nil, l.abandon(ctx, uncertain, errors.Join(ErrNotObtained, ctx.Err(), err))
-		}
+	err = c.waitFor(ctx, l.keys[0], o, l.acquire, func(uncertain bool, err error) error {
+		return l.abandon(ctx, uncertain, err)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return l, nil
 }
 
 // acquire makes one attempt. When the lock is held by another, it returns
 // ErrNotObtained and how long the holder's lock has left.
-func (l *Lock) acquire(ctx context.Context) (time.Duration, error) {
+func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) {
 	start := time.Now()
 	ttl := l.currentTTL()
-	v, err := l.c.eval(ctx, scriptAcquire, l.keys, l.req, ttl.Milliseconds(), l.meta, l.owner)
+	more := "0"
+	if wa.more {
+		more = "1"
+	}
+	v, err := l.c.eval(ctx, scriptAcquire, l.keys, l.req, ttl.Milliseconds(), l.meta, l.owner,
+		wa.channel, more, waitLease.Milliseconds())
 	if err != nil {
 		return 0, l.replyError(err)
 	}
@@ -254,7 +238,7 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := l.c.eval(ctx, scriptRelease, l.lockKeys(), l.req, ""); err != nil && logFailure {
+	if _, err := l.c.eval(ctx, scriptRelease, l.releaseKeys(), l.req, ""); err != nil && logFailure {
 		l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", err)
 	}
 }
@@ -291,7 +275,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
 	}
-	v, err := l.c.eval(ctx, scriptRelease, l.lockKeys(), token, l.owner)
+	v, err := l.c.eval(ctx, scriptRelease, l.releaseKeys(), token, l.owner)
 	if err != nil {
 		return l.replyError(err)
 	}
@@ -443,6 +427,12 @@ func (l *Lock) currentTTL() time.Duration {
 }
 
 func (l *Lock) lockKeys() []string { return l.keys[:len(l.names)] }
+
+// releaseKeys are the lock keys and their waiter sets.
+func (l *Lock) releaseKeys() []string {
+	n := len(l.names)
+	return append(l.lockKeys()[:n:n], l.keys[2*n:]...)
+}
 
 // nameAt returns the name at a script's 1-based key index.
 func (l *Lock) nameAt(i int64) string {

@@ -16,8 +16,8 @@ const (
 )
 
 // DefaultRetry is the retry strategy of Lock when WithRetry is not given:
-// exponential from 1 ms to 100 ms with jitter, and a wake-up at the
-// holder's expiry whichever comes first.
+// it never stops (the context or WithMaxWait bound the wait), and backs off
+// after Redis errors exponentially from 1 ms to 100 ms with jitter.
 var DefaultRetry = Jitter(ExponentialBackoff(time.Millisecond, 100*time.Millisecond), 0.5)
 
 // Option configures one acquisition (TryLock, Lock and their multi-key
@@ -69,8 +69,12 @@ func WithTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithRetry sets how Lock waits between attempts; the default is
-// DefaultRetry. TryLock never waits, whatever the strategy.
+// WithRetry sets how many attempts Lock makes and how long it backs off
+// after an attempt fails with a Redis error; the default is DefaultRetry.
+// While the lock is held, Lock sleeps until Redis says it is free (see
+// Client.Lock), not for the strategy's wait, unless the driver cannot
+// subscribe, in which case the strategy's waits are the polling interval.
+// TryLock never waits, whatever the strategy.
 func WithRetry(s RetryStrategy) Option {
 	return func(o *options) {
 		if s == nil {

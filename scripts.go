@@ -12,20 +12,21 @@ var scriptFiles embed.FS
 // on a lock already taken start with the shared helpers in held.lua.
 var (
 	scriptAcquire = loadScript("acquire")
-	scriptRelease = loadScript("release", "held")
+	scriptRelease = loadScript("release", "held", "wake")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 
 	scriptFencedSet    = loadScript("fenced_set")
 	scriptInspect      = loadScript("inspect", "describe")
-	scriptForceRelease = loadScript("force_release", "describe")
+	scriptForceRelease = loadScript("force_release", "describe", "wake")
+	scriptUnwait       = loadScript("unwait", "wake")
 )
 
 // Scripts returns every script dlock runs, for drivers that preload them
 // (SCRIPT LOAD) and for tests.
 func Scripts() []*Script {
 	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL,
-		scriptFencedSet, scriptInspect, scriptForceRelease}
+		scriptFencedSet, scriptInspect, scriptForceRelease, scriptUnwait}
 }
 
 // loadScript builds a script from scripts/name.lua, preceded by the named

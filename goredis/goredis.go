@@ -80,14 +80,14 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 
 // Subscribe opens a go-redis PubSub; go-redis reconnects it and re-subscribes
 // its channels after a connection loss.
-func (d *Driver) Subscribe(ctx context.Context, notify func(channel string)) (dlock.Subscription, error) {
+func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	ps := d.rdb.Subscribe(ctx)
 	s := &subscription{ps: ps, done: make(chan struct{})}
 	ch := ps.Channel()
 	go func() {
 		defer close(s.done)
 		for msg := range ch {
-			notify(msg.Channel)
+			notify(msg.Channel, msg.Payload)
 		}
 	}()
 	return s, nil

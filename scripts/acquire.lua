@@ -1,9 +1,17 @@
 -- acquire: obtain the exclusive locks KEYS[1..n] for one holder, all or none.
 --
--- KEYS[1..n]     lock hashes
--- KEYS[n+1..2n]  their fence counters (strings without a TTL)
+-- KEYS[1..n]       lock hashes
+-- KEYS[n+1..2n]    their fence counters (strings without a TTL)
+-- KEYS[2n+1..3n]   their waiter sets (see wake)
 -- ARGV[1] request token (fresh per acquisition), ARGV[2] TTL in ms,
--- ARGV[3] metadata, ARGV[4] owner id ('' for none)
+-- ARGV[3] metadata, ARGV[4] owner id ('' for none),
+-- ARGV[5] the waiting client's channel ('' when not waiting),
+-- ARGV[6] '1' when more of that client's callers wait for these locks,
+-- ARGV[7] how long a waiter's registration lasts, in ms
+--
+-- A waiting client that is refused registers in the blocking lock's waiter
+-- set, so that the release wakes it. Once it obtains the locks, it leaves
+-- the sets, or, when more of its callers wait, registers again at the back.
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
@@ -11,8 +19,20 @@
 -- Returns {0, pttl, i} when KEYS[i] is held by another holder.
 -- Fails with DLOCK_WRONGTYPE i or DLOCK_KIND i when KEYS[i] holds data that
 -- is not an exclusive lock; nothing is written then.
-local n = #KEYS / 2
+local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local waiter, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
+
+-- register puts the waiting client at the back of waiter set wk.
+local function register(wk, now_ms)
+  redis.call('ZADD', wk, now_ms + lease, waiter)
+  redis.call('PEXPIRE', wk, lease)
+end
+
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
 -- First look at every key, so that a refusal leaves everything untouched.
 local state, token = {}, req
@@ -26,13 +46,13 @@ for i = 1, n do
     elseif owner ~= '' and cur[4] == owner then
       state[i], token = 'reenter', cur[2]
     else
+      if waiter ~= '' then register(KEYS[2 * n + i], math.floor(now() / 1000)) end
       return {0, redis.call('PTTL', KEYS[i]), i}
     end
   end
 end
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_us = now()
 
 -- Fences next, so that a fence counter holding other data stops the
 -- acquire before any lock is written (skipping a number is harmless). A
@@ -65,6 +85,13 @@ for i = 1, n do
       'meta', meta, 'fence', string.format('%.0f', fences[i]), 'since', string.format('%.0f', now_us / 1000))
   end
   redis.call('PEXPIRE', k, ttl)
+  if waiter ~= '' then
+    if more == '1' then
+      register(KEYS[2 * n + i], math.floor(now_us / 1000))
+    else
+      redis.call('ZREM', KEYS[2 * n + i], waiter)
+    end
+  end
   out[#out + 1] = fences[i]
 end
 return out

@@ -1,0 +1,271 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Waiting is woken by Redis, not by polling. A client that waits for a
+// lock registers, in the same script as the refused attempt, in the lock's
+// waiter set (a sorted set of client channels, scored by expiry); the
+// script that frees the lock publishes a message naming it on the channel
+// of the client that registered first, so a release wakes one client, not
+// all of them. Inside a client, the callers waiting for one lock queue in
+// arrival order and only the first of them makes attempts; the others take
+// their turn as it leaves. Notices can be lost and holders can die, so a
+// waiter also wakes at the holder's expiry and at least every waitBeat.
+
+const (
+	// waitBeat bounds how long a waiter sleeps without trying again. It
+	// keeps its registration fresh and bounds the delay if the client it
+	// was registered behind died.
+	waitBeat = 500 * time.Millisecond
+	// waitLease is how long a registration lasts unless renewed.
+	waitLease = 3 * waitBeat
+)
+
+// waitHub delivers a client's notices to its waiting callers.
+type waitHub struct {
+	c       *Client
+	channel string // the client's own channel, its name in waiter sets
+
+	mu     sync.Mutex
+	sub    Subscription // nil until the first wait, or when unsupported
+	failed bool         // Subscribe failed: waiting falls back to the retry strategy
+	queues map[string][]*waiter
+}
+
+// waiter is one caller waiting for a lock.
+type waiter struct {
+	wake chan struct{} // a notice came, or it became first in line
+}
+
+func newWaitHub(c *Client) *waitHub {
+	return &waitHub{c: c, channel: c.prefix + "client:" + newToken(), queues: map[string][]*waiter{}}
+}
+
+// subscribed opens the client's subscription on first use and reports
+// whether notices can be had.
+func (h *waitHub) subscribed(ctx context.Context) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sub != nil || h.failed {
+		return h.sub != nil
+	}
+	sub, err := h.c.driver.Subscribe(ctx, h.notify)
+	if err == nil {
+		if err = sub.Subscribe(ctx, h.channel); err != nil {
+			_ = sub.Close()
+		}
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			h.failed = true // for good: waits poll by the retry strategy
+		}
+		h.c.log.WarnContext(ctx, "dlock: cannot subscribe for lock notices; waiting polls instead", "err", err)
+		return false
+	}
+	h.sub = sub
+	return true
+}
+
+// notify passes a notice that lock key may be free to the first caller
+// waiting for it.
+func (h *waitHub) notify(_, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.queues[key]; len(q) > 0 {
+		q[0].signal()
+	}
+}
+
+// join puts a caller in line for lock key.
+func (h *waitHub) join(key string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.queues[key] = append(h.queues[key], w)
+	if len(h.queues[key]) == 1 {
+		w.signal()
+	}
+	h.mu.Unlock()
+	return w
+}
+
+// first reports whether w is first in line for key, and whether others
+// wait behind it.
+func (h *waitHub) first(key string, w *waiter) (first, more bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[key]
+	return len(q) > 0 && q[0] == w, len(q) > 1
+}
+
+// leave takes w out of line for key and lets the next caller try at once.
+// It reports whether w was the last in line.
+func (h *waitHub) leave(key string, w *waiter) (last bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[key]
+	for i, x := range q {
+		if x == w {
+			q = append(q[:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(h.queues, key)
+		return true
+	}
+	h.queues[key] = q
+	q[0].signal()
+	return false
+}
+
+func (h *waitHub) close() {
+	h.mu.Lock()
+	sub := h.sub
+	h.sub, h.failed = nil, true
+	h.mu.Unlock()
+	if sub != nil {
+		_ = sub.Close()
+	}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drain forgets a pending signal.
+func (w *waiter) drain() {
+	select {
+	case <-w.wake:
+	default:
+	}
+}
+
+// sleep waits for a signal, d, or the end of ctx.
+func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.wake:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitArgs tells an attempt how its caller waits.
+type waitArgs struct {
+	channel string // the client's channel; "" when not registering
+	more    bool   // more callers of this client wait for the lock
+}
+
+// attempt is one try at obtaining a primitive: nil when obtained, an error
+// matching ErrNotObtained (with how long the holder's lock has left) when
+// held, any other error when the outcome is unknown or final.
+type attempt func(ctx context.Context, wa waitArgs) (holderTTL time.Duration, err error)
+
+// waitFor makes attempts until one obtains the lock whose key is key, as
+// Lock describes: woken by notices when the driver can subscribe, by the
+// retry strategy's waits otherwise, and always at the holder's expiry.
+// abandon is called with the last error when it gives up; uncertain tells
+// it whether an attempt may have taken the lock unseen.
+func (c *Client) waitFor(ctx context.Context, key string, o *options, try attempt, abandon func(uncertain bool, err error) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.maxWait)
+		defer cancel()
+	}
+	hub := c.hub()
+	w := hub.join(key)
+	registered, obtained := false, false
+	defer func() {
+		// The attempt that obtains the lock also leaves the waiter set.
+		if hub.leave(key, w) && registered && !obtained {
+			c.unwait(ctx, key)
+		}
+	}()
+	uncertain := false // an attempt may have taken the lock without our knowing
+	for failed := 0; ; {
+		// Wait for our turn behind the callers of this client that came first.
+		for first, _ := hub.first(key, w); !first; first, _ = hub.first(key, w) {
+			if err := w.sleep(ctx, time.Hour); err != nil {
+				return abandon(uncertain, errors.Join(ErrNotObtained, err))
+			}
+		}
+		w.drain() // a signal from before this attempt is answered by it
+		notices := hub.subscribed(ctx)
+		wa := waitArgs{}
+		if notices {
+			_, wa.more = hub.first(key, w)
+			wa.channel = hub.channel
+		}
+		holderTTL, err := try(ctx, wa)
+		if err == nil {
+			obtained = true
+			return nil
+		}
+		if isFinal(err) {
+			return abandon(uncertain, err)
+		}
+		notHeld := errors.Is(err, ErrNotObtained)
+		uncertain = uncertain || !notHeld
+		registered = registered || (notHeld && notices)
+		failed++
+		if o.onRetry != nil {
+			o.onRetry(failed, err)
+		}
+		c.log.DebugContext(ctx, "dlock: attempt failed", "key", key, "attempt", failed, "err", err)
+		d, ok := o.retry.NextBackoff(failed)
+		if !ok {
+			return abandon(uncertain, err)
+		}
+		switch {
+		case notHeld && wa.channel != "":
+			// Registered: the release will say when to try again.
+			d = waitBeat
+		case notHeld && notices:
+			d = 0 // refused before registering: try again at once, registering
+		}
+		if holderTTL > 0 && holderTTL < d {
+			d = holderTTL
+		}
+		if w.sleep(ctx, d) != nil {
+			if notHeld {
+				err = nil // already said by the sentinel below
+			}
+			return abandon(uncertain, errors.Join(ErrNotObtained, ctx.Err(), err))
+		}
+	}
+}
+
+// hub returns the client's waitHub, creating it on first use.
+func (c *Client) hub() *waitHub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waits == nil {
+		c.waits = newWaitHub(c)
+		if c.closed {
+			c.waits.failed = true
+		}
+	}
+	return c.waits
+}
+
+// unwait takes the client out of lock key's waiter set after its last
+// caller gave up, passing on any notice it received and did not use.
+func (c *Client) unwait(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := c.eval(ctx, scriptUnwait, []string{key, key + ":waiters"}, c.hub().channel); err != nil {
+		c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "key", key, "err", err)
+	}
+}

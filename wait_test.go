@@ -1,0 +1,291 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// awaitWaiting waits until n callers of c wait for name.
+func awaitWaiting(t *testing.T, c *dlock.Client, name string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); dlock.Waiting(c, name) != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers waiting for %q, want %d", dlock.Waiting(c, name), name, n)
+		}
+	}
+}
+
+// TestReleaseWakesTheWaiter: the holder keeps its lock for a minute and the
+// waiter's retry strategy would not retry for an hour; the waiter's
+// context ends before its periodic wake-up, so only the release's notice
+// can let it in.
+func TestReleaseWakesTheWaiter(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "notice", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	registered := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, dlock.WaitBeat*8/10)
+		defer cancel()
+		var once sync.Once
+		l, err := waiter.Lock(ctx, "notice", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	<-registered
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter not woken by the release: %v", err)
+	}
+}
+
+// TestCallersOfOneClientQueueInOrder: 12 callers of one client wait for a
+// lock in turn; they obtain it in the order they came, and only the first
+// in line makes attempts, so the round trips stay near three per
+// acquisition (an attempt that wins, the release, and the next caller's
+// attempt that registers).
+func TestCallersOfOneClientQueueInOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder := e.newClient(t)
+	held, err := holder.TryLock(ctx, "queue", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 12
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	before := e.drv.trips.Load()
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := e.c.Lock(ctx, "queue")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		awaitWaiting(t, e.c, "queue", i+1)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("callers obtained the lock in the order %v", order)
+		}
+	}
+	trips := e.drv.trips.Load() - before
+	t.Logf("%d round trips for %d acquisitions", trips, callers)
+	if trips > 4*callers {
+		t.Errorf("%d round trips for %d acquisitions: callers behind the first made attempts", trips, callers)
+	}
+}
+
+// TestReleaseWakesOneClient: eight clients wait for one lock; each release
+// wakes one of them, so the whole hand-off costs a few requests per
+// acquisition whatever the number of waiting clients.
+func TestReleaseWakesOneClient(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held, err := e.c.TryLock(ctx, "herd", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients = 8
+	var wg sync.WaitGroup
+	for range clients {
+		c := e.newClient(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Lock(ctx, "herd")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		awaitWaiting(t, c, "herd", 1)
+	}
+	// Every client has made its attempt and registered; from here on, count.
+	for e.srv.Do(t, "ZCARD", "dlock:{herd}:waiters") != "8" {
+		time.Sleep(time.Millisecond)
+	}
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	requests := commandCalls(t, e, "evalsha") + commandCalls(t, e, "eval")
+	t.Logf("%d requests for %d hand-offs", requests, clients)
+	if requests > 3*clients {
+		t.Errorf("%d requests for %d hand-offs: releases woke more than one client", requests, clients)
+	}
+}
+
+// TestAWaiterThatGivesUpPassesTheNoticeOn: the first registered client
+// gives up; the release must then wake the next one.
+func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "baton", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter := e.newClient(t)
+	qctx, quit := context.WithCancel(ctx)
+	quitErr := make(chan error, 1)
+	go func() {
+		_, err := quitter.Lock(qctx, "baton")
+		quitErr <- err
+	}()
+	awaitWaiting(t, quitter, "baton", 1)
+	patient := e.newClient(t)
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		l, err := patient.Lock(ctx, "baton")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for e.srv.Do(t, "ZCARD", "dlock:{baton}:waiters") != "2" {
+		time.Sleep(time.Millisecond)
+	}
+	quit()
+	if err := <-quitErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("quitter: %v", err)
+	}
+	if got := e.srv.Do(t, "ZCARD", "dlock:{baton}:waiters"); got != "1" {
+		t.Errorf("%s clients registered after one gave up, want 1", got)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestADeadWaiterDoesNotStallTheLock: the client registered first died; the
+// release wakes it in vain, and the next client gets in at its periodic
+// wake-up.
+func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "ghost", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	c := e.newClient(t)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, "ghost")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitWaiting(t, c, "ghost", 1)
+	for e.srv.Do(t, "ZCARD", "dlock:{ghost}:waiters") != "1" {
+		time.Sleep(time.Millisecond)
+	}
+	// A client that registered just before the live one, and died.
+	live := strings.Split(e.srv.Do(t, "ZRANGE", "dlock:{ghost}:waiters", "0", "0", "WITHSCORES"), "\n")
+	score, _ := strconv.ParseInt(live[1], 10, 64)
+	e.srv.Do(t, "ZADD", "dlock:{ghost}:waiters", strconv.FormatInt(score-1, 10), "dlock:client:dead")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noSubscribe is a driver without pub/sub.
+type noSubscribe struct{ dlock.Driver }
+
+func (noSubscribe) Subscribe(context.Context, func(string, string)) (dlock.Subscription, error) {
+	return nil, dlock.ErrUnsupported
+}
+
+func TestWaitingWithoutPubSubPolls(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := dlock.New(noSubscribe{e.newDriver(t)})
+	defer c.Close()
+	held, err := e.c.TryLock(ctx, "poll", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var once sync.Once
+	failed := make(chan struct{})
+	go func() {
+		l, err := c.Lock(ctx, "poll", dlock.WithRetry(dlock.ConstantBackoff(2*time.Millisecond)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(failed) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	<-failed
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.srv.Do(t, "EXISTS", "dlock:{poll}:waiters"); n != "0" {
+		t.Error("a client without pub/sub registered as a waiter")
+	}
+}
+
+// commandCalls returns how many times the server ran a command since the
+// last CONFIG RESETSTAT.
+func commandCalls(t *testing.T, e *env, cmd string) int {
+	t.Helper()
+	for _, line := range strings.Split(e.srv.Do(t, "INFO", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
