@@ -352,3 +352,50 @@ func TestDo(t *testing.T) {
 		t.Errorf("nil fn: err = %v", err)
 	}
 }
+
+// BenchmarkRefresh measures what keeping locks alive costs: it holds 1, 100
+// and 10,000 auto-refreshed locks and reports, per refresh interval, the
+// round trips the client made and the commands the server ran (EVALSHA and
+// the commands inside the scripts).
+func BenchmarkRefresh(b *testing.B) {
+	for _, n := range []int{1, 100, 10000} {
+		b.Run("locks="+strconv.Itoa(n), func(b *testing.B) {
+			e := newEnv(b)
+			ctx := context.Background()
+			const interval = 100 * time.Millisecond
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < n; i += 16 {
+						if _, err := e.c.TryLock(ctx, "held:"+strconv.Itoa(i), dlock.WithTTL(time.Second), dlock.WithRefreshInterval(interval)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			time.Sleep(interval) // let the first refreshes settle into batches
+			before := e.drv.trips.Load()
+			e.srv.Do(b, "CONFIG", "RESETSTAT")
+			b.ResetTimer()
+			for range b.N {
+				time.Sleep(interval)
+			}
+			b.StopTimer()
+			trips := float64(e.drv.trips.Load() - before)
+			var commands float64
+			for _, line := range strings.Split(e.srv.Do(b, "INFO", "commandstats"), "\n") {
+				if _, rest, ok := strings.Cut(line, ":calls="); ok && !strings.Contains(line, "info") && !strings.Contains(line, "config") {
+					c, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+					commands += float64(c)
+				}
+			}
+			b.ReportMetric(trips/float64(b.N), "roundtrips/interval")
+			b.ReportMetric(commands/float64(b.N), "commands/interval")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

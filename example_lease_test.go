@@ -1,0 +1,127 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/redis/go-redis/v9"
+)
+
+func ExampleClient_Do() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// Obtain, keep refreshed, run, release. ctx is cancelled if the lock is
+	// lost while the function runs.
+	err := locks.Do(ctx, "cache-rebuild", func(ctx context.Context) error {
+		fmt.Println("rebuilding the cache")
+		return nil
+	}, dlock.WithTTL(5*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// rebuilding the cache
+	// err: <nil>
+}
+
+func ExampleLock_Done() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	l, err := locks.TryLock(ctx, "leader", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// An operator frees the lock; the holder hears of it at its next refresh.
+	_, _ = locks.ForceRelease(ctx, "leader")
+	<-l.Done()
+	fmt.Println("lost:", errors.Is(l.Err(), dlock.ErrLost))
+	// Output: lost: true
+}
+
+func ExampleClient_SetFenced() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	old, _ := locks.TryLock(ctx, "report", dlock.WithTTL(20*time.Millisecond))
+	<-old.Done() // the holder stalls past its TTL...
+	cur, _ := locks.Lock(ctx, "report")
+	defer cur.Release(ctx)
+
+	// ...and a newer holder writes first.
+	fmt.Println(locks.SetFenced(ctx, "report:body", cur.Fence(), "new"))
+	err := locks.SetFenced(ctx, "report:body", old.Fence(), "stale")
+	fmt.Println(errors.Is(err, dlock.ErrStaleFence))
+	// Output:
+	// <nil>
+	// true
+}
+
+// Example_fencedHTTP shows a service that protects a resource with fencing
+// tokens: each write carries the writer's fence in a header, and the
+// service refuses one older than the newest it accepted.
+func Example_fencedHTTP() {
+	var (
+		mu     sync.Mutex
+		newest uint64
+	)
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fence, err := strconv.ParseUint(r.Header.Get("Fence"), 10, 64)
+		if err != nil {
+			http.Error(w, "missing fence", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fence < newest {
+			http.Error(w, "stale fence", http.StatusConflict)
+			return
+		}
+		newest = fence
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer svc.Close()
+
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	write := func(l *dlock.Lock) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, svc.URL, nil)
+		req.Header.Set("Fence", strconv.FormatUint(l.Fence(), 10))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	old, _ := locks.TryLock(ctx, "inventory", dlock.WithTTL(20*time.Millisecond))
+	<-old.Done()
+	cur, _ := locks.Lock(ctx, "inventory")
+	defer cur.Release(ctx)
+	fmt.Println("new holder:", write(cur))
+	fmt.Println("old holder:", write(old))
+	// Output:
+	// new holder: 204
+	// old holder: 409
+}
