@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -58,6 +59,8 @@ type Server struct {
 	outPath string // stdout and stderr of the process (early errors)
 	args    []string
 
+	tls *tls.Config // set for a TLS-only server: how to reach it
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	pid  int
@@ -66,6 +69,7 @@ type Server struct {
 
 // config is the configuration assembled from Options.
 type config struct {
+	tls  *TLS
 	args []string
 }
 
@@ -96,8 +100,12 @@ func start(tb starter, opts ...Option) *Server {
 		o(&cfg)
 	}
 	return startServer(tb, false, func(s *Server) ([]string, error) {
+		port := []string{"--port", strconv.Itoa(s.port)}
+		if cfg.tls != nil {
+			port = append([]string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}, cfg.tls.serverArgs()...)
+			s.tls = cfg.tls.ClientConfig()
+		}
 		args := []string{
-			"--port", strconv.Itoa(s.port),
 			"--bind", "127.0.0.1",
 			"--dir", s.dir,
 			"--logfile", s.logPath,
@@ -107,7 +115,7 @@ func start(tb starter, opts ...Option) *Server {
 			// Start a replica's full sync at once instead of after 5s.
 			"--repl-diskless-sync-delay", "0",
 		}
-		return append(args, cfg.args...), nil
+		return append(append(port, args...), cfg.args...), nil
 	})
 }
 
@@ -230,9 +238,9 @@ func (s *Server) waitReady(timeout time.Duration) error {
 			return errExited
 		default:
 		}
-		r, err := command(s.Addr(), 500*time.Millisecond, "PING")
+		r, err := s.command(500*time.Millisecond, "PING")
 		if err == nil && r.text() == "PONG" {
-			r, err = command(s.Addr(), 500*time.Millisecond, "INFO", "server")
+			r, err = s.command(500*time.Millisecond, "INFO", "server")
 			if err == nil {
 				if got, _ := infoField(r.text(), "process_id"); got == pid {
 					return nil
@@ -399,7 +407,7 @@ func (s *Server) Resume(tb testing.TB) {
 // s.Do(t, "SET", "k", "v") or s.Do(t, "CONFIG", "SET", "maxmemory", "1mb").
 func (s *Server) Do(tb testing.TB, args ...string) string {
 	tb.Helper()
-	r, err := command(s.Addr(), doTimeout, args...)
+	r, err := s.command(doTimeout, args...)
 	if err != nil {
 		tb.Fatalf("redistest: %s %q: %v", s.Addr(), args, err)
 	}
@@ -408,7 +416,12 @@ func (s *Server) Do(tb testing.TB, args ...string) string {
 
 // do sends one command with a short timeout, for polling.
 func (s *Server) do(args ...string) (reply, error) {
-	return command(s.Addr(), 2*time.Second, args...)
+	return s.command(2*time.Second, args...)
+}
+
+// command sends one command to the server, over TLS for a TLS-only one.
+func (s *Server) command(timeout time.Duration, args ...string) (reply, error) {
+	return command(s.Addr(), s.tls, timeout, args...)
 }
 
 // describe names the server in messages.

@@ -52,7 +52,7 @@ func TestStartDo(t *testing.T) {
 	}
 
 	// Error replies come back as errors (Do turns them into t.Fatal).
-	_, err := command(s.Addr(), time.Second, "NOSUCHCOMMAND")
+	_, err := command(s.Addr(), nil, time.Second, "NOSUCHCOMMAND")
 	var er errorReply
 	if !errors.As(err, &er) || !strings.HasPrefix(string(er), "ERR") {
 		t.Errorf("NOSUCHCOMMAND: err = %v, want an ERR reply", err)
@@ -115,7 +115,7 @@ func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	s := Start(t)
 	s.Pause(t)
-	_, err := command(s.Addr(), 300*time.Millisecond, "PING")
+	_, err := command(s.Addr(), nil, 300*time.Millisecond, "PING")
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("PING while paused: err = %v, want a timeout", err)
@@ -144,7 +144,7 @@ func TestStopKillIdempotent(t *testing.T) {
 	if processAlive(pid) {
 		t.Errorf("process %d alive after Stop", pid)
 	}
-	if _, err := command(s.Addr(), 300*time.Millisecond, "PING"); err == nil {
+	if _, err := command(s.Addr(), nil, 300*time.Millisecond, "PING"); err == nil {
 		t.Errorf("PING answered after Stop")
 	}
 
@@ -254,7 +254,7 @@ func TestStartCluster(t *testing.T) {
 	// A key is served by exactly one primary; the others redirect.
 	served := 0
 	for _, addr := range primaries {
-		_, err := command(addr, time.Second, "SET", "k", "v")
+		_, err := command(addr, nil, time.Second, "SET", "k", "v")
 		if err == nil {
 			served++
 		} else if !strings.HasPrefix(err.Error(), "MOVED") {

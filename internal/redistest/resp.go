@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -60,14 +61,20 @@ func (r reply) fields() map[string]string {
 	return m
 }
 
-// command opens a connection to addr, sends one command and reads its reply.
+// command opens a connection to addr (over TLS when tlsConf is set), sends one command and reads its reply.
 // The whole exchange is bounded by timeout. An error reply is returned as an
 // errorReply error.
-func command(addr string, timeout time.Duration, args ...string) (reply, error) {
+func command(addr string, tlsConf *tls.Config, timeout time.Duration, args ...string) (reply, error) {
 	if len(args) == 0 {
 		return reply{}, errors.New("empty command")
 	}
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	var conn net.Conn
+	var err error
+	if tlsConf != nil {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, tlsConf)
+	} else {
+		conn, err = net.DialTimeout("tcp", addr, timeout)
+	}
 	if err != nil {
 		return reply{}, err
 	}

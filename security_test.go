@@ -1,0 +1,158 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// aclRules is the ACL of a Redis user that can do everything dlock does
+// with the default prefix, and nothing else; the README shows it.
+var aclRules = []string{
+	"on", ">s3cret", "resetkeys", "~dlock:*", "resetchannels", "&dlock:*",
+	"-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+scan", "+ping", "+hello",
+	// the commands dlock's scripts run
+	"+exists", "+hmget", "+hget", "+hset", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
+	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish",
+}
+
+func TestACLUserLimitedToThePrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, aclRules...)...)
+	srv.Do(t, "SET", "app:secret", "x")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Everything dlock does works.
+	l, err := c.TryLock(ctx, "job", dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, "job")
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitWaiting(t, c, "job", 1)
+	if _, err := c.Inspect(ctx, "job"); err != nil {
+		t.Errorf("Inspect: %v", err)
+	}
+	if infos, err := c.List(ctx, "*"); err != nil || len(infos) != 1 {
+		t.Errorf("List = %v, %v", infos, err)
+	}
+	if err := l.Refresh(ctx, time.Second); err != nil {
+		t.Errorf("Refresh: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiter: %v", err)
+	}
+	if _, err := c.ForceRelease(ctx, "job"); err != nil {
+		t.Errorf("ForceRelease: %v", err)
+	}
+
+	// And nothing else.
+	for _, cmd := range [][]any{
+		{"GET", "app:secret"}, {"SET", "app:other", "1"}, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"},
+		{"FLUSHALL"}, {"KEYS", "*"}, {"CONFIG", "GET", "*"},
+	} {
+		if err := rdb.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v: err = %v, want NOPERM", cmd, err)
+		}
+	}
+	other := dlock.New(goredis.New(rdb), dlock.WithPrefix("app:"))
+	defer other.Close()
+	if _, err := other.TryLock(ctx, "secret"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("a lock under another prefix: err = %v, want NOPERM", err)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	certs := redistest.NewTLS(t)
+	srv := redistest.Start(t, redistest.WithTLS(certs))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), TLSConfig: certs.ClientConfig()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLock(ctx, "secure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	untrusting := redis.NewClient(&redis.Options{Addr: srv.Addr(), TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}, MaxRetries: -1})
+	t.Cleanup(func() { _ = untrusting.Close() })
+	if _, err := dlock.New(goredis.New(untrusting)).TryLock(ctx, "secure"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("client without the CA: err = %v, want a certificate error", err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = plain.Close() })
+	if _, err := dlock.New(goredis.New(plain)).TryLock(ctx, "secure"); err == nil {
+		t.Error("a plain-text client reached the TLS-only server")
+	}
+}
+
+// TestTokensNeverLogged logs everything, debug included, through a lock's
+// whole life, its loss among it, and looks for the token.
+func TestTokensNeverLogged(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := e.newClient(t, dlock.WithLogger(logger))
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "secret", dlock.WithRefreshInterval(20*time.Millisecond), dlock.WithToken("tok-7f3a9e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{secret}")
+	waitDone(t, l, 5*time.Second)
+	_ = l.Release(ctx)
+	if _, err := c.Lock(ctx, "secret", dlock.WithMaxWait(10*time.Millisecond)); err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if buf.Len() == 0 {
+		t.Fatal("nothing was logged")
+	}
+	if strings.Contains(buf.String(), "tok-7f3a9e") {
+		t.Errorf("the token was logged:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
