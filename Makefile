@@ -7,13 +7,16 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test redis lint bench
+.PHONY: demo test redis lint bench fuzz
 
 demo: redis
 	$(GO) run ./examples/demo
 
+FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
+
 test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@for f in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s . || exit 1; done
 
 lint:
 	@out=$$(gofmt -l .); \

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -76,12 +77,25 @@ func (c *Client) Prefix() string { return c.prefix }
 // RedisKey returns the Redis key of the lock called name. Every key of one lock
 // shares the name's hash tag, so it lives in one Redis Cluster slot: a name
 // that holds a hash tag of its own ("{order:42}:pay") keeps it, any other is
-// wrapped in braces ("dlock:{orders:42}").
+// wrapped in braces ("dlock:{orders:42}"). So "{x}" and "x" name the same
+// lock. A name that starts with '}' and has no tag of its own is refused
+// (ErrInvalidKey) by every call that takes a name.
 func (c *Client) RedisKey(name string) string {
 	if hasHashTag(name) {
 		return c.prefix + name
 	}
 	return c.prefix + "{" + name + "}"
+}
+
+// checkName validates a lock name.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return ErrEmptyKey
+	case name[0] == '}' && !hasHashTag(name):
+		return fmt.Errorf("%w: %q starts with '}' and has no hash tag of its own", ErrInvalidKey, name)
+	}
+	return nil
 }
 
 // hasHashTag reports whether s holds a non-empty Redis Cluster hash tag.

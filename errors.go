@@ -36,6 +36,9 @@ var (
 	ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	// ErrEmptyKey means a lock name was empty.
 	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	// ErrInvalidKey means a name that starts with '}' and holds no hash tag
+	// of its own: its keys could not share a Redis Cluster slot.
+	ErrInvalidKey = fmt.Errorf("%w: key", ErrInvalidArgument)
 	// ErrNoKeys means a multi-key call was given no keys.
 	ErrNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)
 	// ErrDuplicateKey means a multi-key call named the same key twice.

@@ -54,8 +54,8 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if name == "" {
-		return nil, ErrEmptyKey
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	key := c.RedisKey(name)
 	v, err := c.eval(ctx, s, []string{key, key + ":fence", key + ":waiters"})
@@ -193,10 +193,11 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// globMatch reports whether name matches pattern in Redis's glob syntax:
-// * any run, ? any one character, [abc] [a-z] [^a] a class, \ escapes.
+// globMatch reports whether name matches pattern in Redis's glob syntax,
+// byte by byte as Redis does: * any run, ? any one byte, [abc] [a-z] [^a] a
+// class, \ escapes.
 func globMatch(pattern, name string) bool {
-	p, n := []rune(pattern), []rune(name)
+	p, n := []byte(pattern), []byte(name)
 	var match func(pi, ni int) bool
 	match = func(pi, ni int) bool {
 		for pi < len(p) {
@@ -240,7 +241,7 @@ func globMatch(pattern, name string) bool {
 }
 
 // classMatch matches r against the inside of a [...] glob class.
-func classMatch(class []rune, r rune) bool {
+func classMatch(class []byte, r byte) bool {
 	negate := len(class) > 0 && class[0] == '^'
 	if negate {
 		class = class[1:]

@@ -107,8 +107,8 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 	keys := make([]string, 3*len(names))
 	seen := make(map[string]bool, len(names))
 	for i, name := range names {
-		if name == "" {
-			return nil, fmt.Errorf("%w (name %d of %d)", ErrEmptyKey, i+1, len(names))
+		if err := checkName(name); err != nil {
+			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, name)

@@ -491,6 +491,7 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"nil context", func() error { _, err := e.c.TryLock(nilCtx, "k"); return err }, dlock.ErrNilContext},
 		{"nil context Lock", func() error { _, err := e.c.Lock(nilCtx, "k"); return err }, dlock.ErrNilContext},
 		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
+		{"name starting with }", func() error { _, err := e.c.TryLock(ctx, "}x"); return err }, dlock.ErrInvalidKey},
 		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyKey},
 		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoKeys},
 		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateKey},

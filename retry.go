@@ -99,9 +99,10 @@ func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
 	})
 }
 
+// capped bounds d to [0, limit], or to [0, ∞) when limit is not positive.
 func capped(d, limit time.Duration) time.Duration {
 	if limit > 0 && d > limit {
 		return limit
 	}
-	return d
+	return max(d, 0)
 }
