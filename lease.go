@@ -16,7 +16,8 @@ import (
 // its deadline without a successful refresh.
 type lease struct {
 	c    *Client
-	what string // the names, for messages
+	what string      // the names, for messages
+	repl replication // confirm acquire and refreshes on replicas
 
 	// refreshCall builds the call that extends the lease to ttl; refreshed
 	// reads its reply: nil when extended, an error wrapping ErrNotHeld when
@@ -43,7 +44,7 @@ type lease struct {
 }
 
 func (s *lease) init(c *Client, what string, o *options) {
-	s.c, s.what = c, what
+	s.c, s.what, s.repl = c, what, o.repl
 	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
 	s.done = make(chan struct{})
 	s.index = -1

@@ -186,8 +186,10 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	if wa.more {
 		more = "1"
 	}
-	v, err := l.c.eval(ctx, scriptAcquire, l.keys, l.req, ttl.Milliseconds(), l.meta, l.owner,
-		wa.channel, more, waitLease.Milliseconds())
+	call := &Call{Script: scriptAcquire, Keys: l.keys, Args: []any{l.req, ttl.Milliseconds(), l.meta, l.owner,
+		wa.channel, more, waitLease.Milliseconds()}}
+	l.c.evalWith(ctx, l.repl, call)
+	v, err := call.Val, call.Err
 	if err != nil {
 		return 0, l.replyError(err)
 	}
@@ -310,7 +312,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	call := l.refreshCall(ttl)
-	l.c.batch.eval(ctx, call)
+	l.c.evalWith(ctx, l.repl, call)
 	if err := l.refreshed(call); err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			l.end(fmt.Errorf("%w: %w", ErrLost, err))

@@ -35,6 +35,7 @@ type options struct {
 	auto     bool          // refresh automatically
 	interval time.Duration // WithRefreshInterval; zero for the default
 	maxHold  time.Duration
+	repl     replication
 	err      error // the first invalid option
 }
 

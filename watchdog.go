@@ -156,7 +156,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	// A refresh that cannot answer before the earliest deadline is useless.
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	w.c.driver.Eval(ctx, calls...)
+	w.send(ctx, sent, calls)
 	for i, s := range sent {
 		err := s.refreshed(calls[i])
 		switch {
@@ -171,6 +171,18 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.what, "err", err)
 			w.schedule(s, time.Now().Add(min(s.interval/4, maxRetryDelay)))
 		}
+	}
+}
+
+// send sends the refresh calls in one pipeline, but for the leases that
+// confirm on replicas, which go in one pipeline for each setting.
+func (w *watchdog) send(ctx context.Context, leases []*lease, calls []*Call) {
+	groups := map[replication][]*Call{}
+	for i, s := range leases {
+		groups[s.repl] = append(groups[s.repl], calls[i])
+	}
+	for r, calls := range groups {
+		w.c.evalWith(ctx, r, calls...)
 	}
 }
 

@@ -9,8 +9,10 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/redis/go-redis/v9"
@@ -143,4 +145,79 @@ func scan(ctx context.Context, c redis.Cmdable, match, typ string, fn func(key s
 		}
 	}
 	return it.Err()
+}
+
+var _ dlock.Replicator = (*Driver)(nil)
+
+// EvalWait runs the calls as Eval does, each group of calls bound for one
+// primary in one pipeline followed by WAIT on the same connection, and
+// returns the fewest replicas that acknowledged any group. On a cluster
+// the calls are grouped by the primary of their first key's slot. A Ring
+// client is not supported: its shards are independent primaries.
+func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	switch c := d.rdb.(type) {
+	case *redis.Client:
+		return evalWait(ctx, c, replicas, timeout, calls)
+	case *redis.ClusterClient:
+		groups := map[*redis.Client][]*dlock.Call{}
+		for _, call := range calls {
+			node, err := c.MasterForKey(ctx, call.Keys[0])
+			if err != nil {
+				return 0, err
+			}
+			groups[node] = append(groups[node], call)
+		}
+		least := -1
+		for node, calls := range groups {
+			acked, err := evalWait(ctx, node, replicas, timeout, calls)
+			if err != nil {
+				return 0, err
+			}
+			if least < 0 || acked < least {
+				least = acked
+			}
+		}
+		return max(least, 0), nil
+	}
+	return 0, fmt.Errorf("%w: WAIT through a %T", dlock.ErrUnsupported, d.rdb)
+}
+
+// evalWait pipelines the calls and WAIT on one connection of node, by
+// EVALSHA, then once more by EVAL for the calls answered NOSCRIPT.
+func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
+	least := -1
+	for _, bySHA := range []bool{true, false} {
+		if len(calls) == 0 {
+			break
+		}
+		cmds := make([]*redis.Cmd, len(calls))
+		var wait *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, call := range calls {
+				if bySHA {
+					cmds[i] = p.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
+				} else {
+					cmds[i] = p.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
+				}
+			}
+			wait = p.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+			return nil
+		})
+		n, err := wait.Int()
+		if err != nil {
+			return 0, err
+		}
+		if acked := n; least < 0 || acked < least {
+			least = acked
+		}
+		var again []*dlock.Call
+		for i, call := range calls {
+			store(call, cmds[i])
+			if bySHA && call.Err != nil && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
+				again = append(again, call)
+			}
+		}
+		calls = again
+	}
+	return max(least, 0), nil
 }

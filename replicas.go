@@ -1,0 +1,78 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNotReplicated means Redis did not confirm, within the WithReplicas
+// timeout, that enough replicas have the write that took or refreshed the
+// lock. An acquire that was not confirmed is released again and not
+// reported as held; a refresh that was not confirmed does not extend the
+// lock's deadline and is retried.
+var ErrNotReplicated = errors.New("dlock: write not confirmed by enough replicas")
+
+// Replicator is implemented by drivers that can confirm writes on
+// replicas, which WithReplicas needs. EvalWait runs the calls as Eval does
+// and then, on the connection that carried them, WAIT replicas timeout; it
+// returns how many replicas acknowledged the writes (the least, when the
+// calls went to several primaries).
+type Replicator interface {
+	EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*Call) (acked int, err error)
+}
+
+// replication is what WithReplicas asks for; zero asks for nothing.
+type replication struct {
+	replicas int
+	timeout  time.Duration
+}
+
+// WithReplicas confirms every acquire and refresh of the lock on n replicas:
+// after the script, dlock sends WAIT n timeout on the same connection, and
+// an acquire that fewer replicas acknowledged is released and returns
+// ErrNotReplicated; a refresh that fewer acknowledged does not count. This
+// keeps a lock through a failover to any replica that acknowledged it
+// (Sentinel, or Redis Cluster). n must be at least 1 and timeout at least
+// 1ms; the driver must implement Replicator (the goredis driver does).
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 1 || timeout < time.Millisecond {
+			o.fail(fmt.Errorf("%w: WithReplicas(%d, %v) needs at least 1 replica and 1ms", ErrInvalidOption, n, timeout))
+		}
+		o.repl = replication{replicas: n, timeout: timeout}
+	}
+}
+
+// evalWith sends calls, confirming them on replicas when r asks for it:
+// calls whose writes were not confirmed fail with ErrNotReplicated.
+func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
+	if r.replicas == 0 {
+		if len(calls) == 1 {
+			c.batch.eval(ctx, calls[0])
+		} else {
+			c.driver.Eval(ctx, calls...)
+		}
+		return
+	}
+	rep, ok := c.driver.(Replicator)
+	if !ok {
+		for _, call := range calls {
+			call.Err = fmt.Errorf("%w: WithReplicas needs a driver that can WAIT", ErrUnsupported)
+		}
+		return
+	}
+	acked, err := rep.EvalWait(ctx, r.replicas, r.timeout, calls...)
+	if err == nil && acked < r.replicas {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, r.timeout)
+	}
+	if err == nil {
+		return
+	}
+	for _, call := range calls {
+		if call.Err == nil {
+			call.Val, call.Err = nil, err
+		}
+	}
+}

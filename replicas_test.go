@@ -1,0 +1,130 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestWithReplicas(t *testing.T) {
+	r := redistest.StartReplicated(t, 2, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+
+	l, err := c.TryLock(ctx, "replicated", dlock.WithReplicas(2, time.Second), dlock.WithTTL(time.Second),
+		dlock.WithRefreshInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rep := range r.Replicas { // acknowledged: every replica has it now
+		if rep.Do(t, "EXISTS", "dlock:{replicated}") != "1" {
+			t.Errorf("replica %s lacks the lock", rep.Addr())
+		}
+	}
+	if err := l.Refresh(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// One replica stops: an acquire needing two acknowledgements fails, and
+	// the lock it took is given back.
+	r.Replicas[1].Pause(t)
+	defer r.Replicas[1].Resume(t)
+	_, err = c.TryLock(ctx, "unconfirmed", dlock.WithReplicas(2, 50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("err = %v, want ErrNotReplicated", err)
+	}
+	if r.Primary.Do(t, "EXISTS", "dlock:{unconfirmed}") != "0" {
+		t.Error("an unconfirmed acquire was left behind")
+	}
+	// ...and the refreshes of the held lock no longer count: it runs out.
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+	// One acknowledgement is still to be had.
+	l1, err := c.TryLock(ctx, "one", dlock.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l1.Release(ctx)
+	if _, err := c.TryLock(ctx, "bad", dlock.WithReplicas(0, time.Second)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("WithReplicas(0): err = %v", err)
+	}
+}
+
+// TestFailoverWithAndWithoutReplicas: the replica loses the primary's
+// stream, locks are taken, the primary dies and Sentinel promotes
+// the replica. Locks taken without WithReplicas are gone on the new primary
+// (another client takes them while their holders still think they hold
+// them); locks taken with it were refused at the time, so none is held
+// twice.
+func TestFailoverWithAndWithoutReplicas(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 3)
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: r.SentinelAddrs(),
+		MaxRetries: 20, MinRetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = failover.Close() })
+	first := dlock.New(goredis.New(failover))
+	t.Cleanup(func() { _ = first.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The replica stops, and its link is cut: what the primary writes from
+	// here on never reaches it.
+	r.Replicas[0].Pause(t)
+	r.Primary.Do(t, "CLIENT", "KILL", "TYPE", "replica")
+	const n = 10
+	var plain, confirmed []*dlock.Lock
+	for i := range n {
+		l, err := first.TryLock(ctx, "plain:"+strconv.Itoa(i), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain = append(plain, l)
+		if l, err := first.TryLock(ctx, "confirmed:"+strconv.Itoa(i), dlock.WithTTL(time.Minute), dlock.WithReplicas(1, 20*time.Millisecond)); err == nil {
+			confirmed = append(confirmed, l)
+		} else if !errors.Is(err, dlock.ErrNotReplicated) {
+			t.Fatal(err)
+		}
+	}
+	old := r.Primary.Addr()
+	r.Primary.Kill(t)
+	r.Replicas[0].Resume(t)
+	for deadline := time.Now().Add(30 * time.Second); r.CurrentPrimary(t) == old; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no failover within 30s")
+		}
+	}
+
+	second := dlock.New(goredis.New(failover))
+	t.Cleanup(func() { _ = second.Close() })
+	twice := func(locks []*dlock.Lock) int {
+		n := 0
+		for _, l := range locks {
+			if _, err := second.TryLock(ctx, l.Key()); err == nil {
+				n++
+			} else if !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	lostPlain, lostConfirmed := twice(plain), twice(confirmed)
+	t.Logf("after failover: %d of %d plain locks taken by a second client; %d of %d confirmed locks held, %d taken twice",
+		lostPlain, len(plain), len(confirmed), len(confirmed), lostConfirmed)
+	if lostPlain == 0 {
+		t.Error("no plain lock was lost: the failover did not lose the unreplicated writes")
+	}
+	if lostConfirmed != 0 {
+		t.Errorf("%d confirmed locks were taken by a second client while held", lostConfirmed)
+	}
+}
