@@ -15,10 +15,13 @@ const (
 	DefaultMaxWait = time.Minute
 )
 
-// DefaultRetry is the retry strategy of Lock when WithRetry is not given:
-// it never stops (the context or WithMaxWait bound the wait), and backs off
-// after Redis errors exponentially from 1 ms to 100 ms with jitter.
-var DefaultRetry = Jitter(ExponentialBackoff(time.Millisecond, 100*time.Millisecond), 0.5)
+// DefaultRetry returns the retry strategy of Lock when WithRetry is not
+// given: it never stops (the context or WithMaxWait bound the wait), and
+// backs off after Redis errors exponentially from 1 ms to 100 ms, with 50%
+// jitter.
+func DefaultRetry() RetryStrategy { return defaultRetry }
+
+var defaultRetry = Jitter(ExponentialBackoff(time.Millisecond, 100*time.Millisecond), 0.5)
 
 // Option configures one acquisition (TryLock, Lock and their multi-key
 // forms) or Attach.
@@ -40,7 +43,7 @@ type options struct {
 }
 
 func newOptions(opts []Option) *options {
-	o := &options{ttl: DefaultTTL, retry: DefaultRetry, maxWait: DefaultMaxWait}
+	o := &options{ttl: DefaultTTL, retry: defaultRetry, maxWait: DefaultMaxWait}
 	for _, f := range opts {
 		if f != nil {
 			f(o)
@@ -71,7 +74,7 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithRetry sets how many attempts Lock makes and how long it backs off
-// after an attempt fails with a Redis error; the default is DefaultRetry.
+// after an attempt fails with a Redis error; the default is DefaultRetry().
 // While the lock is held, Lock sleeps until Redis says it is free (see
 // Client.Lock), not for the strategy's wait, unless the driver cannot
 // subscribe, in which case the strategy's waits are the polling interval.
