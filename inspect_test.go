@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,20 +117,8 @@ func TestList(t *testing.T) {
 			}
 			got = append(got, info.Name)
 		}
-		if len(got) != len(want) || (len(got) > 0 && !equalStrings(got, want)) {
+		if len(got) != len(want) || (len(got) > 0 && !slices.Equal(got, want)) {
 			t.Errorf("List(%q) = %v, want %v", pattern, got, want)
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

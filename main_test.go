@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
@@ -104,3 +105,20 @@ var errLostReply = &lostReply{}
 type lostReply struct{}
 
 func (*lostReply) Error() string { return "i/o timeout (reply lost)" }
+
+// lockAndRelease takes the lock called name in the background, waiting as
+// Lock does for at most limit, and releases it; the channel gets the first
+// error, or nil.
+func lockAndRelease(c *dlock.Client, name string, limit time.Duration, opts ...dlock.Option) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		l, err := c.Lock(ctx, name, opts...)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}

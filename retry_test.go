@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,18 +21,6 @@ func waits(s dlock.RetryStrategy, n int) []time.Duration {
 		out = append(out, d)
 	}
 	return out
-}
-
-func equal(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestRetryStrategies(t *testing.T) {
@@ -54,7 +43,7 @@ func TestRetryStrategies(t *testing.T) {
 		{"func", dlock.RetryFunc(func(n int) (time.Duration, bool) { return time.Duration(n) * ms, n < 3 }), []time.Duration{ms, 2 * ms}},
 	}
 	for _, tc := range cases {
-		if got := waits(tc.s, 4); !equal(got, tc.want) {
+		if got := waits(tc.s, 4); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

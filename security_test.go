@@ -43,14 +43,7 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		w, err := c.Lock(ctx, "job")
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(c, "job", 10*time.Second)
 	awaitWaiting(t, c, "job", 1)
 	if _, err := c.Inspect(ctx, "job"); err != nil {
 		t.Errorf("Inspect: %v", err)

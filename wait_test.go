@@ -171,17 +171,7 @@ func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 		quitErr <- err
 	}()
 	awaitWaiting(t, quitter, "baton", 1)
-	patient := e.newClient(t)
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-		defer cancel()
-		l, err := patient.Lock(ctx, "baton")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(e.newClient(t), "baton", 4*time.Second)
 	for e.srv.Do(t, "ZCARD", "dlock:{baton}:waiters") != "2" {
 		time.Sleep(time.Millisecond)
 	}
@@ -210,17 +200,8 @@ func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
 	c := e.newClient(t)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := c.Lock(ctx, "ghost")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(c, "ghost", 5*time.Second)
 	awaitWaiting(t, c, "ghost", 1)
 	for e.srv.Do(t, "ZCARD", "dlock:{ghost}:waiters") != "1" {
 		time.Sleep(time.Millisecond)
