@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// defaultRedis is the Redis URL when neither --redis nor DLOCK_REDIS
+	// names one.
+	defaultRedis = "redis://127.0.0.1:6379"
+	// pingTimeout bounds the first contact with Redis.
+	pingTimeout = 10 * time.Second
+)
+
+// connFlags are the connection flags every command but version takes.
+type connFlags struct {
+	url, prefix, sentinelMaster    string
+	tlsCA, tlsCert, tlsKey, tlsSNI string
+	cluster                        bool
+	prefixSet                      bool // --prefix was given, possibly empty
+}
+
+// register adds the flags to fs. The command's flag set registers them a
+// second time after the global one has parsed, so the current values are
+// the defaults.
+func (f *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "redis", f.url, "")
+	fs.Func("prefix", "", func(s string) error { f.prefix, f.prefixSet = s, true; return nil })
+	fs.StringVar(&f.sentinelMaster, "sentinel-master", f.sentinelMaster, "")
+	fs.StringVar(&f.tlsCA, "tls-ca", f.tlsCA, "")
+	fs.StringVar(&f.tlsCert, "tls-cert", f.tlsCert, "")
+	fs.StringVar(&f.tlsKey, "tls-key", f.tlsKey, "")
+	fs.StringVar(&f.tlsSNI, "tls-server-name", f.tlsSNI, "")
+	fs.BoolVar(&f.cluster, "cluster", f.cluster, "")
+}
+
+// target is a parsed connection: exactly one of the option structs is set.
+type target struct {
+	single   *redis.Options
+	cluster  *redis.ClusterOptions
+	failover *redis.FailoverOptions
+	display  string // the URL without its password, for messages
+	prefix   string
+}
+
+// conn is an open connection and the dlock client on it.
+type conn struct {
+	rdb     redis.UniversalClient
+	locks   *dlock.Client
+	display string
+}
+
+func (c *conn) close() {
+	_ = c.locks.Close()
+	_ = c.rdb.Close()
+}
+
+// connect parses the connection settings, opens the Redis client and
+// checks that Redis answers.
+func (a *app) connect(ctx context.Context) (*conn, error) {
+	t, err := a.conn.target(a.lookupEnv)
+	if err != nil {
+		return nil, usage(a.cmd, "%v", err)
+	}
+	var rdb redis.UniversalClient
+	switch {
+	case t.cluster != nil:
+		rdb = redis.NewClusterClient(t.cluster)
+	case t.failover != nil:
+		rdb = redis.NewFailoverClient(t.failover)
+	default:
+		rdb = redis.NewClient(t.single)
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, unreachable(t.display, err)
+	}
+	return &conn{rdb: rdb, locks: dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)), display: t.display}, nil
+}
+
+// unreachable describes a failure to talk to Redis, with the likely fix.
+func unreachable(display string, err error) error {
+	msg := err.Error()
+	hint := "check --redis or DLOCK_REDIS, and that Redis is running"
+	switch {
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
+		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
+	case strings.Contains(msg, "NOPERM"):
+		hint = "the Redis user lacks a permission dlock needs; see the README's ACL recipe"
+	case strings.Contains(msg, "x509"), strings.Contains(msg, "tls:"), strings.Contains(msg, "certificate"):
+		hint = "check --tls-ca, --tls-cert and --tls-key, and that the URL says rediss://"
+	case strings.Contains(msg, "sentinel"):
+		hint = "check the sentinel addresses and the master name they monitor"
+	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):
+		hint = "check the address, and whether the server expects TLS (rediss://)"
+	}
+	return fail(exitUnavailable, "cannot use Redis at %s: %v; %s", display, err, hint)
+}
+
+// redisError turns an error of a Redis request into an exit: ServerErrors
+// and network errors are Redis's, argument errors are usage errors.
+func (a *app) redisError(c *conn, err error) error {
+	var se *dlock.ServerError
+	switch {
+	case errors.Is(err, dlock.ErrWrongType):
+		return usage(a.cmd, "%v: that key holds data dlock did not write; pick another name or --prefix", err)
+	case errors.Is(err, dlock.ErrKindMismatch):
+		return usage(a.cmd, "%v", err)
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return usage(a.cmd, "%v", err)
+	case errors.As(err, &se), isNetError(err):
+		return unreachable(c.display, err)
+	}
+	return err
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// target resolves the flags and environment into a connection.
+func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, error) {
+	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
+	raw, from := f.url, "--redis"
+	if raw == "" {
+		raw, from = getenv("DLOCK_REDIS"), "DLOCK_REDIS"
+	}
+	if raw == "" {
+		raw, from = defaultRedis, "the default"
+	}
+	t, err := parseTarget(raw, f.cluster, or(f.sentinelMaster, getenv("DLOCK_SENTINEL_MASTER")), getenv)
+	if err != nil {
+		return nil, fmt.Errorf("bad Redis URL %q (from %s): %w", redactURL(raw), from, err)
+	}
+	t.prefix = dlock.DefaultPrefix
+	if f.prefixSet {
+		t.prefix = f.prefix
+	} else if p, ok := lookupEnv("DLOCK_PREFIX"); ok {
+		t.prefix = p
+	}
+	if err := f.applyTLS(t, getenv); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// parseTarget parses a Redis URL: redis://, rediss://, unix://, several
+// comma-separated addresses for a cluster, or redis-sentinel:// and
+// rediss-sentinel:// (MASTER as the first path segment).
+func parseTarget(raw string, cluster bool, master string, getenv func(string) string) (*target, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, errors.New("not a URL; write it as redis://HOST:PORT")
+	}
+	switch scheme {
+	case "unix":
+		if cluster || master != "" {
+			return nil, errors.New("a unix:// socket is a single server; drop --cluster and --sentinel-master")
+		}
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, cleanParseError(err)
+		}
+		o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
+		return &target{single: o, display: redactURL(raw)}, nil
+	case "redis", "rediss", "redis-sentinel", "rediss-sentinel":
+	default:
+		return nil, fmt.Errorf("unsupported scheme %q; use redis://, rediss://, unix://, redis-sentinel:// or rediss-sentinel://", scheme)
+	}
+	sentinel := strings.HasSuffix(scheme, "-sentinel")
+	base := strings.TrimSuffix(scheme, "-sentinel")
+
+	// Split the authority by hand: net/url does not take several hosts.
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	userinfo, hosts := "", authority
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		userinfo, hosts = authority[:i+1], authority[i+1:]
+	}
+	path, query, _ := strings.Cut(tail, "?")
+	query, _, _ = strings.Cut(query, "#")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("bad query: %v", err)
+	}
+	sentinelUser, sentinelPass := takeQuery(q, "sentinel_username"), takeQuery(q, "sentinel_password")
+
+	if sentinel {
+		segs := strings.FieldsFunc(path, func(r rune) bool { return r == '/' })
+		switch {
+		case len(segs) == 0 && master == "":
+			return nil, fmt.Errorf("no master name; write %s://HOST:PORT/MASTER", scheme)
+		case len(segs) > 2:
+			return nil, fmt.Errorf("path %q has too many parts; write %s://HOST:PORT/MASTER[/DB]", path, scheme)
+		}
+		if len(segs) > 0 {
+			if master != "" && master != segs[0] {
+				return nil, fmt.Errorf("the URL names master %q but --sentinel-master says %q", segs[0], master)
+			}
+			master, segs = segs[0], segs[1:]
+		}
+		path = "/" + strings.Join(segs, "/")
+	}
+	if sentinel || master != "" {
+		if cluster {
+			return nil, errors.New("--cluster and a sentinel URL or --sentinel-master exclude each other")
+		}
+	}
+
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			if hosts == "" {
+				h = "127.0.0.1"
+			} else {
+				return nil, errors.New("an empty address in the comma-separated list")
+			}
+		}
+		port := "6379"
+		if master != "" {
+			port = "26379" // the sentinels' usual port
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			if strings.Contains(err.Error(), "missing port") {
+				h = net.JoinHostPort(strings.Trim(h, "[]"), port)
+			} else {
+				return nil, fmt.Errorf("bad address %q: %v", h, err)
+			}
+		}
+		addrs = append(addrs, h)
+	}
+	// Let go-redis read the user, password, database and options from a
+	// one-address form of the URL.
+	one := base + "://" + userinfo + addrs[0] + path
+	if enc := q.Encode(); enc != "" {
+		one += "?" + enc
+	}
+	o, err := redis.ParseURL(one)
+	if err != nil {
+		return nil, cleanParseError(err)
+	}
+	o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
+	if o.TLSConfig != nil {
+		// Verify each connection against the address it dials, unless
+		// --tls-server-name says otherwise: with several nodes, the first
+		// one's name would be wrong for the others.
+		o.TLSConfig.ServerName = ""
+	}
+	t := &target{display: redactURL(raw)}
+	switch {
+	case master != "":
+		t.failover = &redis.FailoverOptions{
+			MasterName: master, SentinelAddrs: addrs,
+			SentinelUsername: sentinelUser, SentinelPassword: or(sentinelPass, getenv("DLOCK_SENTINEL_PASSWORD")),
+			Username: o.Username, Password: o.Password, DB: o.DB, Protocol: o.Protocol, ClientName: o.ClientName,
+			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+		}
+	case cluster || len(addrs) > 1:
+		if o.DB != 0 {
+			return nil, fmt.Errorf("a Redis Cluster has only database 0, not %d; drop the database from the URL", o.DB)
+		}
+		t.cluster = &redis.ClusterOptions{
+			Addrs: addrs, Username: o.Username, Password: o.Password, Protocol: o.Protocol, ClientName: o.ClientName,
+			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+		}
+	default:
+		t.single = o
+	}
+	return t, nil
+}
+
+// takeQuery removes a parameter go-redis would not know from q.
+func takeQuery(q url.Values, name string) string {
+	v := q.Get(name)
+	q.Del(name)
+	return v
+}
+
+// cleanParseError drops go-redis's "redis: " prefix.
+func cleanParseError(err error) error {
+	return errors.New(strings.TrimPrefix(err.Error(), "redis: "))
+}
+
+// redactURL hides the password of a URL, for messages.
+func redactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// applyTLS adds the CA and client certificate to a TLS connection.
+func (f *connFlags) applyTLS(t *target, getenv func(string) string) error {
+	ca := or(f.tlsCA, getenv("DLOCK_TLS_CA"))
+	cert := or(f.tlsCert, getenv("DLOCK_TLS_CERT"))
+	key := or(f.tlsKey, getenv("DLOCK_TLS_KEY"))
+	if ca == "" && cert == "" && key == "" && f.tlsSNI == "" {
+		return nil
+	}
+	var cfg *tls.Config
+	switch {
+	case t.single != nil:
+		cfg = t.single.TLSConfig
+	case t.cluster != nil:
+		cfg = t.cluster.TLSConfig
+	default:
+		cfg = t.failover.TLSConfig
+	}
+	if cfg == nil {
+		return fmt.Errorf("TLS settings given for %s, which is not a TLS URL; write rediss:// (or rediss-sentinel://)", t.display)
+	}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return fmt.Errorf("reading the CA certificates (--tls-ca): %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("no PEM certificate found in %s (--tls-ca)", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if cert != "" || key != "" {
+		if cert == "" {
+			return errors.New("--tls-key needs --tls-cert")
+		}
+		pair, err := tls.LoadX509KeyPair(cert, or(key, cert))
+		if err != nil {
+			return fmt.Errorf("loading the client certificate (--tls-cert, --tls-key): %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	cfg.ServerName = f.tlsSNI
+	return nil
+}

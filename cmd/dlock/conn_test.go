@@ -1,0 +1,337 @@
+//go:build unix
+
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+func env(kv ...string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == k {
+				return kv[i+1], true
+			}
+		}
+		return "", false
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		tg, err := (&connFlags{url: "redis://u:pw@h1:7000/3?dial_timeout=2s"}).target(env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := tg.single
+		if o == nil || o.Addr != "h1:7000" || o.Username != "u" || o.Password != "pw" || o.DB != 3 || o.DialTimeout != 2*time.Second {
+			t.Errorf("%+v", o)
+		}
+		if tg.display != "redis://u:xxxxx@h1:7000/3?dial_timeout=2s" || tg.prefix != "dlock:" {
+			t.Errorf("display %q, prefix %q", tg.display, tg.prefix)
+		}
+	})
+	t.Run("default and environment", func(t *testing.T) {
+		tg, err := (&connFlags{}).target(env("DLOCK_PASSWORD", "envpw", "DLOCK_PREFIX", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tg.single.Addr != "127.0.0.1:6379" || tg.single.Password != "envpw" || tg.prefix != "" {
+			t.Errorf("%+v, prefix %q", tg.single, tg.prefix)
+		}
+		tg, _ = (&connFlags{}).target(env("DLOCK_REDIS", "redis://:urlpw@h:1", "DLOCK_PASSWORD", "envpw"))
+		if tg.single.Addr != "h:1" || tg.single.Password != "urlpw" {
+			t.Errorf("the URL's password must win: %+v", tg.single)
+		}
+		tg, _ = (&connFlags{url: "redis://h:2", prefix: "p:", prefixSet: true}).target(env("DLOCK_REDIS", "redis://h:1", "DLOCK_PREFIX", "q:"))
+		if tg.single.Addr != "h:2" || tg.prefix != "p:" {
+			t.Errorf("flags must win over the environment: %+v, %q", tg.single, tg.prefix)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		tg, err := (&connFlags{url: "rediss://u:pw@h1:7000,h2,h3:7002?read_timeout=1s"}).target(env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := tg.cluster
+		if o == nil || !slices.Equal(o.Addrs, []string{"h1:7000", "h2:6379", "h3:7002"}) || o.Username != "u" ||
+			o.Password != "pw" || o.TLSConfig == nil || o.ReadTimeout != time.Second {
+			t.Errorf("%+v", o)
+		}
+		tg, _ = (&connFlags{url: "redis://h1:7000", cluster: true}).target(env())
+		if tg.cluster == nil || !slices.Equal(tg.cluster.Addrs, []string{"h1:7000"}) {
+			t.Errorf("--cluster with one seed: %+v", tg)
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		tg, err := (&connFlags{url: "redis-sentinel://:pw@s1,s2:5000/mymaster/2?sentinel_password=spw"}).target(env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := tg.failover
+		if o == nil || o.MasterName != "mymaster" || !slices.Equal(o.SentinelAddrs, []string{"s1:26379", "s2:5000"}) ||
+			o.Password != "pw" || o.DB != 2 || o.SentinelPassword != "spw" || o.TLSConfig != nil {
+			t.Errorf("%+v", o)
+		}
+		tg, _ = (&connFlags{url: "rediss://s1:5000", sentinelMaster: "m"}).target(env("DLOCK_SENTINEL_PASSWORD", "spw"))
+		if o := tg.failover; o == nil || o.MasterName != "m" || o.TLSConfig == nil || o.SentinelPassword != "spw" {
+			t.Errorf("--sentinel-master: %+v", tg.failover)
+		}
+	})
+	t.Run("unix", func(t *testing.T) {
+		tg, err := (&connFlags{url: "unix:///run/redis.sock?db=1"}).target(env("DLOCK_PASSWORD", "pw"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := tg.single; o.Network != "unix" || o.Addr != "/run/redis.sock" || o.DB != 1 || o.Password != "pw" {
+			t.Errorf("%+v", o)
+		}
+	})
+	for _, tc := range []struct {
+		flags connFlags
+		want  string
+	}{
+		{connFlags{url: "ftp://h"}, `unsupported scheme "ftp"`},
+		{connFlags{url: "localhost:6379"}, "not a URL"},
+		{connFlags{url: "redis://h/x"}, "invalid database number"},
+		{connFlags{url: "redis://h?bogus=1"}, "bogus"},
+		{connFlags{url: "redis://a,b/1"}, "only database 0"},
+		{connFlags{url: "redis://a,,b"}, "empty address"},
+		{connFlags{url: "redis-sentinel://s1"}, "no master name"},
+		{connFlags{url: "redis-sentinel://s1/m", sentinelMaster: "other"}, "--sentinel-master says"},
+		{connFlags{url: "redis-sentinel://s1/m", cluster: true}, "exclude each other"},
+		{connFlags{url: "unix:///s", cluster: true}, "single server"},
+		{connFlags{url: "redis://h", tlsCA: "ca.pem"}, "not a TLS URL"},
+		{connFlags{url: "rediss://h", tlsCA: "/nonexistent/ca.pem"}, "--tls-ca"},
+		{connFlags{url: "rediss://h", tlsKey: "k.pem"}, "--tls-key needs --tls-cert"},
+		{connFlags{url: "redis://u:secret@h:1/x"}, `bad Redis URL "redis://u:xxxxx@h:1/x" (from --redis)`},
+	} {
+		_, err := tc.flags.target(env())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want it to say %q", tc.flags, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+// A bad URL is code 64 and an unreachable Redis 69, each with one line,
+// for every command.
+func TestConnectErrors(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "redis://" + l.Addr().String()
+	l.Close()
+	for _, args := range [][]string{
+		{"run", "job", "--", helperBin, "exit", "0"},
+		{"status", "job"},
+		{"ls"},
+		{"release", "--force", "job"},
+	} {
+		r := dlockRun(t, []string{"DLOCK_REDIS=" + closed}, args...)
+		checkOneLine(t, r, exitUnavailable, "cannot use Redis at "+closed+": ")
+		if !strings.Contains(r.stderr, "connection refused; check --redis or DLOCK_REDIS") {
+			t.Errorf("%v: %s", args, r.stderr)
+		}
+		r = dlockRun(t, nil, append([]string{"--redis", "htp://127.0.0.1"}, args...)...)
+		checkOneLine(t, r, exitUsage, `bad Redis URL "htp://127.0.0.1" (from --redis): unsupported scheme "htp"`)
+	}
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis://127.0.0.1:6379/x"}, "ls")
+	checkOneLine(t, r, exitUsage, `(from DLOCK_REDIS): invalid database number: "x"`)
+}
+
+func TestConnectUnixSocket(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.Start(t, redistest.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
+	url := "DLOCK_REDIS=unix://" + sock
+	if r := dlockRun(t, []string{url}, runArgs(nil, "job", "exit", "3")...); r.code != 3 {
+		t.Errorf("run over a unix socket: code %d, stderr %s", r.code, r.stderr)
+	}
+	if r := dlockRun(t, []string{url}, "ls", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("ls over a unix socket: code %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TLS with a CA and a client certificate, and an ACL user whose password
+// comes from DLOCK_PASSWORD.
+func TestConnectTLSAndACL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certs := writeCerts(t, dir)
+	port := freePort(t)
+	srv := redistest.Start(t, redistest.WithArgs("--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+		"--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "yes"))
+	srv.Do(t, "ACL", "SETUSER", "locker", "on", ">s3cret", "~dlock:*", "&*", "+@all")
+	url := "rediss://locker@127.0.0.1:" + strconv.Itoa(port)
+	tlsFlags := []string{"--redis", url, "--tls-ca", certs.ca, "--tls-cert", certs.clientCert, "--tls-key", certs.clientKey}
+
+	r := dlockRun(t, []string{"DLOCK_PASSWORD=s3cret"}, append(tlsFlags, runArgs(nil, "job", "exit", "0")...)...)
+	if r.code != 0 {
+		t.Fatalf("run over TLS: code %d, stderr %s", r.code, r.stderr)
+	}
+	if r := dlockRun(t, []string{"DLOCK_PASSWORD=s3cret", "DLOCK_TLS_CA=" + certs.ca, "DLOCK_TLS_CERT=" + certs.clientCert,
+		"DLOCK_TLS_KEY=" + certs.clientKey, "DLOCK_REDIS=" + url}, "status", "job"); r.code != 0 {
+		t.Errorf("status with TLS settings from the environment: code %d, stderr %s", r.code, r.stderr)
+	}
+
+	r = dlockRun(t, []string{"DLOCK_PASSWORD=wrong"}, append(tlsFlags, "ls")...)
+	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
+	if strings.Contains(r.stderr, "wrong") {
+		t.Errorf("the error shows the password: %s", r.stderr)
+	}
+	r = dlockRun(t, []string{"DLOCK_PASSWORD=s3cret"}, "--redis", url, "--tls-cert", certs.clientCert, "--tls-key", certs.clientKey, "ls")
+	checkOneLine(t, r, exitUnavailable, "check --tls-ca")
+	r = dlockRun(t, []string{"DLOCK_PASSWORD=s3cret"}, "--redis", url, "--tls-ca", certs.ca, "ls")
+	checkOneLine(t, r, exitUnavailable, "cannot use Redis at "+url)
+	r = dlockRun(t, nil, "--redis", "redis://127.0.0.1:"+strconv.Itoa(port), "--tls-ca", certs.ca, "ls")
+	checkOneLine(t, r, exitUsage, "not a TLS URL; write rediss://")
+}
+
+func TestConnectCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	url := "DLOCK_REDIS=redis://" + strings.Join(c.Addrs(), ",")
+	// Names in several slots, so on several primaries.
+	names := []string{"alpha", "bravo", "charlie", "delta"}
+	var procs []*proc
+	for _, name := range names {
+		file := filepath.Join(t.TempDir(), "child")
+		procs = append(procs, startDlock(t, []string{url}, runArgs(nil, name, "signals", file, "0")...))
+		waitForLine(t, file, "ready ")
+	}
+	r := dlockRun(t, []string{url}, "ls", "--json")
+	var infos []infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || r.code != 0 {
+		t.Fatalf("ls --json on a cluster: code %d, %q, stderr %s: %v", r.code, r.stdout, r.stderr, err)
+	}
+	var got []string
+	for _, info := range infos {
+		got = append(got, info.Name)
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("ls on a cluster listed %v, want %v", got, names)
+	}
+	seed := "redis://" + c.Addrs()[2]
+	if r := dlockRun(t, nil, "--cluster", "--redis", seed, "status", "--json", "alpha"); r.code != 0 || !strings.Contains(r.stdout, `"held": true`) {
+		t.Errorf("status through one seed with --cluster: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, p := range procs {
+		p.signal(t, os.Interrupt)
+		if r := p.wait(t); r.code != 0 {
+			t.Errorf("run on a cluster: code %d, stderr %s", r.code, r.stderr)
+		}
+	}
+}
+
+func TestConnectSentinel(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartReplicated(t, 0, 1)
+	sentinel := rs.SentinelAddrs()[0]
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis-sentinel://" + sentinel + "/" + rs.MasterName}, runArgs(nil, "job", "exit", "4")...)
+	if r.code != 4 {
+		t.Errorf("run through a sentinel URL: code %d, stderr %s", r.code, r.stderr)
+	}
+	r = dlockRun(t, nil, "--redis", "redis://"+sentinel, "--sentinel-master", rs.MasterName, "status", "job")
+	if r.code != 0 || !strings.Contains(r.stdout, "held by:  nobody") {
+		t.Errorf("status through --sentinel-master: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, nil, "--redis", "redis://"+sentinel, "--sentinel-master", "nosuchmaster", "ls")
+	checkOneLine(t, r, exitUnavailable, "cannot use Redis at")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type certFiles struct{ ca, serverCert, serverKey, clientCert, clientKey string }
+
+// writeCerts writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all signed by the CA, as PEM files in dir.
+func writeCerts(t *testing.T, dir string) certFiles {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	writeKey := func(name string, k *ecdsa.PrivateKey) string {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name, "PRIVATE KEY", der)
+	}
+	now := time.Now()
+	caKey := newKey()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dlock test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
+		k := newKey()
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, k
+	}
+	srvDER, srvKey := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
+	cliDER, cliKey := leaf(3, "dlock client", x509.ExtKeyUsageClientAuth, nil)
+	return certFiles{
+		ca:         write("ca.crt", "CERTIFICATE", caDER),
+		serverCert: write("server.crt", "CERTIFICATE", srvDER), serverKey: writeKey("server.key", srvKey),
+		clientCert: write("client.crt", "CERTIFICATE", cliDER), clientKey: writeKey("client.key", cliKey),
+	}
+}

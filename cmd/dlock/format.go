@@ -1,0 +1,342 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// The metadata keys run stores by default. Metadata is a JSON object of
+// strings; locks taken by other programs may hold any string.
+const (
+	metaHost = "host"
+	metaPID  = "pid"
+	metaUser = "user"
+	metaCmd  = "cmd"
+)
+
+// parseMeta reads metadata written as a JSON object; nil if it is not one.
+func parseMeta(s string) map[string]string {
+	if !strings.HasPrefix(strings.TrimSpace(s), "{") {
+		return nil
+	}
+	var raw map[string]any
+	if json.Unmarshal([]byte(s), &raw) != nil {
+		return nil
+	}
+	m := make(map[string]string, len(raw))
+	for k, v := range raw {
+		if s, ok := v.(string); ok {
+			m[k] = s
+		} else {
+			b, _ := json.Marshal(v)
+			m[k] = string(b)
+		}
+	}
+	return m
+}
+
+// whoHolds names a holder in a few words: "host-a pid 4242".
+func whoHolds(h dlock.Holder) string {
+	m := parseMeta(h.Metadata)
+	var parts []string
+	if m[metaHost] != "" {
+		parts = append(parts, m[metaHost])
+	}
+	if m[metaPID] != "" {
+		parts = append(parts, "pid "+m[metaPID])
+	}
+	switch {
+	case len(parts) > 0:
+		return strings.Join(parts, " ")
+	case m != nil && len(m) > 0:
+		return truncate(formatExtra(m, nil), 60)
+	case h.Metadata != "":
+		return truncate(h.Metadata, 60)
+	case h.Owner != "":
+		return "owner " + truncate(h.Owner, 40)
+	}
+	return "a holder with no metadata"
+}
+
+// formatExtra writes the metadata keys not in skip as k=v, sorted.
+func formatExtra(m map[string]string, skip map[string]bool) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !skip[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		v := m[k]
+		if v == "" || strings.ContainsAny(v, " \t\"'") {
+			v = fmt.Sprintf("%q", v)
+		}
+		b.WriteString(k + "=" + v)
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	s = oneLine(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// heldBy says who holds a name, for the waiting line and messages:
+// "host-a pid 4242 (running 3m12s, expires in 12s)".
+func heldBy(info *dlock.Info, now time.Time) string {
+	hs := info.Holders
+	switch len(hs) {
+	case 0:
+		return "nobody (it was just released)"
+	case 1:
+		h := hs[0]
+		who := whoHolds(h)
+		switch holderMode(info, h) {
+		case "read":
+			who = "a reader, " + who
+		case "write":
+			who = "a writer, " + who
+		}
+		return fmt.Sprintf("%s (running %s, expires in %s)", who, fmtDur(age(h, now)), fmtDur(h.TTL))
+	}
+	oldest, soonest := hs[0], hs[0]
+	for _, h := range hs[1:] {
+		if h.Since.Before(oldest.Since) {
+			oldest = h
+		}
+		if h.TTL < soonest.TTL {
+			soonest = h
+		}
+	}
+	return fmt.Sprintf("%s (the oldest running %s, the next expiring in %s)", countHolders(info), fmtDur(age(oldest, now)), fmtDur(soonest.TTL))
+}
+
+// countHolders says how many hold a name: "3 readers", "2 of 5 permits".
+func countHolders(info *dlock.Info) string {
+	if n, ok := permits(info); ok {
+		return fmt.Sprintf("%d of %d permits", len(info.Holders), n)
+	}
+	readers := countReaders(info)
+	if readers == len(info.Holders) {
+		return plural(readers, "reader")
+	}
+	return plural(len(info.Holders), "holder")
+}
+
+func countReaders(info *dlock.Info) int {
+	n := 0
+	for _, h := range info.Holders {
+		if holderMode(info, h) == "read" {
+			n++
+		}
+	}
+	return n
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// age is how long h has held its name, by the local clock.
+func age(h dlock.Holder, now time.Time) time.Duration {
+	return max(now.Sub(h.Since), 0)
+}
+
+// fmtDur writes a duration for people: "450ms", "12s", "3m12s".
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		s := d.Round(time.Second).String() // "3m12s", "3m0s"
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		return s
+	default:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s") // "2h5m"
+	}
+}
+
+func kindName(info *dlock.Info) string {
+	if info.Kind == dlock.KindNone {
+		return "free"
+	}
+	return string(info.Kind)
+}
+
+// infoJSON is the JSON form of an inspection record, for status, ls and
+// release with --json.
+type infoJSON struct {
+	Name          string       `json:"name"`
+	Kind          string       `json:"kind"` // "free" when nobody holds it
+	Held          bool         `json:"held"`
+	Fence         uint64       `json:"fence"` // the newest fence issued for the name
+	Holders       []holderJSON `json:"holders"`
+	Readers       int          `json:"readers"`
+	Waiters       *int         `json:"waiters,omitempty"`
+	WriterWaiting *bool        `json:"writer_waiting,omitempty"`
+	Permits       *int         `json:"permits,omitempty"`
+}
+
+type holderJSON struct {
+	Mode     string            `json:"mode"` // exclusive, write, read or permit
+	Owner    string            `json:"owner,omitempty"`
+	Count    int               `json:"count"`
+	Metadata string            `json:"metadata"`
+	Meta     map[string]string `json:"meta,omitempty"` // the metadata, when it is a JSON object
+	Since    time.Time         `json:"since"`
+	AgeMS    int64             `json:"age_ms"`
+	TTLMS    int64             `json:"ttl_ms"`
+	Fence    uint64            `json:"fence"`
+}
+
+func toJSON(info *dlock.Info, now time.Time) infoJSON {
+	out := infoJSON{
+		Name: info.Name, Kind: kindName(info), Held: len(info.Holders) > 0,
+		Fence: info.Fence, Holders: []holderJSON{}, Readers: countReaders(info),
+	}
+	for _, h := range info.Holders {
+		out.Holders = append(out.Holders, holderJSON{
+			Mode: holderMode(info, h), Owner: h.Owner, Count: h.Count,
+			Metadata: h.Metadata, Meta: parseMeta(h.Metadata),
+			Since: h.Since.UTC(), AgeMS: age(h, now).Milliseconds(), TTLMS: h.TTL.Milliseconds(), Fence: h.Fence,
+		})
+	}
+	if n, ok := waiters(info); ok {
+		out.Waiters = &n
+	}
+	if w, ok := writerWaiting(info); ok {
+		out.WriterWaiting = &w
+	}
+	if n, ok := permits(info); ok {
+		out.Permits = &n
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeStatus writes the inspection record of one name for people.
+func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", info.Name)
+	fmt.Fprintf(tw, "kind:\t%s\n", kindName(info))
+	if len(info.Holders) == 0 {
+		fmt.Fprintf(tw, "held by:\tnobody\n")
+	} else {
+		fmt.Fprintf(tw, "held by:\t%s\n", heldBy(info, now))
+	}
+	if n, ok := permits(info); ok {
+		fmt.Fprintf(tw, "permits:\t%d of %d in use\n", len(info.Holders), n)
+	} else if r := countReaders(info); r > 0 {
+		fmt.Fprintf(tw, "readers:\t%d\n", r)
+	}
+	if n, ok := waiters(info); ok {
+		fmt.Fprintf(tw, "waiters:\t%d\n", n)
+	}
+	if ww, ok := writerWaiting(info); ok && ww {
+		fmt.Fprintf(tw, "writer waiting:\tyes\n")
+	}
+	fmt.Fprintf(tw, "fence:\t%d (the newest issued)\n", info.Fence)
+	tw.Flush()
+	for i, h := range info.Holders {
+		fmt.Fprintf(w, "\nholder %d: %s\n", i+1, whoHolds(h))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if info.Kind != dlock.KindLock {
+			fmt.Fprintf(tw, "  mode:\t%s\n", holderMode(info, h))
+		}
+		m := parseMeta(h.Metadata)
+		if m[metaUser] != "" {
+			fmt.Fprintf(tw, "  user:\t%s\n", m[metaUser])
+		}
+		if m[metaCmd] != "" {
+			fmt.Fprintf(tw, "  command:\t%s\n", oneLine(m[metaCmd]))
+		}
+		fmt.Fprintf(tw, "  since:\t%s (running %s)\n", h.Since.UTC().Format("2006-01-02 15:04:05 MST"), fmtDur(age(h, now)))
+		fmt.Fprintf(tw, "  expires:\tin %s unless refreshed\n", fmtDur(h.TTL))
+		fmt.Fprintf(tw, "  fence:\t%d\n", h.Fence)
+		if h.Owner != "" {
+			fmt.Fprintf(tw, "  owner:\t%s (held %s)\n", h.Owner, plural(h.Count, "time"))
+		}
+		switch {
+		case m == nil && h.Metadata != "":
+			fmt.Fprintf(tw, "  metadata:\t%s\n", oneLine(h.Metadata))
+		case m != nil:
+			if extra := formatExtra(m, map[string]bool{metaHost: true, metaPID: true, metaUser: true, metaCmd: true}); extra != "" {
+				fmt.Fprintf(tw, "  metadata:\t%s\n", extra)
+			}
+		}
+		tw.Flush()
+	}
+}
+
+// tableLines renders ls's table, one string per line.
+func tableLines(infos []*dlock.Info, now time.Time) []string {
+	showWaiters := false
+	for _, info := range infos {
+		if _, ok := waiters(info); ok {
+			showWaiters = true
+		}
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	header := "NAME\tKIND\tHELD BY\tRUNNING\tEXPIRES\tFENCE"
+	if showWaiters {
+		header += "\tWAITERS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, info := range infos {
+		who, running, expires := "-", "-", "-"
+		if hs := info.Holders; len(hs) == 1 {
+			who = whoHolds(hs[0])
+			running, expires = fmtDur(age(hs[0], now)), fmtDur(hs[0].TTL)
+		} else if len(hs) > 1 {
+			who = countHolders(info)
+			oldest, soonest := hs[0], hs[0]
+			for _, h := range hs[1:] {
+				if h.Since.Before(oldest.Since) {
+					oldest = h
+				}
+				if h.TTL < soonest.TTL {
+					soonest = h
+				}
+			}
+			running, expires = fmtDur(age(oldest, now)), fmtDur(soonest.TTL)
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d", info.Name, kindName(info), who, running, expires, info.Fence)
+		if showWaiters {
+			n, _ := waiters(info)
+			line += fmt.Sprintf("\t%d", n)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+}

@@ -1,0 +1,101 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestFmtDur(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second:                          "0s",
+		450 * time.Millisecond:                "450ms",
+		12*time.Second + 400*time.Millisecond: "12s",
+		3*time.Minute + 12*time.Second:        "3m12s",
+		3*time.Minute + 10*time.Second:        "3m10s",
+		3 * time.Minute:                       "3m",
+		2*time.Hour + 5*time.Minute:           "2h5m",
+	} {
+		if got := fmtDur(d); got != want {
+			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestHeldBy(t *testing.T) {
+	now := time.Now()
+	h := dlock.Holder{Metadata: `{"host":"host-a","pid":"4242","user":"bob"}`, Since: now.Add(-192 * time.Second), TTL: 12 * time.Second, Count: 1}
+	info := &dlock.Info{Name: "nightly", Kind: dlock.KindLock, Holders: []dlock.Holder{h}}
+	if got, want := "waiting for "+quote("nightly")+" — held by "+heldBy(info, now),
+		"waiting for 'nightly' — held by host-a pid 4242 (running 3m12s, expires in 12s)"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	for meta, want := range map[string]string{
+		"":                           "a holder with no metadata",
+		"batch 7":                    "batch 7",
+		`{"job":"x y","team":"ops"}`: `job="x y" team=ops`,
+		`{"host":"h"}`:               "h",
+	} {
+		if got := whoHolds(dlock.Holder{Metadata: meta}); got != want {
+			t.Errorf("whoHolds(%q) = %q, want %q", meta, got, want)
+		}
+	}
+	if got := whoHolds(dlock.Holder{Owner: "job-1"}); got != "owner job-1" {
+		t.Errorf("whoHolds of an owner = %q", got)
+	}
+}
+
+func TestShellJoin(t *testing.T) {
+	got := shellJoin([]string{"make", "-C", "/srv/app", "it's", "a b", "", "x=1"})
+	if want := `make -C /srv/app 'it'\''s' 'a b' '' x=1`; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+func TestParseInterleaved(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	a := fs.Bool("a", false, "")
+	b := fs.String("b", "", "")
+	pos, err := parseInterleaved(fs, []string{"one", "--a", "two", "--b", "v", "--", "--three"})
+	if err != nil || !*a || *b != "v" || !slices.Equal(pos, []string{"one", "two", "--three"}) {
+		t.Errorf("pos %q, a %v, b %q, err %v", pos, *a, *b, err)
+	}
+}
+
+func TestFlagError(t *testing.T) {
+	got := flagError(errors.New(`invalid value "x" for flag -ttl: bad`)).Error()
+	if got != `invalid value "x" for flag --ttl: bad` {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestRedraw(t *testing.T) {
+	var b bytes.Buffer
+	n := redraw(&b, 0, []string{"a", "b"})
+	n = redraw(&b, n, []string{"c"})
+	if want := "a\x1b[K\nb\x1b[K\n\x1b[J\r\x1b[2Ac\x1b[K\n\x1b[J"; b.String() != want || n != 1 {
+		t.Errorf("got %q (%d lines), want %q", b.String(), n, want)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://u:pw@h:1/2":      "redis://u:xxxxx@h:1/2",
+		"redis://:pw@h":           "redis://:xxxxx@h",
+		"redis://u@h":             "redis://u@h",
+		"redis://h/x?password=no": "redis://h/x?password=no",
+		"unix://u:p@/run/r.sock":  "unix://u:xxxxx@/run/r.sock",
+	} {
+		if got := redactURL(in); got != want || strings.Contains(got, ":pw") {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+var helpCommand = new(command)
+
+func init() {
+	*helpCommand = command{
+		name:    "help",
+		summary: "show the help of a command",
+		usage:   "help [COMMAND]",
+		help:    "Shows the help of COMMAND, or the overview.\n",
+		flags: func(fs *flag.FlagSet) func(*app, []string) error {
+			return func(a *app, args []string) error {
+				if err := wantArgs(helpCommand, args, 0, 1, "command"); err != nil {
+					return err
+				}
+				if len(args) == 0 {
+					a.printTopHelp(a.stdout)
+					return nil
+				}
+				c := lookup(args[0])
+				if c == nil {
+					return usage(nil, "unknown command %q; the commands are run, status, ls, release and version", args[0])
+				}
+				a.printHelp(a.stdout, c)
+				return nil
+			}
+		},
+	}
+}
+
+const connHelp = `Connection flags (every command but version; also accepted before the command):
+  --redis URL              the Redis deployment; default $DLOCK_REDIS, else redis://127.0.0.1:6379
+                             redis://[USER[:PASSWORD]@]HOST:PORT[/DB]      one server
+                             rediss://...                                  the same over TLS
+                             unix://[USER[:PASSWORD]@]/PATH/TO.sock[?db=N]  a Unix socket
+                             redis://HOST:PORT,HOST:PORT,...               a Redis Cluster (its seed nodes)
+                             redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]
+                                                                           the primary named MASTER, found
+                                                                           through these sentinels
+                                                                           (rediss-sentinel:// for TLS)
+                           go-redis options may follow as a query, such as ?dial_timeout=2s
+  --cluster                treat a single address as a seed of a Redis Cluster
+  --sentinel-master NAME   the addresses are sentinels; connect to the primary they call NAME
+                           ($DLOCK_SENTINEL_MASTER)
+  --prefix PREFIX          the key prefix, as dlock.WithPrefix; default $DLOCK_PREFIX, else "dlock:"
+  --tls-ca FILE            PEM CA certificates to verify the server with ($DLOCK_TLS_CA)
+  --tls-cert FILE          PEM client certificate, for servers that ask for one ($DLOCK_TLS_CERT)
+  --tls-key FILE           PEM key of --tls-cert ($DLOCK_TLS_KEY)
+  --tls-server-name NAME   the name to verify the server's certificate against (default: its host)
+`
+
+const envHelp = `Environment:
+  DLOCK_REDIS              the Redis URL, when --redis is not given
+  DLOCK_PASSWORD           the Redis password, when the URL has none (keeps it out of ps and history)
+  DLOCK_SENTINEL_PASSWORD  the sentinels' password, when they need one
+  DLOCK_PREFIX             the key prefix, when --prefix is not given
+  DLOCK_SENTINEL_MASTER, DLOCK_TLS_CA, DLOCK_TLS_CERT, DLOCK_TLS_KEY
+                           as the flags of the same names
+  run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE for the command it runs.
+`
+
+const exitHelp = `Exit codes:
+  0-125    run: the command's own exit code; other commands: 0 on success
+  126      run: the command was found but could not be executed
+  127      run: the command was not found
+  128+N    run: the command was killed by signal N (or dlock was, while waiting)
+  64       bad usage: a flag, argument, URL or name is wrong; the message says which
+  69       Redis is unreachable or refused the connection (address, TLS, password)
+  70       an unexpected failure
+  73       run: the lock was not obtained (--no-wait, or --wait ran out)
+  74       run: the lock was lost while the command ran; the command was stopped
+  When dlock exits with a code of its own it prints one line on stderr saying why.
+`
+
+func (a *app) printTopHelp(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(`dlock runs commands under a distributed lock on Redis, and inspects the locks.
+
+Usage:
+  dlock [CONNECTION FLAGS] COMMAND [FLAGS] [ARGS]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+Examples:
+  dlock run nightly -- ./nightly-report.sh        run the job, one host at a time
+  dlock run --no-wait nightly -- make report      skip the run if another host is at it
+  dlock status nightly                            who holds it, since when
+  dlock ls 'billing:*'                            every lock under billing:
+  DLOCK_REDIS=rediss://locks.internal:6380 DLOCK_PASSWORD=... dlock ls
+
+`)
+	b.WriteString(connHelp)
+	b.WriteString("\n")
+	b.WriteString(envHelp)
+	b.WriteString("\n")
+	b.WriteString(exitHelp)
+	b.WriteString("\nRun 'dlock COMMAND --help' for the flags of a command.\n")
+	fmt.Fprint(w, b.String())
+}
+
+func (a *app) printHelp(w io.Writer, c *command) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: dlock %s\n\n", c.usage)
+	b.WriteString(c.help)
+	if c.conn {
+		b.WriteString("\n")
+		b.WriteString(connHelp)
+		b.WriteString("\n")
+		b.WriteString(envHelp)
+	}
+	if c == runCommand {
+		b.WriteString("\n")
+		b.WriteString(exitHelp)
+	}
+	fmt.Fprint(w, b.String())
+}

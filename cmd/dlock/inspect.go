@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+var statusCommand = new(command)
+
+func init() {
+	*statusCommand = command{
+		name:    "status",
+		summary: "show who holds a lock, since when, and until when",
+		usage:   "status [FLAGS] NAME",
+		conn:    true,
+		help: `Shows the inspection record of the lock called NAME: its kind, its holders
+with their metadata (host, pid, user and command for locks taken by dlock run),
+how long each has held it and how long it has left unless refreshed, readers
+and waiters where the kind has them, and the newest fence issued. A free name
+is reported as kind "free" with no holders; that is not an error.
+
+Flags:
+  --json    print the record as JSON, for scripts (the schema is in the README)
+
+Examples:
+  dlock status nightly
+  dlock status --json nightly | jq -r '.holders[0].meta.host'
+`,
+		flags: func(fs *flag.FlagSet) func(*app, []string) error {
+			asJSON := fs.Bool("json", false, "")
+			return func(a *app, args []string) error {
+				if err := wantArgs(statusCommand, args, 1, 1, "the lock's NAME"); err != nil {
+					return err
+				}
+				ctx := context.Background()
+				c, err := a.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.close()
+				info, err := c.locks.Inspect(ctx, args[0])
+				if err != nil {
+					return a.redisError(c, err)
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, toJSON(info, time.Now()))
+				}
+				writeStatus(a.stdout, info, time.Now())
+				return nil
+			}
+		},
+	}
+}
+
+var lsCommand = new(command)
+
+func init() {
+	*lsCommand = command{
+		name:    "ls",
+		summary: "list the locks held",
+		usage:   "ls [FLAGS] [PATTERN]",
+		conn:    true,
+		help: `Lists every lock that is held, and whose name matches PATTERN (Redis glob
+syntax: * ? [abc]; all names when left out), as a table sorted by name. It
+walks the keys with SCAN (on every primary of a cluster), never KEYS.
+
+Flags:
+  --json              print a JSON array of inspection records (as status --json)
+  --watch             list again every --interval; on a terminal the table is
+                      redrawn in place, otherwise each listing follows the last
+                      (with --json, one array per line); stop it with Ctrl-C
+  --interval DURATION how often --watch lists (default 1s)
+
+Examples:
+  dlock ls
+  dlock ls 'billing:*'
+  dlock ls --watch
+  dlock ls --json | jq -r '.[] | select(.holders[0].ttl_ms < 5000) | .name'
+`,
+		flags: func(fs *flag.FlagSet) func(*app, []string) error {
+			asJSON := fs.Bool("json", false, "")
+			watch := fs.Bool("watch", false, "")
+			interval := time.Second
+			durationFlag(fs, &interval, "interval")
+			return func(a *app, args []string) error {
+				if err := wantArgs(lsCommand, args, 0, 1, "pattern"); err != nil {
+					return err
+				}
+				if interval <= 0 {
+					return usage(lsCommand, "--interval %v must be positive", interval)
+				}
+				pattern := ""
+				if len(args) == 1 {
+					pattern = args[0]
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				c, err := a.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.close()
+				if *watch {
+					return a.watchList(ctx, c, pattern, *asJSON, interval)
+				}
+				infos, err := c.locks.List(ctx, pattern)
+				if err != nil {
+					return a.redisError(c, err)
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, listJSON(infos, time.Now()))
+				}
+				if len(infos) == 0 {
+					fmt.Fprintln(a.stderr, noLocks(pattern))
+					return nil
+				}
+				fmt.Fprintln(a.stdout, strings.Join(tableLines(infos, time.Now()), "\n"))
+				return nil
+			}
+		},
+	}
+}
+
+func noLocks(pattern string) string {
+	if pattern == "" {
+		return "no locks are held"
+	}
+	return fmt.Sprintf("no locks matching %q are held", pattern)
+}
+
+func listJSON(infos []*dlock.Info, now time.Time) []infoJSON {
+	out := make([]infoJSON, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, toJSON(info, now))
+	}
+	return out
+}
+
+// watchList lists every interval until ctx ends (Ctrl-C), which is a
+// normal end. Failures to reach Redis are shown and retried.
+func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON bool, interval time.Duration) error {
+	tty := !asJSON && isTerminal(a.stdout)
+	drawn := 0 // lines of the last frame, on a terminal
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		infos, err := c.locks.List(ctx, pattern)
+		now := time.Now()
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case asJSON && err == nil:
+			b, _ := json.Marshal(listJSON(infos, now))
+			fmt.Fprintf(a.stdout, "%s\n", b)
+		case asJSON:
+			fmt.Fprintf(a.stderr, "dlock ls: %s (retrying)\n", oneLine(a.redisError(c, err).Error()))
+		default:
+			title := "dlock ls"
+			if pattern != "" {
+				title += " " + pattern
+			}
+			lines := []string{fmt.Sprintf("every %v: %s    %s", interval, title, now.Format("15:04:05"))}
+			switch {
+			case err != nil:
+				lines = append(lines, "", "error: "+oneLine(a.redisError(c, err).Error())+" (retrying)")
+			case len(infos) == 0:
+				lines = append(lines, "", noLocks(pattern))
+			default:
+				lines = append(lines, "")
+				lines = append(lines, tableLines(infos, now)...)
+			}
+			if tty {
+				drawn = redraw(a.stdout, drawn, lines)
+			} else {
+				fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+var releaseCommand = new(command)
+
+func init() {
+	*releaseCommand = command{
+		name:    "release",
+		summary: "free a lock whoever holds it (--force)",
+		usage:   "release --force [FLAGS] NAME",
+		conn:    true,
+		help: `Frees the lock called NAME whoever holds it, wakes those waiting for it, and
+prints what it removed. It is meant for operators clearing a lock whose holder
+is stuck: the holder is not asked, and learns of the loss at its next refresh
+(a dlock run then stops its command and exits with code 74). The fence counter
+stays, so later holders still get larger fences. Releasing a free name
+removes nothing and is not an error.
+
+A process releases its own lock by ending: dlock run releases when its
+command exits. --force is required to say that this is the other kind.
+
+Flags:
+  --force   required: free the lock whoever holds it
+  --json    print what was removed as JSON (as status --json)
+
+Examples:
+  dlock release --force nightly
+`,
+		flags: func(fs *flag.FlagSet) func(*app, []string) error {
+			force := fs.Bool("force", false, "")
+			asJSON := fs.Bool("json", false, "")
+			return func(a *app, args []string) error {
+				if err := wantArgs(releaseCommand, args, 1, 1, "the lock's NAME"); err != nil {
+					return err
+				}
+				if !*force {
+					return usage(releaseCommand, "release frees a lock whoever holds it and needs --force to say so; a holder releases its own lock by ending its dlock run")
+				}
+				ctx := context.Background()
+				c, err := a.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.close()
+				info, err := c.locks.ForceRelease(ctx, args[0])
+				if err != nil {
+					return a.redisError(c, err)
+				}
+				now := time.Now()
+				if *asJSON {
+					return writeJSON(a.stdout, toJSON(info, now))
+				}
+				if len(info.Holders) == 0 {
+					fmt.Fprintf(a.stdout, "%s was not held; nothing was removed\n", quote(info.Name))
+					return nil
+				}
+				fmt.Fprintf(a.stdout, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
+				for _, h := range info.Holders {
+					fmt.Fprintf(a.stdout, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
+						whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
+				}
+				return nil
+			}
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// isTerminal reports whether w is a terminal that understands cursor
+// movement.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	return os.Getenv("TERM") != "dumb"
+}
+
+// redraw replaces the last frame of drawn lines with lines, in place, and
+// returns how many it drew.
+func redraw(w interface{ Write([]byte) (int, error) }, drawn int, lines []string) int {
+	var b strings.Builder
+	if drawn > 0 {
+		fmt.Fprintf(&b, "\r\x1b[%dA", drawn) // to the first line of the last frame
+	}
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteString("\x1b[K\n") // clear what was left of the old line
+	}
+	b.WriteString("\x1b[J") // and any lines below
+	_, _ = w.Write([]byte(b.String()))
+	return len(lines)
+}

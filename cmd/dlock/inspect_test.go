@@ -1,0 +1,180 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// status --json and ls --json describe a lock held by run: its holder's
+// metadata, age, TTL and fence; the text forms say the same for people.
+func TestStatusAndList(t *testing.T) {
+	t.Parallel()
+	name, file := lockName(t)+":nightly", filepath.Join(t.TempDir(), "child")
+	p := startDlock(t, nil, runArgs([]string{"--ttl", "5s", "--metadata", "job=nightly"}, name, "signals", file, "0")...)
+	fence, _ := strconv.ParseUint(waitForLine(t, file, "ready ")[2], 10, 64)
+	pid := strconv.Itoa(p.cmd.Process.Pid)
+
+	r := dlockRun(t, nil, "status", "--json", name)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("status --json: code %d, stderr %q", r.code, r.stderr)
+	}
+	var info infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+		t.Fatalf("status --json output %q: %v", r.stdout, err)
+	}
+	checkInfo(t, info, name, fence, pid)
+
+	r = dlockRun(t, nil, "status", name)
+	for _, want := range []string{"name:", name, "kind:", "lock", "held by:", "pid " + pid + " (running ", "expires in ",
+		"command:", " signals " + file + " 0", "metadata:", "job=nightly", "fence:", strconv.FormatUint(fence, 10)} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not say %q:\n%s", want, r.stdout)
+		}
+	}
+
+	pattern := lockName(t) + ":*"
+	r = dlockRun(t, nil, "ls", "--json", pattern)
+	var infos []infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || r.code != 0 {
+		t.Fatalf("ls --json: code %d, output %q: %v", r.code, r.stdout, err)
+	}
+	if len(infos) != 1 {
+		t.Fatalf("ls --json %s listed %d locks, want 1: %s", pattern, len(infos), r.stdout)
+	}
+	checkInfo(t, infos[0], name, fence, pid)
+
+	r = dlockRun(t, nil, "ls", pattern)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME ") || !strings.HasPrefix(lines[1], name+" ") ||
+		!strings.Contains(lines[1], "pid "+pid) || !strings.HasSuffix(lines[1], strconv.FormatUint(fence, 10)) {
+		t.Errorf("ls:\n%s", r.stdout)
+	}
+
+	p.signal(t, syscall.SIGTERM)
+	p.wait(t)
+
+	r = dlockRun(t, nil, "status", "--json", name)
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 {
+		t.Fatalf("status --json of a free name: code %d, %q: %v", r.code, r.stdout, err)
+	}
+	if info.Kind != "free" || info.Held || len(info.Holders) != 0 || info.Fence != fence || !strings.Contains(r.stdout, `"holders": []`) {
+		t.Errorf("status --json of a free name: %s", r.stdout)
+	}
+	r = dlockRun(t, nil, "ls", pattern)
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "no locks matching") {
+		t.Errorf("ls of nothing: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func checkInfo(t *testing.T, info infoJSON, name string, fence uint64, pid string) {
+	t.Helper()
+	if info.Name != name || info.Kind != "lock" || !info.Held || info.Fence != fence || len(info.Holders) != 1 {
+		t.Fatalf("record %+v", info)
+	}
+	h := info.Holders[0]
+	host, _ := os.Hostname()
+	if h.Mode != "exclusive" || h.Count != 1 || h.Fence != fence || h.Meta["pid"] != pid || h.Meta["host"] != host ||
+		h.Meta["job"] != "nightly" || h.Meta["user"] == "" || !strings.Contains(h.Meta["cmd"], "signals") {
+		t.Errorf("holder %+v", h)
+	}
+	if h.TTLMS <= 0 || h.TTLMS > 5000 || h.AgeMS < 0 || h.AgeMS > 60_000 || time.Since(h.Since) > time.Minute {
+		t.Errorf("holder times: since %v, age %dms, ttl %dms", h.Since, h.AgeMS, h.TTLMS)
+	}
+}
+
+// ls --watch --json prints one listing per line each interval until
+// interrupted, which is a normal end.
+func TestListWatch(t *testing.T) {
+	t.Parallel()
+	p := startDlock(t, nil, "ls", "--watch", "--json", "--interval", "50ms", lockName(t)+"*")
+	waitFor(t, "three listings", func() bool { return strings.Count(p.stdout.String(), "\n") >= 3 })
+	p.signal(t, syscall.SIGINT)
+	r := p.wait(t)
+	if r.code != 0 || r.stderr != "" {
+		t.Errorf("code %d, stderr %q", r.code, r.stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var infos []infoJSON
+		if err := json.Unmarshal([]byte(line), &infos); err != nil || len(infos) != 0 {
+			t.Errorf("line %q: %v", line, err)
+		}
+	}
+}
+
+// release --force of a free name removes nothing and is not an error.
+func TestReleaseFree(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "release", "--force", lockName(t))
+	if r.code != 0 || !strings.Contains(r.stdout, "was not held; nothing was removed") {
+		t.Errorf("code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, nil, "release", "--force", "--json", lockName(t))
+	var info infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 || info.Held {
+		t.Errorf("--json: code %d, %q: %v", r.code, r.stdout, err)
+	}
+}
+
+// Every command has --help with its flags and examples, on stdout.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		r := dlockRun(t, nil, c.name, "--help")
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: dlock "+c.name) {
+			t.Errorf("%s --help: code %d, stderr %q, stdout %q", c.name, r.code, r.stderr, r.stdout)
+		}
+		if c.name != "version" && c.name != "help" && !strings.Contains(r.stdout, "Examples:") {
+			t.Errorf("%s --help has no examples", c.name)
+		}
+		// Every flag the command takes is in its help.
+		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		var conn connFlags
+		if c.conn {
+			conn.register(fs)
+		}
+		c.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			dashes := "--"
+			if len(f.Name) == 1 {
+				dashes = "-"
+			}
+			if !strings.Contains(r.stdout, dashes+f.Name) {
+				t.Errorf("%s --help does not mention %s%s", c.name, dashes, f.Name)
+			}
+		})
+	}
+	r := dlockRun(t, nil, "run", "--help")
+	for _, code := range []int{exitUsage, exitUnavailable, exitNotObtained, exitLost, exitCannotExec, exitNotFound} {
+		if !strings.Contains(r.stdout, "\n  "+strconv.Itoa(code)+" ") {
+			t.Errorf("run --help does not document exit code %d", code)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		r := dlockRun(t, nil, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Commands:") || !strings.Contains(r.stdout, "Exit codes:") {
+			t.Errorf("%v: code %d, stdout %q", args, r.code, r.stdout)
+		}
+	}
+	if r := dlockRun(t, nil, "help", "ls"); r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: dlock ls") {
+		t.Errorf("help ls: code %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := dlockRun(t, nil, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "go1.") {
+			t.Errorf("%v: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}

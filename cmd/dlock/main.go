@@ -1,0 +1,275 @@
+// Command dlock runs commands under a distributed lock on Redis and
+// inspects the locks held.
+//
+//	dlock run [flags] NAME -- COMMAND [ARGS...]
+//	dlock status [flags] NAME
+//	dlock ls [flags] [PATTERN]
+//	dlock release --force [flags] NAME
+//	dlock version
+//
+// See `dlock help` and the README for the flags, environment variables and
+// exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Exit codes. The child's own code (0–125, or 128+N when a signal killed
+// it) passes through run; the rest are dlock's. They follow sysexits.h
+// where one fits, and stay clear of the shells' 126, 127 and 128+N, which
+// keep their usual meaning.
+const (
+	exitOK          = 0
+	exitUsage       = 64  // EX_USAGE: bad flags, arguments, URL or name
+	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or refusing us
+	exitInternal    = 70  // EX_SOFTWARE: a failure dlock did not expect
+	exitNotObtained = 73  // the lock is held by another (--no-wait, --wait ran out)
+	exitLost        = 74  // the lock was lost while the command ran
+	exitCannotExec  = 126 // the command was found but could not be started
+	exitNotFound    = 127 // the command was not found
+	exitSignal      = 128 // + N: the command (or dlock, while waiting) died of signal N
+)
+
+// exitError ends a command with a code and, unless msg is empty, a one-line
+// message on stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode ends a command with code and no message: the child's own code.
+func exitCode(code int) error { return &exitError{code: code} }
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	help    string // the body of `dlock NAME --help`, after the usage line
+	usage   string // the usage line, after "dlock "
+	conn    bool   // takes the connection flags
+	flags   func(fs *flag.FlagSet) func(app *app, args []string) error
+}
+
+// commands are filled in by init functions, next to their actions, so
+// that the actions may refer to their command.
+var commands []*command
+
+func init() {
+	commands = []*command{runCommand, statusCommand, lsCommand, releaseCommand, versionCommand, helpCommand}
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// app is what every command can reach: its streams and environment, and
+// the connection settings.
+type app struct {
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+	conn           connFlags
+	cmd            *command // the command being run
+}
+
+func main() {
+	// go-redis logs some failures itself; dlock reports what goes wrong in
+	// its own words, and keeps stderr to that.
+	redis.SetLogger(discardLogger{})
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+	os.Exit(a.main(os.Args[1:]))
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
+// main runs the command line args and returns the exit code.
+func (a *app) main(args []string) int {
+	err := a.dispatch(args)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintf(a.stderr, "%s: %s\n", a.progName(), oneLine(ee.msg))
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(a.stderr, "%s: %s\n", a.progName(), oneLine(err.Error()))
+		return exitInternal
+	}
+}
+
+func (a *app) progName() string {
+	if a.cmd == nil || a.cmd == helpCommand {
+		return "dlock"
+	}
+	return "dlock " + a.cmd.name
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func (a *app) dispatch(args []string) error {
+	// Connection flags may come before the command name too:
+	// dlock --redis URL ls.
+	global := flag.NewFlagSet("dlock", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	a.conn.register(global)
+	showVersion := global.Bool("version", false, "")
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.printTopHelp(a.stdout)
+			return nil
+		}
+		return usage(nil, "%v", flagError(err))
+	}
+	if *showVersion {
+		return printVersion(a.stdout)
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		return usage(nil, "missing the command: run, status, ls, release or version")
+	}
+	a.cmd = lookup(rest[0])
+	if a.cmd == nil {
+		return usage(nil, "unknown command %q; the commands are run, status, ls, release and version", rest[0])
+	}
+	fs := flag.NewFlagSet(a.cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if a.cmd.conn {
+		a.conn.register(fs)
+	}
+	action := a.cmd.flags(fs)
+	cmdArgs := rest[1:]
+	var tail []string // run's command, after "--"
+	if a.cmd == runCommand {
+		i := indexOf(cmdArgs, "--")
+		if i < 0 {
+			if wantsHelp(cmdArgs) {
+				a.printHelp(a.stdout, a.cmd)
+				return nil
+			}
+			return usage(a.cmd, "missing `--` before the command: write dlock run NAME -- COMMAND [ARGS...]")
+		}
+		cmdArgs, tail = cmdArgs[:i], cmdArgs[i+1:]
+	}
+	pos, err := parseInterleaved(fs, cmdArgs)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.printHelp(a.stdout, a.cmd)
+			return nil
+		}
+		return usage(a.cmd, "%v", flagError(err))
+	}
+	if a.cmd == runCommand {
+		pos = append(pos, "--")
+		pos = append(pos, tail...)
+	}
+	return action(a, pos)
+}
+
+// wantsHelp reports whether args ask for help.
+func wantsHelp(args []string) bool {
+	for _, s := range args {
+		if s == "-h" || s == "-help" || s == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
+func indexOf(args []string, s string) int {
+	for i, v := range args {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// parseInterleaved parses flags wherever they stand among the positional
+// arguments, which it returns in order; everything after a "--" is
+// positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagError rewrites the flag package's errors with flags written as
+// --name, as the help writes them.
+func flagError(err error) error {
+	return errors.New(flagName.ReplaceAllString(err.Error(), "$1--$2"))
+}
+
+var flagName = regexp.MustCompile(`(: |flag )-([a-z][a-z-]*)`)
+
+// durationFlag defines a duration flag whose error says how to write one.
+func durationFlag(fs *flag.FlagSet, p *time.Duration, name string) {
+	fs.Func(name, "", func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration; write one such as 500ms, 30s, 5m or 1h", s)
+		}
+		*p = d
+		return nil
+	})
+}
+
+// usage returns a bad-usage error that says where to find help.
+func usage(c *command, format string, args ...any) error {
+	see := "dlock --help"
+	if c != nil {
+		see = "dlock " + c.name + " --help"
+	}
+	return fail(exitUsage, "%s (see '%s')", fmt.Sprintf(format, args...), see)
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(c *command, args []string, min, max int, what string) error {
+	switch {
+	case len(args) < min:
+		return usage(c, "missing %s", what)
+	case len(args) > max:
+		return usage(c, "unexpected argument %q", args[max])
+	}
+	return nil
+}

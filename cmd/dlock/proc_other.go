@@ -1,0 +1,23 @@
+//go:build !unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+)
+
+var forwarded = []os.Signal{os.Interrupt}
+
+func stopsWait(os.Signal) bool                               { return true }
+func fromTerminal(os.Signal) bool                            { return false }
+func hasControllingTerminal() bool                           { return false }
+func inForeground() bool                                     { return false }
+func termWidth(*os.File) int                                 { return 0 }
+func childAttr(bool) *syscall.SysProcAttr                    { return nil }
+func signalChild(p *os.Process, _ bool, sig os.Signal) error { return p.Signal(sig) }
+
+var (
+	termSignal os.Signal = os.Kill
+	killSignal os.Signal = os.Kill
+)

@@ -1,0 +1,461 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+const (
+	// defaultGrace is how long run waits after SIGTERM before SIGKILL when
+	// the lock is lost.
+	defaultGrace = 10 * time.Second
+	// minTTL is the shortest --ttl: the lease is refreshed every third of it.
+	minTTL = 100 * time.Millisecond
+	// forever bounds the wait when --wait is not given.
+	forever = 100 * 365 * 24 * time.Hour
+	// releaseTimeout bounds the release after the command exits.
+	releaseTimeout = 5 * time.Second
+	// unreachableWait is how long run keeps waiting while Redis cannot be
+	// reached before it gives up.
+	unreachableWait = 30 * time.Second
+	// maxCmdMeta bounds the command line stored in the metadata.
+	maxCmdMeta = 200
+)
+
+var runCommand = new(command)
+
+func init() {
+	*runCommand = command{
+		name:    "run",
+		summary: "run a command while holding a lock",
+		usage:   "run [FLAGS] NAME -- COMMAND [ARGS...]",
+		conn:    true,
+		help: `Obtains the lock called NAME, runs COMMAND while holding it, releases it when
+the command exits, and exits with the command's exit code.
+
+While waiting for the lock on a terminal, one status line says who holds it;
+without a terminal, dlock logs plain lines on stderr when it starts waiting and
+when the holder changes. dlock writes nothing to stdout: that is the command's.
+
+The lock is refreshed every third of --ttl while the command runs. The command
+gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE in its environment; pass the fence
+to the resource you protect so that it can refuse a holder whose lock has
+passed to another. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
+dlock are passed on to the command. Without a controlling terminal (cron,
+systemd, CI) the command runs in a process group of its own and signals go to
+the whole group; at a terminal it shares dlock's group, so that Ctrl-C reaches
+it directly from the terminal, once.
+
+If the lock is lost while the command runs (it was force-released, or Redis
+could not be reached to refresh it before its TTL ran out), dlock sends the
+command SIGTERM, then SIGKILL after --grace, and exits with code 74. If dlock
+itself is killed, the command gets SIGTERM (on Linux) and the lock expires
+after its TTL.
+
+Flags:
+  --wait DURATION      give up with code 73 if the lock is not obtained within
+                       DURATION (default: wait as long as it takes)
+  --no-wait            give up at once with code 73 if the lock is held, as flock -n
+  --ttl DURATION       the lease: how long the lock outlives dlock if it dies
+                       (default 10s, at least 100ms)
+  --grace DURATION     after losing the lock, how long to wait between SIGTERM and
+                       SIGKILL (default 10s)
+  --metadata KEY=VALUE add to the metadata stored with the lock (repeatable); the
+                       defaults are host, pid, user and cmd
+  --shared             take a read lock: shared with other --shared runs, exclusive
+                       of plain ones
+  --semaphore N        take one of N permits: up to N runs at once
+  --quiet, -q          do not report waiting; errors are still reported
+
+Examples:
+  dlock run nightly -- ./nightly-report.sh
+  dlock run --no-wait --ttl 30s backup -- pg_dump -f /backups/db.sql mydb
+  dlock run --wait 5m --metadata ticket=OPS-42 migrate -- ./migrate up
+  dlock run deploy -- sh -c 'echo "deploying with fence $DLOCK_FENCE"; ./deploy'
+  if ! dlock run --no-wait sync -- ./sync; then [ $? -eq 73 ] && echo "sync already running"; fi
+`,
+		flags: func(fs *flag.FlagSet) func(*app, []string) error {
+			o := runOptions{ttl: dlock.DefaultTTL, grace: defaultGrace}
+			fs.Func("wait", "", func(s string) error {
+				d, err := time.ParseDuration(s)
+				switch {
+				case err != nil:
+					return fmt.Errorf("%q is not a duration; write one such as 30s or 5m", s)
+				case d <= 0:
+					return fmt.Errorf("%v is not positive; to not wait at all, write --no-wait", d)
+				}
+				o.wait = d
+				return nil
+			})
+			fs.BoolVar(&o.noWait, "no-wait", false, "")
+			durationFlag(fs, &o.ttl, "ttl")
+			durationFlag(fs, &o.grace, "grace")
+			fs.Func("metadata", "", func(s string) error {
+				k, v, ok := strings.Cut(s, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--metadata %q: write KEY=VALUE", s)
+				}
+				o.meta = append(o.meta, [2]string{k, v})
+				return nil
+			})
+			fs.BoolVar(&o.kind.shared, "shared", false, "")
+			fs.IntVar(&o.kind.permits, "semaphore", 0, "")
+			fs.BoolVar(&o.quiet, "quiet", false, "")
+			fs.BoolVar(&o.quiet, "q", false, "")
+			return func(a *app, args []string) error { return a.run(args, &o) }
+		},
+	}
+}
+
+type runOptions struct {
+	wait, ttl, grace time.Duration
+	noWait, quiet    bool
+	meta             [][2]string
+	kind             kind
+}
+
+// check validates the options that flag parsing could not.
+func (o *runOptions) check() error {
+	switch {
+	case o.noWait && o.wait > 0:
+		return usage(runCommand, "--no-wait and --wait exclude each other")
+	case o.ttl < minTTL:
+		return usage(runCommand, "--ttl %v is too short; it must be at least %v", o.ttl, minTTL)
+	case o.grace < 0:
+		return usage(runCommand, "--grace %v must not be negative", o.grace)
+	case o.kind.permits < 0:
+		return usage(runCommand, "--semaphore %d must be a positive number of permits", o.kind.permits)
+	case o.kind.shared && o.kind.permits > 0:
+		return usage(runCommand, "--shared and --semaphore exclude each other")
+	}
+	return nil
+}
+
+// signalled is the cause of a wait that a signal ended.
+type signalled struct{ sig os.Signal }
+
+func (s signalled) Error() string { return "interrupted by " + sigName(s.sig) }
+
+func sigName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		switch s {
+		case syscall.SIGINT:
+			return "SIGINT"
+		case syscall.SIGTERM:
+			return "SIGTERM"
+		case syscall.SIGHUP:
+			return "SIGHUP"
+		case syscall.SIGKILL:
+			return "SIGKILL"
+		}
+	}
+	return sig.String()
+}
+
+func sigCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return exitSignal + int(s)
+	}
+	return exitSignal + 2
+}
+
+var errWaitedOut = errors.New("--wait ran out")
+
+func (a *app) run(args []string, o *runOptions) error {
+	sep := indexOf(args, "--")
+	names, argv := args[:sep], args[sep+1:]
+	switch {
+	case len(names) == 0:
+		return usage(runCommand, "missing the lock's NAME: write dlock run NAME -- COMMAND [ARGS...]")
+	case len(names) > 1:
+		return usage(runCommand, "unexpected argument %q before `--`: the lock's NAME comes first, the command after `--`", names[1])
+	case len(argv) == 0:
+		return usage(runCommand, "missing the COMMAND after `--`")
+	case names[0] == "":
+		return usage(runCommand, "the lock's NAME is empty")
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	name := names[0]
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return fail(exitNotFound, "command %q not found: check its name, or give its path", argv[0])
+		}
+		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	l, c, err := a.obtain(name, argv, o, sigs)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return a.runHolding(l, name, path, argv, o, sigs)
+}
+
+// obtain connects and obtains the lock; a stopping signal received
+// meanwhile gives up.
+func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.Signal) (*dlock.Lock, *conn, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stopWatch, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case sig := <-sigs:
+				if stopsWait(sig) {
+					cancel(signalled{sig})
+					return
+				}
+			case <-stopWatch:
+				return
+			}
+		}
+	}()
+	defer func() { close(stopWatch); <-watched }()
+	interrupted := func() error {
+		var s signalled
+		if errors.As(context.Cause(ctx), &s) {
+			return fail(sigCode(s.sig), "%v while waiting for %q; the command was not run", s, name)
+		}
+		return nil
+	}
+
+	c, err := a.connect(ctx)
+	if err != nil {
+		if ierr := interrupted(); ierr != nil {
+			return nil, nil, ierr
+		}
+		return nil, nil, err
+	}
+	try, wait, err := o.kind.acquirers(c.locks, name)
+	if err != nil {
+		c.close()
+		return nil, nil, err
+	}
+	opts := []dlock.Option{dlock.WithTTL(o.ttl), dlock.WithMetadata(metadata(argv, o.meta)), dlock.WithAutoRefresh()}
+	var l *dlock.Lock
+	var w *waiter
+	if o.noWait {
+		l, err = try(ctx, opts...)
+	} else {
+		wctx, wcancel := context.WithCancelCause(ctx)
+		if o.wait > 0 {
+			var tcancel context.CancelFunc
+			wctx, tcancel = context.WithTimeoutCause(wctx, o.wait, errWaitedOut)
+			defer tcancel()
+		}
+		w = a.newWaiter(c, name, o.quiet, wcancel)
+		l, err = wait(wctx, append(opts, dlock.WithMaxWait(forever), dlock.WithOnRetry(w.onRetry))...)
+		w.stop()
+		if err != nil {
+			err = a.waitError(c, name, o, context.Cause(wctx), err)
+		}
+		wcancel(nil)
+	}
+	if ierr := interrupted(); ierr != nil {
+		if l != nil {
+			a.release(l, name)
+		}
+		c.close()
+		return nil, nil, ierr
+	}
+	if err != nil {
+		defer c.close()
+		if errors.Is(err, dlock.ErrNotObtained) {
+			return nil, nil, a.notObtained(c, name, "not waiting (--no-wait)")
+		}
+		return nil, nil, a.redisError(c, err)
+	}
+	if w != nil && w.waited() && !o.quiet {
+		fmt.Fprintf(a.stderr, "dlock: obtained %s after waiting %s (fence %d)\n", quote(name), fmtDur(w.since()), l.Fence())
+	}
+	return l, c, nil
+}
+
+// waitError explains why a wait ended without the lock.
+func (a *app) waitError(c *conn, name string, o *runOptions, cause, err error) error {
+	var down redisDown
+	switch {
+	case errors.Is(cause, errWaitedOut):
+		return a.notObtained(c, name, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
+	case errors.As(cause, &down):
+		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %w", unreachableWait, quote(name), down.err))
+	}
+	return err
+}
+
+// notObtained reports who holds the lock run could not obtain.
+func (a *app) notObtained(c *conn, name, why string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	who := "another holder"
+	if info, err := c.locks.Inspect(ctx, name); err == nil && len(info.Holders) > 0 {
+		who = heldBy(info, time.Now())
+	}
+	return fail(exitNotObtained, "%s is held by %s; %s", quote(name), who, why)
+}
+
+// quote writes a lock name as the messages show it: 'nightly'.
+func quote(name string) string {
+	if strings.ContainsAny(name, "' \t\n") {
+		return strconv.Quote(name)
+	}
+	return "'" + name + "'"
+}
+
+// metadata is what run stores with the lock: a JSON object of the host,
+// dlock's pid (the process to signal to stop the run), the user, the
+// command line, and the --metadata pairs.
+func metadata(argv []string, extra [][2]string) string {
+	m := map[string]string{metaPID: strconv.Itoa(os.Getpid()), metaCmd: truncate(shellJoin(argv), maxCmdMeta)}
+	if h, err := os.Hostname(); err == nil {
+		m[metaHost] = h
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		m[metaUser] = u.Username
+	} else if u := os.Getenv("USER"); u != "" {
+		m[metaUser] = u
+	}
+	for _, kv := range extra {
+		m[kv[0]] = kv[1]
+	}
+	b, _ := json.Marshal(m) // a map of strings always marshals
+	return string(b)
+}
+
+// shellJoin writes argv as a shell would need it typed.
+func shellJoin(argv []string) string {
+	out := make([]string, len(argv))
+	for i, s := range argv {
+		if s != "" && strings.IndexFunc(s, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '+' || r == '@' ||
+				'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+		}) < 0 {
+			out[i] = s
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+// runHolding runs the command while l is held, and returns how run ends.
+func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *runOptions, sigs <-chan os.Signal) error {
+	ownGroup := !hasControllingTerminal()
+	cmd := &exec.Cmd{
+		Path: path, Args: argv,
+		Env: append(os.Environ(),
+			"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10)),
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: childAttr(ownGroup),
+	}
+	if err := cmd.Start(); err != nil {
+		a.release(l, name)
+		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+
+	var lost error
+	var kill <-chan time.Time
+	done := l.Done()
+	for running := true; running; {
+		select {
+		case <-exited:
+			running = false
+		case sig := <-sigs:
+			if !ownGroup && fromTerminal(sig) && inForeground() {
+				continue // the terminal sent it to the command as well
+			}
+			_ = signalChild(cmd.Process, ownGroup, sig)
+		case <-done:
+			done = nil
+			if lost = l.Err(); lost == nil {
+				continue
+			}
+			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to pid %d, SIGKILL in %v\n",
+				quote(name), lossReason(lost), cmd.Process.Pid, o.grace)
+			_ = signalChild(cmd.Process, ownGroup, termSignal)
+			t := time.NewTimer(o.grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			_ = signalChild(cmd.Process, ownGroup, killSignal)
+		}
+	}
+	code := exitStatus(cmd.ProcessState)
+	if lost != nil {
+		a.release(l, name)
+		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(code))
+	}
+	if err := a.release(l, name); errors.Is(err, dlock.ErrNotHeld) {
+		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(code))
+	}
+	if code == 0 {
+		return nil
+	}
+	return exitCode(code)
+}
+
+// release gives the lock up after the command; a failure other than the
+// loss of the lock is reported and otherwise ignored: the lock expires
+// after its TTL.
+func (a *app) release(l *dlock.Lock, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := l.Release(ctx)
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(a.stderr, "dlock: could not release %s (%v); it expires on its own within its TTL\n", quote(name), err)
+	}
+	return err
+}
+
+// exitStatus turns the command's end into run's exit code: its own code,
+// or 128+N when signal N killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignal + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// lossReason says why a lock was lost, without the sentinels' prefixes.
+func lossReason(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "dlock: ", "")
+	for _, p := range []string{"lock lost: ", "not held: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
+}
+
+func describeStatus(code int) string {
+	if code > exitSignal && code < exitSignal+65 {
+		return fmt.Sprintf("killed by %s", sigName(syscall.Signal(code-exitSignal)))
+	}
+	return fmt.Sprintf("exit code %d", code)
+}

@@ -1,0 +1,319 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// Exactly one of several runs started at once executes its command at a
+// time, and each later run gets a larger fence.
+func TestRunOneAtATime(t *testing.T) {
+	t.Parallel()
+	const runs = 5
+	name, file := lockName(t), filepath.Join(t.TempDir(), "timeline")
+	procs := make([]*proc, runs)
+	for i := range procs {
+		procs[i] = startDlock(t, nil, runArgs(nil, name, "job", file, "40")...)
+	}
+	for _, p := range procs {
+		if r := p.wait(t); r.code != 0 {
+			t.Fatalf("exit code %d; stderr: %s", r.code, r.stderr)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2*runs {
+		t.Fatalf("timeline has %d lines, want %d:\n%s", len(lines), 2*runs, data)
+	}
+	var lastFence uint64
+	for i := 0; i < len(lines); i += 2 {
+		start, end := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if start[0] != "start" || end[0] != "end" || start[1] != end[1] {
+			t.Fatalf("runs overlapped at line %d:\n%s", i+1, data)
+		}
+		fence, err := strconv.ParseUint(start[2], 10, 64)
+		if err != nil || fence <= lastFence {
+			t.Fatalf("fence %q after %d: not increasing\n%s", start[2], lastFence, data)
+		}
+		lastFence = fence
+	}
+}
+
+// --no-wait gives up at once with code 73, saying who holds the lock;
+// --wait gives up after its time.
+func TestRunNotObtained(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	c := libClient(t)
+	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute),
+		dlock.WithMetadata(`{"host":"host-a","pid":"4242"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	ran := filepath.Join(t.TempDir(), "ran")
+
+	r := dlockRun(t, nil, runArgs([]string{"--no-wait"}, name, "job", ran, "0")...)
+	checkOneLine(t, r, exitNotObtained, "held by host-a pid 4242 (running ")
+	if r.took > 5*time.Second {
+		t.Errorf("--no-wait took %v", r.took)
+	}
+
+	r = dlockRun(t, nil, runArgs([]string{"--wait", "300ms"}, name, "job", ran, "0")...)
+	if r.code != exitNotObtained || r.took < 300*time.Millisecond || r.stdout != "" {
+		t.Errorf("--wait 300ms: code %d after %v, stdout %q; want %d after 300ms, nothing on stdout", r.code, r.took, r.stdout, exitNotObtained)
+	}
+	// Without a terminal: plain log lines, then the reason.
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) != 2 || lines[0] != "dlock: waiting for '"+name+"' — held by "+lines[0][len("dlock: waiting for '"+name+"' — held by "):] ||
+		!strings.Contains(lines[0], "host-a pid 4242 (running ") || !strings.Contains(lines[1], "gave up after waiting 300ms") {
+		t.Errorf("--wait stderr:\n%s", r.stderr)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran without the lock")
+	}
+}
+
+// A waiting run logs who holds the lock, obtains it when it is released,
+// and keeps stdout for the command.
+func TestRunWaits(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	c := libClient(t)
+	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute), dlock.WithMetadata("batch job 7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startDlock(t, nil, runArgs(nil, name, "env")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t)
+	if r.code != 0 {
+		t.Fatalf("exit code %d; stderr: %s", r.code, r.stderr)
+	}
+	if want := "dlock: waiting for '" + name + "' — held by batch job 7 (running "; !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("stderr %q does not start with %q", r.stderr, want)
+	}
+	if !strings.Contains(r.stderr, "dlock: obtained '"+name+"' after waiting ") {
+		t.Errorf("stderr does not say the lock was obtained: %q", r.stderr)
+	}
+	if !strings.HasPrefix(r.stdout, "DLOCK_NAME="+name+"\n") || strings.Count(r.stdout, "\n") != 3 {
+		t.Errorf("stdout holds more than the command's output: %q", r.stdout)
+	}
+}
+
+// The command's exit code passes through; a signal's death is 128+N.
+func TestRunExitCode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"exit", "0"}, 0},
+		{[]string{"exit", "1"}, 1},
+		{[]string{"exit", "3"}, 3},
+		{[]string{"exit", "125"}, 125},
+		{[]string{"selfkill"}, 128 + 9},
+	} {
+		t.Run(strings.Join(tc.args, "-"), func(t *testing.T) {
+			t.Parallel()
+			r := dlockRun(t, nil, runArgs(nil, lockName(t), tc.args...)...)
+			if r.code != tc.want || r.stdout != "" || r.stderr != "" {
+				t.Errorf("code %d, stdout %q, stderr %q; want %d and no output", r.code, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
+}
+
+// The command sees the lock's name, token and fence, while it holds the
+// lock with the metadata run stores.
+func TestRunEnvironment(t *testing.T) {
+	t.Parallel()
+	name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+	c := libClient(t)
+	p := startDlock(t, nil, runArgs([]string{"--metadata", "ticket=OPS-42"}, name, "signals", file, "0")...)
+	ready := waitForLine(t, file, "ready ")
+	fence, token := ready[2], ready[3]
+
+	l, err := c.Attach(context.Background(), name, token)
+	if err != nil {
+		t.Fatalf("DLOCK_TOKEN %q does not hold the lock: %v", token, err)
+	}
+	if got := strconv.FormatUint(l.Fence(), 10); got != fence {
+		t.Errorf("DLOCK_FENCE = %s, the lock's fence is %s", fence, got)
+	}
+	meta := parseMeta(l.Metadata())
+	host, _ := os.Hostname()
+	if meta["pid"] != strconv.Itoa(p.cmd.Process.Pid) || meta["host"] != host || meta["ticket"] != "OPS-42" ||
+		!strings.HasSuffix(meta["cmd"], " signals "+file+" 0") || meta["user"] == "" {
+		t.Errorf("metadata %q", l.Metadata())
+	}
+	p.signal(t, syscall.SIGTERM)
+	if r := p.wait(t); r.code != 0 {
+		t.Errorf("exit code %d; stderr %s", r.code, r.stderr)
+	}
+	if !isFree(t, c, name) {
+		t.Error("the lock is still held after run ended")
+	}
+}
+
+// SIGINT, SIGTERM and SIGHUP reach the command; run exits with its code
+// and releases the lock.
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	c := libClient(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sigName(sig), func(t *testing.T) {
+			t.Parallel()
+			name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+			p := startDlock(t, nil, runArgs(nil, name, "signals", file, "7")...)
+			waitForLine(t, file, "ready ")
+			p.signal(t, sig)
+			waitForLine(t, file, "got "+sigName(sig))
+			if r := p.wait(t); r.code != 7 || r.stderr != "" {
+				t.Errorf("exit code %d, stderr %q; want 7 and nothing", r.code, r.stderr)
+			}
+			if !isFree(t, c, name) {
+				t.Error("the lock is still held after run ended")
+			}
+		})
+	}
+}
+
+// A run that is interrupted while waiting gives up with 128+N and never
+// runs the command.
+func TestRunInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	l, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	ran := filepath.Join(t.TempDir(), "ran")
+	p := startDlock(t, nil, runArgs(nil, name, "job", ran, "0")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	p.signal(t, syscall.SIGINT)
+	r := p.wait(t)
+	if r.code != 128+int(syscall.SIGINT) || !strings.Contains(r.stderr, "interrupted by SIGINT while waiting") {
+		t.Errorf("exit code %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the command ran")
+	}
+}
+
+// A lock force-released by another process: run sends the command
+// SIGTERM, then SIGKILL after --grace, and exits with code 74.
+func TestRunLockLost(t *testing.T) {
+	t.Parallel()
+	const ttl, grace = 600 * time.Millisecond, 500 * time.Millisecond
+
+	t.Run("stubborn", func(t *testing.T) {
+		t.Parallel()
+		name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+		p := startDlock(t, nil, runArgs([]string{"--ttl", ttl.String(), "--grace", grace.String()}, name, "stubborn", file)...)
+		pid, _ := strconv.Atoi(waitForLine(t, file, "ready ")[1])
+
+		before := time.Now()
+		rel := dlockRun(t, nil, "release", "--force", name)
+		if rel.code != 0 || !strings.Contains(rel.stdout, "removed holder: ") {
+			t.Fatalf("release --force: code %d, stdout %q, stderr %q", rel.code, rel.stdout, rel.stderr)
+		}
+		r := p.wait(t)
+		if r.code != exitLost {
+			t.Fatalf("exit code %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
+		}
+		// The loss is seen at the next refresh (a third of the TTL), then
+		// the command gets the grace period.
+		took := p.started.Add(r.took).Sub(before)
+		if took < grace || took > rel.took+ttl/3+grace+5*time.Second {
+			t.Errorf("run ended %v after the release began; want %v + %v after it, with slack", took, ttl/3, grace)
+		}
+		waitForLine(t, file, "got SIGTERM")
+		if !strings.Contains(r.stderr, "sending SIGTERM") || !strings.Contains(r.stderr, "sending SIGKILL") ||
+			!strings.Contains(r.stderr, "was lost while the command ran") || !strings.Contains(r.stderr, "killed by SIGKILL") {
+			t.Errorf("stderr:\n%s", r.stderr)
+		}
+		waitFor(t, "the command to be gone", func() bool {
+			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+		})
+	})
+
+	t.Run("obliging", func(t *testing.T) {
+		t.Parallel()
+		name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+		p := startDlock(t, nil, runArgs([]string{"--ttl", ttl.String()}, name, "signals", file, "0")...)
+		waitForLine(t, file, "ready ")
+		if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait(t)
+		waitForLine(t, file, "got SIGTERM")
+		if r.code != exitLost || strings.Contains(r.stderr, "sending SIGKILL") {
+			t.Errorf("exit code %d (want %d, though the command exited 0), stderr:\n%s", r.code, exitLost, r.stderr)
+		}
+	})
+}
+
+// Bad usage is code 64 with one line naming the mistake.
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "job", helperBin, "exit", "0"}, "missing `--` before the command"},
+		{[]string{"run", "--", helperBin}, "missing the lock's NAME"},
+		{[]string{"run", "job", "--"}, "missing the COMMAND after `--`"},
+		{[]string{"run", "job", "extra", "--", helperBin}, `unexpected argument "extra" before`},
+		{[]string{"run", "--no-wait", "--wait", "1s", "job", "--", helperBin}, "--no-wait and --wait exclude each other"},
+		{[]string{"run", "--wait", "0", "job", "--", helperBin}, "write --no-wait"},
+		{[]string{"run", "--ttl", "10", "job", "--", helperBin}, `"10" is not a duration`},
+		{[]string{"run", "--ttl", "5ms", "job", "--", helperBin}, "--ttl 5ms is too short"},
+		{[]string{"run", "--metadata", "novalue", "job", "--", helperBin}, "write KEY=VALUE"},
+		{[]string{"run", "--bogus", "job", "--", helperBin}, "flag provided but not defined: --bogus"},
+		{[]string{"run", "--shared", "job", "--", helperBin}, "--shared is not available in this build"},
+		{[]string{"run", "--semaphore", "3", "job", "--", helperBin}, "--semaphore is not available in this build"},
+		{[]string{"status"}, "missing the lock's NAME"},
+		{[]string{"release", "job"}, "needs --force"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{nil, "missing the command"},
+	} {
+		r := dlockRun(t, nil, tc.args...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+}
+
+// A command that does not exist is 127, as in the shell.
+func TestRunCommandNotFound(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "run", lockName(t), "--", "no-such-command-anywhere")
+	checkOneLine(t, r, exitNotFound, `command "no-such-command-anywhere" not found`)
+}
+
+// Flags may come after the name, before `--`; the command's own flags
+// after `--` are its own.
+func TestRunFlagsAfterName(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "run", lockName(t), "--ttl", "2s", "--", helperBin, "exit", "--ttl")
+	if r.code != 0 {
+		t.Errorf("exit code %d; stderr %s", r.code, r.stderr)
+	}
+}
