@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u
 .PHONY: demo test redis lint bench fuzz
 
 demo: redis
-	$(GO) run ./examples/demo
+	$(GO) run ./examples/cli-demo
 
 FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
 
