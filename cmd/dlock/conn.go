@@ -105,7 +105,7 @@ func unreachable(display string, err error) error {
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
 	case strings.Contains(msg, "NOPERM"):
-		hint = "the Redis user lacks a permission dlock needs; see the README's ACL recipe"
+		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
 	case strings.Contains(msg, "x509"), strings.Contains(msg, "tls:"), strings.Contains(msg, "certificate"):
 		hint = "check --tls-ca, --tls-cert and --tls-key, and that the URL says rediss://"
 	case strings.Contains(msg, "sentinel"):
