@@ -174,8 +174,8 @@ func TestConnectUnixSocket(t *testing.T) {
 	}
 }
 
-// TLS with a CA and a client certificate, and an ACL user whose password
-// comes from DLOCK_PASSWORD.
+// TLS with a CA and a client certificate, and the README's ACL user, whose
+// password comes from DLOCK_PASSWORD.
 func TestConnectTLSAndACL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -184,20 +184,42 @@ func TestConnectTLSAndACL(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithArgs("--tls-port", strconv.Itoa(port),
 		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
 		"--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "yes"))
-	srv.Do(t, "ACL", "SETUSER", "locker", "on", ">s3cret", "~dlock:*", "&*", "+@all")
+	srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, readmeACL(t)...)...)
 	url := "rediss://locker@127.0.0.1:" + strconv.Itoa(port)
 	tlsFlags := []string{"--redis", url, "--tls-ca", certs.ca, "--tls-cert", certs.clientCert, "--tls-key", certs.clientKey}
+	envTLS := []string{"DLOCK_PASSWORD=s3cret", "DLOCK_TLS_CA=" + certs.ca, "DLOCK_TLS_CERT=" + certs.clientCert,
+		"DLOCK_TLS_KEY=" + certs.clientKey, "DLOCK_REDIS=" + url}
 
-	r := dlockRun(t, []string{"DLOCK_PASSWORD=s3cret"}, append(tlsFlags, runArgs(nil, "job", "exit", "0")...)...)
-	if r.code != 0 {
-		t.Fatalf("run over TLS: code %d, stderr %s", r.code, r.stderr)
+	// Everything the command does, as the README's least-privileged user:
+	// hold, wait, inspect, list, force-release.
+	file := filepath.Join(t.TempDir(), "child")
+	holder := startDlock(t, []string{"DLOCK_PASSWORD=s3cret"}, append(tlsFlags, runArgs(nil, "job", "signals", file, "0")...)...)
+	waitForLine(t, file, "ready ")
+	waiting := startDlock(t, envTLS, runArgs(nil, "job", "exit", "5")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(waiting.stderr.String(), "waiting for 'job' — held by ") })
+	if r := dlockRun(t, envTLS, "status", "job"); r.code != 0 || !strings.Contains(r.stdout, "held by:") {
+		t.Errorf("status: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	if r := dlockRun(t, []string{"DLOCK_PASSWORD=s3cret", "DLOCK_TLS_CA=" + certs.ca, "DLOCK_TLS_CERT=" + certs.clientCert,
-		"DLOCK_TLS_KEY=" + certs.clientKey, "DLOCK_REDIS=" + url}, "status", "job"); r.code != 0 {
-		t.Errorf("status with TLS settings from the environment: code %d, stderr %s", r.code, r.stderr)
+	if r := dlockRun(t, envTLS, "ls"); r.code != 0 || !strings.Contains(r.stdout, "job ") {
+		t.Errorf("ls: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	holder.signal(t, os.Interrupt)
+	if r := holder.wait(t); r.code != 0 {
+		t.Errorf("run over TLS: code %d, stderr %s", r.code, r.stderr)
+	}
+	if r := waiting.wait(t); r.code != 5 {
+		t.Errorf("waiting run over TLS: code %d, stderr %s", r.code, r.stderr)
+	}
+	holder = startDlock(t, envTLS, runArgs([]string{"--ttl", "600ms"}, "job", "signals", file+"2", "0")...)
+	waitForLine(t, file+"2", "ready ")
+	if r := dlockRun(t, envTLS, "release", "--force", "job"); r.code != 0 || !strings.Contains(r.stdout, "removed holder") {
+		t.Errorf("release --force: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := holder.wait(t); r.code != exitLost {
+		t.Errorf("run after release --force: code %d, stderr %s", r.code, r.stderr)
 	}
 
-	r = dlockRun(t, []string{"DLOCK_PASSWORD=wrong"}, append(tlsFlags, "ls")...)
+	r := dlockRun(t, []string{"DLOCK_PASSWORD=wrong"}, append(tlsFlags, "ls")...)
 	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
 	if strings.Contains(r.stderr, "wrong") {
 		t.Errorf("the error shows the password: %s", r.stderr)
@@ -260,6 +282,22 @@ func TestConnectSentinel(t *testing.T) {
 	}
 	r = dlockRun(t, nil, "--redis", "redis://"+sentinel, "--sentinel-master", "nosuchmaster", "ls")
 	checkOneLine(t, r, exitUnavailable, "cannot use Redis at")
+}
+
+// readmeACL returns the rules of the README's least-privileged ACL user.
+func readmeACL(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rules, ok := strings.CutPrefix(line, "ACL SETUSER locker "); ok {
+			return strings.Fields(rules)
+		}
+	}
+	t.Fatal("the README has no ACL SETUSER locker line")
+	return nil
 }
 
 func freePort(t *testing.T) int {
