@@ -113,7 +113,7 @@ func unreachable(display string, err error) error {
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	}
-	return fail(exitUnavailable, "cannot use Redis at %s: %v; %s", display, err, hint)
+	return fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint)
 }
 
 // redisError turns an error of a Redis request into an exit: ServerErrors
@@ -122,11 +122,9 @@ func (a *app) redisError(c *conn, err error) error {
 	var se *dlock.ServerError
 	switch {
 	case errors.Is(err, dlock.ErrWrongType):
-		return usage(a.cmd, "%v: that key holds data dlock did not write; pick another name or --prefix", err)
-	case errors.Is(err, dlock.ErrKindMismatch):
-		return usage(a.cmd, "%v", err)
-	case errors.Is(err, dlock.ErrInvalidArgument):
-		return usage(a.cmd, "%v", err)
+		return usage(a.cmd, "%s: that key holds data dlock did not write; pick another name or --prefix", libMsg(err))
+	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
+		return usage(a.cmd, "%s", libMsg(err))
 	case errors.As(err, &se), isNetError(err):
 		return unreachable(c.display, err)
 	}

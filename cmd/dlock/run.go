@@ -274,7 +274,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	}
 	if ierr := interrupted(); ierr != nil {
 		if l != nil {
-			a.release(l, name)
+			a.release(l, name, false)
 		}
 		c.close()
 		return nil, nil, ierr
@@ -299,7 +299,7 @@ func (a *app) waitError(c *conn, name string, o *runOptions, cause, err error) e
 	case errors.Is(cause, errWaitedOut):
 		return a.notObtained(c, name, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
 	case errors.As(cause, &down):
-		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %w", unreachableWait, quote(name), down.err))
+		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	}
 	return err
 }
@@ -370,7 +370,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		SysProcAttr: childAttr(ownGroup),
 	}
 	if err := cmd.Start(); err != nil {
-		a.release(l, name)
+		a.release(l, name, false)
 		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
 	}
 	exited := make(chan struct{})
@@ -410,10 +410,10 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	}
 	code := exitStatus(cmd.ProcessState)
 	if lost != nil {
-		a.release(l, name)
+		_ = a.release(l, name, true) // frees it if Redis still has it; a failure is no news
 		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(code))
 	}
-	if err := a.release(l, name); errors.Is(err, dlock.ErrNotHeld) {
+	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
 		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(code))
 	}
 	if code == 0 {
@@ -422,15 +422,15 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	return exitCode(code)
 }
 
-// release gives the lock up after the command; a failure other than the
-// loss of the lock is reported and otherwise ignored: the lock expires
-// after its TTL.
-func (a *app) release(l *dlock.Lock, name string) error {
+// release gives the lock up after the command; unless quiet, a failure
+// other than the loss of the lock is reported, and otherwise ignored: the
+// lock expires after its TTL.
+func (a *app) release(l *dlock.Lock, name string, quiet bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := l.Release(ctx)
-	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(a.stderr, "dlock: could not release %s (%v); it expires on its own within its TTL\n", quote(name), err)
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) && !quiet {
+		fmt.Fprintf(a.stderr, "dlock: could not release %s (%s); it expires on its own within its TTL\n", quote(name), libMsg(err))
 	}
 	return err
 }
@@ -444,9 +444,15 @@ func exitStatus(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// libMsg is the message of a library error without the "dlock: " of each
+// error it wraps: dlock's own line already says who speaks.
+func libMsg(err error) string {
+	return strings.ReplaceAll(err.Error(), "dlock: ", "")
+}
+
 // lossReason says why a lock was lost, without the sentinels' prefixes.
 func lossReason(err error) string {
-	msg := strings.ReplaceAll(err.Error(), "dlock: ", "")
+	msg := libMsg(err)
 	for _, p := range []string{"lock lost: ", "not held: "} {
 		msg = strings.TrimPrefix(msg, p)
 	}

@@ -151,7 +151,7 @@ func (w *waiter) status(ctx context.Context) (line, key string) {
 	rerr := w.lastErr
 	w.mu.Unlock()
 	if rerr != nil {
-		return fmt.Sprintf("waiting for %s — Redis unreachable (%v); retrying", quote(w.name), oneLine(rerr.Error())), "unreachable"
+		return fmt.Sprintf("waiting for %s — Redis unreachable (%v); retrying", quote(w.name), oneLine(libMsg(rerr))), "unreachable"
 	}
 	ictx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
