@@ -1,0 +1,68 @@
+// Package redlock provides Redlock locks: a lock spread over N independent
+// Redis masters that counts as held while a majority of them, N/2+1, hold
+// it. It keeps working while fewer than half of the masters are down or
+// unreachable, where a lock on one server (package dlock) stops with its
+// server.
+//
+//	var nodes []redlock.Node
+//	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"} {
+//		rdb := redis.NewClient(&redis.Options{Addr: addr})
+//		nodes = append(nodes, redlock.Node{Addr: addr, Client: dlock.New(goredis.New(rdb))})
+//	}
+//	locks, err := redlock.New(nodes)
+//	...
+//	l, err := locks.TryLock(ctx, "orders:42", redlock.WithTTL(10*time.Second))
+//	if errors.Is(err, dlock.ErrNotObtained) {
+//		return // held by another, or a quorum could not be reached
+//	}
+//	defer l.Release(ctx)
+//
+// # The algorithm
+//
+// An acquisition sends the request for the lock to every node at once,
+// with one random token for all of them, and waits for each at most the
+// node timeout (WithNodeTimeout, 50ms by default), so that a dead or
+// paused node costs the timeout and no more. It succeeds if a quorum
+// granted the lock and its validity has not run out: the TTL, measured on
+// the monotonic clock from before the first request, less the time the
+// round took and an allowance for clock drift (1% of the TTL + 2ms).
+// Otherwise the lock is released on every node that granted it, and Lock
+// tries again after a random delay. On each node the lock is an ordinary
+// dlock lock (one atomic script to take it, token-checked scripts to
+// refresh and release it).
+//
+// A held lock is a lease, as in package dlock: Refresh extends it on every
+// node (and takes it again on nodes that lost it), WithAutoRefresh keeps it
+// alive, Deadline says until when a quorum is known to hold it, and Done
+// closes the moment fewer than a quorum do.
+//
+// # Errors
+//
+// A failed acquisition returns an error matching dlock.ErrNotObtained,
+// joined with a *NodeError for each node that did not grant the lock, and
+// with ErrNoQuorum when fewer than a quorum of nodes answered at all (the
+// lock could not have been obtained even if free). Bad input matches
+// dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
+// ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
+//
+// # What it rests on
+//
+// Redlock is safe only while its assumptions hold: the masters fail
+// independently; clocks run at about the same rate everywhere (the drift
+// allowance covers 1%); and a master that restarts either keeps its data
+// (appendonly with appendfsync always) or stays down for longer than the
+// longest TTL, since a master that comes back empty can give a second
+// locker the vote that completes its quorum. A process paused for longer
+// than its lock's validity learns of it from Done when it resumes, too
+// late to stop a write it was making. Martin Kleppmann's critique of
+// Redlock turns on that last point and on the absence of fencing tokens:
+// Redlock cannot hand out a number that grows with every holder, because
+// the nodes count separately. For correctness under pauses, use a
+// single-instance dlock lock with dlock.WithReplicas and check its fence at
+// the resource; Redlock is for availability, and for efficiency where a
+// rare double holder costs only duplicate work.
+//
+// An even number of masters works, with a quorum of N/2+1, but buys
+// nothing: four masters need three votes and tolerate one failure, as
+// three do.
+package redlock

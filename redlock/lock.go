@@ -1,0 +1,783 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// Lock is a lock held on a quorum of a Locker's nodes. It is obtained with
+// Locker.TryLock or Locker.Lock and given up with Release. Its methods are
+// safe for concurrent use.
+//
+// On each node the lock is an ordinary dlock lock, held with the Lock's
+// token, so dlock.Client.Inspect shows it there with its metadata.
+//
+// A Lock has no fencing token. Each node would give its own, from its own
+// counter, and numbers from different nodes cannot be compared: a newer
+// holder may well get a smaller number from the nodes that count for it.
+// Kleppmann's critique of Redlock (and the Redis documentation) come to
+// the same point: Redlock cannot fence. Where a late write by a holder
+// that lost its lock would do harm, use a single-instance dlock lock with
+// dlock.WithReplicas, whose Lock.Fence only grows.
+type Lock struct {
+	r     *Locker
+	name  string
+	token string
+	meta  string
+
+	op sync.Mutex // one Refresh or Release at a time
+
+	mu       sync.Mutex
+	nodes    []nodeLock
+	live     int           // nodes whose lock is held
+	held     bool          // the acquisition succeeded
+	stopped  bool          // no node lock may be added: released, lost or given up
+	released bool          // Release was called
+	ttl      time.Duration // of the last acquisition or refresh
+	acquired time.Time
+	maxHold  time.Duration
+	capped   bool      // the max hold stopped the refreshing
+	ended    time.Time // Deadline once Done is closed
+	done     chan struct{}
+	err      error
+	onEnd    map[*int]func()
+}
+
+// nodeLock is the lock on one node.
+type nodeLock struct {
+	lock *dlock.Lock // the latest lock obtained on the node, or nil
+	live bool        // lock is held: its lease has not ended
+	busy bool        // a request to obtain or refresh the lock there is under way
+	err  error       // why the node does not hold it
+	stop func() bool // stops watching lock's end
+}
+
+// round collects the outcome of one request to each node; guarded by the
+// lock's mutex, because a request may record it after the round is over.
+type round struct{ errs []error }
+
+// Outcomes of a node in a round, besides nil (done) and its error.
+var (
+	errPending   = errors.New("pending")   // the request has not returned
+	errNotAsked  = errors.New("not asked") // no request went to the node
+	errGivenBack = errors.New("granted after the round was over, and given back")
+	errBusy      = fmt.Errorf("%w: an earlier request to it is still under way", ErrNodeTimeout)
+	errNotThere  = errors.New("never held there")
+)
+
+// newRound starts a round of requests to the nodes in idx, out of n.
+func newRound(n int, idx []int) *round {
+	rd := &round{errs: make([]error, n)}
+	for i := range rd.errs {
+		rd.errs[i] = errNotAsked
+	}
+	for _, i := range idx {
+		rd.errs[i] = errPending
+	}
+	return rd
+}
+
+// succeeded returns how many nodes did their part in the round.
+func (rd *round) succeeded() int {
+	n := 0
+	for _, err := range rd.errs {
+		if err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TryLock obtains the lock called name on a quorum of the nodes, in one
+// round of requests sent to all of them at once, or returns an error
+// matching dlock.ErrNotObtained at once.
+//
+// The acquisition counts only if a quorum granted the lock and the TTL,
+// measured on the monotonic clock from before the first request, less the
+// time the round took and an allowance for clock drift (1% of the TTL +
+// 2ms), has not run out. Otherwise the lock is released on every node that
+// granted it, also on nodes that answer after the node timeout, and the
+// error joins dlock.ErrNotObtained with a *NodeError for every node that
+// did not grant it, and with ErrNoQuorum when fewer than a quorum answered
+// without an error. Bad options come back before any request, matching
+// dlock.ErrInvalidArgument.
+func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	o, err := r.options(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.attempt(ctx, name, o)
+}
+
+// Lock obtains the lock called name as TryLock does, trying again after a
+// random delay (WithRetry) while it is held by another or a quorum cannot
+// be reached. It gives up when the retry strategy stops, when ctx ends, or,
+// if ctx has no deadline, after the WithMaxWait bound (dlock.DefaultMaxWait);
+// the error is then the last attempt's, joined with ctx.Err() when ctx
+// ended.
+func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	o, err := r.options(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.maxWait)
+		defer cancel()
+	}
+	for failed := 1; ; failed++ {
+		l, err := r.attempt(ctx, name, o)
+		if err == nil {
+			return l, nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			if !errors.Is(err, cerr) {
+				err = errors.Join(err, cerr)
+			}
+			return nil, err
+		}
+		if r.final(err) {
+			return nil, err
+		}
+		d, ok := o.retry.NextBackoff(failed)
+		if !ok {
+			return nil, err
+		}
+		if serr := sleep(ctx, d); serr != nil {
+			return nil, errors.Join(err, serr)
+		}
+	}
+}
+
+// Do runs fn while holding the lock called name: it obtains the lock as
+// Lock does, refreshes it automatically, runs fn with a context that is
+// cancelled the moment the lock is lost, and releases the lock when fn
+// returns. It returns fn's error, joined with the loss (matching
+// dlock.ErrLost) if the lock was lost while fn ran.
+func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: Do with a nil function", dlock.ErrInvalidArgument)
+	}
+	l, err := r.Lock(ctx, name, append([]Option{WithAutoRefresh()}, opts...)...)
+	if err != nil {
+		return err
+	}
+	err = fn(l.Context(ctx))
+	lost := l.Err()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if rerr := l.Release(rctx); rerr != nil && lost == nil {
+		lost = rerr
+	}
+	return errors.Join(err, lost)
+}
+
+// cleanupTimeout bounds the release of a lock obtained on a node after the
+// acquisition was given up, and the release at the end of Do.
+const cleanupTimeout = 2 * time.Second
+
+// attempt makes one round of requests for the lock.
+func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, error) {
+	l := &Lock{r: r, name: name, token: newToken(), meta: o.meta, ttl: o.ttl, maxHold: o.maxHold,
+		nodes: make([]nodeLock, len(r.nodes)), done: make(chan struct{})}
+	all := make([]int, len(r.nodes))
+	for i := range all {
+		all[i] = i
+		l.nodes[i].busy = true
+	}
+	rd := newRound(len(r.nodes), all)
+	start := time.Now()
+	valid := start.Add(o.ttl - drift(o.ttl))
+	r.fanOut(ctx, all, func(ctx context.Context, i int) { l.take(ctx, i, o.ttl, rd) })
+
+	l.mu.Lock()
+	now := time.Now()
+	if l.live >= r.quorum && now.Before(valid) {
+		l.held, l.acquired = true, start
+		l.mu.Unlock()
+		if o.auto {
+			l.autoRefresh(o.refreshInterval())
+		}
+		return l, nil
+	}
+	l.stopped = true // requests that answer from now on give their node back
+	err := l.failure(ctx, rd, "obtained")
+	if l.live >= r.quorum {
+		err = fmt.Errorf("%w: %q: the round took %v, past the validity of the TTL %v", dlock.ErrNotObtained, name, now.Sub(start), o.ttl)
+	}
+	l.mu.Unlock()
+	l.end(err)
+	l.releaseAll(context.WithoutCancel(ctx))
+	return nil, err
+}
+
+// take obtains the lock on node i with the Lock's token, records the
+// outcome in rd, and gives the node back if the Lock no longer wants it.
+func (l *Lock) take(ctx context.Context, i int, ttl time.Duration, rd *round) {
+	n := l.r.nodes[i]
+	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(l.token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	l.mu.Lock()
+	s := &l.nodes[i]
+	s.busy = false
+	rd.errs[i] = err
+	switch {
+	case err != nil:
+		s.err = err
+	case l.stopped:
+		rd.errs[i] = errGivenBack
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = nl.Release(ctx) // if it fails, the lock expires there with its TTL
+		return
+	default:
+		l.install(i, nl)
+	}
+	l.mu.Unlock()
+}
+
+// install records the lock held on node i and watches for its end; l.mu
+// must be held.
+func (l *Lock) install(i int, nl *dlock.Lock) {
+	s := &l.nodes[i]
+	if s.stop != nil {
+		s.stop()
+	}
+	s.lock, s.live, s.err = nl, true, nil
+	l.live++
+	ctx := nl.Context(context.Background())
+	s.stop = context.AfterFunc(ctx, func() {
+		if l.lose(i, nl, nl.Err()) {
+			l.endLost()
+		}
+	})
+}
+
+// lose records that the lock on node i, nl, has ended (released when err is
+// nil), and reports whether the Lock lost its quorum by it; l.mu must not be
+// held.
+func (l *Lock) lose(i int, nl *dlock.Lock, err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.loseLocked(i, nl, err)
+}
+
+func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
+	s := &l.nodes[i]
+	if s.lock != nl || !s.live {
+		return false
+	}
+	s.live = false
+	if err != nil {
+		s.err = err
+	}
+	l.live--
+	return l.held && !l.stopped && l.live < l.r.quorum
+}
+
+// endLost ends the Lock because fewer than a quorum of its nodes hold it.
+func (l *Lock) endLost() {
+	l.mu.Lock()
+	held := l.live
+	var errs []error
+	for i, s := range l.nodes {
+		if !s.live && s.err != nil {
+			errs = append(errs, l.nodeError(i, s.err))
+		}
+	}
+	why := error(nil)
+	if l.capped {
+		why = dlock.ErrMaxHold
+	}
+	l.mu.Unlock()
+	top := fmt.Errorf("%w: %q is held on %d of %d nodes, below the quorum of %d", dlock.ErrLost, l.name, held, len(l.nodes), l.r.quorum)
+	if why != nil {
+		top = fmt.Errorf("%w: %w", top, why)
+	}
+	l.end(errors.Join(append([]error{top}, errs...)...))
+}
+
+// failure builds the error of a round that did not reach a quorum, from
+// the nodes' outcomes in rd; l.mu must be held.
+func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
+	answered, got := 0, 0
+	var errs []error
+	for i, err := range rd.errs {
+		switch err {
+		case errPending:
+			err = fmt.Errorf("%w (%v)", ErrNodeTimeout, l.r.timeout)
+		case errNotAsked:
+			if err = l.nodes[i].err; err == nil {
+				err = errNotThere
+			}
+		}
+		switch {
+		case err == nil:
+			got++
+			answered++
+			continue
+		case errors.Is(err, dlock.ErrInvalidArgument):
+			return err // the same on every node, and found before any request
+		case !isServerError(err) && !errors.Is(err, ErrNodeTimeout):
+			answered++ // refused, or an answer that is not a failure to reach it
+		}
+		errs = append(errs, l.nodeError(i, err))
+	}
+	var top error
+	switch did {
+	case "obtained":
+		top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, did, got, len(l.nodes), l.r.quorum)
+		if answered < l.r.quorum {
+			top = fmt.Errorf("%w; %w (%d of %d)", top, ErrNoQuorum, answered, len(l.nodes))
+		}
+	default:
+		top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(append([]error{top}, errs...)...)
+}
+
+func (l *Lock) nodeError(i int, err error) error {
+	return &NodeError{Node: i, Addr: l.r.nodes[i].Addr, Err: err}
+}
+
+// isServerError reports whether err is a failure to reach a node, or an
+// error reply from it.
+func isServerError(err error) bool {
+	var se *dlock.ServerError
+	return errors.As(err, &se) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// final reports whether an acquisition failed in a way that trying again
+// will not change: more nodes than the quorum can spare hold data under
+// the lock's key that is not a dlock lock of this kind.
+func (r *Locker) final(err error) bool {
+	n := 0
+	for _, e := range joined(err) {
+		if errors.Is(e, dlock.ErrWrongType) || errors.Is(e, dlock.ErrKindMismatch) {
+			n++
+		}
+	}
+	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument)
+}
+
+// joined returns the errors joined in err, or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// releaseAll releases the lock on every node that holds it or may, and
+// returns the outcomes; nodes whose request to obtain it is still under
+// way give it back themselves.
+func (l *Lock) releaseAll(ctx context.Context) *round {
+	l.mu.Lock()
+	var idx []int
+	locks := make([]*dlock.Lock, len(l.nodes))
+	for i, s := range l.nodes {
+		if s.lock != nil {
+			idx = append(idx, i)
+			locks[i] = s.lock
+		}
+	}
+	rd := newRound(len(l.nodes), idx)
+	l.mu.Unlock()
+	l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
+		err := locks[i].Release(ctx)
+		l.mu.Lock()
+		rd.errs[i] = err
+		l.mu.Unlock()
+	})
+	return rd
+}
+
+// Release gives the lock up on every node that holds it (or held it and
+// may still: a node whose lock ran out only by the local clock). It
+// returns nil if a quorum of nodes released it, and otherwise an error
+// matching dlock.ErrNotHeld, joined with a *NodeError for every node that
+// did not. Nodes that did not answer keep the lock until its TTL runs out
+// there. Done is closed once Release returns; Err is then nil if a quorum
+// released it. Release can be called once; later calls return
+// dlock.ErrNotHeld.
+//
+// Release panics if l is nil: check the error of the call that obtained it.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		panic("redlock: Release of a nil *Lock")
+	}
+	if ctx == nil {
+		return dlock.ErrNilContext
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
+	}
+	l.released, l.stopped = true, true
+	l.mu.Unlock()
+
+	rd := l.releaseAll(ctx)
+	l.mu.Lock()
+	var err error
+	if rd.succeeded() < l.r.quorum {
+		err = l.failure(ctx, rd, "released")
+		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.end(fmt.Errorf("%w: %w", dlock.ErrLost, err))
+		return err
+	}
+	l.end(nil)
+	return nil
+}
+
+// Refresh resets the lock's TTL to ttl on every node that holds it, and
+// obtains it again, with the same token, on the nodes that lost it (a node
+// that restarted without persistence, say) or never granted it; all at
+// once, each request bounded by the node timeout. It returns nil if a
+// quorum of nodes now hold it for ttl, and moves the deadline accordingly.
+//
+// Otherwise it returns an error joined with a *NodeError for every node
+// that failed: one matching dlock.ErrNotHeld when fewer than a quorum of
+// nodes still hold the lock (it is lost: Done is closed, Err matches
+// dlock.ErrLost), or one matching ErrNoQuorum, and not dlock.ErrNotHeld,
+// when a quorum still holds it but fewer than a quorum refreshed it: the
+// lock then stays held until its deadline, and a later Refresh may
+// succeed. WithAutoRefresh tries again within 250ms in that case.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return dlock.ErrNilContext
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: %v is under 1ms", dlock.ErrInvalidTTL, ttl)
+	}
+	if ttl <= l.r.timeout {
+		return fmt.Errorf("%w: the TTL %v is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, l.r.timeout)
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	return l.refresh(ctx, ttl)
+}
+
+// refresh is Refresh; l.op must be held.
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	l.mu.Lock()
+	if err := l.aliveLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	var idx []int
+	locks := make([]*dlock.Lock, len(l.nodes))
+	busy := make([]bool, len(l.nodes))
+	for i := range l.nodes {
+		s := &l.nodes[i]
+		if s.busy {
+			busy[i] = true // an earlier round's request is still under way
+			continue
+		}
+		if s.live {
+			locks[i] = s.lock
+		}
+		s.busy = true // refresh it, or obtain it again
+		idx = append(idx, i)
+	}
+	rd := newRound(len(l.nodes), idx)
+	for i := range busy {
+		if busy[i] {
+			rd.errs[i] = errBusy
+		}
+	}
+	l.mu.Unlock()
+
+	l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
+		nl := locks[i]
+		if nl == nil {
+			l.take(ctx, i, ttl, rd)
+			return
+		}
+		err := nl.Refresh(ctx, ttl)
+		lost := false
+		l.mu.Lock()
+		l.nodes[i].busy = false
+		rd.errs[i] = err
+		if errors.Is(err, dlock.ErrNotHeld) {
+			lost = l.loseLocked(i, nl, err)
+		} else if err != nil {
+			l.nodes[i].err = err
+		}
+		l.mu.Unlock()
+		if lost {
+			l.endLost()
+		}
+	})
+
+	l.mu.Lock()
+	if rd.succeeded() >= l.r.quorum {
+		l.ttl = ttl
+		l.mu.Unlock()
+		return nil
+	}
+	live := l.live
+	if live >= l.r.quorum {
+		// Still held: a node's "not held" must not make the whole error
+		// match dlock.ErrNotHeld.
+		for i, err := range rd.errs {
+			if errors.Is(err, dlock.ErrNotHeld) {
+				rd.errs[i] = fmt.Errorf("the lock is gone there (%v)", err)
+			}
+		}
+	}
+	err := l.failure(ctx, rd, "refreshed")
+	l.mu.Unlock()
+	if live < l.r.quorum {
+		l.endLost()
+		return errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
+	}
+	return errors.Join(ErrNoQuorum, err)
+}
+
+// aliveLocked returns nil while the lock is held, or why it is not; l.mu
+// must be held.
+func (l *Lock) aliveLocked() error {
+	switch {
+	case l.released:
+		return fmt.Errorf("%w: %q was released", dlock.ErrNotHeld, l.name)
+	case l.stopped:
+		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, l.err)
+	}
+	return nil
+}
+
+// autoRefresh starts the goroutine that refreshes the lock every interval;
+// after Locker.Close there is none, and the lock runs out at its deadline.
+func (l *Lock) autoRefresh(interval time.Duration) {
+	l.r.goOwned(func() {
+		timer := time.NewTimer(interval)
+		defer timer.Stop()
+		for {
+			select {
+			case <-l.done:
+				return
+			case <-l.r.bg.Done():
+				return
+			case <-timer.C:
+			}
+			ttl, last, ok := l.nextRefresh(time.Now())
+			if !ok {
+				return // the max hold allows no more: the nodes' deadlines end it
+			}
+			l.op.Lock()
+			err := l.refresh(l.r.bg, ttl)
+			l.op.Unlock()
+			select {
+			case <-l.done:
+				return // lost (or released meanwhile)
+			default:
+			}
+			switch {
+			case err == nil && last:
+				return
+			case err == nil:
+				timer.Reset(interval)
+			default:
+				// Not refreshed on a quorum, but still held on one: try
+				// again soon, until the nodes' deadlines end the lock.
+				timer.Reset(min(interval/4, maxRetryDelay))
+			}
+		}
+	})
+}
+
+// maxRetryDelay bounds the wait before an automatic refresh that did not
+// reach a quorum is tried again.
+const maxRetryDelay = 250 * time.Millisecond
+
+// nextRefresh returns the TTL for a refresh sent now: the lock's TTL, or
+// less when WithMaxHold ends the lock sooner; last is true when this is the
+// final refresh the max hold allows, and ok false when it allows none.
+func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ttl = l.ttl
+	if l.maxHold <= 0 {
+		return ttl, false, true
+	}
+	left := l.acquired.Add(l.maxHold).Sub(now)
+	if left <= ttl {
+		l.capped = true
+		return left, true, left > l.r.timeout
+	}
+	return ttl, false, true
+}
+
+// end closes the lock with err (nil for a release). Only the first call
+// counts.
+func (l *Lock) end(err error) {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		return
+	default:
+	}
+	l.ended = l.deadlineLocked()
+	if now := time.Now(); l.ended.IsZero() || l.ended.After(now) {
+		l.ended = now
+	}
+	l.stopped, l.err = true, err
+	close(l.done)
+	fns := l.onEnd
+	l.onEnd = nil
+	l.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// Done returns a channel that is closed when the lock ends: when it is
+// released, or the moment fewer than a quorum of its nodes hold it (a
+// refresh found it gone from nodes, or their deadlines passed without a
+// refresh). Err then says which.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is held and after a release that reached
+// a quorum, and an error wrapping dlock.ErrLost once the lock was lost,
+// joined with a *NodeError for each node that lost it: dlock.ErrMaxHold
+// when WithMaxHold ended it.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Deadline returns when the lock stops being safe to rely on without a
+// refresh: the moment fewer than a quorum of nodes are known to hold it.
+// Each node's deadline is its TTL measured from before the request that
+// obtained or last refreshed it there, less an allowance for clock drift
+// (1% of the TTL + 2ms); Deadline is the quorum-th latest of them, which
+// at the acquisition is no earlier than the TTL less the time the round
+// took and the drift, from before the first request. Once Done is closed,
+// it returns when the lock ended, or its deadline if that came first.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.ended
+	default:
+	}
+	return l.deadlineLocked()
+}
+
+// deadlineLocked is the quorum-th latest deadline of the nodes that hold
+// the lock, or the zero time when fewer than a quorum do; l.mu must be held.
+func (l *Lock) deadlineLocked() time.Time {
+	ds := make([]time.Time, 0, len(l.nodes))
+	for _, s := range l.nodes {
+		if s.live {
+			ds = append(ds, s.lock.Deadline())
+		}
+	}
+	if len(ds) < l.r.quorum {
+		return time.Time{}
+	}
+	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
+	return ds[l.r.quorum-1]
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// lock ends: context.Cause then returns Err, or context.Canceled after a
+// release. Work done under the lock should use it, so that it stops the
+// moment the lock is lost.
+func (l *Lock) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		err := l.err
+		l.mu.Unlock()
+		cancel(err)
+		return ctx
+	default:
+	}
+	if l.onEnd == nil {
+		l.onEnd = make(map[*int]func())
+	}
+	key := new(int)
+	l.onEnd[key] = func() { cancel(l.Err()) }
+	l.mu.Unlock()
+	// Forget the callback when parent ends first, so that a long-held lock
+	// does not collect one per request.
+	context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		delete(l.onEnd, key)
+		l.mu.Unlock()
+	})
+	return ctx
+}
+
+// Key returns the name the lock was obtained on.
+func (l *Lock) Key() string { return l.name }
+
+// Token returns the lock's token, the same on every node: 128 random bits,
+// new for every attempt.
+func (l *Lock) Token() string { return l.token }
+
+// Metadata returns the string stored with the lock (see WithMetadata).
+func (l *Lock) Metadata() string { return l.meta }
+
+// Nodes returns the addresses of the nodes that hold the lock, as far as
+// this process knows: those that granted it or last refreshed it, and
+// whose deadline has not passed.
+func (l *Lock) Nodes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var addrs []string
+	for i, s := range l.nodes {
+		if s.live {
+			addrs = append(addrs, l.r.nodes[i].Addr)
+		}
+	}
+	return addrs
+}
+
+// drift is the allowance for clock drift between client and servers, the
+// same as dlock's for a single server: 1% of the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// newToken returns 128 random bits from crypto/rand, base64url-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

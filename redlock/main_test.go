@@ -1,0 +1,141 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/redlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleAddrs are the addresses of the five Redis servers the Example
+// functions use.
+var exampleAddrs []string
+
+func TestMain(m *testing.M) {
+	var stops []func()
+	stopAll := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	for range 5 {
+		srv, stop, err := redistest.StartForMain()
+		if err != nil {
+			stopAll()
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		stops = append(stops, stop)
+		exampleAddrs = append(exampleAddrs, srv.Addr())
+	}
+	code := redistest.RunWithoutLeaks(m)
+	stopAll()
+	os.Exit(code)
+}
+
+// testNodeTimeout is the node timeout of the tests' Lockers unless a test
+// sets its own. It is five times the default: test binaries of other
+// packages share the machine's cores, and a process starved of CPU for
+// 50ms finds every node late at once. That is a failure Redlock handles
+// (the attempt is given back and Lock tries again), but not the one most
+// tests are about.
+const testNodeTimeout = 250 * time.Millisecond
+
+// newLocker returns a Locker over the servers, as one process would have
+// it: a go-redis client and a dlock client of its own for each, closed
+// with the test (the Locker first).
+func newLocker(t testing.TB, srvs []*redistest.Server, opts ...redlock.LockerOption) *redlock.Locker {
+	t.Helper()
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
+	}
+	r, err := redlock.New(nodes, append([]redlock.LockerOption{redlock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// newClient returns a dlock client of its own on srv, closed with the test.
+func newClient(t testing.TB, srv *redistest.Server) *dlock.Client {
+	// MaxRetries -1: a dead node fails at once instead of after go-redis's
+	// own retries, so the errors the tests see are the node's.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// holds reports whether srv has a lock key for name.
+func holds(t testing.TB, srv *redistest.Server, name string) bool {
+	t.Helper()
+	return srv.Do(t, "EXISTS", "dlock:{"+name+"}") == "1"
+}
+
+// heldOn returns how many of the servers have a lock key for name.
+func heldOn(t testing.TB, srvs []*redistest.Server, name string) int {
+	t.Helper()
+	n := 0
+	for _, srv := range srvs {
+		if holds(t, srv, name) {
+			n++
+		}
+	}
+	return n
+}
+
+// tokenOn returns the token of the lock on name that srv holds, or "".
+func tokenOn(t testing.TB, srv *redistest.Server, name string) string {
+	t.Helper()
+	v := srv.Do(t, "HGET", "dlock:{"+name+"}", "token")
+	if v == "(nil)" {
+		return ""
+	}
+	return v
+}
+
+// waitDone waits for a lock's Done channel, failing the test after limit.
+func waitDone(t testing.TB, l *redlock.Lock, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(limit):
+		t.Fatalf("Done not closed within %v; held on %v", limit, l.Nodes())
+	}
+}
+
+// eventually polls cond every 10ms until it holds, failing after limit.
+func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+	}
+}
+
+// countingDriver counts the requests sent through it and sends none.
+type countingDriver struct{ calls atomic.Int64 }
+
+func (d *countingDriver) Eval(_ context.Context, calls ...*dlock.Call) {
+	d.calls.Add(1)
+	for _, c := range calls {
+		c.Err = fmt.Errorf("countingDriver: no server")
+	}
+}
+
+func (d *countingDriver) Subscribe(context.Context, func(string, string)) (dlock.Subscription, error) {
+	d.calls.Add(1)
+	return nil, dlock.ErrUnsupported
+}

@@ -1,0 +1,407 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// DefaultNodeTimeout bounds each request to a node when WithNodeTimeout is
+// not given.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
+// Errors returned by the package. Match them with errors.Is; the argument
+// errors also match dlock.ErrInvalidArgument.
+var (
+	// ErrNoNodes means New was given no nodes.
+	ErrNoNodes = fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalidArgument)
+	// ErrDuplicateNode means New was given the same node twice: two nodes
+	// with the same address, or the same *dlock.Client for two addresses.
+	ErrDuplicateNode = fmt.Errorf("%w: redlock: node given twice", dlock.ErrInvalidArgument)
+	// ErrInvalidNode means a node has no address or no client.
+	ErrInvalidNode = fmt.Errorf("%w: redlock: node without an address or a client", dlock.ErrInvalidArgument)
+
+	// ErrNoQuorum means fewer than a quorum of nodes answered without an
+	// error: the lock could not have been obtained or refreshed even if
+	// nobody else held it. It comes joined with dlock.ErrNotObtained (an
+	// acquisition) or on its own (a refresh that may succeed later).
+	ErrNoQuorum = errors.New("redlock: fewer than a quorum of nodes answered")
+
+	// ErrNodeTimeout is the error of a node that did not answer within the
+	// node timeout (see WithNodeTimeout).
+	ErrNodeTimeout = errors.New("redlock: node did not answer in time")
+)
+
+// NodeError is what went wrong on one node. The errors of an operation
+// that failed are joined (errors.Join) with one NodeError for every node
+// that did not do its part; find them with errors.As.
+type NodeError struct {
+	Node int    // the node's index in the slice given to New
+	Addr string // the node's address
+	Err  error  // what the node's client returned, or ErrNodeTimeout
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("redlock: node %d (%s): %v", e.Node, e.Addr, e.Err)
+}
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Node is one of the independent Redis masters a Locker spreads its locks
+// over.
+type Node struct {
+	// Addr names the master, such as "10.0.0.1:6379". It identifies the
+	// node in errors and in New's check that no node is given twice, so it
+	// must name the server that Client reaches: New cannot verify that
+	// without asking the servers.
+	Addr string
+	// Client reaches the master, such as dlock.New(goredis.New(rdb)). It
+	// stays the caller's: the Locker never closes it.
+	Client *dlock.Client
+}
+
+// Locker obtains Redlock locks: a lock counts as held while a majority of
+// its nodes hold it. It is safe for concurrent use; make one per set of
+// masters and share it.
+type Locker struct {
+	nodes   []Node
+	quorum  int
+	timeout time.Duration
+
+	bg     context.Context // background work: refreshing; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // goroutines that outlive the call that started them
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// LockerOption configures a Locker.
+type LockerOption func(*lockerConfig)
+
+type lockerConfig struct {
+	timeout time.Duration
+	err     error
+}
+
+// WithNodeTimeout bounds every request to a node: a node that has not
+// answered within d counts as failed (ErrNodeTimeout), whatever its client
+// does meanwhile. The default is DefaultNodeTimeout (50ms). Keep it far
+// below the TTL of the locks (a few percent) but above the round trip to
+// the slowest healthy node. Every lock's TTL must exceed it.
+func WithNodeTimeout(d time.Duration) LockerOption {
+	return func(c *lockerConfig) {
+		if d <= 0 && c.err == nil {
+			c.err = fmt.Errorf("%w: WithNodeTimeout(%v) must be positive", dlock.ErrInvalidOption, d)
+		}
+		c.timeout = d
+	}
+}
+
+// New returns a Locker over nodes, which must be independent Redis masters
+// (not replicas of one another, not one Redis Cluster). A lock is held
+// while a quorum of len(nodes)/2+1 of them hold it, so the Locker works
+// while fewer than half of the nodes are down or unreachable.
+//
+// New sends nothing to the servers. It returns ErrNoNodes for no nodes,
+// ErrInvalidNode for a node without an address or a client, and
+// ErrDuplicateNode when two nodes have the same address (compared without
+// regard to case or surrounding spaces) or the same client: a node counted
+// twice would give one server two votes. Two addresses that reach one
+// server under different names ("localhost:6379" and "127.0.0.1:6379")
+// cannot be told apart and must not be given.
+//
+// Close the Locker when done with it.
+func New(nodes []Node, opts ...LockerOption) (*Locker, error) {
+	if len(nodes) == 0 {
+		return nil, ErrNoNodes
+	}
+	cfg := lockerConfig{timeout: DefaultNodeTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	addrs := make(map[string]int, len(nodes))
+	clients := make(map[*dlock.Client]int, len(nodes))
+	for i, n := range nodes {
+		addr := strings.ToLower(strings.TrimSpace(n.Addr))
+		switch {
+		case addr == "":
+			return nil, fmt.Errorf("%w: node %d has no address", ErrInvalidNode, i)
+		case n.Client == nil:
+			return nil, fmt.Errorf("%w: node %d (%s) has no client", ErrInvalidNode, i, n.Addr)
+		}
+		if j, ok := addrs[addr]; ok {
+			return nil, fmt.Errorf("%w: nodes %d and %d are both %q", ErrDuplicateNode, j, i, n.Addr)
+		}
+		if j, ok := clients[n.Client]; ok {
+			return nil, fmt.Errorf("%w: nodes %d (%s) and %d (%s) share one client", ErrDuplicateNode, j, nodes[j].Addr, i, n.Addr)
+		}
+		addrs[addr], clients[n.Client] = i, i
+	}
+	r := &Locker{nodes: append([]Node(nil), nodes...), quorum: len(nodes)/2 + 1, timeout: cfg.timeout}
+	r.bg, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Quorum returns how many nodes must hold a lock for it to count as held:
+// len(nodes)/2+1. With an even number of nodes that is one more than with
+// one node fewer, for the same number of nodes that may fail: five nodes
+// tolerate two failures, four and three tolerate one.
+func (r *Locker) Quorum() int { return r.quorum }
+
+// Nodes returns the addresses of the nodes, in the order given to New.
+func (r *Locker) Nodes() []string {
+	addrs := make([]string, len(r.nodes))
+	for i, n := range r.nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+// Close stops refreshing the Locker's locks (they run out at their
+// deadlines, and their Done channels close then) and waits for the
+// requests still under way to nodes that did not answer in time, which
+// can take as long as the nodes' clients wait for a reply. Locks still
+// held are not released. After Close, locks can still be obtained,
+// refreshed and released, but not refreshed automatically (ErrClosed), and
+// each call then waits for all of its requests. Close does not close the
+// nodes' clients. It is safe to call more than once.
+func (r *Locker) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+// isClosed reports whether Close was called.
+func (r *Locker) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// goOwned runs f on a goroutine that Close waits for, and reports whether
+// it did; after Close it does not.
+func (r *Locker) goOwned(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// fanOut sends one request to each node in idx at once, each on its own
+// goroutine with a context that ends after the node timeout, and waits
+// until all have returned, the node timeout has passed, or ctx has ended,
+// whichever comes first. The requests record their own outcomes (under
+// the lock's mutex), also when they come late: a request that has not
+// returned when fanOut does goes on in the background, owned by the
+// Locker. Node clients need not honour context deadlines (go-redis, for
+// one, ignores them unless ContextTimeoutEnabled is set), so the timeout
+// is kept here, not left to them. After Close nothing may outlive the
+// call: fanOut then waits for every request.
+func (r *Locker) fanOut(ctx context.Context, idx []int, req func(ctx context.Context, i int)) {
+	if len(idx) == 0 {
+		return
+	}
+	done := make(chan struct{}, len(idx)) // buffered: late requests never block
+	var joined sync.WaitGroup
+	for _, i := range idx {
+		run := func() {
+			nctx, cancel := context.WithTimeout(ctx, r.timeout)
+			defer cancel()
+			req(nctx, i)
+			done <- struct{}{}
+		}
+		if !r.goOwned(run) {
+			joined.Add(1)
+			go func() {
+				defer joined.Done()
+				run()
+			}()
+		}
+	}
+	defer joined.Wait()
+	timer := time.NewTimer(r.timeout)
+	defer timer.Stop()
+	for range idx {
+		select {
+		case <-done:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Defaults of the lock options.
+const (
+	// DefaultRetryDelay is the longest delay between two attempts of Lock
+	// under DefaultRetry.
+	DefaultRetryDelay = 250 * time.Millisecond
+)
+
+// DefaultRetry returns the retry strategy of Lock when WithRetry is not
+// given: it never stops (the context or WithMaxWait bound the wait) and
+// waits a random delay between 50ms and 250ms between attempts, so that
+// lockers that split the votes between them do not collide again.
+func DefaultRetry() dlock.RetryStrategy { return defaultRetry }
+
+var defaultRetry = dlock.Jitter(dlock.ConstantBackoff(DefaultRetryDelay), 0.8)
+
+// Option configures one acquisition (TryLock, Lock, Do).
+type Option func(*options)
+
+type options struct {
+	ttl      time.Duration
+	retry    dlock.RetryStrategy
+	maxWait  time.Duration
+	meta     string
+	auto     bool
+	interval time.Duration
+	maxHold  time.Duration
+	err      error
+}
+
+func (o *options) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// WithTTL sets how long the lock lives on each node unless refreshed; the
+// default is dlock.DefaultTTL (10s). It must be longer than the node
+// timeout, and in practice far longer: the time an acquisition takes is
+// subtracted from the lock's validity.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		if ttl < time.Millisecond {
+			o.fail(fmt.Errorf("%w: %v is under 1ms", dlock.ErrInvalidTTL, ttl))
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithMetadata stores a string with the lock on every node, such as who
+// holds it, for dlock.Client.Inspect and Lock.Metadata.
+func WithMetadata(meta string) Option {
+	return func(o *options) { o.meta = meta }
+}
+
+// WithRetry sets how many attempts Lock makes and the delay between them;
+// the default is DefaultRetry(). Redlock has no notice of a release, so
+// Lock polls: keep the delays random (dlock.Jitter), so that lockers that
+// split the votes do not try again in step.
+func WithRetry(s dlock.RetryStrategy) Option {
+	return func(o *options) {
+		if s == nil {
+			o.fail(fmt.Errorf("%w: WithRetry(nil)", dlock.ErrInvalidOption))
+		}
+		o.retry = s
+	}
+}
+
+// WithMaxWait bounds how long Lock waits when its context has no deadline;
+// the default is dlock.DefaultMaxWait (1m).
+func WithMaxWait(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithMaxWait(%v) must be positive", dlock.ErrInvalidOption, d))
+		}
+		o.maxWait = d
+	}
+}
+
+// WithAutoRefresh keeps the lock alive until it is released: a goroutine
+// of the lock refreshes it on every node every third of its TTL (see
+// WithRefreshInterval), and again sooner after a refresh that did not
+// reach a quorum. If the lock is lost all the same, Done closes and Err
+// says why.
+func WithAutoRefresh() Option {
+	return func(o *options) { o.auto = true }
+}
+
+// WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
+// every d instead of every third of its TTL. d must be shorter than the
+// TTL.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) must be positive", dlock.ErrInvalidOption, d))
+		}
+		o.auto, o.interval = true, d
+	}
+}
+
+// WithMaxHold bounds how long automatic refreshing may keep the lock: d
+// after it was obtained it runs out, its Done channel closes and Err
+// matches dlock.ErrMaxHold. d must be at least the TTL.
+func WithMaxHold(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithMaxHold(%v) must be positive", dlock.ErrInvalidOption, d))
+		}
+		o.maxHold = d
+	}
+}
+
+// options validates a call's options against the Locker.
+func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
+	if ctx == nil {
+		return nil, dlock.ErrNilContext
+	}
+	o := &options{ttl: dlock.DefaultTTL, retry: defaultRetry, maxWait: dlock.DefaultMaxWait}
+	for _, f := range opts {
+		if f != nil {
+			f(o)
+		}
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	if o.ttl <= r.timeout {
+		return nil, fmt.Errorf("%w: the TTL %v is not longer than the node timeout %v", dlock.ErrInvalidOption, o.ttl, r.timeout)
+	}
+	if o.auto && o.refreshInterval() >= o.ttl {
+		return nil, fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", dlock.ErrInvalidOption, o.refreshInterval(), o.ttl)
+	}
+	if o.maxHold > 0 && o.maxHold < o.ttl {
+		return nil, fmt.Errorf("%w: max hold %v is shorter than the TTL %v", dlock.ErrInvalidOption, o.maxHold, o.ttl)
+	}
+	if o.auto && r.isClosed() {
+		return nil, dlock.ErrClosed
+	}
+	return o, nil
+}
+
+// refreshInterval is the automatic refresh period, or zero when off.
+func (o *options) refreshInterval() time.Duration {
+	switch {
+	case !o.auto:
+		return 0
+	case o.interval > 0:
+		return o.interval
+	default:
+		return o.ttl / 3
+	}
+}

@@ -1,0 +1,732 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/redlock"
+)
+
+func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
+	drivers := make([]*countingDriver, 3)
+	nodes := make([]redlock.Node, 3)
+	for i := range drivers {
+		drivers[i] = &countingDriver{}
+		nodes[i] = redlock.Node{Addr: fmt.Sprintf("10.0.0.%d:6379", i+1), Client: dlock.New(drivers[i])}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []redlock.Node
+		opts  []redlock.LockerOption
+		want  error
+	}{
+		{"no nodes", nil, nil, redlock.ErrNoNodes},
+		{"empty nodes", []redlock.Node{}, nil, redlock.ErrNoNodes},
+		{"same address twice", []redlock.Node{nodes[0], nodes[1], {Addr: nodes[0].Addr, Client: nodes[2].Client}}, nil, redlock.ErrDuplicateNode},
+		{"same address in other case and spacing", []redlock.Node{nodes[0], {Addr: " " + strings.ToUpper("redis-a:6379"), Client: nodes[1].Client}, {Addr: "redis-A:6379", Client: nodes[2].Client}}, nil, redlock.ErrDuplicateNode},
+		{"same client twice", []redlock.Node{nodes[0], nodes[1], {Addr: "10.0.0.9:6379", Client: nodes[0].Client}}, nil, redlock.ErrDuplicateNode},
+		{"no address", []redlock.Node{nodes[0], {Client: nodes[1].Client}}, nil, redlock.ErrInvalidNode},
+		{"no client", []redlock.Node{nodes[0], {Addr: "10.0.0.9:6379"}}, nil, redlock.ErrInvalidNode},
+		{"zero node timeout", nodes, []redlock.LockerOption{redlock.WithNodeTimeout(0)}, dlock.ErrInvalidOption},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := redlock.New(tc.nodes, tc.opts...)
+			if !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("New: err = %v, want %v (an invalid argument)", err, tc.want)
+			}
+			if r != nil {
+				t.Error("New returned a Locker with an error")
+			}
+		})
+	}
+
+	r, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"nil context", func() error { _, err := r.TryLock(nil, "x"); return err }, dlock.ErrNilContext}, //nolint:staticcheck // on purpose
+		{"empty name", func() error { _, err := r.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
+		{"empty name, waiting", func() error { _, err := r.Lock(ctx, ""); return err }, dlock.ErrEmptyKey},
+		{"TTL under 1ms", func() error { _, err := r.TryLock(ctx, "x", redlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
+		{"TTL within the node timeout", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"nil retry", func() error { _, err := r.Lock(ctx, "x", redlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
+		{"max wait 0", func() error { _, err := r.Lock(ctx, "x", redlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
+		{"refresh interval not below the TTL", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithTTL(time.Second), redlock.WithRefreshInterval(time.Second))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"max hold below the TTL", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithTTL(time.Second), redlock.WithMaxHold(time.Millisecond))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"Do with a nil function", func() error { return r.Do(ctx, "x", nil) }, dlock.ErrInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	for i, d := range drivers {
+		if n := d.calls.Load(); n != 0 {
+			t.Errorf("node %d was sent %d requests", i, n)
+		}
+	}
+}
+
+func TestObtainRefreshReleaseOnFiveNodes(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	r := newLocker(t, srvs)
+	other := newLocker(t, srvs)
+	ctx := context.Background()
+	if r.Quorum() != 3 || len(r.Nodes()) != 5 {
+		t.Fatalf("Quorum() = %d, Nodes() = %v", r.Quorum(), r.Nodes())
+	}
+
+	ttl := 2 * time.Second
+	start := time.Now()
+	l, err := r.TryLock(ctx, "orders:42", redlock.WithTTL(ttl), redlock.WithMetadata("worker 7"))
+	end := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Key() != "orders:42" || l.Metadata() != "worker 7" || len(l.Token()) != 22 {
+		t.Errorf("Key %q, Metadata %q, Token %q", l.Key(), l.Metadata(), l.Token())
+	}
+	if got := l.Nodes(); len(got) != 5 {
+		t.Errorf("Nodes() = %v, want all 5", got)
+	}
+	for i, srv := range srvs {
+		if got := tokenOn(t, srv, "orders:42"); got != l.Token() {
+			t.Errorf("node %d holds token %q, want the lock's %q", i, got, l.Token())
+		}
+	}
+	drift := ttl/100 + 2*time.Millisecond
+	if d := l.Deadline(); d.Before(start.Add(ttl-drift)) || d.After(end.Add(ttl-drift)) {
+		t.Errorf("Deadline %v after the start, want within [%v, %v]", d.Sub(start), ttl-drift, end.Sub(start)+ttl-drift)
+	}
+	if _, err = other.TryLock(ctx, "orders:42"); !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, redlock.ErrNoQuorum) {
+		t.Errorf("TryLock of a held lock: err = %v, want ErrNotObtained and not ErrNoQuorum", err)
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) || !errors.Is(ne, dlock.ErrNotObtained) || ne.Addr != srvs[ne.Node].Addr() {
+		t.Errorf("node error = %#v, want one saying the node refused", ne)
+	}
+	if heldOn(t, srvs, "orders:42") != 5 {
+		t.Error("a refused attempt changed the holder's keys")
+	}
+
+	refreshed := time.Now()
+	if err := l.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Deadline(); d.Before(refreshed.Add(5*time.Second - 5*time.Second/100 - 2*time.Millisecond)) {
+		t.Errorf("Deadline after Refresh is %v from it, want about 5s", d.Sub(refreshed))
+	}
+	if pttl, _ := strconv.Atoi(srvs[0].Do(t, "PTTL", "dlock:{orders:42}")); pttl < 4000 {
+		t.Errorf("PTTL after Refresh(5s) = %dms", pttl)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, time.Second)
+	if l.Err() != nil {
+		t.Errorf("Err after Release = %v, want nil", l.Err())
+	}
+	if n := heldOn(t, srvs, "orders:42"); n != 0 {
+		t.Errorf("%d nodes still hold the lock after Release", n)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release: err = %v, want ErrNotHeld", err)
+	}
+	if err := l.Refresh(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after Release: err = %v, want ErrNotHeld", err)
+	}
+	l2, err := other.TryLock(ctx, "orders:42")
+	if err != nil {
+		t.Fatalf("TryLock after release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMinorityOfNodesDown kills one, then two of five nodes: locks are
+// still obtained, refreshed, refused to others and released.
+func TestMinorityOfNodesDown(t *testing.T) {
+	for _, killed := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d killed", killed), func(t *testing.T) {
+			srvs := redistest.StartMasters(t, 5)
+			r := newLocker(t, srvs)
+			other := newLocker(t, srvs)
+			ctx := context.Background()
+			for _, srv := range srvs[:killed] {
+				srv.Kill(t)
+			}
+			up := srvs[killed:]
+
+			l, err := r.TryLock(ctx, "job", redlock.WithTTL(time.Second))
+			if err != nil {
+				t.Fatalf("TryLock with %d of 5 nodes down: %v", killed, err)
+			}
+			if got := len(l.Nodes()); got != 5-killed {
+				t.Errorf("held on %d nodes, want %d", got, 5-killed)
+			}
+			_, err = other.TryLock(ctx, "job")
+			if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, redlock.ErrNoQuorum) {
+				t.Errorf("another locker: err = %v, want ErrNotObtained (held), not ErrNoQuorum", err)
+			}
+			if err := l.Refresh(ctx, 2*time.Second); err != nil {
+				t.Errorf("Refresh: %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+			if n := heldOn(t, up, "job"); n != 0 {
+				t.Errorf("%d live nodes still hold the lock after Release", n)
+			}
+			if l.Err() != nil {
+				t.Errorf("Err after Release = %v", l.Err())
+			}
+		})
+	}
+}
+
+// TestMajorityOfNodesDownFailsCleanly kills three of five nodes: every
+// acquisition fails with ErrNotObtained, ErrNoQuorum and the nodes' own
+// errors, and leaves nothing on the two that are up.
+func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	for _, srv := range srvs[:3] {
+		srv.Kill(t)
+	}
+	start := time.Now()
+	l, err := r.TryLock(ctx, "job")
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("TryLock took %v", took)
+	}
+	if l != nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryLock = %v, %v; want no lock, ErrNotObtained and ErrNoQuorum", l, err)
+	}
+	var failed []int
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ne *redlock.NodeError
+		var se *dlock.ServerError
+		if errors.As(e, &ne) {
+			failed = append(failed, ne.Node)
+			if !errors.As(ne, &se) {
+				t.Errorf("node %d: %v, want a *dlock.ServerError", ne.Node, ne.Err)
+			}
+		}
+	}
+	if len(failed) != 3 || failed[0] != 0 || failed[1] != 1 || failed[2] != 2 {
+		t.Errorf("node errors for %v, want 0, 1, 2\n%v", failed, err)
+	}
+	// A request still under way when the call returns gives back what it
+	// gets; under load that can come a moment later.
+	eventually(t, 2*time.Second, "nothing left on the live nodes", func() bool { return heldOn(t, srvs[3:], "job") == 0 })
+
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	l, err = r.Lock(wctx, "job")
+	if l != nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock = %v, %v; want no lock, ErrNotObtained and DeadlineExceeded", l, err)
+	}
+	eventually(t, 2*time.Second, "nothing left after Lock gave up", func() bool { return heldOn(t, srvs[3:], "job") == 0 })
+}
+
+func TestEvenNodeCount(t *testing.T) {
+	srvs := redistest.StartMasters(t, 4)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	if r.Quorum() != 3 {
+		t.Fatalf("Quorum() = %d with 4 nodes, want 3", r.Quorum())
+	}
+	l, err := r.TryLock(ctx, "even")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Kill(t)
+	l, err = r.TryLock(ctx, "even")
+	if err != nil {
+		t.Fatalf("TryLock with 1 of 4 down: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srvs[1].Kill(t)
+	if _, err := r.TryLock(ctx, "even"); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Errorf("TryLock with 2 of 4 down: err = %v, want ErrNoQuorum: four nodes tolerate one failure, as three do", err)
+	}
+}
+
+// TestReleaseAfterAFailedAttemptLeavesNothing has three nodes held by
+// another (single-instance locks on the same name): the attempt gets the
+// other two, fails, and gives them back.
+func TestReleaseAfterAFailedAttemptLeavesNothing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	for _, srv := range srvs[:3] {
+		if _, err := newClient(t, srv).TryLock(ctx, "split", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := r.TryLock(ctx, "split")
+	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("err = %v, want ErrNotObtained, and not ErrNoQuorum: every node answered", err)
+	}
+	if !strings.Contains(err.Error(), "obtained on 2 of 5 nodes") {
+		t.Errorf("err = %v, want it to say 2 of 5", err)
+	}
+	eventually(t, 2*time.Second, "the failed attempt's locks given back", func() bool { return heldOn(t, srvs[3:], "split") == 0 })
+	if n := heldOn(t, srvs[:3], "split"); n != 3 {
+		t.Errorf("the other holder's lock is gone from %d nodes", 3-n)
+	}
+}
+
+// TestHeldLockBelowQuorum takes nodes away from a lock that is refreshed
+// automatically: Done closes at the next refresh when the nodes say the
+// lock is gone, and at the nodes' deadlines when they are unreachable.
+func TestHeldLockBelowQuorum(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		take     func(t *testing.T, srvs []*redistest.Server)
+		within   time.Duration
+		deadline bool // Done closes at the deadline, not at a refresh
+	}{
+		{"3 nodes killed", func(t *testing.T, srvs []*redistest.Server) {
+			for _, srv := range srvs[:3] {
+				srv.Kill(t)
+			}
+		}, 3 * time.Second, true},
+		{"3 nodes paused", func(t *testing.T, srvs []*redistest.Server) {
+			for _, srv := range srvs[:3] {
+				srv.Pause(t)
+				t.Cleanup(func() { srv.Resume(t) })
+			}
+		}, 3 * time.Second, true},
+		{"lock deleted on 3 nodes", func(t *testing.T, srvs []*redistest.Server) {
+			for _, srv := range srvs[:3] {
+				srv.Do(t, "DEL", "dlock:{held}")
+			}
+		}, time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := redistest.StartMasters(t, 5)
+			r := newLocker(t, srvs)
+			ttl := 1500 * time.Millisecond
+			l, err := r.TryLock(ctx, "held", redlock.WithTTL(ttl), redlock.WithRefreshInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lctx := l.Context(ctx)
+			time.Sleep(120 * time.Millisecond) // a few refreshes
+			select {
+			case <-l.Done():
+				t.Fatalf("lost while all nodes were up: %v", l.Err())
+			default:
+			}
+			taken := time.Now()
+			tc.take(t, srvs)
+			waitDone(t, l, tc.within)
+			took := time.Since(taken)
+			t.Logf("Done closed %v after the nodes went (TTL %v, refreshed every 50ms)", took, ttl)
+			err = l.Err()
+			var ne *redlock.NodeError
+			if !errors.Is(err, dlock.ErrLost) || !errors.As(err, &ne) || ne.Node > 2 {
+				t.Errorf("Err = %v, want ErrLost with the errors of nodes 0-2", err)
+			}
+			if tc.deadline && took < ttl/2 {
+				t.Errorf("Done closed %v after the nodes went, before their deadlines could pass", took)
+			}
+			if !tc.deadline && took > ttl/2 {
+				t.Errorf("Done closed %v after the lock was deleted, want at the next refresh", took)
+			}
+			<-lctx.Done()
+			if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
+				t.Errorf("context cause = %v", context.Cause(lctx))
+			}
+			if d := l.Deadline(); time.Now().Before(d) {
+				t.Errorf("Deadline %v is ahead after the loss", time.Until(d))
+			}
+			if err := l.Refresh(ctx, ttl); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Refresh after the loss: err = %v, want ErrNotHeld", err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Release after the loss: err = %v, want ErrNotHeld", err)
+			}
+			if n := heldOn(t, srvs[3:], "held"); n != 0 {
+				t.Errorf("Release left the lock on %d live nodes", n)
+			}
+		})
+	}
+}
+
+// TestRefreshWithoutAQuorumIsNotALoss deletes the lock on two of five
+// nodes and pauses a third: the refresh reaches two nodes, fewer than a
+// quorum, but three still hold the lock, so it is not lost, and the error
+// says so. Once the node resumes, a refresh takes the lock back on the two
+// nodes that lost it.
+func TestRefreshWithoutAQuorumIsNotALoss(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "dented", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Do(t, "DEL", "dlock:{dented}")
+	srvs[1].Do(t, "DEL", "dlock:{dented}")
+	srvs[2].Pause(t)
+	err = l.Refresh(ctx, 5*time.Second)
+	srvs[2].Resume(t)
+	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Refresh: err = %v, want ErrNoQuorum and not ErrNotHeld: three nodes still hold it", err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	if got := l.Nodes(); len(got) != 3 {
+		t.Errorf("Nodes() = %v, want the three that still hold it", got)
+	}
+	eventually(t, 5*time.Second, "refreshed on all five again", func() bool {
+		return l.Refresh(ctx, 5*time.Second) == nil && len(l.Nodes()) == 5
+	})
+	for i, srv := range srvs {
+		if got := tokenOn(t, srv, "dented"); got != l.Token() {
+			t.Errorf("node %d holds token %q, want the lock's", i, got)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeRestartedWithoutPersistenceWhileHeld restarts one of five nodes
+// (it comes back empty) under a lock refreshed automatically: the lock
+// stays held on the quorum, nobody else can take it, and the refresh takes
+// it again on the restarted node.
+func TestNodeRestartedWithoutPersistenceWhileHeld(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	r := newLocker(t, srvs)
+	other := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "survivor", redlock.WithTTL(time.Second), redlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Restart(t)
+	if holds(t, srvs[0], "survivor") {
+		t.Fatal("the restarted node kept the lock: it should have come back empty")
+	}
+	if _, err := other.TryLock(ctx, "survivor"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("another locker after the restart: err = %v, want ErrNotObtained", err)
+	}
+	eventually(t, 3*time.Second, "lock taken again on the restarted node", func() bool {
+		return tokenOn(t, srvs[0], "survivor") == l.Token() && len(l.Nodes()) == 5
+	})
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, srvs, "survivor"); n != 0 {
+		t.Errorf("%d nodes hold the lock after Release", n)
+	}
+}
+
+// TestPausedNodesCostTheNodeTimeout stops nodes with SIGSTOP: go-redis
+// (without ContextTimeoutEnabled) would wait for them for its read timeout
+// of 3s, but an acquisition waits for each node at most the node timeout.
+// The requests that were still under way finish once the nodes resume, and
+// give back what they took for a failed attempt.
+func TestPausedNodesCostTheNodeTimeout(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	timeout := testNodeTimeout
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	// Open a connection to every node first, as a running process has: a
+	// request on an open connection waits for the reply whatever its
+	// context says.
+	warm, err := r.TryLock(ctx, "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srvs[0].Pause(t)
+	start := time.Now()
+	l, err := r.TryLock(ctx, "one-paused")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("TryLock with 1 of 5 paused: %v", err)
+	}
+	if took > timeout+500*time.Millisecond {
+		t.Errorf("TryLock took %v with a paused node, want about the node timeout %v", took, timeout)
+	}
+	t.Logf("TryLock with 1 of 5 nodes paused: %v (node timeout %v)", took, timeout)
+
+	srvs[1].Pause(t)
+	srvs[2].Pause(t)
+	start = time.Now()
+	_, err = r.TryLock(ctx, "three-paused")
+	took = time.Since(start)
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Fatalf("TryLock with 3 of 5 paused: err = %v, want ErrNotObtained, ErrNoQuorum, ErrNodeTimeout", err)
+	}
+	if took > timeout+500*time.Millisecond {
+		t.Errorf("failed TryLock took %v with paused nodes", took)
+	}
+	t.Logf("TryLock with 3 of 5 nodes paused: %v", took)
+
+	for _, srv := range srvs[:3] {
+		srv.Resume(t)
+	}
+	// The late grants of the paused nodes: "one-paused" adopts node 0's,
+	// "three-paused" gives back those of nodes 0-2.
+	eventually(t, 5*time.Second, "late grants adopted", func() bool { return len(l.Nodes()) == 5 })
+	eventually(t, 5*time.Second, "late grants of the failed attempt given back", func() bool {
+		return heldOn(t, srvs, "three-paused") == 0
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, srvs, "one-paused"); n != 0 {
+		t.Errorf("%d nodes hold the lock after Release", n)
+	}
+}
+
+// TestMutualExclusionUnderContention has 8 lockers, each with clients of
+// its own (as 8 processes would), take one lock 5 times each and do a
+// read-modify-write under it.
+func TestMutualExclusionUnderContention(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	const lockers, rounds = 8, 10
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		inside, overlaps atomic.Int32
+		retries          atomic.Int64
+		counter          int // written only under the lock
+		wg               sync.WaitGroup
+		errs             = make(chan error, lockers)
+	)
+	retry := dlock.RetryFunc(func(failed int) (time.Duration, bool) {
+		retries.Add(1)
+		return dlock.Jitter(dlock.ConstantBackoff(20*time.Millisecond), 0.9).NextBackoff(failed)
+	})
+	start := time.Now()
+	for range lockers {
+		r := newLocker(t, srvs)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := r.Lock(ctx, "counter", redlock.WithTTL(2*time.Second), redlock.WithRetry(retry))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counter
+				time.Sleep(time.Millisecond)
+				counter = v + 1
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlaps.Load() != 0 || counter != lockers*rounds {
+		t.Errorf("%d overlaps, counter %d, want 0 and %d", overlaps.Load(), counter, lockers*rounds)
+	}
+	t.Logf("%d lockers, %d acquisitions, %d failed attempts, %d overlaps, %v",
+		lockers, lockers*rounds, retries.Load(), overlaps.Load(), time.Since(start))
+}
+
+func TestDoReleasesAfterTheFunction(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	want := errors.New("report failed")
+	err := r.Do(ctx, "report", func(ctx context.Context) error {
+		if n := heldOn(t, srvs, "report"); n != 3 {
+			t.Errorf("held on %d nodes inside Do", n)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("ctx ended inside Do: %v", ctx.Err())
+		}
+		return want
+	}, redlock.WithTTL(time.Second))
+	if !errors.Is(err, want) || errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Do: err = %v, want the function's error alone", err)
+	}
+	if n := heldOn(t, srvs, "report"); n != 0 {
+		t.Errorf("held on %d nodes after Do", n)
+	}
+}
+
+func TestMaxHoldEndsTheRefreshing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	start := time.Now()
+	l, err := r.TryLock(context.Background(), "capped", redlock.WithTTL(400*time.Millisecond),
+		redlock.WithRefreshInterval(50*time.Millisecond), redlock.WithMaxHold(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 3*time.Second)
+	if took := time.Since(start); took < 900*time.Millisecond || took > 2*time.Second {
+		t.Errorf("Done closed after %v, want about the max hold of 1s", took)
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrMaxHold", err)
+	}
+}
+
+func TestCloseStopsRefreshing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "closing", redlock.WithTTL(400*time.Millisecond), redlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost at the deadline", l.Err())
+	}
+	if _, err := r.TryLock(ctx, "closing-2", redlock.WithAutoRefresh()); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("auto-refresh after Close: err = %v, want ErrClosed", err)
+	}
+	// Plain acquisitions still work, each waiting for all of its requests.
+	l2, err := r.TryLock(ctx, "closing-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartOfANodeInTheQuorum measures the assumption Redlock rests on:
+// a node that restarts must keep its data or stay down longer than the
+// TTL. Ten locks are held without refreshing on exactly a quorum (nodes
+// 0-2; nodes 3 and 4 were down and come back empty), then node 2 restarts,
+// and a second locker tries to take the ten locks.
+func TestRestartOfANodeInTheQuorum(t *testing.T) {
+	const locks = 10
+	ttl := time.Second
+	aof := []redistest.Option{redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always")}
+	for _, tc := range []struct {
+		name       string
+		opts       []redistest.Option
+		delay      time.Duration // node 2 stays down this long
+		wantDouble bool          // the second locker gets locks the first still holds
+	}{
+		{"no persistence, restarted at once", nil, 0, true},
+		{"appendfsync always, restarted at once", aof, 0, false},
+		{"no persistence, restarted after the TTL", nil, ttl + 200*time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := make([]*redistest.Server, 5)
+			for i := range srvs {
+				srvs[i] = redistest.Start(t, tc.opts...)
+			}
+			first, second := newLocker(t, srvs), newLocker(t, srvs)
+			ctx := context.Background()
+			srvs[3].Kill(t)
+			srvs[4].Kill(t)
+			held := make([]*redlock.Lock, locks)
+			for i := range held {
+				l, err := first.TryLock(ctx, fmt.Sprint("q", i), redlock.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[i] = l
+			}
+			srvs[3].Restart(t)
+			srvs[4].Restart(t)
+			srvs[2].Kill(t)
+			time.Sleep(tc.delay)
+			srvs[2].Restart(t)
+
+			double, taken := 0, 0
+			for i, l := range held {
+				l2, err := second.TryLock(ctx, fmt.Sprint("q", i))
+				if err != nil {
+					if !errors.Is(err, dlock.ErrNotObtained) {
+						t.Fatal(err)
+					}
+					continue
+				}
+				taken++
+				select {
+				case <-l.Done():
+				default:
+					double++ // the first holder has not been told: two holders
+				}
+				_ = l2.Release(ctx)
+			}
+			t.Logf("%d of %d locks taken by a second locker, %d of them while the first still held them", taken, locks, double)
+			if tc.wantDouble && double != locks {
+				t.Errorf("%d double holders, want all %d: the hazard this test measures did not show", double, locks)
+			}
+			if !tc.wantDouble && double != 0 {
+				t.Errorf("%d double holders, want none", double)
+			}
+			if tc.delay > 0 && taken != locks {
+				t.Errorf("%d of %d taken after the first holder's locks ran out", taken, locks)
+			}
+		})
+	}
+}
