@@ -1,0 +1,75 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/redlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	ctx := context.Background()
+
+	// One client per independent master.
+	var nodes []redlock.Node
+	for _, addr := range exampleAddrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		locks := dlock.New(goredis.New(rdb))
+		defer locks.Close()
+		nodes = append(nodes, redlock.Node{Addr: addr, Client: locks})
+	}
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	// Lock tries again after a random delay while the lock is held or too
+	// few nodes answer; TryLock would make one attempt.
+	l, err := locker.Lock(ctx, "nightly-report", redlock.WithTTL(30*time.Second), redlock.WithAutoRefresh())
+	if errors.Is(err, dlock.ErrNotObtained) {
+		fmt.Println("another process is running the report, or too few nodes are up:", err)
+		return
+	}
+	defer l.Release(ctx)
+
+	fmt.Printf("held on %d of %d nodes (quorum %d)\n", len(l.Nodes()), len(locker.Nodes()), locker.Quorum())
+	work := l.Context(ctx) // cancelled if fewer than a quorum keep the lock
+	_ = work
+	// Output: held on 5 of 5 nodes (quorum 3)
+}
+
+func ExampleLocker_Do() {
+	ctx := context.Background()
+	var nodes []redlock.Node
+	for _, addr := range exampleAddrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		locks := dlock.New(goredis.New(rdb))
+		defer locks.Close()
+		nodes = append(nodes, redlock.Node{Addr: addr, Client: locks})
+	}
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	// Obtain, keep refreshed, run, release.
+	err = locker.Do(ctx, "migration", func(ctx context.Context) error {
+		fmt.Println("migrating") // stop when ctx is cancelled: the lock was lost
+		return nil
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// migrating
+	// done: <nil>
+}
