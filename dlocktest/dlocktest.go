@@ -1,0 +1,138 @@
+// Package dlocktest is the conformance suite of dlock's drivers: every
+// implementation of dlock.Driver runs it, against real redis-server
+// processes, and so shows that dlock behaves the same over it as over any
+// other driver.
+//
+//	func TestConformance(t *testing.T) {
+//		dlocktest.Run(t, func(t testing.TB, d dlocktest.Deployment) dlock.Driver {
+//			rdb := redis.NewClient(&redis.Options{Addr: d.Addrs[0]})
+//			t.Cleanup(func() { _ = rdb.Close() })
+//			return goredis.New(rdb)
+//		}, dlocktest.Standalone)
+//	}
+//
+// The suite checks the driver's side of the contract directly (script
+// replies of every shape, error replies, the EVALSHA fallback after SCRIPT
+// FLUSH, pipelined batches, ended contexts, pub/sub delivery, reconnection
+// and Close, SCAN) and then dlock's primitives through dlock.New(driver):
+// locks on one and several names, refusal of foreign data, waiting woken by
+// a release, auto-refresh and loss notification, inspection and fenced
+// writes.
+//
+// Run starts the servers itself (see Topology) and needs redis-server,
+// redis-cli and, for Sentinel, redis-sentinel on PATH; without them the
+// tests fail with a message saying how to install them.
+package dlocktest
+
+import (
+	"testing"
+
+	"github.com/dlockio/dlock"
+)
+
+// Topology is a kind of Redis deployment that Run tests a driver on.
+type Topology int
+
+// The topologies. Each is started once per Run, on free loopback ports.
+const (
+	// Standalone is a single redis-server.
+	Standalone Topology = iota
+	// Cluster is a Redis Cluster of three primaries without replicas.
+	Cluster
+	// Sentinel is a primary with one replica, watched by three sentinels
+	// that know it as "mymaster".
+	Sentinel
+)
+
+// String returns the topology's name, as its subtests are named.
+func (t Topology) String() string {
+	switch t {
+	case Standalone:
+		return "standalone"
+	case Cluster:
+		return "cluster"
+	case Sentinel:
+		return "sentinel"
+	}
+	return "unknown"
+}
+
+// Deployment tells a driver factory where the Redis deployment under test
+// is.
+type Deployment struct {
+	Topology Topology
+	// Addrs are host:port addresses: the server (Standalone), every node
+	// (Cluster), or the sentinels (Sentinel).
+	Addrs []string
+	// MasterName is the name the sentinels know the primary by (Sentinel
+	// only).
+	MasterName string
+}
+
+// NewDriver returns a driver over a Redis client of its own for the
+// deployment d: its own connections, as another process would have. The
+// suite calls it many times, also to stand for several processes in one
+// test. It must close its client in a cleanup registered on t, after which
+// the suite no longer uses the driver, and it may fail t.
+type NewDriver func(t testing.TB, d Deployment) dlock.Driver
+
+// Run runs the conformance suite for the drivers newDriver makes, once on
+// each of the topologies (Standalone if none are given), each in a subtest
+// named after it, the topologies in parallel. Within a topology the tests
+// run one after the other on servers of their own; together they take a
+// few seconds beyond the time it takes to start the servers (well under
+// a second for Standalone, about three seconds for Cluster and six for
+// Sentinel).
+//
+// A driver that does not implement dlock.Scanner must make List fail with
+// dlock.ErrUnsupported; one whose Subscribe returns dlock.ErrUnsupported
+// skips the pub/sub tests (and must still let waiters in, by polling).
+func Run(t *testing.T, newDriver NewDriver, topologies ...Topology) {
+	t.Helper()
+	if newDriver == nil {
+		t.Fatal("dlocktest: Run with a nil NewDriver")
+	}
+	if len(topologies) == 0 {
+		topologies = []Topology{Standalone}
+	}
+	for _, top := range topologies {
+		t.Run(top.String(), func(t *testing.T) {
+			t.Parallel()
+			e := deploy(t, top, newDriver)
+			for _, g := range groups {
+				t.Run(g.name, func(t *testing.T) {
+					for _, tc := range g.tests {
+						if tc.only != nil && !tc.only(e) {
+							continue
+						}
+						t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
+					}
+				})
+			}
+		})
+	}
+}
+
+// test is one conformance test.
+type test struct {
+	name string
+	run  func(t *testing.T, e *env)
+	only func(e *env) bool // when it applies; nil for always
+}
+
+// group is a named set of tests, run as one subtest.
+type group struct {
+	name  string
+	tests []test
+}
+
+// groups is the whole suite, in the order it runs.
+var groups = []group{
+	{"Eval", evalTests},
+	{"Subscribe", subscribeTests},
+	{"Scan", scanTests},
+	{"Lock", lockTests},
+}
+
+// onCluster limits a test to the Cluster topology.
+func onCluster(e *env) bool { return e.dep.Topology == Cluster }
