@@ -62,16 +62,28 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, call := range calls {
 			cmds[i] = cmd(p, call)
 		}
 		return nil
 	})
 	for i, call := range calls {
+		if cmds[i].Err() == nil && cmds[i].Val() == nil {
+			// go-redis leaves the commands of a pipeline it could not
+			// send (no connection, or the context ended before) without
+			// an error; a reply, nil included, always sets one of them.
+			if err == nil {
+				err = errNoReply
+			}
+			call.Val, call.Err = nil, err
+			continue
+		}
 		store(call, cmds[i])
 	}
 }
+
+var errNoReply = errors.New("goredis: the pipeline returned no reply")
 
 func store(call *dlock.Call, cmd *redis.Cmd) {
 	call.Val, call.Err = cmd.Val(), cmd.Err()
@@ -127,12 +139,18 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	if !ok {
 		return scan(ctx, d.rdb, match, typ, fn)
 	}
-	var mu sync.Mutex // the primaries are walked at once; fn sees one key at a time
+	// The primaries are walked at once; fn sees one key at a time, and no
+	// more once it returned an error.
+	var mu sync.Mutex
+	var stop error
 	return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		return scan(ctx, node, match, typ, func(key string) error {
 			mu.Lock()
 			defer mu.Unlock()
-			return fn(key)
+			if stop == nil {
+				stop = fn(key)
+			}
+			return stop
 		})
 	})
 }
