@@ -1,0 +1,261 @@
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/redis/rueidis"
+)
+
+// The backoff between attempts to connect a subscription again: it starts
+// at minBackoff and doubles up to maxBackoff, and starts over once a
+// connection has lasted maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// errClosed is returned by a closed subscription.
+var errClosed = errors.New("dlockrueidis: subscription closed")
+
+// Subscribe opens a dedicated connection (rueidis's Dedicate) with pub/sub
+// hooks, and checks that it works (PING) before it returns. The hooks
+// queue the messages; a goroutine of the subscription, which Close ends
+// and waits for, calls notify with them in order. When the connection
+// breaks, that goroutine connects again, with a backoff from 10ms to 1s,
+// and subscribes again to the subscription's channels. Subscribe and
+// Unsubscribe never wait for notify.
+func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	s := &subscription{client: d.client, notify: notify, channels: map[string]bool{},
+		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	c, err := s.connect(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.conn = c
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	go s.run(c)
+	return s, nil
+}
+
+// subscription is a dlock.Subscription over a rueidis dedicated client.
+type subscription struct {
+	client rueidis.Client
+	notify func(channel, payload string)
+	ctx    context.Context // ends when Close is called
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned
+
+	mu       sync.Mutex
+	conn     *conn // nil while connecting again, and once closed
+	channels map[string]bool
+
+	qmu   sync.Mutex
+	queue []rueidis.PubSubMessage
+	ready chan struct{} // a message was queued
+}
+
+// conn is one connection of a subscription.
+type conn struct {
+	dc      rueidis.DedicatedClient
+	release func()
+	lost    <-chan error // yields or closes once the hooks are no longer called
+	since   time.Time
+}
+
+// connect opens a connection subscribed to channels.
+func (s *subscription) connect(ctx context.Context, channels []string) (*conn, error) {
+	dc, release := s.client.Dedicate()
+	c := &conn{dc: dc, release: release, since: time.Now()}
+	c.lost = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: s.push})
+	cmd := dc.B().Ping().Build()
+	if len(channels) > 0 {
+		cmd = dc.B().Subscribe().Channel(channels...).Build()
+	}
+	if err := dc.Do(ctx, cmd).Error(); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *conn) close() {
+	c.dc.Close()
+	c.release()
+}
+
+// push queues a message; it is called by rueidis and never blocks.
+func (s *subscription) push(m rueidis.PubSubMessage) {
+	s.qmu.Lock()
+	s.queue = append(s.queue, m)
+	s.qmu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// run delivers the messages and keeps the subscription connected until
+// Close.
+func (s *subscription) run(c *conn) {
+	defer close(s.done)
+	delay := minBackoff
+	for {
+		select {
+		case <-s.ready:
+			s.deliver()
+		case <-c.lost:
+			if time.Since(c.since) >= maxBackoff {
+				delay = minBackoff
+			}
+			s.drop(c)
+			if c = s.reconnect(&delay); c == nil {
+				return
+			}
+		case <-s.ctx.Done():
+			s.drop(c)
+			return
+		}
+	}
+}
+
+// deliver passes the queued messages to notify, unless Close was called.
+func (s *subscription) deliver() {
+	s.qmu.Lock()
+	msgs := s.queue
+	s.queue = nil
+	s.qmu.Unlock()
+	for _, m := range msgs {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.notify(m.Channel, m.Message)
+	}
+}
+
+// drop closes a connection that broke, or at Close.
+func (s *subscription) drop(c *conn) {
+	s.mu.Lock()
+	if s.conn == c {
+		s.conn = nil
+	}
+	s.mu.Unlock()
+	c.close()
+}
+
+// reconnect connects again after *delay, and again with a longer delay
+// after each failure, until it succeeds or Close is called (it then
+// returns nil).
+func (s *subscription) reconnect(delay *time.Duration) *conn {
+	for {
+		t := time.NewTimer(*delay)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		*delay = min(2**delay, maxBackoff)
+		s.mu.Lock()
+		want := s.list()
+		s.mu.Unlock()
+		c, err := s.connect(s.ctx, want)
+		if err != nil {
+			continue
+		}
+		if s.install(c, want) == nil {
+			return c
+		}
+		s.drop(c)
+	}
+}
+
+// install makes c the subscription's connection, once it has caught up
+// with the channels subscribed or unsubscribed while it connected to want.
+func (s *subscription) install(c *conn, want []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.list()
+	var add, remove []string
+	for _, ch := range now {
+		if !slices.Contains(want, ch) {
+			add = append(add, ch)
+		}
+	}
+	for _, ch := range want {
+		if !s.channels[ch] {
+			remove = append(remove, ch)
+		}
+	}
+	if err := s.send(s.ctx, c, true, add); err != nil {
+		return err
+	}
+	if err := s.send(s.ctx, c, false, remove); err != nil {
+		return err
+	}
+	s.conn = c
+	return nil
+}
+
+// list returns the subscription's channels. s.mu is held.
+func (s *subscription) list() []string {
+	out := make([]string, 0, len(s.channels))
+	for ch := range s.channels {
+		out = append(out, ch)
+	}
+	return out
+}
+
+// send subscribes (or unsubscribes) c to channels.
+func (s *subscription) send(ctx context.Context, c *conn, subscribe bool, channels []string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	cmd := c.dc.B().Unsubscribe().Channel(channels...).Build()
+	if subscribe {
+		cmd = c.dc.B().Subscribe().Channel(channels...).Build()
+	}
+	return c.dc.Do(ctx, cmd).Error()
+}
+
+// Subscribe adds channels. While the subscription connects again, it only
+// records them: they are subscribed to once it is connected.
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	return s.change(ctx, true, channels)
+}
+
+// Unsubscribe removes channels.
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	return s.change(ctx, false, channels)
+}
+
+func (s *subscription) change(ctx context.Context, subscribe bool, channels []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return errClosed
+	}
+	for _, ch := range channels {
+		if subscribe {
+			s.channels[ch] = true
+		} else {
+			delete(s.channels, ch)
+		}
+	}
+	if s.conn == nil {
+		return nil
+	}
+	return s.send(ctx, s.conn, subscribe, channels)
+}
+
+// Close closes the connection and waits for the goroutine that calls
+// notify to end. It always returns nil.
+func (s *subscription) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}

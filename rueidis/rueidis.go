@@ -1,0 +1,288 @@
+// Package dlockrueidis lets dlock use a rueidis client: a single node, a
+// Sentinel-managed primary, or a Redis Cluster, with rueidis's
+// auto-pipelining and RESP3.
+//
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//	...
+//	locks := dlock.New(dlockrueidis.New(client))
+//
+// The package lives at github.com/dlockio/dlock/rueidis, a module of its
+// own so that only its users download rueidis. It is named dlockrueidis,
+// not rueidis, so that it can be imported beside rueidis without an alias.
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/dlockio/dlock"
+	"github.com/redis/rueidis"
+)
+
+// Driver carries dlock's requests over a rueidis client.
+type Driver struct {
+	client rueidis.Client
+}
+
+var (
+	_ dlock.Driver  = (*Driver)(nil)
+	_ dlock.Scanner = (*Driver)(nil)
+)
+
+// New returns a Driver over client. The client stays the caller's: dlock
+// never closes it. New panics if client is nil.
+func New(client rueidis.Client) *Driver {
+	if client == nil {
+		panic("dlockrueidis: New with a nil client")
+	}
+	return &Driver{client: client}
+}
+
+// Eval runs the calls by EVALSHA, in one pipeline (DoMulti) when there are
+// several, and runs again by EVAL those the server answered NOSCRIPT (it
+// had not seen the script yet, or has restarted or failed over since).
+//
+// Each call is routed by its first key. The other keys go out as plain
+// arguments, so that a call whose keys lie in several cluster slots is
+// refused by the server (CROSSSLOT), as with any other client, instead of
+// making rueidis's command builder panic.
+func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if len(calls) == 0 {
+		return
+	}
+	d.run(ctx, calls, true)
+	var retry []*dlock.Call
+	for _, c := range calls {
+		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		d.run(ctx, retry, false)
+	}
+}
+
+func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
+	if len(calls) == 1 {
+		store(calls[0], d.client.Do(ctx, d.command(calls[0], bySHA)))
+		return
+	}
+	// rueidis refuses (panics) to pipeline a command without a key beside
+	// commands of several cluster slots: a call without keys, which may
+	// run on any node, goes with the batch's first key instead.
+	var anyKey string
+	for _, call := range calls {
+		if len(call.Keys) > 0 {
+			anyKey = call.Keys[0]
+			break
+		}
+	}
+	cmds := make(rueidis.Commands, len(calls))
+	for i, call := range calls {
+		cmds[i] = d.command(call, bySHA)
+		if len(call.Keys) == 0 && anyKey != "" {
+			cmds[i] = cmds[i].SetSlot(anyKey)
+		}
+	}
+	for i, r := range d.client.DoMulti(ctx, cmds...) {
+		store(calls[i], r)
+	}
+}
+
+// command builds the EVALSHA or EVAL of a call.
+func (d *Driver) command(call *dlock.Call, bySHA bool) rueidis.Completed {
+	name, script := "EVALSHA", call.Script.SHA1
+	if !bySHA {
+		name, script = "EVAL", call.Script.Src
+	}
+	cmd := d.client.B().Arbitrary(name, script, strconv.Itoa(len(call.Keys)))
+	if len(call.Keys) > 0 {
+		cmd = cmd.Keys(call.Keys[0]).Args(call.Keys[1:]...)
+	}
+	return cmd.Args(args(call.Args)...).Build()
+}
+
+// args writes a call's arguments as Redis reads them.
+func args(vs []any) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		switch v := v.(type) {
+		case string:
+			out[i] = v
+		case []byte:
+			out[i] = string(v)
+		case int:
+			out[i] = strconv.Itoa(v)
+		case int64:
+			out[i] = strconv.FormatInt(v, 10)
+		case uint64:
+			out[i] = strconv.FormatUint(v, 10)
+		default: // the other integer types
+			out[i] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+// store converts a result into the call's reply or error.
+func store(call *dlock.Call, r rueidis.RedisResult) {
+	call.Val, call.Err = nil, nil
+	if err := r.NonRedisError(); err != nil {
+		call.Err = err
+		return
+	}
+	msg, _ := r.ToMessage()
+	call.Val, call.Err = convert(&msg)
+}
+
+// convert turns a reply into nil, int64, string or []any, as dlock.Call
+// documents, the way Redis answers a RESP2 client: RESP3 booleans become 1
+// or nil, maps flat arrays, and doubles and big numbers strings. An error
+// reply is returned as an error, or, inside an array, as an element.
+func convert(m *rueidis.RedisMessage) (any, error) {
+	switch {
+	case m.IsNil():
+		return nil, nil
+	case m.Error() != nil:
+		return nil, replyError(m)
+	case m.IsInt64():
+		return m.AsInt64()
+	case m.IsBool():
+		if b, _ := m.AsBool(); b {
+			return int64(1), nil
+		}
+		return nil, nil
+	case m.IsArray():
+		elems, err := m.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		return convertAll(elems), nil
+	case m.IsMap():
+		fields, err := m.ToMap()
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(fields))
+		for name := range fields {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		out := make([]any, 0, 2*len(names))
+		for _, name := range names {
+			v := fields[name]
+			out = append(out, name, element(&v))
+		}
+		return out, nil
+	}
+	return m.ToString() // strings, doubles, big numbers
+}
+
+// convertAll converts the elements of an array.
+func convertAll(elems []rueidis.RedisMessage) []any {
+	out := make([]any, len(elems))
+	for i := range elems {
+		out[i] = element(&elems[i])
+	}
+	return out
+}
+
+// element converts an element of an array or map; an error reply becomes
+// an error value.
+func element(m *rueidis.RedisMessage) any {
+	v, err := convert(m)
+	if err != nil {
+		return err
+	}
+	return v
+}
+
+// RedisError is an error reply from Redis, with the server's text intact
+// (rueidis's own error drops an "ERR " prefix). It unwraps to the
+// *rueidis.RedisError.
+type RedisError struct {
+	msg string
+	err *rueidis.RedisError
+}
+
+// replyError returns the error of an error reply.
+func replyError(m *rueidis.RedisMessage) error {
+	msg, err := m.ToString()
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return err
+	}
+	return &RedisError{msg: msg, err: re}
+}
+
+// Error returns the text of the reply.
+func (e *RedisError) Error() string { return e.msg }
+
+// Unwrap returns rueidis's error.
+func (e *RedisError) Unwrap() error { return e.err }
+
+// Scan walks the keys matching match of Redis type typ with SCAN: on every
+// primary of a cluster, one after the other, and on the primary otherwise.
+func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
+	nodes := []rueidis.Client{d.client}
+	if d.client.Mode() == rueidis.ClientModeCluster {
+		var err error
+		if nodes, err = primaries(ctx, d.client); err != nil {
+			return err
+		}
+	}
+	for _, n := range nodes {
+		if err := scan(ctx, n, match, typ, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// primaries returns the nodes of a cluster client that are primaries, in
+// the order of their addresses.
+func primaries(ctx context.Context, c rueidis.Client) ([]rueidis.Client, error) {
+	nodes := c.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	var out []rueidis.Client
+	for _, addr := range addrs {
+		n := nodes[addr]
+		role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("ROLE on %s: %w", addr, err)
+		}
+		if len(role) > 0 {
+			if r, _ := role[0].ToString(); r == "master" {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, nil
+}
+
+func scan(ctx context.Context, c rueidis.Client, match, typ string, fn func(key string) error) error {
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(1000).Type(typ).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		for _, key := range e.Elements {
+			if err := fn(key); err != nil {
+				return err
+			}
+		}
+		if e.Cursor == 0 {
+			return nil
+		}
+		cursor = e.Cursor
+	}
+}
