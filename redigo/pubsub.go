@@ -1,0 +1,221 @@
+package redigo
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/gomodule/redigo/redis"
+)
+
+// The backoff between attempts to connect a subscription again: it starts
+// at minBackoff and doubles up to maxBackoff, and starts over once a
+// connection has lasted maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// errClosed is returned by a closed subscription.
+var errClosed = errors.New("redigo: subscription closed")
+
+// Subscribe dials a connection of its own with the pool's DialContext (or
+// Dial) function, outside the pool and its limits, and checks it with a
+// PING. A goroutine of the subscription reads it (a redis.PubSubConn,
+// without a read timeout) and calls notify with each message. When the
+// connection fails, that goroutine dials again, with a backoff from 10ms
+// to 1s, and subscribes again to the subscription's channels. Close closes
+// the connection and waits for the goroutine to end.
+//
+// A connection that dies silently (a half-open TCP connection) is noticed
+// only through TCP keep-alive, which redis.Dial turns on.
+func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	s := &subscription{pool: d.pool, notify: notify, channels: map[string]bool{}, done: make(chan struct{})}
+	c, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := do(ctx, c, "PING"); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	s.conn = c
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	go s.run(c)
+	return s, nil
+}
+
+// subscription is a dlock.Subscription over a connection of its own.
+type subscription struct {
+	pool   *redis.Pool
+	notify func(channel, payload string)
+	ctx    context.Context // ends when Close is called
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned
+	close  sync.Once
+
+	// mu guards the writes to the connection: one goroutine reads it, one
+	// at a time writes.
+	mu       sync.Mutex
+	conn     redis.Conn // nil while dialing again, and once closed
+	channels map[string]bool
+}
+
+// dial opens a connection with the pool's dial function.
+func (s *subscription) dial(ctx context.Context) (redis.Conn, error) {
+	switch {
+	case s.pool.DialContext != nil:
+		return s.pool.DialContext(ctx)
+	case s.pool.Dial != nil:
+		return s.pool.Dial()
+	}
+	return nil, errors.New("redigo: the pool has neither DialContext nor Dial")
+}
+
+// run reads the connection and keeps it up until Close.
+func (s *subscription) run(c redis.Conn) {
+	defer close(s.done)
+	delay := minBackoff
+	for {
+		since := time.Now()
+		s.receive(c)
+		s.drop(c)
+		if time.Since(since) >= maxBackoff {
+			delay = minBackoff
+		}
+		if c = s.reconnect(&delay); c == nil {
+			return
+		}
+	}
+}
+
+// receive calls notify with every message of c until c fails or is closed.
+func (s *subscription) receive(c redis.Conn) {
+	psc := redis.PubSubConn{Conn: c}
+	for {
+		switch m := psc.ReceiveWithTimeout(0).(type) {
+		case redis.Message:
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.notify(m.Channel, string(m.Data))
+		case error:
+			if c.Err() != nil {
+				return
+			}
+			// An error reply (a SUBSCRIBE the server refused): the
+			// connection goes on.
+		}
+	}
+}
+
+// drop forgets and closes a connection that failed, or at Close.
+func (s *subscription) drop(c redis.Conn) {
+	s.mu.Lock()
+	if s.conn == c {
+		s.conn = nil
+	}
+	s.mu.Unlock()
+	_ = c.Close()
+}
+
+// reconnect dials again after *delay, and again with a longer delay after
+// each failure, until it succeeds or Close is called (it then returns nil).
+func (s *subscription) reconnect(delay *time.Duration) redis.Conn {
+	for {
+		t := time.NewTimer(*delay)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		*delay = min(2**delay, maxBackoff)
+		c, err := s.dial(s.ctx)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.ctx.Err() != nil {
+			s.mu.Unlock()
+			_ = c.Close()
+			return nil
+		}
+		if len(s.channels) > 0 {
+			err = redis.PubSubConn{Conn: c}.Subscribe(s.list()...)
+		}
+		if err == nil {
+			s.conn = c
+		}
+		s.mu.Unlock()
+		if err == nil {
+			return c
+		}
+		_ = c.Close()
+	}
+}
+
+// list returns the subscription's channels. s.mu is held.
+func (s *subscription) list() []any {
+	out := make([]any, 0, len(s.channels))
+	for ch := range s.channels {
+		out = append(out, ch)
+	}
+	return out
+}
+
+// Subscribe adds channels. It writes SUBSCRIBE and does not wait for the
+// server's confirmation. While the subscription dials again, it only
+// records them: they are subscribed to once it is connected.
+func (s *subscription) Subscribe(_ context.Context, channels ...string) error {
+	return s.change(true, channels)
+}
+
+// Unsubscribe removes channels, as Subscribe adds them.
+func (s *subscription) Unsubscribe(_ context.Context, channels ...string) error {
+	return s.change(false, channels)
+}
+
+func (s *subscription) change(subscribe bool, channels []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return errClosed
+	}
+	args := make([]any, len(channels))
+	for i, ch := range channels {
+		args[i] = ch
+		if subscribe {
+			s.channels[ch] = true
+		} else {
+			delete(s.channels, ch)
+		}
+	}
+	if s.conn == nil || len(channels) == 0 {
+		return nil
+	}
+	psc := redis.PubSubConn{Conn: s.conn}
+	if subscribe {
+		return psc.Subscribe(args...)
+	}
+	return psc.Unsubscribe(args...)
+}
+
+// Close closes the connection and waits for the goroutine that calls
+// notify to end. It always returns nil.
+func (s *subscription) Close() error {
+	s.close.Do(func() {
+		s.mu.Lock()
+		s.cancel()
+		c := s.conn
+		s.conn = nil
+		s.mu.Unlock()
+		if c != nil {
+			_ = c.Close() // ends the read in progress
+		}
+	})
+	<-s.done
+	return nil
+}

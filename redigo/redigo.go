@@ -1,0 +1,259 @@
+// Package redigo lets dlock use a redigo connection pool
+// (github.com/gomodule/redigo/redis) on a single Redis server.
+//
+//	pool := &redis.Pool{
+//		DialContext: func(ctx context.Context) (redis.Conn, error) {
+//			return redis.DialContext(ctx, "tcp", "127.0.0.1:6379")
+//		},
+//		MaxIdle: 8,
+//	}
+//	locks := dlock.New(redigo.New(pool))
+//
+// redigo speaks to one server: it knows neither Redis Cluster nor
+// Sentinel. On a cluster node, a call for a key that another node serves
+// fails with an error that matches dlock.ErrUnsupported (the node answered
+// MOVED or ASK), and so does List (SCAN would see one node's keys only).
+// For Sentinel, give the pool a Dial function that asks the sentinels for
+// the primary's address.
+//
+// The package is a module of its own, github.com/dlockio/dlock/redigo, so
+// that only its users download redigo.
+package redigo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dlockio/dlock"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Driver carries dlock's requests over a redigo pool.
+type Driver struct {
+	pool *redis.Pool
+}
+
+var (
+	_ dlock.Driver  = (*Driver)(nil)
+	_ dlock.Scanner = (*Driver)(nil)
+)
+
+// New returns a Driver over pool. The pool stays the caller's: dlock never
+// closes it. Requests take a connection from the pool for each round trip;
+// a subscription dials one of its own (see Driver.Subscribe). New panics if
+// pool is nil.
+func New(pool *redis.Pool) *Driver {
+	if pool == nil {
+		panic("redigo: New with a nil pool")
+	}
+	return &Driver{pool: pool}
+}
+
+// Eval runs the calls by EVALSHA on one connection of the pool, several
+// calls as one pipeline (Send, Flush, then a Receive per call), and runs
+// again by EVAL, on the same connection, those the server answered
+// NOSCRIPT (it had not seen the script yet, or has restarted since).
+func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if len(calls) == 0 {
+		return
+	}
+	fail := func(err error) {
+		for _, c := range calls {
+			c.Val, c.Err = nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		fail(err) // the pool would hand out an idle connection all the same
+		return
+	}
+	conn, err := d.pool.GetContext(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer conn.Close()
+	run(ctx, conn, calls, true)
+	var retry []*dlock.Call
+	for _, c := range calls {
+		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		run(ctx, conn, retry, false)
+	}
+}
+
+// run sends the calls on conn and stores their replies.
+func run(ctx context.Context, conn redis.Conn, calls []*dlock.Call, bySHA bool) {
+	command := func(c *dlock.Call) (string, []any) {
+		args := make([]any, 0, 2+len(c.Keys)+len(c.Args))
+		name := "EVALSHA"
+		if bySHA {
+			args = append(args, c.Script.SHA1)
+		} else {
+			name = "EVAL"
+			args = append(args, c.Script.Src)
+		}
+		args = append(args, len(c.Keys))
+		for _, k := range c.Keys {
+			args = append(args, k)
+		}
+		return name, append(args, c.Args...)
+	}
+	if len(calls) == 1 {
+		name, args := command(calls[0])
+		v, err := do(ctx, conn, name, args...)
+		store(calls[0], v, err)
+		return
+	}
+	for _, c := range calls {
+		name, args := command(c)
+		if err := conn.Send(name, args...); err != nil {
+			failAll(calls, err)
+			return
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		failAll(calls, err)
+		return
+	}
+	for i, c := range calls {
+		v, err := receive(ctx, conn)
+		if err != nil && !isReply(err) {
+			failAll(calls[i:], err) // the connection failed: no more replies
+			return
+		}
+		store(c, v, err)
+	}
+}
+
+func failAll(calls []*dlock.Call, err error) {
+	for _, c := range calls {
+		c.Val, c.Err = nil, err
+	}
+}
+
+// do runs one command, bounded by ctx.
+func do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, error) {
+	if ctx.Done() == nil {
+		return conn.Do(name, args...)
+	}
+	return redis.DoContext(conn, ctx, name, args...)
+}
+
+// receive reads one reply of a pipeline, bounded by ctx.
+func receive(ctx context.Context, conn redis.Conn) (any, error) {
+	if ctx.Done() == nil {
+		return conn.Receive()
+	}
+	return redis.ReceiveContext(conn, ctx)
+}
+
+// isReply reports whether err is an error reply from the server, not a
+// failure of the connection.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// store converts a reply into the call's reply or error.
+func store(call *dlock.Call, v any, err error) {
+	call.Val, call.Err = nil, nil
+	if err != nil {
+		call.Err = replyError(err)
+		return
+	}
+	call.Val = convert(v)
+}
+
+// convert turns a reply into nil, int64, string or []any, as dlock.Call
+// documents; an error reply inside an array stays an error value.
+func convert(v any) any {
+	switch v := v.(type) {
+	case []byte:
+		return string(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = convert(e)
+		}
+		return out
+	}
+	return v // nil, int64, a status string, or a redis.Error
+}
+
+// replyError turns a MOVED or ASK reply, which means the server is a
+// cluster node that does not serve the key, into a ClusterError.
+func replyError(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && (strings.HasPrefix(string(re), "MOVED ") || strings.HasPrefix(string(re), "ASK ")) {
+		return &ClusterError{Reply: re}
+	}
+	return err
+}
+
+// ClusterError is the error of a call that a Redis Cluster node answered
+// with a redirection (MOVED or ASK): redigo cannot follow it, as it knows
+// nothing of clusters. It matches dlock.ErrUnsupported and unwraps to the
+// server's reply.
+type ClusterError struct {
+	Reply redis.Error
+}
+
+// Error says that Redis Cluster is not supported, and what the node said.
+func (e *ClusterError) Error() string {
+	return fmt.Sprintf("%v: Redis Cluster (the node answered %q)", dlock.ErrUnsupported, string(e.Reply))
+}
+
+// Unwrap returns dlock.ErrUnsupported and the server's reply.
+func (e *ClusterError) Unwrap() []error { return []error{dlock.ErrUnsupported, e.Reply} }
+
+// Scan walks the keys matching match of Redis type typ with SCAN. On a
+// Redis Cluster node it fails with an error matching dlock.ErrUnsupported
+// instead, as it would see that node's keys only.
+func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	conn, err := d.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A user whose ACL denies INFO is assumed not to be on a cluster.
+	info, err := redis.String(do(ctx, conn, "INFO", "cluster"))
+	if err != nil && !isReply(err) {
+		return err
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		return fmt.Errorf("%w: SCAN on one node of a Redis Cluster, which would miss the other nodes' keys", dlock.ErrUnsupported)
+	}
+	cursor := "0"
+	for {
+		r, err := redis.Values(do(ctx, conn, "SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", typ))
+		if err != nil {
+			return err
+		}
+		if len(r) != 2 {
+			return fmt.Errorf("redigo: unexpected SCAN reply %q", r)
+		}
+		keys, err := redis.Strings(r[1], nil)
+		if err != nil {
+			return err
+		}
+		if cursor, err = redis.String(r[0], nil); err != nil {
+			return err
+		}
+		for _, key := range keys {
+			if err := fn(key); err != nil {
+				return err
+			}
+		}
+		if cursor == "0" {
+			return nil
+		}
+	}
+}
