@@ -79,10 +79,9 @@ type NewDriver func(t testing.TB, d Deployment) dlock.Driver
 // Run runs the conformance suite for the drivers newDriver makes, once on
 // each of the topologies (Standalone if none are given), each in a subtest
 // named after it, the topologies in parallel. Within a topology the tests
-// run one after the other on servers of their own; together they take a
-// few seconds beyond the time it takes to start the servers (well under
-// a second for Standalone, about three seconds for Cluster and six for
-// Sentinel).
+// run one after the other on servers of their own, in about two seconds;
+// starting the servers takes a fraction of a second for Standalone and a
+// few seconds for Cluster and Sentinel.
 //
 // A driver that does not implement dlock.Scanner must make List fail with
 // dlock.ErrUnsupported; one whose Subscribe returns dlock.ErrUnsupported

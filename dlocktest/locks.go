@@ -240,7 +240,7 @@ func testTakesOverAtExpiry(t *testing.T, e *env) {
 func testAutoRefreshAndLoss(t *testing.T, e *env) {
 	ctx := timeout(t)
 	c := e.client(t)
-	const ttl = 200 * time.Millisecond
+	const ttl = 300 * time.Millisecond
 	l, err := c.TryLock(ctx, "lease", dlock.WithTTL(ttl), dlock.WithAutoRefresh())
 	if err != nil {
 		t.Fatal(err)
@@ -248,10 +248,10 @@ func testAutoRefreshAndLoss(t *testing.T, e *env) {
 	select {
 	case <-l.Done():
 		t.Fatalf("lost while refreshed: %v", l.Err())
-	case <-time.After(4 * ttl):
+	case <-time.After(3 * ttl):
 	}
 	if _, err := l.TTL(ctx); err != nil {
-		t.Fatalf("TTL after %v: %v", 4*ttl, err)
+		t.Fatalf("TTL after %v: %v", 3*ttl, err)
 	}
 	key := c.RedisKey("lease")
 	e.do(t, key, "DEL", key)
