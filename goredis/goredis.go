@@ -7,6 +7,7 @@
 package goredis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -170,8 +171,9 @@ var _ dlock.Replicator = (*Driver)(nil)
 // EvalWait runs the calls as Eval does, each group of calls bound for one
 // primary in one pipeline followed by WAIT on the same connection, and
 // returns the fewest replicas that acknowledged any group. On a cluster
-// the calls are grouped by the primary of their first key's slot. A Ring
-// client is not supported: its shards are independent primaries.
+// the calls are grouped by the primary of their first key's slot, and the
+// primaries are asked at once. A Ring client is not supported: its shards
+// are independent primaries.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	switch c := d.rdb.(type) {
 	case *redis.Client:
@@ -185,15 +187,31 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 			}
 			groups[node] = append(groups[node], call)
 		}
-		least := -1
+		// The primaries are asked at once: each WAIT may take the whole
+		// timeout, and the caller budgets for one.
+		type result struct {
+			acked int
+			err   error
+		}
+		results := make(chan result, len(groups))
 		for node, calls := range groups {
-			acked, err := evalWait(ctx, node, replicas, timeout, calls)
-			if err != nil {
-				return 0, err
+			go func() {
+				acked, err := evalWait(ctx, node, replicas, timeout, calls)
+				results <- result{acked, err}
+			}()
+		}
+		least := -1
+		var err error
+		for range groups {
+			r := <-results
+			if r.err != nil {
+				err = cmp.Or(err, r.err)
+			} else if least < 0 || r.acked < least {
+				least = r.acked
 			}
-			if least < 0 || acked < least {
-				least = acked
-			}
+		}
+		if err != nil {
+			return 0, err
 		}
 		return max(least, 0), nil
 	}
