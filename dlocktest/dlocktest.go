@@ -14,10 +14,11 @@
 // The suite checks the driver's side of the contract directly (script
 // replies of every shape, error replies, the EVALSHA fallback after SCRIPT
 // FLUSH, pipelined batches, ended contexts, pub/sub delivery, reconnection
-// and Close, SCAN) and then dlock's primitives through dlock.New(driver):
-// locks on one and several names, refusal of foreign data, waiting woken by
-// a release, auto-refresh and loss notification, inspection and fenced
-// writes.
+// and Close, SCAN, scripts and WAIT on one connection) and then dlock's
+// primitives through dlock.New(driver): locks on one and several names,
+// refusal of foreign data, waiting woken by a release, auto-refresh and
+// loss notification, inspection, fenced writes, and acquires confirmed on
+// replicas.
 //
 // Run starts the servers itself (see Topology) and needs redis-server,
 // redis-cli and, for Sentinel, redis-sentinel on PATH; without them the
@@ -84,8 +85,9 @@ type NewDriver func(t testing.TB, d Deployment) dlock.Driver
 // few seconds for Cluster and Sentinel.
 //
 // A driver that does not implement dlock.Scanner must make List fail with
-// dlock.ErrUnsupported; one whose Subscribe returns dlock.ErrUnsupported
-// skips the pub/sub tests (and must still let waiters in, by polling).
+// dlock.ErrUnsupported, and one without dlock.Replicator WithReplicas; one
+// whose Subscribe returns dlock.ErrUnsupported skips the pub/sub tests
+// (and must still let waiters in, by polling).
 func Run(t *testing.T, newDriver NewDriver, topologies ...Topology) {
 	t.Helper()
 	if newDriver == nil {
@@ -131,6 +133,7 @@ var groups = []group{
 	{"Subscribe", subscribeTests},
 	{"Scan", scanTests},
 	{"Lock", lockTests},
+	{"Replicas", replicaTests},
 }
 
 // onCluster limits a test to the Cluster topology.
