@@ -43,6 +43,10 @@ const (
 	// Sentinel is a primary with one replica, watched by three sentinels
 	// that know it as "mymaster".
 	Sentinel
+	// Replicated is a primary with one replica and no sentinels, for
+	// drivers that talk to one server and can confirm writes on replicas
+	// (dlock.Replicator).
+	Replicated
 )
 
 // String returns the topology's name, as its subtests are named.
@@ -54,6 +58,8 @@ func (t Topology) String() string {
 		return "cluster"
 	case Sentinel:
 		return "sentinel"
+	case Replicated:
+		return "replicated"
 	}
 	return "unknown"
 }
@@ -63,7 +69,7 @@ func (t Topology) String() string {
 type Deployment struct {
 	Topology Topology
 	// Addrs are host:port addresses: the server (Standalone), every node
-	// (Cluster), or the sentinels (Sentinel).
+	// (Cluster), the sentinels (Sentinel), or the primary (Replicated).
 	Addrs []string
 	// MasterName is the name the sentinels know the primary by (Sentinel
 	// only).

@@ -62,6 +62,11 @@ func deploy(t *testing.T, top Topology, newDriver NewDriver) *env {
 		e.nodes = append([]*redistest.Server{r.Primary}, r.Replicas...)
 		e.sentinels = r.Sentinels
 		e.dep.Addrs, e.dep.MasterName = r.SentinelAddrs(), r.MasterName
+	case Replicated:
+		r := redistest.StartReplicated(t, 1, 0)
+		e.primaries = []*redistest.Server{r.Primary}
+		e.nodes = append([]*redistest.Server{r.Primary}, r.Replicas...)
+		e.dep.Addrs = []string{r.Primary.Addr()}
 	default:
 		t.Fatalf("dlocktest: unknown topology %d", top)
 	}
