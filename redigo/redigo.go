@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/gomodule/redigo/redis"
@@ -36,8 +37,9 @@ type Driver struct {
 }
 
 var (
-	_ dlock.Driver  = (*Driver)(nil)
-	_ dlock.Scanner = (*Driver)(nil)
+	_ dlock.Driver     = (*Driver)(nil)
+	_ dlock.Scanner    = (*Driver)(nil)
+	_ dlock.Replicator = (*Driver)(nil)
 )
 
 // New returns a Driver over pool. The pool stays the caller's: dlock never
@@ -59,21 +61,52 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	fail := func(err error) {
-		for _, c := range calls {
-			c.Val, c.Err = nil, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		fail(err) // the pool would hand out an idle connection all the same
-		return
-	}
-	conn, err := d.pool.GetContext(ctx)
+	conn, err := d.conn(ctx)
 	if err != nil {
-		fail(err)
+		failAll(calls, err)
 		return
 	}
 	defer conn.Close()
+	eval(ctx, conn, calls)
+}
+
+// EvalWait runs the calls as Eval does and then, on the same connection,
+// WAIT replicas timeout, whose reply it returns: how many replicas
+// acknowledged the writes. The reply is awaited for the timeout and a
+// second more, or until ctx ends if it has a deadline.
+func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	conn, err := d.conn(ctx)
+	if err != nil {
+		failAll(calls, err)
+		return 0, err
+	}
+	defer conn.Close()
+	eval(ctx, conn, calls)
+	wait := timeout + time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	if wait <= 0 {
+		return 0, context.DeadlineExceeded
+	}
+	return redis.Int(redis.DoWithTimeout(conn, wait, "WAIT", replicas, timeout.Milliseconds()))
+}
+
+// conn takes a connection from the pool, unless ctx has ended (the pool
+// would hand out an idle connection all the same).
+func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return d.pool.GetContext(ctx)
+}
+
+// eval runs the calls on conn by EVALSHA, and by EVAL those answered
+// NOSCRIPT.
+func eval(ctx context.Context, conn redis.Conn, calls []*dlock.Call) {
+	if len(calls) == 0 {
+		return
+	}
 	run(ctx, conn, calls, true)
 	var retry []*dlock.Call
 	for _, c := range calls {
@@ -215,10 +248,7 @@ func (e *ClusterError) Unwrap() []error { return []error{dlock.ErrUnsupported, e
 // Redis Cluster node it fails with an error matching dlock.ErrUnsupported
 // instead, as it would see that node's keys only.
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	conn, err := d.pool.GetContext(ctx)
+	conn, err := d.conn(ctx)
 	if err != nil {
 		return err
 	}

@@ -17,11 +17,12 @@ import (
 func TestMain(m *testing.M) { redistest.VerifyNoLeaks(m) }
 
 // TestConformance runs the driver conformance suite over a redigo pool on
-// a single server, the only deployment redigo knows.
+// a single server, the only deployment redigo knows, alone and with a
+// replica to confirm writes on.
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, func(t testing.TB, d dlocktest.Deployment) dlock.Driver {
 		return dlockredigo.New(newPool(t, d.Addrs[0]))
-	}, dlocktest.Standalone)
+	}, dlocktest.Standalone, dlocktest.Replicated)
 }
 
 // newPool returns a pool of connections to addr, closed with the test.
