@@ -38,7 +38,7 @@ type Topology int
 const (
 	// Standalone is a single redis-server.
 	Standalone Topology = iota
-	// Cluster is a Redis Cluster of three primaries without replicas.
+	// Cluster is a Redis Cluster of three primaries with a replica each.
 	Cluster
 	// Sentinel is a primary with one replica, watched by three sentinels
 	// that know it as "mymaster".

@@ -52,8 +52,8 @@ func deploy(t *testing.T, top Topology, newDriver NewDriver) *env {
 		e.primaries, e.nodes = []*redistest.Server{s}, []*redistest.Server{s}
 		e.dep.Addrs = []string{s.Addr()}
 	case Cluster:
-		c := redistest.StartCluster(t, 3, 0)
-		e.primaries, e.nodes = c.Nodes, c.Nodes
+		c := redistest.StartCluster(t, 3, 1)
+		e.primaries, e.nodes = c.Nodes[:3], c.Nodes // created so: primaries first
 		e.dep.Addrs = c.Addrs()
 		e.readSlots(t)
 	case Sentinel:
