@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/dlockio/dlock"
 	"github.com/redis/rueidis"
@@ -26,6 +27,7 @@ import (
 // Driver carries dlock's requests over a rueidis client.
 type Driver struct {
 	client rueidis.Client
+	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait; nil until asked
 }
 
 var (
@@ -68,7 +70,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 	if len(calls) == 1 {
-		store(calls[0], d.client.Do(ctx, d.command(calls[0], bySHA)))
+		store(calls[0], d.client.Do(ctx, command(d.client, calls[0], bySHA)))
 		return
 	}
 	// rueidis refuses (panics) to pipeline a command without a key beside
@@ -83,7 +85,7 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, call := range calls {
-		cmds[i] = d.command(call, bySHA)
+		cmds[i] = command(d.client, call, bySHA)
 		if len(call.Keys) == 0 && anyKey != "" {
 			cmds[i] = cmds[i].SetSlot(anyKey)
 		}
@@ -93,13 +95,13 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 	}
 }
 
-// command builds the EVALSHA or EVAL of a call.
-func (d *Driver) command(call *dlock.Call, bySHA bool) rueidis.Completed {
+// command builds the EVALSHA or EVAL of a call for c.
+func command(c rueidis.Client, call *dlock.Call, bySHA bool) rueidis.Completed {
 	name, script := "EVALSHA", call.Script.SHA1
 	if !bySHA {
 		name, script = "EVAL", call.Script.Src
 	}
-	cmd := d.client.B().Arbitrary(name, script, strconv.Itoa(len(call.Keys)))
+	cmd := c.B().Arbitrary(name, script, strconv.Itoa(len(call.Keys)))
 	if len(call.Keys) > 0 {
 		cmd = cmd.Keys(call.Keys[0]).Args(call.Keys[1:]...)
 	}

@@ -1,0 +1,244 @@
+package dlockrueidis
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/redis/rueidis"
+)
+
+var _ dlock.Replicator = (*Driver)(nil)
+
+// EvalWait runs the calls as Eval does and then WAIT replicas timeout on
+// the connection that carried them, and returns the fewest replicas that
+// acknowledged the writes. The calls and their WAIT go out as one pipeline
+// on a connection of rueidis's blocking pool, so that a WAIT never holds
+// up the commands that other goroutines pipeline on the shared
+// connections.
+//
+// On a cluster the calls are grouped by the primary that serves their
+// first key's slot, with one WAIT for each primary, and the primaries are
+// asked at once. The slot map comes from CLUSTER SLOTS, asked once and
+// again whenever a primary answers MOVED or ASK.
+func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	if d.client.Mode() != rueidis.ClientModeCluster {
+		return evalWait(ctx, d.client, replicas, timeout, calls)
+	}
+	groups, err := d.byPrimary(ctx, calls)
+	if err != nil {
+		failAll(calls, err)
+		return 0, err
+	}
+	type result struct {
+		acked int
+		err   error
+	}
+	results := make(chan result, len(groups))
+	for _, g := range groups {
+		go func() {
+			acked, err := evalWait(ctx, g.node, replicas, timeout, g.calls)
+			results <- result{acked, err}
+		}()
+	}
+	least := -1
+	for range groups {
+		r := <-results
+		if r.err != nil {
+			err = cmp.Or(err, r.err)
+		} else if least < 0 || r.acked < least {
+			least = r.acked
+		}
+	}
+	for _, c := range calls {
+		if c.Err != nil && (strings.HasPrefix(c.Err.Error(), "MOVED ") || strings.HasPrefix(c.Err.Error(), "ASK ")) {
+			d.slots.Store(nil) // the map is out of date: ask again next time
+			break
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return max(least, 0), nil
+}
+
+// evalWait runs calls and WAIT as one pipeline on c, by EVALSHA, then once
+// more by EVAL for the calls answered NOSCRIPT.
+func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
+	least := -1
+	for _, bySHA := range []bool{true, false} {
+		if len(calls) == 0 {
+			break
+		}
+		cmds := make(rueidis.Commands, 0, len(calls)+1)
+		for _, call := range calls {
+			cmds = append(cmds, command(c, call, bySHA))
+		}
+		// WAIT is a blocking command: the whole pipeline goes out on one
+		// connection of the blocking pool, in order.
+		cmds = append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build())
+		rs := c.DoMulti(ctx, cmds...)
+		var again []*dlock.Call
+		for i, call := range calls {
+			store(call, rs[i])
+			if bySHA && call.Err != nil && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
+				again = append(again, call)
+			}
+		}
+		acked, err := rs[len(calls)].AsInt64()
+		if err != nil {
+			return 0, err
+		}
+		if least < 0 || int(acked) < least {
+			least = int(acked)
+		}
+		calls = again
+	}
+	return max(least, 0), nil
+}
+
+// group is the calls bound for one primary.
+type group struct {
+	node  rueidis.Client
+	calls []*dlock.Call
+}
+
+// slotMap is which primary serves each slot.
+type slotMap struct {
+	ranges []slotRange // sorted by first slot
+	nodes  map[string]rueidis.Client
+}
+
+type slotRange struct {
+	first, last int
+	addr        string
+}
+
+// byPrimary groups calls by the primary that serves their first key; calls
+// without keys join any group.
+func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, error) {
+	m := d.slots.Load()
+	if m == nil {
+		var err error
+		if m, err = d.readSlots(ctx); err != nil {
+			return nil, err
+		}
+		d.slots.Store(m)
+	}
+	var groups []group
+	index := map[string]int{}
+	var keyless []*dlock.Call
+	for _, call := range calls {
+		if len(call.Keys) == 0 {
+			keyless = append(keyless, call)
+			continue
+		}
+		addr := m.owner(keySlot(call.Keys[0]))
+		node, ok := m.nodes[addr]
+		if !ok {
+			d.slots.Store(nil)
+			return nil, fmt.Errorf("dlockrueidis: no connection to %q, which serves the slot of %q", addr, call.Keys[0])
+		}
+		i, ok := index[addr]
+		if !ok {
+			i = len(groups)
+			index[addr] = i
+			groups = append(groups, group{node: node})
+		}
+		groups[i].calls = append(groups[i].calls, call)
+	}
+	if len(keyless) > 0 {
+		if len(groups) == 0 {
+			groups = append(groups, group{node: d.client})
+		}
+		groups[0].calls = append(groups[0].calls, keyless...)
+	}
+	return groups, nil
+}
+
+// readSlots asks a node of the cluster for the slot map (CLUSTER SLOTS),
+// and matches its primaries with the client's connections to the nodes.
+func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
+	nodes := d.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("dlockrueidis: the cluster client knows no node")
+	}
+	asked := nodes[addrs[0]]
+	entries, err := asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS on %s: %w", addrs[0], err)
+	}
+	m := &slotMap{nodes: nodes}
+	for _, e := range entries {
+		v, err := e.ToArray()
+		if err != nil || len(v) < 3 {
+			continue
+		}
+		first, err1 := v[0].AsInt64()
+		last, err2 := v[1].AsInt64()
+		primary, err3 := v[2].ToArray()
+		if err1 != nil || err2 != nil || err3 != nil || len(primary) < 2 {
+			continue
+		}
+		host, _ := primary[0].ToString()
+		port, _ := primary[1].AsInt64()
+		switch host {
+		case "": // the node does not know its address: the one asked does
+			host, _, _ = net.SplitHostPort(addrs[0])
+		case "?":
+			continue
+		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		m.ranges = append(m.ranges, slotRange{int(first), int(last), addr})
+	}
+	sort.Slice(m.ranges, func(i, j int) bool { return m.ranges[i].first < m.ranges[j].first })
+	return m, nil
+}
+
+// owner returns the address of the primary that serves slot, or "".
+func (m *slotMap) owner(slot int) string {
+	i := sort.Search(len(m.ranges), func(i int) bool { return m.ranges[i].last >= slot })
+	if i < len(m.ranges) && m.ranges[i].first <= slot {
+		return m.ranges[i].addr
+	}
+	return ""
+}
+
+// keySlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag,
+// or of the whole key if it has none, modulo 16384.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+func failAll(calls []*dlock.Call, err error) {
+	for _, c := range calls {
+		c.Val, c.Err = nil, err
+	}
+}
