@@ -36,7 +36,7 @@ func testEvalWait(t *testing.T, e *env) {
 		calls[i] = &dlock.Call{Script: set, Keys: []string{fmt.Sprintf("%s{%d}", prefix(t), i)}, Args: []any{i}}
 	}
 	calls = append(calls, &dlock.Call{Script: refuse, Keys: []string{prefix(t) + "{refused}"}})
-	const wait = 100 * time.Millisecond
+	const wait = 200 * time.Millisecond
 	start := time.Now()
 	acked, err := rep.EvalWait(ctx, 1, wait, calls...)
 	took := time.Since(start)
