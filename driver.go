@@ -7,9 +7,9 @@ import (
 )
 
 // Driver carries dlock's requests to Redis. It is the only part of dlock that
-// knows a Redis client library: the adapter in package
-// github.com/dlockio/dlock/goredis implements it for go-redis v9, and a few
-// dozen lines implement it for any other client.
+// knows a Redis client library: goredis (go-redis v9), dlockrueidis
+// (rueidis) and redigo implement it, and package dlocktest checks any
+// implementation against real Redis.
 //
 // A Driver never knows what a lock is: it runs scripts and delivers
 // pub/sub notices. Every method must be safe for concurrent use.
@@ -19,7 +19,8 @@ type Driver interface {
 	// each reply in the call. Calls may be sent in one pipeline; each is
 	// routed by its first key. Replies are converted to nil (a nil reply),
 	// int64, string, or []any of those; an error reply or a failure to send
-	// is stored in Call.Err.
+	// is stored in Call.Err. An error reply inside an array reply is an
+	// error value in the []any.
 	Eval(ctx context.Context, calls ...*Call)
 
 	// Subscribe opens a pub/sub connection that calls notify with the
@@ -34,7 +35,8 @@ type Driver interface {
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.
 type Subscription interface {
-	// Subscribe adds channels.
+	// Subscribe adds channels. It may return before the server confirmed
+	// them; it must not wait for a notify call under way.
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe removes channels.
 	Unsubscribe(ctx context.Context, channels ...string) error

@@ -113,7 +113,8 @@ func parseUint(v any) uint64 {
 type Scanner interface {
 	// Scan calls fn with every key that matches the glob pattern match and
 	// holds the Redis type typ, until fn returns an error, which Scan then
-	// returns. A key may be seen more than once.
+	// returns. fn is called from one goroutine at a time and never again
+	// after it returned an error. A key may be seen more than once.
 	Scan(ctx context.Context, match, typ string, fn func(key string) error) error
 }
 

@@ -31,10 +31,11 @@ type waitHub struct {
 	c       *Client
 	channel string // the client's own channel, its name in waiter sets
 
-	mu     sync.Mutex
-	sub    Subscription // nil until the first wait, or when unsupported
-	failed bool         // Subscribe failed: waiting falls back to the retry strategy
-	queues map[string][]*waiter
+	mu      sync.Mutex
+	sub     Subscription  // nil until the first wait, or when unsupported
+	opening chan struct{} // closed when a Subscribe under way ends
+	failed  bool          // no notices for good (unsupported, or closed)
+	queues  map[string][]*waiter
 }
 
 // waiter is one caller waiting for a lock.
@@ -47,27 +48,55 @@ func newWaitHub(c *Client) *waitHub {
 }
 
 // subscribed opens the client's subscription on first use and reports
-// whether notices can be had.
+// whether notices can be had. The subscription is opened without holding
+// h.mu, so that notices and other waiters are not held up by the dial; the
+// callers that come meanwhile wait for it.
 func (h *waitHub) subscribed(ctx context.Context) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	for h.opening != nil {
+		opening := h.opening
+		h.mu.Unlock()
+		select {
+		case <-opening:
+		case <-ctx.Done():
+			return false
+		}
+		h.mu.Lock()
+	}
 	if h.sub != nil || h.failed {
+		defer h.mu.Unlock()
 		return h.sub != nil
 	}
+	opening := make(chan struct{})
+	h.opening = opening
+	h.mu.Unlock()
+
 	sub, err := h.c.driver.Subscribe(ctx, h.notify)
 	if err == nil {
 		if err = sub.Subscribe(ctx, h.channel); err != nil {
 			_ = sub.Close()
 		}
 	}
-	if err != nil {
-		if errors.Is(err, ErrUnsupported) {
-			h.failed = true // for good: waits poll by the retry strategy
-		}
+
+	h.mu.Lock()
+	h.opening = nil
+	close(opening)
+	closed := h.failed // the client closed meanwhile
+	if err == nil && !closed {
+		h.sub = sub
+	}
+	if err != nil && errors.Is(err, ErrUnsupported) {
+		h.failed = true // for good: waits poll by the retry strategy
+	}
+	h.mu.Unlock()
+	switch {
+	case err != nil:
 		h.c.log.WarnContext(ctx, "dlock: cannot subscribe for lock notices; waiting polls instead", "err", err)
 		return false
+	case closed:
+		_ = sub.Close()
+		return false
 	}
-	h.sub = sub
 	return true
 }
 

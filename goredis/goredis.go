@@ -2,8 +2,13 @@
 // Sentinel-managed failover client, or a Redis Cluster, anything that
 // implements redis.UniversalClient.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))
+//
+// Set ContextTimeoutEnabled: without it go-redis does not apply a context's
+// deadline to a request already on a connection, and a server that stops
+// answering holds dlock's calls (refreshes, clean-ups, waits) for the
+// client's read timeout (3s by default) instead of their own deadlines.
 package goredis
 
 import (
