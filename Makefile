@@ -14,8 +14,12 @@ demo: redis
 
 FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
 
+# Modules of their own, so that their dependencies stay out of the core's.
+NESTED := rueidis redigo
+
 test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 	@for f in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s . || exit 1; done
 
 lint:
