@@ -8,10 +8,11 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// The scripts dlock runs on the server, one per operation. Scripts that act
-// on a lock already taken start with the shared helpers in held.lua.
+// The scripts dlock runs on the server, one per operation. Helpers shared by
+// several scripts live in files of their own (held.lua, fence.lua, …) and
+// are put in front of the scripts that use them.
 var (
-	scriptAcquire = loadScript("acquire")
+	scriptAcquire = loadScript("acquire", "fence")
 	scriptRelease = loadScript("release", "held", "wake")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")

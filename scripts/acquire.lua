@@ -54,23 +54,16 @@ end
 
 local now_us = now()
 
--- Fences next, so that a fence counter holding other data stops the
--- acquire before any lock is written (skipping a number is harmless). A
--- fence never goes backwards: one more than the last, and at least the
--- server's clock in microseconds, so that increments a failover or restart
--- lost are still overtaken.
+-- Fences next (see next_fence), so that a fence counter holding other data
+-- stops the acquire before any lock is written (skipping a number is
+-- harmless).
 local fences = {}
 for i = 1, n do
   if state[i] then
     fences[i] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
   else
-    local f = redis.pcall('INCR', KEYS[n + i])
-    if type(f) == 'table' then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-    if f < now_us then
-      f = now_us
-      redis.call('SET', KEYS[n + i], string.format('%.0f', f))
-    end
-    fences[i] = f
+    fences[i] = next_fence(KEYS[n + i], now_us)
+    if not fences[i] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   end
 end
 
