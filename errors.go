@@ -28,6 +28,12 @@ var (
 	// asked for).
 	ErrKindMismatch = errors.New("dlock: name is used by another kind of lock")
 
+	// ErrModeMismatch means a token holds the name in another mode: a read
+	// hold's token used for a write hold or the other way round (see
+	// WithToken). Release, Refresh and TTL report it together with
+	// ErrNotHeld, and change nothing.
+	ErrModeMismatch = errors.New("dlock: token holds the name in another mode")
+
 	// ErrInvalidArgument is the parent of every argument error: all of the
 	// Err… argument errors below match it with errors.Is.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
@@ -50,6 +56,8 @@ var (
 	// ErrInvalidOption means an option's value is out of range; the message
 	// names the option.
 	ErrInvalidOption = fmt.Errorf("%w: option", ErrInvalidArgument)
+	// ErrInvalidPermits means a semaphore was given zero or fewer permits.
+	ErrInvalidPermits = fmt.Errorf("%w: permits", ErrInvalidArgument)
 )
 
 // ServerError is an error reply from Redis to one of dlock's requests, or a
@@ -74,15 +82,15 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 var ErrClosed = errors.New("dlock: client closed")
 
 // scriptError turns a failed script call into a dlock error. The scripts
-// report data they refuse to touch as "DLOCK_WRONGTYPE i" or "DLOCK_KIND i",
-// i being the 1-based index of the key, which name turns into the name for
-// the message; anything else is a *ServerError about key.
+// report data they refuse to touch as "DLOCK_WRONGTYPE i", "DLOCK_KIND i"
+// or "DLOCK_MODE i", i being the 1-based index of the key, which name turns
+// into the name for the message; anything else is a *ServerError about key.
 func scriptError(err error, key string, name func(i int64) string) error {
 	msg := err.Error()
 	for _, c := range [...]struct {
 		code     string
 		sentinel error
-	}{{"DLOCK_WRONGTYPE ", ErrWrongType}, {"DLOCK_KIND ", ErrKindMismatch}} {
+	}{{"DLOCK_WRONGTYPE ", ErrWrongType}, {"DLOCK_KIND ", ErrKindMismatch}, {"DLOCK_MODE ", ErrModeMismatch}} {
 		if at := strings.Index(msg, c.code); at >= 0 {
 			i, _ := strconv.ParseInt(strings.Fields(msg[at+len(c.code):] + " ")[0], 10, 64)
 			return fmt.Errorf("%w: %q", c.sentinel, name(i))

@@ -10,15 +10,27 @@ import (
 	"time"
 )
 
-// Lock is an exclusive lock held on one or more names. It is obtained with
-// Client.TryLock, Client.Lock, their multi-key forms or Client.Attach, and
-// given up with Release. Its methods are safe for concurrent use.
+// Lock is a hold on one or more names: an exclusive lock obtained with
+// Client.TryLock, Client.Lock, their multi-key forms or Client.Attach; a
+// read or write hold of an RWMutex; or a permit of a Semaphore. It is given
+// up with Release. Its methods are safe for concurrent use.
 type Lock struct {
 	lease
+	kind  *holdKind
 	names []string
-	keys  []string // the lock keys, then their fence keys, then their waiter sets
+	keys  []string // the keys of the acquire script: for an exclusive lock the lock keys, then their fence keys, then their waiter sets
+	held  []string // the keys of the refresh and ttl scripts
+	rel   []string // the keys of the release script
 	req   string   // this acquisition's request token
 	owner string
+
+	// extra returns the kind's acquire arguments after the common ones; nil
+	// for none.
+	extra func() []any
+	// enqueued is set when a refused attempt recorded the caller as a
+	// waiter, which must be taken back if it gives up. Only the acquiring
+	// goroutine uses it.
+	enqueued bool
 
 	// Guarded by lease.mu.
 	token  string // the token the lock is held with
@@ -26,10 +38,40 @@ type Lock struct {
 	fences []uint64
 }
 
+// holdKind is what a Lock holds: the scripts its operations run. Every kind
+// answers in the exclusive lock's shapes, so that Lock, its lease and the
+// watchdog treat them alike.
+type holdKind struct {
+	mode                           string // as in Holder.Mode
+	acquire, release, refresh, ttl *Script
+	// modeArg is set for the kinds whose hold scripts take the mode after
+	// the common arguments (they are shared by several modes).
+	modeArg bool
+}
+
+// The modes of a hold, as Holder.Mode and Lock.Mode report them.
+const (
+	ModeExclusive = "exclusive" // an exclusive lock
+	ModeRead      = "read"      // a read hold of an RWMutex
+	ModeWrite     = "write"     // the write hold of an RWMutex
+	ModePermit    = "permit"    // a permit of a Semaphore
+)
+
+var exclusiveHold = &holdKind{mode: ModeExclusive,
+	acquire: scriptAcquire, release: scriptRelease, refresh: scriptRefresh, ttl: scriptTTL}
+
+// args returns the arguments of a script on a hold of the kind.
+func (k *holdKind) args(common ...any) []any {
+	if k.modeArg {
+		return append(common, k.mode)
+	}
+	return common
+}
+
 // TryLock obtains the exclusive lock called name if it is free, in one round
 // trip, and returns ErrNotObtained at once if it is not.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, []string{name}, opts, false)
+	return c.obtain(ctx, opts, false, c.exclusive([]string{name}))
 }
 
 // Lock obtains the exclusive lock called name, waiting while it is held.
@@ -46,7 +88,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // deadline, after the WithMaxWait bound (DefaultMaxWait); the error then
 // matches ErrNotObtained, and ctx.Err() when ctx ended.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, []string{name}, opts, true)
+	return c.obtain(ctx, opts, true, c.exclusive([]string{name}))
 }
 
 // TryLockMulti obtains the exclusive locks on all of names, or none of them,
@@ -54,12 +96,12 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // slot (give them a common hash tag, such as "{order:42}:pay" and
 // "{order:42}:ship").
 func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, names, opts, false)
+	return c.obtain(ctx, opts, false, c.exclusive(names))
 }
 
 // LockMulti is TryLockMulti that waits as Lock does.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, names, opts, true)
+	return c.obtain(ctx, opts, true, c.exclusive(names))
 }
 
 // Attach returns the Lock that is held on name with token, so that another
@@ -118,17 +160,31 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		keys[len(names)+i] = keys[i] + ":fence"
 		keys[2*len(names)+i] = keys[i] + ":waiters"
 	}
-	l := &Lock{names: append([]string(nil), names...), keys: keys, req: token, token: token, owner: o.owner, meta: o.metadata}
+	n := len(names)
+	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), keys: keys, held: keys[:n],
+		rel: append(keys[:n:n], keys[2*n:]...), req: token, token: token, owner: o.owner, meta: o.metadata}
+	l.init(c, o)
+	return l, nil
+}
+
+// exclusive returns what obtain builds an exclusive lock on names with.
+func (c *Client) exclusive(names []string) func(token string, o *options) (*Lock, error) {
+	return func(token string, o *options) (*Lock, error) { return c.newLock(names, token, o) }
+}
+
+// init readies a Lock built by one of the primitives: its lease, refreshed
+// by the kind's script.
+func (l *Lock) init(c *Client, o *options) {
 	l.lease.init(c, l.describe(), o)
 	l.refreshCall = func(ttl time.Duration) *Call {
 		l.mu.Lock()
 		token := l.token
 		l.mu.Unlock()
-		return &Call{Script: scriptRefresh, Keys: l.lockKeys(), Args: []any{token, l.owner, ttl.Milliseconds()}}
+		return &Call{Script: l.kind.refresh, Keys: l.lockKeys(), Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
 	}
 	l.refreshed = func(call *Call) error {
 		if call.Err != nil {
-			return l.replyError(call.Err)
+			return l.holdError(call.Err)
 		}
 		switch i, ok := call.Val.(int64); {
 		case !ok:
@@ -138,12 +194,11 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		}
 		return nil
 	}
-	return l, nil
 }
 
-// obtain makes attempts to acquire names until one succeeds, or, when wait is
-// false, once.
-func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait bool) (*Lock, error) {
+// obtain makes attempts to acquire the Lock that build returns until one
+// succeeds, or, when wait is false, once.
+func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build func(token string, o *options) (*Lock, error)) (*Lock, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
@@ -158,7 +213,7 @@ func (c *Client) obtain(ctx context.Context, names []string, opts []Option, wait
 	if token == "" {
 		token = newToken()
 	}
-	l, err := c.newLock(names, token, o)
+	l, err := build(token, o)
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +241,11 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	if wa.more {
 		more = "1"
 	}
-	call := &Call{Script: scriptAcquire, Keys: l.keys, Args: []any{l.req, ttl.Milliseconds(), l.meta, l.owner,
-		wa.channel, more, waitLease.Milliseconds()}}
+	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, more, waitLease.Milliseconds()}
+	if l.extra != nil {
+		args = append(args, l.extra()...)
+	}
+	call := &Call{Script: l.kind.acquire, Keys: l.keys, Args: args}
 	l.c.evalWith(ctx, l.repl, call)
 	v, err := call.Val, call.Err
 	if err != nil {
@@ -198,8 +256,14 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 		return 0, l.badReply(v)
 	}
 	if got, _ := r[0].(int64); got == 0 {
-		if len(r) != 3 {
+		// {0, pttl, i}, and for kinds that record waiters whether this
+		// attempt did.
+		if len(r) != 3 && len(r) != 4 {
 			return 0, l.badReply(v)
+		}
+		if len(r) == 4 {
+			queued, _ := r[3].(int64)
+			l.enqueued = l.enqueued || queued == 1
 		}
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
@@ -225,22 +289,23 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 }
 
 // abandon ends a failed acquisition. If an attempt may have taken the lock
-// unseen (its reply was lost), it releases it so that nothing is left behind.
+// unseen (its reply was lost) or recorded the caller as a waiter, it
+// releases it so that nothing is left behind.
 func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
-	if uncertain {
+	if uncertain || l.enqueued {
 		l.cleanup(ctx, true)
 	}
 	return err
 }
 
-// cleanup releases what this acquisition's request token may hold, on a
-// context that outlives ctx's cancellation but is bounded in time. It only
-// matches the request token, never the owner, so it cannot take away
-// another acquisition's hold.
+// cleanup releases what this acquisition's request token may hold, and
+// the waiter it may have recorded, on a context that outlives ctx's
+// cancellation but is bounded in time. It only matches the request token,
+// never the owner, so it cannot take away another acquisition's hold.
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := l.c.eval(ctx, scriptRelease, l.releaseKeys(), l.req, ""); err != nil && logFailure {
+	if _, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), l.kind.args(l.req, "")...); err != nil && logFailure {
 		l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", err)
 	}
 }
@@ -277,19 +342,22 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
 	}
-	v, err := l.c.eval(ctx, scriptRelease, l.releaseKeys(), token, l.owner)
-	if err != nil {
-		return l.replyError(err)
-	}
+	v, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), l.kind.args(token, l.owner)...)
 	missing, ok := v.(int64)
-	if !ok {
+	switch {
+	case err != nil:
+		if err = l.holdError(err); !errors.Is(err, ErrNotHeld) {
+			return err
+		}
+	case !ok:
 		return l.badReply(v)
+	case missing > 0:
+		err = fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what)
 	}
 	l.mu.Lock()
 	l.released = true
 	l.mu.Unlock()
-	if missing > 0 {
-		err := fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what)
+	if err != nil {
 		l.end(fmt.Errorf("%w: %w", ErrLost, err))
 		return err
 	}
@@ -353,9 +421,9 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 	l.mu.Lock()
 	token := l.token
 	l.mu.Unlock()
-	v, err := l.c.eval(ctx, scriptTTL, l.lockKeys(), token, l.owner)
+	v, err := l.c.eval(ctx, l.kind.ttl, l.lockKeys(), l.kind.args(token, l.owner)...)
 	if err != nil {
-		return 0, l.replyError(err)
+		return 0, l.holdError(err)
 	}
 	r, _ := v.([]any)
 	if len(r) == 0 {
@@ -376,6 +444,10 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 	l.mu.Unlock()
 	return left, nil
 }
+
+// Mode returns what the lock holds: ModeExclusive, ModeRead, ModeWrite or
+// ModePermit.
+func (l *Lock) Mode() string { return l.kind.mode }
 
 // Key returns the name the lock was obtained on (the first, for a lock on
 // several names).
@@ -428,13 +500,11 @@ func (l *Lock) currentTTL() time.Duration {
 	return l.ttl
 }
 
-func (l *Lock) lockKeys() []string { return l.keys[:len(l.names)] }
+func (l *Lock) lockKeys() []string { return l.held }
 
-// releaseKeys are the lock keys and their waiter sets.
-func (l *Lock) releaseKeys() []string {
-	n := len(l.names)
-	return append(l.lockKeys()[:n:n], l.keys[2*n:]...)
-}
+// releaseKeys are the keys of the release script: for an exclusive lock the
+// lock keys and their waiter sets.
+func (l *Lock) releaseKeys() []string { return l.rel }
 
 // nameAt returns the name at a script's 1-based key index.
 func (l *Lock) nameAt(i int64) string {
@@ -445,15 +515,29 @@ func (l *Lock) nameAt(i int64) string {
 }
 
 func (l *Lock) describe() string {
+	s := fmt.Sprintf("%q", l.names)
 	if len(l.names) == 1 {
-		return strconv.Quote(l.names[0])
+		s = strconv.Quote(l.names[0])
 	}
-	return fmt.Sprintf("%q", l.names)
+	if l.kind != exclusiveHold {
+		s += " (" + l.kind.mode + ")"
+	}
+	return s
 }
 
 // replyError turns a failed script call on the lock into a dlock error.
 func (l *Lock) replyError(err error) error {
 	return scriptError(err, l.keys[0], l.nameAt)
+}
+
+// holdError is replyError for the scripts that act on the hold: a token
+// that holds the name in another mode means this lock is not held.
+func (l *Lock) holdError(err error) error {
+	err = l.replyError(err)
+	if errors.Is(err, ErrModeMismatch) {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	return err
 }
 
 func (l *Lock) badReply(v any) error {
@@ -462,7 +546,8 @@ func (l *Lock) badReply(v any) error {
 
 // isFinal reports whether an attempt's error will not change by retrying.
 func isFinal(err error) bool {
-	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrKindMismatch) || errors.Is(err, ErrInvalidArgument)
+	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrKindMismatch) || errors.Is(err, ErrModeMismatch) ||
+		errors.Is(err, ErrInvalidArgument)
 }
 
 // drift is the allowance for clock drift between client and server: 1% of
