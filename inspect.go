@@ -14,38 +14,58 @@ type Kind string
 
 // The kinds of primitive.
 const (
-	KindNone Kind = ""     // the name is free
-	KindLock Kind = "lock" // an exclusive lock
+	KindNone      Kind = ""          // the name is free
+	KindLock      Kind = "lock"      // an exclusive lock
+	KindRWMutex   Kind = "rwlock"    // a read/write lock (Client.RWMutex)
+	KindSemaphore Kind = "semaphore" // a semaphore (Client.Semaphore)
 )
 
 // Info is what Inspect, List and ForceRelease report of a name.
 type Info struct {
 	Name    string
 	Kind    Kind     // KindNone when the name is free
-	Holders []Holder // who holds it now
+	Holders []Holder // who holds it now, longest-held first
 	Fence   uint64   // the newest fencing token issued for the name
+	// Permits is a semaphore's permit count, as its last acquire gave it.
+	Permits int
+	// Waiters counts the waiters a read/write lock records: writers
+	// waiting, and in a fair lock every waiter. Other waiters poll without
+	// leaving a trace and are not counted.
+	Waiters int
+	// WriterWaiting is set when a writer waits for a read/write lock; new
+	// readers are then kept out.
+	WriterWaiting bool
+	// Fair is set for a read/write lock that serves in arrival order.
+	Fair bool
 }
 
 // Holder is one holder of a name. Tokens are never shown.
 type Holder struct {
+	Mode     string        // ModeExclusive, ModeWrite, ModeRead or ModePermit
 	Owner    string        // the WithOwner id, or ""
 	Metadata string        // the WithMetadata string
 	Count    int           // the hold count (above 1 when re-entered)
 	Since    time.Time     // when it was obtained, by the server's clock
 	TTL      time.Duration // how long it has left unless refreshed
-	Fence    uint64        // its fencing token
+	Fence    uint64        // its fencing token; 0 for read holds and permits
 }
 
-// Inspect reports what holds name, in one round trip. A free name has
-// Kind KindNone and no holders.
+// Inspect reports what holds name, in one round trip: its kind, its
+// holders, and for a read/write lock its waiters. A free name has Kind
+// KindNone and no holders. A name whose holders all expired without
+// releasing keeps its kind, with no holders, until its keys expire too
+// (the longest TTL it was given).
 func (c *Client) Inspect(ctx context.Context, name string) (*Info, error) {
 	return c.describe(ctx, scriptInspect, name)
 }
 
 // ForceRelease frees name whoever holds it, wakes its waiters, and returns
-// what it removed. It is meant for operators: the holder is not asked, and
-// learns of the loss at its next refresh (its Done channel closes then).
-// The fence counter stays, so later holders still get larger fences.
+// what it removed. It is meant for operators: the holders are not asked,
+// and learn of the loss at their next refresh (their Done channels close
+// then). Every hold of the name goes, and the waiters a read/write lock
+// recorded, which record themselves again at their next attempt (in a
+// fair lock, in the order of those attempts). The fence counter stays, so
+// later holders still get larger fences.
 func (c *Client) ForceRelease(ctx context.Context, name string) (*Info, error) {
 	return c.describe(ctx, scriptForceRelease, name)
 }
@@ -58,7 +78,7 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 		return nil, err
 	}
 	key := c.RedisKey(name)
-	v, err := c.eval(ctx, s, []string{key, key + ":fence", key + ":waiters"})
+	v, err := c.eval(ctx, s, describeKeys(key))
 	if err != nil {
 		return nil, scriptError(err, key, func(int64) string { return name })
 	}
@@ -69,30 +89,40 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 	return info, nil
 }
 
+// describeKeys are the keys of inspect.lua and force_release.lua for the
+// name whose base key is key: the base key, its fence counter, waiter set,
+// holds, pending acquires and arrival queue.
+func describeKeys(key string) []string {
+	return []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending", key + ":queue"}
+}
+
 // parseInfo reads the reply of describe.lua.
 func parseInfo(name string, v any) (*Info, bool) {
 	r, _ := v.([]any)
-	if len(r) < 3 {
+	const head, fields = 7, 7
+	if len(r) < head {
 		return nil, false
 	}
 	kind, _ := r[0].(string)
-	info := &Info{Name: name, Kind: Kind(kind), Fence: parseUint(r[1])}
-	n, _ := r[2].(int64)
-	const fields = 6
-	if len(r) != 3+int(n)*fields {
+	info := &Info{Name: name, Kind: Kind(kind), Fence: parseUint(r[1]), Permits: int(parseUint(r[2])),
+		Waiters: int(parseUint(r[3])), WriterWaiting: parseUint(r[4]) == 1, Fair: parseUint(r[5]) == 1}
+	n, _ := r[6].(int64)
+	if len(r) != head+int(n)*fields {
 		return nil, false
 	}
 	for i := range int(n) {
-		h := r[3+i*fields : 3+(i+1)*fields]
-		owner, _ := h[0].(string)
-		meta, _ := h[1].(string)
-		pttl, _ := h[4].(int64)
+		h := r[head+i*fields : head+(i+1)*fields]
+		mode, _ := h[0].(string)
+		owner, _ := h[1].(string)
+		meta, _ := h[2].(string)
+		pttl, _ := h[5].(int64)
 		info.Holders = append(info.Holders, Holder{
-			Owner: owner, Metadata: meta, Count: int(parseUint(h[2])),
-			Since: time.UnixMilli(int64(parseUint(h[3]))),
-			TTL:   max(time.Duration(pttl)*time.Millisecond, 0), Fence: parseUint(h[5]),
+			Mode: mode, Owner: owner, Metadata: meta, Count: int(parseUint(h[3])),
+			Since: time.UnixMilli(int64(parseUint(h[4]))),
+			TTL:   max(time.Duration(pttl)*time.Millisecond, 0), Fence: parseUint(h[6]),
 		})
 	}
+	sort.SliceStable(info.Holders, func(i, j int) bool { return info.Holders[i].Since.Before(info.Holders[j].Since) })
 	return info, true
 }
 
@@ -118,10 +148,11 @@ type Scanner interface {
 	Scan(ctx context.Context, match, typ string, fn func(key string) error) error
 }
 
-// List reports every name that holds a lock and matches the glob pattern
-// (Redis syntax: *, ?, [abc]; "" or "*" for all), sorted by name. It walks
-// the keys with SCAN, never KEYS, and asks about each name in one round
-// trip. Names released while it runs are left out. It returns
+// List reports every name in use by a primitive of any kind that matches
+// the glob pattern (Redis syntax: *, ?, [abc]; "" or "*" for all), sorted
+// by name. It walks the keys with SCAN, never KEYS (only hashes: the other
+// keys of a name are not), and asks about every name in one pipelined
+// round trip. Names released while it runs are left out. It returns
 // ErrUnsupported if the driver has no Scanner.
 func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
 	if ctx == nil {
@@ -151,7 +182,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
 	calls := make([]*Call, len(names))
 	for i, name := range names {
 		key := c.RedisKey(name)
-		calls[i] = &Call{Script: scriptInspect, Keys: []string{key, key + ":fence"}}
+		calls[i] = &Call{Script: scriptInspect, Keys: describeKeys(key)}
 	}
 	if len(calls) > 0 {
 		c.driver.Eval(ctx, calls...)

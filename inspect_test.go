@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,5 +123,195 @@ func TestList(t *testing.T) {
 		if len(got) != len(want) || (len(got) > 0 && !slices.Equal(got, want)) {
 			t.Errorf("List(%q) = %v, want %v", pattern, got, want)
 		}
+	}
+}
+
+func TestInspectRWMutexAndSemaphore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	before := time.Now().Add(-time.Second)
+	m := e.c.RWMutex("doc")
+	r1, err := m.TryRLock(ctx, dlock.WithOwner("job-1"), dlock.WithMetadata("host=a"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := m.TryRLock(ctx, dlock.WithOwner("job-1"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m.TryRLock(ctx, dlock.WithMetadata("host=b"), dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, giveUp := frozenWaiter(t, e.newClient(t).RWMutex("doc"), true)
+	<-recorded
+	info, err := e.c.Inspect(ctx, "doc")
+	giveUp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != dlock.KindRWMutex || info.Name != "doc" || info.Fair || info.Waiters != 1 || !info.WriterWaiting ||
+		info.Fence != 0 || info.Permits != 0 || len(info.Holders) != 2 {
+		t.Fatalf("info = %+v", info)
+	}
+	h1, h2 := info.Holders[0], info.Holders[1]
+	if h1.Metadata != "host=a" { // taken in the same millisecond, their order is open
+		h1, h2 = h2, h1
+	}
+	if h1.Mode != dlock.ModeRead || h1.Owner != "job-1" || h1.Metadata != "host=a" || h1.Count != 2 || h1.Fence != 0 ||
+		h1.TTL <= 50*time.Second || h1.Since.Before(before) || h1.Since.After(time.Now().Add(time.Second)) {
+		t.Errorf("first reader = %+v", h1)
+	}
+	if h2.Mode != dlock.ModeRead || h2.Owner != "" || h2.Metadata != "host=b" || h2.Count != 1 ||
+		h2.TTL <= 20*time.Second || h2.TTL > 30*time.Second || h2.Since.Before(before) {
+		t.Errorf("second reader = %+v", h2)
+	}
+	for _, l := range []*dlock.Lock{r1, again, r2} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := m.TryLock(ctx, dlock.WithMetadata("writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err = e.c.Inspect(ctx, "doc")
+	if err != nil || len(info.Holders) != 1 || info.Waiters != 0 || info.WriterWaiting || info.Fence != w.Fence() {
+		t.Fatalf("info = %+v, %v", info, err)
+	}
+	if h := info.Holders[0]; h.Mode != dlock.ModeWrite || h.Fence != w.Fence() || h.Metadata != "writer" {
+		t.Errorf("writer = %+v", h)
+	}
+
+	s := e.c.Semaphore("pool", 3)
+	for i := range 2 {
+		if _, err := s.TryAcquire(ctx, dlock.WithMetadata("worker "+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err = e.c.Inspect(ctx, "pool")
+	if err != nil || info.Kind != dlock.KindSemaphore || info.Permits != 3 || len(info.Holders) != 2 || info.Fence != 0 {
+		t.Fatalf("info = %+v, %v", info, err)
+	}
+	for i, h := range info.Holders {
+		if h.Mode != dlock.ModePermit || h.Count != 1 || h.Fence != 0 || h.TTL <= 5*time.Second {
+			t.Errorf("permit %d = %+v", i, h)
+		}
+	}
+	if info, err := e.c.Inspect(ctx, "free"); err != nil || info.Kind != dlock.KindNone || len(info.Holders) != 0 {
+		t.Errorf("free name: %+v, %v", info, err)
+	}
+	if info, err := e.c.Inspect(ctx, "report"); err != nil || len(info.Holders) != 0 {
+		t.Errorf("never used: %+v, %v", info, err)
+	}
+}
+
+// TestListAllKinds: List finds every kind, and only base keys: the other
+// keys of a name (holds, waiters, queue, fence) are not names.
+func TestListAllKinds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.c.TryLock(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.RWMutex("b").TryRLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Semaphore("c", 4).TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.RWMutex("d", dlock.Fair()).TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b", "d"} {
+		recorded, giveUp := frozenWaiter(t, e.newClient(t).RWMutex(name, dlock.Fair()), true)
+		if name == "b" {
+			recorded, giveUp = frozenWaiter(t, e.newClient(t).RWMutex(name), true)
+		}
+		<-recorded
+		defer giveUp()
+	}
+	for _, k := range []string{"dlock:{b}:holds", "dlock:{b}:pending", "dlock:{d}:queue", "dlock:{d}:fence"} {
+		if !e.exists(t, k) {
+			t.Fatalf("%s missing: the test does not cover it", k)
+		}
+	}
+	infos, err := e.c.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, info := range infos {
+		got = append(got, info.Name+"="+string(info.Kind))
+	}
+	if want := []string{"a=lock", "b=rwlock", "c=semaphore", "d=rwlock"}; !slices.Equal(got, want) {
+		t.Errorf("List = %v, want %v", got, want)
+	}
+}
+
+func TestForceReleaseRWMutexAndSemaphore(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := e.c.RWMutex("stuck")
+	var readers []*dlock.Lock
+	for i := range 2 {
+		l, err := m.TryRLock(ctx, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond),
+			dlock.WithMetadata("reader "+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, l)
+	}
+	// A writer waits for them, retrying often.
+	waiting := make(chan struct{})
+	var once sync.Once
+	got := make(chan error, 1)
+	go func() {
+		l, err := e.newClient(t).RWMutex("stuck").Lock(ctx, dlock.WithRetry(dlock.ConstantBackoff(5*time.Millisecond)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(waiting) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	<-waiting
+	admin := e.newClient(t)
+	was, err := admin.ForceRelease(ctx, "stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if was.Kind != dlock.KindRWMutex || len(was.Holders) != 2 || !was.WriterWaiting ||
+		was.Holders[0].Metadata+was.Holders[1].Metadata != "reader 0reader 1" &&
+			was.Holders[0].Metadata+was.Holders[1].Metadata != "reader 1reader 0" {
+		t.Errorf("removed = %+v", was)
+	}
+	for _, l := range readers {
+		waitDone(t, l, 5*time.Second)
+		if !errors.Is(l.Err(), dlock.ErrLost) {
+			t.Errorf("reader's Err = %v, want ErrLost", l.Err())
+		}
+	}
+	if err := <-got; err != nil {
+		t.Errorf("the waiting writer after a force release: %v", err)
+	}
+
+	s := e.c.Semaphore("permits", 2)
+	p, err := s.TryAcquire(ctx, dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, err = admin.ForceRelease(ctx, "permits")
+	if err != nil || was.Kind != dlock.KindSemaphore || was.Permits != 2 || len(was.Holders) != 1 {
+		t.Errorf("removed = %+v, %v", was, err)
+	}
+	waitDone(t, p, 5*time.Second)
+	if !errors.Is(p.Err(), dlock.ErrLost) {
+		t.Errorf("permit's Err = %v, want ErrLost", p.Err())
+	}
+	// The fence counter stays, and the waiter set until its registrations
+	// expire.
+	if keys := e.srv.Do(t, "KEYS", "*"); strings.ReplaceAll(keys, "dlock:{stuck}:waiters", "") != "dlock:{stuck}:fence" {
+		t.Errorf("keys left: %q, want only the fence counter and the waiter set", keys)
 	}
 }

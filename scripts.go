@@ -12,14 +12,22 @@ var scriptFiles embed.FS
 // several scripts live in files of their own (held.lua, fence.lua, …) and
 // are put in front of the scripts that use them.
 var (
-	scriptAcquire = loadScript("acquire", "fence")
+	scriptAcquire = loadScript("acquire", "wake", "fence")
 	scriptRelease = loadScript("release", "held", "wake")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 
+	// Read/write locks and semaphores: each has its acquire, and they
+	// share the scripts on a hold taken.
+	scriptRWAcquire    = loadScript("rw_acquire", "wake", "holds", "fence")
+	scriptSemAcquire   = loadScript("sem_acquire", "wake", "holds")
+	scriptHoldsRelease = loadScript("holds_release", "wake", "holds")
+	scriptHoldsRefresh = loadScript("holds_refresh", "wake", "holds")
+	scriptHoldsTTL     = loadScript("holds_ttl", "wake", "holds")
+
 	scriptFencedSet    = loadScript("fenced_set")
-	scriptInspect      = loadScript("inspect", "describe")
-	scriptForceRelease = loadScript("force_release", "describe", "wake")
+	scriptInspect      = loadScript("inspect", "wake", "holds", "describe")
+	scriptForceRelease = loadScript("force_release", "wake", "holds", "describe")
 	scriptUnwait       = loadScript("unwait", "wake")
 )
 
@@ -27,6 +35,7 @@ var (
 // (SCRIPT LOAD) and for tests.
 func Scripts() []*Script {
 	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL,
+		scriptRWAcquire, scriptSemAcquire, scriptHoldsRelease, scriptHoldsRefresh, scriptHoldsTTL,
 		scriptFencedSet, scriptInspect, scriptForceRelease, scriptUnwait}
 }
 

@@ -23,12 +23,6 @@ local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 
--- register puts the waiting client at the back of waiter set wk.
-local function register(wk, now_ms)
-  redis.call('ZADD', wk, now_ms + lease, waiter)
-  redis.call('PEXPIRE', wk, lease)
-end
-
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -46,7 +40,7 @@ for i = 1, n do
     elseif owner ~= '' and cur[4] == owner then
       state[i], token = 'reenter', cur[2]
     else
-      if waiter ~= '' then register(KEYS[2 * n + i], math.floor(now() / 1000)) end
+      if waiter ~= '' then register(KEYS[2 * n + i], waiter, math.floor(now() / 1000), lease) end
       return {0, redis.call('PTTL', KEYS[i]), i}
     end
   end
@@ -80,7 +74,7 @@ for i = 1, n do
   redis.call('PEXPIRE', k, ttl)
   if waiter ~= '' then
     if more == '1' then
-      register(KEYS[2 * n + i], math.floor(now_us / 1000))
+      register(KEYS[2 * n + i], waiter, math.floor(now_us / 1000), lease)
     else
       redis.call('ZREM', KEYS[2 * n + i], waiter)
     end

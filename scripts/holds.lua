@@ -1,0 +1,162 @@
+-- holds: shared by the scripts of the primitives that several may hold at
+-- once, read/write locks and semaphores; dlock puts it in front of each,
+-- after wake.
+--
+-- The base key k of a name is a hash: 'kind', then per hold a field
+-- 'h:'..token with the hold in JSON (m mode, r request token of its last
+-- acquire, o owner id, c hold count, d metadata, s since in ms, f fence; s
+-- and f as strings), and per hold with an owner a field
+-- 'o:'..mode..':'..owner naming its token. The holds key hk is a sorted set
+-- of the holds' tokens scored by when each expires, in ms of the server's
+-- clock: a hold is alive while its score is above the server's time. Every
+-- key of a name lives, by its Redis TTL, as long as the longest-lived entry
+-- written to it, so that a name whose holders all died disappears by
+-- itself; the scripts forget dead holds as they meet them.
+
+-- clock returns the server's time in ms and in µs.
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- str formats a number as a Redis argument without losing digits.
+local function str(x) return string.format('%.0f', x) end
+
+local function wrongtype() return redis.error_reply('DLOCK_WRONGTYPE 1') end
+
+-- owned returns the field naming the token that owner holds in mode, or ''
+-- without an owner (no such field exists).
+local function owned(mode, owner)
+  if owner == '' then return '' end
+  return 'o:' .. mode .. ':' .. owner
+end
+
+-- open reads the base hash k of a name used as kind: 'kind' (false when the
+-- name is free), then the given fields. It returns nil and an error reply
+-- when k holds data dlock did not write or is used as another kind.
+local function open(k, kind, ...)
+  local cur = redis.pcall('HMGET', k, 'kind', ...)
+  if cur.err then return nil, wrongtype() end
+  if not cur[1] then
+    if redis.call('EXISTS', k) == 1 then return nil, wrongtype() end
+  elseif cur[1] ~= kind then
+    return nil, redis.error_reply('DLOCK_KIND 1')
+  end
+  return cur
+end
+
+-- chunked runs a variadic command on key with args, a few at a time, as
+-- Lua's unpack cannot take a long list at once.
+local function chunked(cmd, key, args)
+  for i = 1, #args, 500 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 499, #args)))
+  end
+end
+
+-- prune forgets the holds of k that expired by now and returns the set of
+-- their tokens, or nil when hk holds data dlock did not write.
+local function prune(k, hk, now)
+  local dead = redis.pcall('ZRANGEBYSCORE', hk, '-inf', now)
+  if dead.err then return nil end
+  local set = {}
+  if #dead == 0 then return set end
+  local fields = {}
+  for _, tok in ipairs(dead) do
+    set[tok] = true
+    local f = 'h:' .. tok
+    fields[#fields + 1] = f
+    local h = redis.call('HGET', k, f)
+    if h then
+      local d = cjson.decode(h)
+      if d.o ~= '' then fields[#fields + 1] = owned(d.m, d.o) end
+      if d.m == 'write' then fields[#fields + 1] = 'writer' end
+    end
+  end
+  chunked('HDEL', k, fields)
+  redis.call('ZREMRANGEBYSCORE', hk, '-inf', now)
+  return set
+end
+
+-- keep makes k, and the other keys given, live at least ttl ms more.
+local function keep(k, ttl, ...)
+  local left = redis.call('PTTL', k)
+  local env = math.max(left, ttl + 1) -- 1 ms for the time the script takes
+  if env > left then redis.call('PEXPIRE', k, env) end
+  for _, key in ipairs({...}) do redis.call('PEXPIRE', key, env) end
+end
+
+-- settle is what a waiting client does once it obtained a hold: leave the
+-- waiter set ck, or, when more of its callers wait (more is '1'), register
+-- again at the back. channel is '' for a caller that did not register.
+local function settle(ck, channel, more, now, lease)
+  if channel == '' then return end
+  if more == '1' then
+    register(ck, channel, now, lease)
+  else
+    redis.call('ZREM', ck, channel)
+  end
+end
+
+-- grant gives the caller a new hold: its request token req becomes the
+-- hold's token. fields are more field-value pairs for the base hash (the
+-- kind of a new name, …). It returns an error reply when hk holds data
+-- dlock did not write; nothing is written then.
+local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
+  if type(redis.pcall('ZADD', hk, str(now + ttl), req)) == 'table' then return wrongtype() end
+  local h = cjson.encode({m = mode, r = req, o = owner, c = 1, d = meta, s = str(now), f = str(fence)})
+  fields[#fields + 1] = 'h:' .. req
+  fields[#fields + 1] = h
+  if owner ~= '' then
+    fields[#fields + 1] = owned(mode, owner)
+    fields[#fields + 1] = req
+  end
+  redis.call('HSET', k, unpack(fields))
+end
+
+-- rejoin handles an acquire by a caller who already holds the name: the
+-- same request again (its reply was lost) changes nothing, a re-entry by
+-- the owner of a live hold in the same mode adds one to its count; both
+-- renew its expiry. h is the hold of the request token and ot the token
+-- the owner holds (false for none), as read before prune forgot the dead
+-- ones. It returns the acquire's reply, an error reply when the request
+-- token holds the name in another mode, or nil when the acquire is new.
+local function rejoin(k, hk, now, ttl, req, mode, h, ot, dead)
+  local tok = req
+  if h and dead[req] then h = false end
+  if not h and ot and not dead[ot] then tok, h = ot, redis.call('HGET', k, 'h:' .. ot) end
+  if not h then return nil end
+  local d = cjson.decode(h)
+  if d.m ~= mode then return redis.error_reply('DLOCK_MODE 1') end
+  if tok ~= req and d.r ~= req then
+    d.c, d.r = d.c + 1, req
+    redis.call('HSET', k, 'h:' .. tok, cjson.encode(d))
+  end
+  redis.call('ZADD', hk, str(now + ttl), tok)
+  keep(k, ttl, hk)
+  return {1, tok, tonumber(d.f)}
+end
+
+-- held finds the live hold of token, or else of owner in mode. It returns
+-- its token, the decoded hold and its expiry; nil when the caller holds
+-- nothing; nil and an error reply when token holds the name in another
+-- mode.
+local function held(k, hk, now, token, owner, mode)
+  local cur = redis.pcall('HMGET', k, 'h:' .. token, owned(mode, owner))
+  if cur.err then return nil end
+  local function alive(tok)
+    local exp = tonumber(redis.call('ZSCORE', hk, tok))
+    if exp and exp > now then return exp end
+  end
+  local tok, h, exp = token, cur[1], nil
+  if h then exp = alive(tok) end
+  if not exp and cur[2] and cur[2] ~= token then
+    tok, h = cur[2], redis.call('HGET', k, 'h:' .. cur[2])
+    if h then exp = alive(tok) end
+  end
+  if not exp then return nil end
+  local d = cjson.decode(h)
+  if d.m ~= mode then return nil, redis.error_reply('DLOCK_MODE 1') end
+  return tok, d, exp
+end
+

@@ -1,0 +1,48 @@
+-- sem_acquire: obtain a permit of the semaphore of a name.
+--
+-- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
+-- waiting clients (see wake)
+-- ARGV[1] request token, ARGV[2] TTL in ms, ARGV[3] metadata, ARGV[4]
+-- owner id ('' for none), ARGV[5] the waiting client's channel ('' when
+-- not registering), ARGV[6] '1' when more of that client's callers wait,
+-- ARGV[7] how long a registration lasts in ms, ARGV[8] mode ('permit'),
+-- ARGV[9] permits: how many may hold at once, the caller included
+--
+-- The base hash also holds 'permits', the count of the last acquire that
+-- took a permit, for inspection. A waiting client registers and leaves
+-- the waiter set as in rw_acquire.
+--
+-- Returns {1, token, 0} when obtained, the token being the request token,
+-- or the held one when the request repeats an acquire or re-enters a
+-- permit of the same owner. Returns {0, ms, 1} when every permit is taken,
+-- ms being how long until the first of them expires. Fails with
+-- DLOCK_WRONGTYPE 1 or DLOCK_KIND 1, having changed nothing.
+local k, hk, ck = KEYS[1], KEYS[2], KEYS[3]
+local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local mode, permits = ARGV[8], ARGV[9]
+local now = clock()
+local cur, err = open(k, 'semaphore', 'h:' .. req, owned(mode, owner))
+if err then return err end
+local fields = {'permits', permits}
+if not cur[1] then
+  fields[3], fields[4] = 'kind', 'semaphore'
+else
+  local dead = prune(k, hk, now)
+  if not dead then return wrongtype() end
+  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], dead)
+  if again then
+    if again[1] == 1 then settle(ck, channel, more, now, lease) end
+    return again
+  end
+  if redis.call('ZCARD', hk) >= tonumber(permits) then
+    local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
+    if channel ~= '' then register(ck, channel, now, lease) end
+    return {0, math.max(tonumber(first[2]) - now, 0), 1}
+  end
+end
+err = grant(k, hk, now, ttl, req, mode, owner, meta, 0, fields)
+if err then return err end
+keep(k, ttl, hk)
+settle(ck, channel, more, now, lease)
+return {1, req, 0}

@@ -1,0 +1,96 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// Semaphore lets a limited number of holders hold one name at once: each
+// holds a permit. Client.Semaphore returns one; it is a handle that keeps
+// no state but its permit count, cheap to make and safe for concurrent
+// use.
+//
+// Every permit is a *Lock with its own token, TTL and lease, so that a
+// holder that crashed frees its permit after its TTL while the others go
+// on refreshing theirs. Release, Refresh, TTL, Done, Context,
+// WithAutoRefresh, WithMaxHold and the rest work as they do for exclusive
+// locks. Permits have no fencing token (Fence is 0): several hold at once.
+//
+// The permit count is the caller's: every acquire is granted while fewer
+// permits than its semaphore's count are held, its own count, whatever
+// other callers use. Callers that agree on the count get exactly that
+// bound. Changing it (SetPermits, or another handle with another count)
+// takes effect at the next acquire: a larger count lets more in at once, a
+// smaller one lets nobody in until enough holders have left; no held
+// permit is ever revoked. Inspect reports the count of the last acquire
+// that took a permit.
+//
+// WithOwner makes permits re-entrant per owner: an owner that holds a
+// permit and acquires again gets the same permit with its count raised,
+// not a second permit.
+type Semaphore struct {
+	c       *Client
+	name    string
+	permits atomic.Int64
+}
+
+// Semaphore returns the semaphore called name that lets permits holders
+// in at once. Nothing is sent to Redis until a permit is asked for; a
+// count below one makes every acquire fail with ErrInvalidPermits.
+func (c *Client) Semaphore(name string, permits int) *Semaphore {
+	s := &Semaphore{c: c, name: name}
+	s.permits.Store(int64(permits))
+	return s
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns how many holders the semaphore lets in at once.
+func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
+
+// SetPermits changes how many holders the semaphore lets in at once, from
+// its next acquire on, including the next attempt of an Acquire that is
+// waiting. It returns ErrInvalidPermits, changing nothing, if n is below
+// one. It sends nothing to Redis.
+func (s *Semaphore) SetPermits(n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+	}
+	s.permits.Store(int64(n))
+	return nil
+}
+
+// Acquire obtains a permit, waiting while every permit is held. It waits
+// and gives up as Client.Lock does, waking when the first permit held
+// expires if that comes sooner.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.c.obtain(ctx, opts, true, s.hold)
+}
+
+// TryAcquire obtains a permit if one is free, in one round trip, and
+// returns ErrNotObtained if not.
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.c.obtain(ctx, opts, false, s.hold)
+}
+
+var permitHold = &holdKind{mode: ModePermit, modeArg: true,
+	acquire: scriptSemAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
+
+// hold builds the Lock an acquire fills in.
+func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
+	if err := checkName(s.name); err != nil {
+		return nil, err
+	}
+	if n := s.permits.Load(); n < 1 {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+	}
+	key := s.c.RedisKey(s.name)
+	l := &Lock{kind: permitHold, names: []string{s.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
+		keys: []string{key, key + ":holds", key + ":waiters"}}
+	l.held, l.rel = l.keys[:2], l.keys
+	l.extra = func() []any { return []any{ModePermit, s.permits.Load()} }
+	l.init(s.c, o)
+	return l, nil
+}

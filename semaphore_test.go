@@ -1,0 +1,242 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestSemaphoreLetsNHoldersIn(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.c.Semaphore("pool", 2)
+	a, err := s.TryAcquire(ctx, dlock.WithMetadata("worker a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.newClient(t).Semaphore("pool", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("third holder of two permits: err = %v, want ErrNotObtained", err)
+	}
+	if a.Token() == b.Token() || a.Mode() != dlock.ModePermit || a.Fence() != 0 || a.Metadata() != "worker a" {
+		t.Errorf("permits: tokens %q %q, mode %q, fence %d, metadata %q", a.Token(), b.Token(), a.Mode(), a.Fence(), a.Metadata())
+	}
+	if err := a.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := a.TTL(ctx); err != nil || left <= 50*time.Second {
+		t.Errorf("TTL after refresh = %v, %v", left, err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second release: err = %v, want ErrNotHeld", err)
+	}
+	c, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	for _, l := range []*dlock.Lock{b, c} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.exists(t, "dlock:{pool}") || e.exists(t, "dlock:{pool}:holds") {
+		t.Errorf("keys left after the last release: %s", e.srv.Do(t, "KEYS", "*"))
+	}
+}
+
+// TestSemaphoreUnderContention has 16 workers, each with its own client,
+// take one of 3 permits 15 times each; no more than 3 may ever be inside.
+func TestSemaphoreUnderContention(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const workers, rounds, permits = 16, 15, 3
+	var inside, most, total atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		s := e.newClient(t).Semaphore("contended", permits)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := s.Acquire(ctx, dlock.WithTTL(5*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(200 * time.Microsecond)
+				inside.Add(-1)
+				total.Add(1)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > permits {
+		t.Errorf("%d holders at once, permits %d", most.Load(), permits)
+	}
+	if total.Load() != workers*rounds {
+		t.Errorf("%d acquisitions, want %d", total.Load(), workers*rounds)
+	}
+	t.Logf("at most %d holders at once", most.Load())
+}
+
+func TestSemaphoreCrashedHolderExpiresWhileOthersRefresh(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := e.c.Semaphore("workers", 2)
+	kept, err := s.TryAcquire(ctx, dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other holder crashes: it never refreshes or releases.
+	if _, err := e.newClient(t).Semaphore("workers", 2).TryAcquire(ctx, dlock.WithTTL(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// A retry interval far longer than the context proves the waiter woke
+	// when the crashed holder's permit expired.
+	l, err := e.newClient(t).Semaphore("workers", 2).Acquire(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if kept.Err() != nil {
+		t.Errorf("the refreshed holder lost its permit: %v", kept.Err())
+	}
+	info, err := e.c.Inspect(ctx, "workers")
+	if err != nil || len(info.Holders) != 2 {
+		t.Fatalf("Inspect = %+v, %v; want the refreshed holder and the new one", info, err)
+	}
+	_ = l.Release(ctx)
+	_ = kept.Release(ctx)
+}
+
+func TestSemaphoreReentrantOwner(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.c.Semaphore("reent", 2)
+	first, err := s.TryAcquire(ctx, dlock.WithOwner("job-3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.newClient(t).Semaphore("reent", 2).TryAcquire(ctx, dlock.WithOwner("job-3"))
+	if err != nil || second.Token() != first.Token() {
+		t.Fatalf("re-entry: %v, token %q, first %q", err, second.Token(), first.Token())
+	}
+	info, err := e.c.Inspect(ctx, "reent")
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Count != 2 || info.Holders[0].Owner != "job-3" {
+		t.Fatalf("Inspect = %+v, %v; want one permit held twice", info, err)
+	}
+	other, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a re-entry took a second permit: %v", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("the owner's permit was freed while it held it once: err = %v", err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); err != nil {
+		t.Errorf("the owner's permit was not freed: %v", err)
+	}
+	_ = other.Release(ctx)
+}
+
+// TestSemaphorePermitCountChanges: the count of each acquire bounds it; a
+// lower count lets nobody in until enough have left and revokes nothing, a
+// higher one lets more in at once, also into an Acquire that waits.
+func TestSemaphorePermitCountChanges(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.c.Semaphore("elastic", 3)
+	var held []*dlock.Lock
+	for range 3 {
+		l, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if err := s.SetPermits(1); err != nil || s.Permits() != 1 {
+		t.Fatalf("SetPermits(1): %v, Permits() = %d", err, s.Permits())
+	}
+	for i, l := range held {
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Errorf("holder %d lost its permit to a lower count: %v", i, err)
+		}
+	}
+	for i, l := range held {
+		if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("%d of 1 permits held: err = %v, want ErrNotObtained", 3-i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("no permit held, count 1: %v", err)
+	}
+	if err := s.SetPermits(4); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := s.TryAcquire(ctx); err != nil {
+			t.Fatalf("count raised to 4: %v", err)
+		}
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("5th of 4: err = %v", err)
+	}
+	if info, err := e.c.Inspect(ctx, "elastic"); err != nil || info.Permits != 4 || len(info.Holders) != 4 {
+		t.Errorf("Inspect = %+v, %v; want 4 holders of 4 permits", info, err)
+	}
+	// A handle with a lower count is held to it, and revokes nothing.
+	if _, err := e.newClient(t).Semaphore("elastic", 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("count 2 with 4 held: err = %v", err)
+	}
+	// A raise lets a waiting Acquire in at its next attempt.
+	w := e.newClient(t).Semaphore("elastic", 4)
+	raised := false
+	l, err := w.Acquire(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Millisecond)), dlock.WithMaxWait(5*time.Second),
+		dlock.WithOnRetry(func(n int, err error) {
+			if !raised {
+				raised = true
+				_ = w.SetPermits(5)
+			}
+		}))
+	if err != nil || !raised {
+		t.Fatalf("Acquire after a raise: %v (raised %v)", err, raised)
+	}
+	_ = l.Release(ctx)
+	_ = one.Release(ctx)
+	for _, n := range []int{0, -1} {
+		if err := s.SetPermits(n); !errors.Is(err, dlock.ErrInvalidPermits) || !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("SetPermits(%d): err = %v, want ErrInvalidPermits", n, err)
+		}
+	}
+	if s.Permits() != 4 {
+		t.Errorf("a refused SetPermits changed the count to %d", s.Permits())
+	}
+}
