@@ -1,0 +1,705 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// The model-based tests run random sequences of operations from several
+// clients against a real Redis and against a small in-memory model of the
+// primitive, and compare every result, and what Inspect reports after every
+// operation, step by step. Set DLOCK_MODEL_SEED to replay a failed run.
+
+// modelSteps is the number of operations of one run.
+const modelSteps = 3000
+
+func TestModelRWMutex(t *testing.T)     { runModel(t, modelRW, false) }
+func TestModelFairRWMutex(t *testing.T) { runModel(t, modelRW, true) }
+func TestModelSemaphore(t *testing.T)   { runModel(t, modelSem, false) }
+
+type modelKind int
+
+const (
+	modelRW modelKind = iota
+	modelSem
+)
+
+// mHold is a live hold in the model.
+type mHold struct {
+	mode, owner string
+	count       int
+	fence       uint64
+	lastReq     string // the request token of its last acquire
+}
+
+// mWaiter is a waiter a read/write lock records.
+type mWaiter struct{ req, mode string }
+
+// mValue is a *dlock.Lock the test holds, with what the model knows of it.
+type mValue struct {
+	l                  *dlock.Lock
+	token, mode, owner string
+	released           bool // Release reached the server: the next is refused locally
+	ended              bool // its lease ended: Refresh is refused locally
+}
+
+// model is the in-memory model of one name.
+type model struct {
+	kind        modelKind
+	fair        bool
+	holds       map[string]*mHold // live holds by token
+	waiters     []mWaiter         // live waiters, in arrival order
+	exists      bool              // the name's base key exists
+	lastFence   uint64            // the newest fence issued
+	lastPermits int               // the count of the last acquire that took a permit
+}
+
+// outcome is what the model expects of one acquire attempt.
+type outcome int
+
+const (
+	granted  outcome = iota // a new hold
+	rejoined                // the same request again, or an owner's re-entry
+	refused
+	mismatch // the request token holds the other mode
+)
+
+// find returns the live hold a Lock with token and owner acts on in mode,
+// as the scripts look it up: by token, else by owner.
+func (m *model) find(token, owner, mode string) (tok string, h *mHold, mis bool) {
+	if h := m.holds[token]; h != nil {
+		if h.mode != mode {
+			return "", nil, true
+		}
+		return token, h, false
+	}
+	if owner != "" {
+		for tok, h := range m.holds {
+			if h.owner == owner && h.mode == mode {
+				return tok, h, false
+			}
+		}
+	}
+	return "", nil, false
+}
+
+// attempt applies one acquire attempt to the model and returns its outcome
+// and the token of the hold it joins or makes.
+func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcome, string) {
+	if h := m.holds[req]; h != nil {
+		if h.mode != mode {
+			return mismatch, ""
+		}
+		return rejoined, req
+	}
+	if tok, h, _ := m.find("", owner, mode); h != nil {
+		if h.lastReq != req { // else the same re-entry again, its reply lost
+			h.count++
+			h.lastReq = req
+		}
+		return rejoined, tok
+	}
+	if m.blocked(req, mode, permits) {
+		if wait && m.kind == modelRW && (m.fair || mode == dlock.ModeWrite) && !m.waiting(req) {
+			m.waiters = append(m.waiters, mWaiter{req, mode})
+		}
+		return refused, ""
+	}
+	m.dropWaiter(req)
+	m.holds[req] = &mHold{mode: mode, owner: owner, count: 1, lastReq: req}
+	m.exists = true
+	if m.kind == modelSem {
+		m.lastPermits = permits
+	}
+	return granted, req
+}
+
+func (m *model) blocked(req, mode string, permits int) bool {
+	if m.kind == modelSem {
+		return len(m.holds) >= permits
+	}
+	for _, h := range m.holds {
+		if mode == dlock.ModeWrite || h.mode == dlock.ModeWrite {
+			return true
+		}
+	}
+	for _, w := range m.waiters {
+		if w.req == req {
+			break
+		}
+		if w.mode == dlock.ModeWrite && (mode == dlock.ModeRead || m.fair) || m.fair && mode == dlock.ModeWrite {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *model) waiting(req string) bool {
+	return slices.ContainsFunc(m.waiters, func(w mWaiter) bool { return w.req == req })
+}
+
+func (m *model) dropWaiter(req string) {
+	m.waiters = slices.DeleteFunc(m.waiters, func(w mWaiter) bool { return w.req == req })
+}
+
+// cleanup is what a failed acquire takes back: the hold its request token
+// may have been granted unseen, and the waiter it may have recorded.
+func (m *model) cleanup(req string) {
+	if m.holds[req] != nil {
+		m.release(req)
+	}
+	m.dropWaiter(req)
+}
+
+// release gives up one count of the hold tok.
+func (m *model) release(tok string) {
+	h := m.holds[tok]
+	if h.count--; h.count > 0 {
+		return
+	}
+	delete(m.holds, tok)
+	if len(m.holds) == 0 && len(m.waiters) == 0 {
+		m.exists = false // the release removed the name's keys
+	}
+}
+
+// info is what Inspect should report.
+func (m *model) info(name string) *dlock.Info {
+	info := &dlock.Info{Name: name, Fence: m.lastFence}
+	if !m.exists {
+		return info
+	}
+	info.Kind = dlock.KindRWMutex
+	if m.kind == modelSem {
+		info.Kind, info.Permits = dlock.KindSemaphore, m.lastPermits
+	}
+	info.Fair, info.Waiters = m.fair, len(m.waiters)
+	for _, w := range m.waiters {
+		info.WriterWaiting = info.WriterWaiting || w.mode == dlock.ModeWrite
+	}
+	for _, h := range m.holds {
+		info.Holders = append(info.Holders, dlock.Holder{Mode: h.mode, Owner: h.owner, Count: h.count, Fence: h.fence})
+	}
+	return info
+}
+
+// modelRun drives one run.
+type modelRun struct {
+	t       *testing.T
+	e       *env
+	rng     *rand.Rand
+	ctx     context.Context
+	name    string
+	m       *model
+	drivers []*tapDriver
+	clients []*dlock.Client
+	rws     []*dlock.RWMutex
+	sems    []*dlock.Semaphore
+	rwOpts  []dlock.RWOption
+	values  []*mValue
+	waiting []*waiter // parked waiters
+	tokens  int
+	steps   int
+}
+
+func modelSeed(t *testing.T) uint64 {
+	if s := os.Getenv("DLOCK_MODEL_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DLOCK_MODEL_SEED=%q: %v", s, err)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+func runModel(t *testing.T, kind modelKind, fair bool) {
+	seed := modelSeed(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replay with DLOCK_MODEL_SEED=%d", seed)
+		}
+	})
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := &modelRun{t: t, e: e, rng: rand.New(rand.NewPCG(seed, seed)), ctx: ctx, name: "model",
+		m: &model{kind: kind, fair: fair, holds: map[string]*mHold{}}}
+	for range 3 {
+		d := e.newDriver(t)
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		r.drivers, r.clients = append(r.drivers, d), append(r.clients, c)
+		if fair {
+			r.rwOpts = []dlock.RWOption{dlock.Fair()}
+		}
+		r.rws = append(r.rws, c.RWMutex(r.name, r.rwOpts...))
+		r.sems = append(r.sems, c.Semaphore(r.name, 3))
+	}
+	defer func() {
+		for len(r.waiting) > 0 {
+			r.giveUp(r.waiting[0])
+		}
+	}()
+	for r.steps < modelSteps && !t.Failed() {
+		r.step()
+	}
+}
+
+// step runs one random operation and compares Inspect afterwards.
+func (r *modelRun) step() {
+	r.steps++
+	n := r.rng.IntN(100)
+	if len(r.m.holds) > 2 && r.rng.IntN(2) == 0 {
+		n = 45 + r.rng.IntN(46) // let holders go, or the writers would rarely get in
+	}
+	switch {
+	case n < 25:
+		r.tryAcquire("", n < 2)
+	case n < 32 && len(r.waiting) < 4:
+		r.startWaiting(n < 27)
+	case n < 40 && len(r.waiting) > 0:
+		w := r.waiting[r.rng.IntN(len(r.waiting))]
+		if n < 36 {
+			r.resume(w)
+		} else {
+			r.giveUp(w)
+		}
+	case n < 45 && len(r.values) > 0:
+		// A token used before: the same request again, or its hold's mode.
+		r.tryAcquire(r.values[r.rng.IntN(len(r.values))].token, false)
+	case n < 65:
+		r.release()
+	case n < 75:
+		r.refresh()
+	case n < 80:
+		r.ttl()
+	case n < 85:
+		r.expireHold()
+	case n < 89:
+		r.expireWaiter()
+	case n < 91:
+		r.forceRelease()
+	case n < 94:
+		r.otherKind()
+	default:
+		r.setPermits()
+	}
+	r.checkInspect()
+}
+
+func (r *modelRun) mode() string {
+	if r.m.kind == modelSem {
+		return dlock.ModePermit
+	}
+	if r.rng.IntN(2) == 0 {
+		return dlock.ModeWrite
+	}
+	return dlock.ModeRead
+}
+
+func (r *modelRun) owner() string {
+	if r.rng.IntN(3) == 0 {
+		return "owner-" + strconv.Itoa(r.rng.IntN(2))
+	}
+	return ""
+}
+
+func (r *modelRun) newToken() string {
+	r.tokens++
+	return "t" + strconv.Itoa(r.tokens)
+}
+
+// acquire calls the primitive of client c.
+func (r *modelRun) acquire(ctx context.Context, c int, mode string, wait bool, opts ...dlock.Option) (*dlock.Lock, error) {
+	switch {
+	case mode == dlock.ModePermit && wait:
+		return r.sems[c].Acquire(ctx, opts...)
+	case mode == dlock.ModePermit:
+		return r.sems[c].TryAcquire(ctx, opts...)
+	case mode == dlock.ModeRead && wait:
+		return r.rws[c].RLock(ctx, opts...)
+	case mode == dlock.ModeRead:
+		return r.rws[c].TryRLock(ctx, opts...)
+	case wait:
+		return r.rws[c].Lock(ctx, opts...)
+	default:
+		return r.rws[c].TryLock(ctx, opts...)
+	}
+}
+
+func (r *modelRun) opts(req, owner string) []dlock.Option {
+	opts := []dlock.Option{dlock.WithToken(req), dlock.WithTTL(time.Minute)}
+	if owner != "" {
+		opts = append(opts, dlock.WithOwner(owner))
+	}
+	return opts
+}
+
+// tryAcquire makes one TryRLock, TryLock or TryAcquire, with req as its
+// token, or a new one if req is "". If lose is set, the reply is lost:
+// the acquire fails and takes back what it may have been granted.
+func (r *modelRun) tryAcquire(req string, lose bool) {
+	c, mode, owner := r.rng.IntN(len(r.clients)), r.mode(), r.owner()
+	if req == "" {
+		req = r.newToken()
+	} else {
+		owner = ""
+	}
+	what := fmt.Sprintf("try %s by client %d owner %q token %s", mode, c, owner, req)
+	want, tok := r.m.attempt(req, mode, owner, false, r.sems[c].Permits())
+	if lose {
+		r.drivers[c].loseReplies(1)
+		_, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
+		if !errors.Is(err, errLostReply) {
+			r.t.Errorf("%s with its reply lost: err = %v", what, err)
+		}
+		r.lostGrant(want, tok, mode)
+		r.m.cleanup(req)
+		return
+	}
+	l, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
+	r.check(what, want, tok, mode, owner, l, err)
+}
+
+// waiter is an RLock, Lock or Acquire on a goroutine and a client of its
+// own. After a failed attempt it parks in its OnRetry hook until the test
+// lets it try again or give up, so that the waiters act one at a time, in
+// an order the test draws. Its client does not subscribe, so that it tries
+// again the moment it is let go, not when a notice or its beat wakes it;
+// and it is alone, as the callers of one client queue behind each other.
+type waiter struct {
+	what, req, mode, owner string
+	c                      int     // the client whose driver it shares
+	permits                int     // the count of its semaphore
+	want                   outcome // the model's outcome of the attempt under way
+	tok                    string
+	lost                   bool      // the attempt under way loses its reply
+	next                   chan bool // true: try again; false: give up
+	events                 chan waitEvent
+}
+
+// waitEvent is what a waiter did: park after a failed attempt, or return.
+type waitEvent struct {
+	parked bool
+	l      *dlock.Lock
+	err    error
+}
+
+// startWaiting starts a waiter. If lose is set, its first attempt's reply
+// is lost.
+func (r *modelRun) startWaiting(lose bool) {
+	c, mode, owner := r.rng.IntN(len(r.clients)), r.mode(), r.owner()
+	w := &waiter{req: r.newToken(), mode: mode, owner: owner, c: c, permits: r.sems[c].Permits(), lost: lose,
+		next: make(chan bool), events: make(chan waitEvent)}
+	w.what = fmt.Sprintf("wait %s by client %d owner %q token %s", mode, c, owner, w.req)
+	w.want, w.tok = r.m.attempt(w.req, mode, owner, true, r.sems[c].Permits())
+	if lose {
+		r.drivers[c].loseReplies(1)
+	}
+	client := dlock.New(noSubscribe{r.drivers[c]})
+	go func() {
+		defer client.Close()
+		// The hook and the strategy run on this goroutine, one after the
+		// other: giving up stops the strategy, which ends the wait at once.
+		stop := false
+		hook := func(_ int, err error) {
+			w.events <- waitEvent{parked: true, err: err}
+			stop = !<-w.next
+		}
+		retry := dlock.RetryFunc(func(int) (time.Duration, bool) { return 0, !stop })
+		ctx := r.ctx
+		opts := append(r.opts(w.req, owner), dlock.WithRetry(retry), dlock.WithOnRetry(hook))
+		var l *dlock.Lock
+		var err error
+		switch mode {
+		case dlock.ModePermit:
+			l, err = client.Semaphore(r.name, r.sems[c].Permits()).Acquire(ctx, opts...)
+		case dlock.ModeRead:
+			l, err = client.RWMutex(r.name, r.rwOpts...).RLock(ctx, opts...)
+		default:
+			l, err = client.RWMutex(r.name, r.rwOpts...).Lock(ctx, opts...)
+		}
+		w.events <- waitEvent{l: l, err: err}
+	}()
+	r.await(w)
+}
+
+// resume lets a parked waiter try again.
+func (r *modelRun) resume(w *waiter) {
+	r.unpark(w)
+	w.want, w.tok = r.m.attempt(w.req, w.mode, w.owner, true, w.permits)
+	w.lost = false
+	w.next <- true
+	r.await(w)
+}
+
+// giveUp makes a parked waiter give up.
+func (r *modelRun) giveUp(w *waiter) {
+	r.unpark(w)
+	w.next <- false
+	ev := r.event(w)
+	if ev.parked || !errors.Is(ev.err, dlock.ErrNotObtained) && !errors.Is(ev.err, errLostReply) {
+		r.t.Errorf("%s: gave up with %+v", w.what, ev)
+	}
+	r.m.cleanup(w.req)
+}
+
+// await takes a waiter's next event after an attempt.
+func (r *modelRun) await(w *waiter) {
+	ev := r.event(w)
+	switch {
+	case !ev.parked:
+		r.check(w.what, w.want, w.tok, w.mode, w.owner, ev.l, ev.err)
+		return
+	case w.lost:
+		if !errors.Is(ev.err, errLostReply) {
+			r.t.Errorf("%s: attempt whose reply was lost failed with %v", w.what, ev.err)
+		}
+		r.lostGrant(w.want, w.tok, w.mode)
+	case w.want != refused || !errors.Is(ev.err, dlock.ErrNotObtained):
+		r.t.Errorf("%s: attempt failed with %v, model: %v", w.what, ev.err, w.want)
+	}
+	r.waiting = append(r.waiting, w)
+}
+
+// event waits for a waiter's next event.
+func (r *modelRun) event(w *waiter) waitEvent {
+	select {
+	case ev := <-w.events:
+		return ev
+	case <-time.After(10 * time.Second):
+		r.t.Fatalf("%s: no news for 10s", w.what)
+		return waitEvent{}
+	}
+}
+
+// lostGrant learns the fence of a write hold granted by an attempt whose
+// reply was lost, from the fence counter.
+func (r *modelRun) lostGrant(want outcome, tok, mode string) {
+	if want == granted && mode == dlock.ModeWrite {
+		f, _ := strconv.ParseUint(r.e.srv.Do(r.t, "GET", "dlock:{"+r.name+"}:fence"), 10, 64)
+		r.m.holds[tok].fence, r.m.lastFence = f, f
+	}
+}
+
+func (r *modelRun) unpark(w *waiter) {
+	r.waiting = slices.DeleteFunc(r.waiting, func(x *waiter) bool { return x == w })
+}
+
+// check compares an acquire's result with the model's outcome.
+func (r *modelRun) check(what string, want outcome, tok, mode, owner string, l *dlock.Lock, err error) {
+	r.t.Helper()
+	switch want {
+	case refused:
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			r.t.Errorf("%s: err = %v, model: refused", what, err)
+		}
+		return
+	case mismatch:
+		if !errors.Is(err, dlock.ErrModeMismatch) {
+			r.t.Errorf("%s: err = %v, model: mode mismatch", what, err)
+		}
+		return
+	}
+	if err != nil {
+		r.t.Errorf("%s: err = %v, model: obtained", what, err)
+		return
+	}
+	if l.Token() != tok || l.Mode() != mode {
+		r.t.Errorf("%s: token %s mode %s, model: %s %s", what, l.Token(), l.Mode(), tok, mode)
+	}
+	h := r.m.holds[tok]
+	switch {
+	case want == granted && mode == dlock.ModeWrite:
+		if l.Fence() <= r.m.lastFence {
+			r.t.Errorf("%s: fence %d after %d", what, l.Fence(), r.m.lastFence)
+		}
+		h.fence, r.m.lastFence = l.Fence(), l.Fence()
+	case l.Fence() != h.fence:
+		r.t.Errorf("%s: fence %d, the hold's is %d", what, l.Fence(), h.fence)
+	}
+	r.values = append(r.values, &mValue{l: l, token: l.Token(), mode: mode, owner: owner})
+}
+
+func (r *modelRun) value() *mValue {
+	if len(r.values) == 0 {
+		return nil
+	}
+	return r.values[r.rng.IntN(len(r.values))]
+}
+
+// wantHeld checks the error of an operation on a hold the model says is
+// held (h not nil), not held, or held in another mode.
+func (r *modelRun) wantHeld(what string, err error, h *mHold, mis bool) {
+	r.t.Helper()
+	switch {
+	case mis:
+		if !errors.Is(err, dlock.ErrModeMismatch) || !errors.Is(err, dlock.ErrNotHeld) {
+			r.t.Errorf("%s: err = %v, model: the token holds the other mode", what, err)
+		}
+	case h == nil:
+		if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrModeMismatch) {
+			r.t.Errorf("%s: err = %v, model: not held", what, err)
+		}
+	case err != nil:
+		r.t.Errorf("%s: err = %v, model: held", what, err)
+	}
+}
+
+func (r *modelRun) release() {
+	v := r.value()
+	if v == nil {
+		return
+	}
+	what := "release of " + v.token
+	err := v.l.Release(r.ctx)
+	if v.released {
+		r.wantHeld(what+" (released before)", err, nil, false)
+		return
+	}
+	tok, h, mis := r.m.find(v.token, v.owner, v.mode)
+	r.wantHeld(what, err, h, mis)
+	if h != nil {
+		r.m.release(tok)
+	}
+	v.released, v.ended = true, true
+}
+
+func (r *modelRun) refresh() {
+	v := r.value()
+	if v == nil {
+		return
+	}
+	what := "refresh of " + v.token
+	err := v.l.Refresh(r.ctx, time.Minute)
+	if v.ended {
+		r.wantHeld(what+" (ended before)", err, nil, false)
+		return
+	}
+	_, h, mis := r.m.find(v.token, v.owner, v.mode)
+	r.wantHeld(what, err, h, mis)
+	v.ended = h == nil
+}
+
+func (r *modelRun) ttl() {
+	v := r.value()
+	if v == nil {
+		return
+	}
+	left, err := v.l.TTL(r.ctx)
+	_, h, mis := r.m.find(v.token, v.owner, v.mode)
+	if mis {
+		if !errors.Is(err, dlock.ErrModeMismatch) {
+			r.t.Errorf("TTL of %s: err = %v, model: the token holds the other mode", v.token, err)
+		}
+		return
+	}
+	r.wantHeld("TTL of "+v.token, err, h, false)
+	if h != nil && (left <= 50*time.Second || left > time.Minute) {
+		r.t.Errorf("TTL of %s = %v", v.token, left)
+	}
+}
+
+// expireHold makes a hold expire on the server as if its holder had died:
+// its expiry is set in the past.
+func (r *modelRun) expireHold() {
+	for tok := range r.m.holds {
+		r.e.srv.Do(r.t, "ZADD", "dlock:{"+r.name+"}:holds", "XX", "1", tok)
+		delete(r.m.holds, tok)
+		return
+	}
+}
+
+// expireWaiter makes a recorded waiter expire as if it had died.
+func (r *modelRun) expireWaiter() {
+	if len(r.m.waiters) == 0 {
+		return
+	}
+	w := r.m.waiters[r.rng.IntN(len(r.m.waiters))]
+	r.e.srv.Do(r.t, "ZADD", "dlock:{"+r.name+"}:pending", "XX", "1", w.mode[:1]+w.req)
+	r.m.dropWaiter(w.req)
+}
+
+func (r *modelRun) forceRelease() {
+	want := r.m.info(r.name)
+	was, err := r.clients[r.rng.IntN(len(r.clients))].ForceRelease(r.ctx, r.name)
+	r.compareInfo("force release", want, was, err)
+	r.m.holds, r.m.waiters, r.m.exists = map[string]*mHold{}, nil, false
+}
+
+// otherKind uses the name as another kind, or a read/write lock of the
+// other fairness, while it is in use: refused, changing nothing.
+func (r *modelRun) otherKind() {
+	if !r.m.exists {
+		return
+	}
+	c := r.clients[r.rng.IntN(len(r.clients))]
+	var err error
+	switch r.rng.IntN(3) {
+	case 0:
+		_, err = c.TryLock(r.ctx, r.name)
+	case 1:
+		if r.m.kind == modelRW {
+			_, err = c.Semaphore(r.name, 5).TryAcquire(r.ctx)
+		} else {
+			_, err = c.RWMutex(r.name).TryRLock(r.ctx)
+		}
+	default:
+		if r.m.kind == modelSem {
+			_, err = c.RWMutex(r.name, dlock.Fair()).TryLock(r.ctx)
+		} else if r.m.fair {
+			_, err = c.RWMutex(r.name).TryRLock(r.ctx)
+		} else {
+			_, err = c.RWMutex(r.name, dlock.Fair()).TryRLock(r.ctx)
+		}
+	}
+	if !errors.Is(err, dlock.ErrKindMismatch) {
+		r.t.Errorf("name used as another kind: err = %v, want ErrKindMismatch", err)
+	}
+}
+
+func (r *modelRun) setPermits() {
+	if r.m.kind != modelSem {
+		return
+	}
+	s := r.sems[r.rng.IntN(len(r.sems))]
+	if err := s.SetPermits(1 + r.rng.IntN(4)); err != nil {
+		r.t.Error(err)
+	}
+}
+
+func (r *modelRun) checkInspect() {
+	r.t.Helper()
+	info, err := r.clients[r.rng.IntN(len(r.clients))].Inspect(r.ctx, r.name)
+	r.compareInfo(fmt.Sprintf("Inspect after step %d", r.steps), r.m.info(r.name), info, err)
+}
+
+func (r *modelRun) compareInfo(what string, want, got *dlock.Info, err error) {
+	r.t.Helper()
+	if err != nil {
+		r.t.Errorf("%s: %v", what, err)
+		return
+	}
+	key := func(info *dlock.Info) string {
+		hs := make([]string, len(info.Holders))
+		for i, h := range info.Holders {
+			hs[i] = fmt.Sprintf("%s/%s/%d/%d", h.Mode, h.Owner, h.Count, h.Fence)
+		}
+		slices.Sort(hs)
+		return fmt.Sprintf("%s kind=%q fence=%d permits=%d waiters=%d writer=%v fair=%v holders=%v", info.Name,
+			info.Kind, info.Fence, info.Permits, info.Waiters, info.WriterWaiting, info.Fair, hs)
+	}
+	if key(got) != key(want) {
+		r.t.Errorf("%s:\n got %s\nwant %s", what, key(got), key(want))
+	}
+}
