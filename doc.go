@@ -33,7 +33,10 @@
 // again, so a release costs one attempt, however many wait. Callers of one
 // client queue in arrival order. A waiter also wakes when the holder's lock
 // is due to expire and at least twice a second, so a lost notice or a dead
-// holder delays it briefly, never for good. A RetryStrategy (WithRetry)
+// holder delays it briefly, never for good. The RLock and Lock of an
+// RWMutex and the Acquire of a Semaphore wait alike; a change that may let
+// several in (a read/write lock left free) wakes every waiting client, a
+// freed permit the next one. A RetryStrategy (WithRetry)
 // decides how many attempts are made and the backoff after Redis errors:
 // NoRetry, ConstantBackoff, LinearBackoff, ExponentialBackoff, Intervals,
 // LimitRetry, RetryFunc, each optionally wrapped in Jitter. Strategies are
@@ -61,20 +64,61 @@
 //
 // # Fencing
 //
-// Every acquisition of a name gets a fencing token (Lock.Fence) larger than
-// any given for that name before, so a resource can refuse writes from a
-// holder whose lock has expired and passed to another. SetFenced does that
-// for a value kept in Redis.
-//
-// # Inspection
-//
-// Inspect reports who holds a name, List walks all names with SCAN, and
-// ForceRelease frees a name whoever holds it.
+// Every acquisition of an exclusive lock, and every write hold of a
+// read/write lock, gets a fencing token (Lock.Fence) larger than any given
+// for that name before, so a resource can refuse writes from a holder
+// whose lock has expired and passed to another. SetFenced does that for a
+// value kept in Redis.
 //
 // # Re-entrant owners
 //
 // WithOwner makes a lock re-entrant for an explicit owner id: the owner may
 // obtain it again while holding it, and it is freed after as many releases.
+//
+// # Read/write locks
+//
+// Client.RWMutex returns a read/write lock: RLock and TryRLock obtain read
+// holds, which any number of holders may have at once; Lock and TryLock
+// obtain the write hold, which excludes everyone else. Each hold is a
+// *Lock of its own, with its own token and TTL, so a reader that crashed
+// frees its share after its TTL while the other readers refresh theirs:
+//
+//	cfg := locks.RWMutex("config")
+//	r, err := cfg.RLock(ctx, dlock.WithAutoRefresh())
+//	if err != nil {
+//		return err
+//	}
+//	defer r.Release(ctx)
+//
+// Writers go first: while a writer waits, no new reader gets in, and the
+// writer's claim expires with its TTL if it dies. With the Fair option
+// the lock serves readers and writers in the order they arrive instead,
+// through a queue in Redis whose entries expire too. Write holds get
+// fencing tokens. A name is used by one kind of primitive at a time: a
+// read/write lock on a name held as an exclusive lock or a semaphore (or
+// with the other fairness) fails with ErrKindMismatch.
+//
+// # Semaphores
+//
+// Client.Semaphore returns a semaphore that lets a given number of holders
+// in at once. Acquire and TryAcquire obtain a permit, a *Lock with its own
+// token and TTL, so that a holder that crashed frees its permit after its
+// TTL. Each acquire is judged against the count of the Semaphore value it
+// is made through; SetPermits changes that count from the next attempt on,
+// and never revokes a permit held.
+//
+// Every hold, exclusive, read, write or permit, is a *Lock: Release,
+// Refresh, TTL, Done, Context, WithAutoRefresh and WithMaxHold work alike,
+// and WithOwner makes each of them re-entrant.
+//
+// # Inspection
+//
+// Inspect reports what holds a name: its kind; its holders with their
+// mode, owner, metadata, hold count, time obtained and TTL left; the
+// waiters of a read/write lock; the newest fence. List reports every name
+// that matches a pattern, walking the keys with SCAN. ForceRelease frees a
+// name whoever holds it and returns what it removed; the holders learn of
+// the loss at their next refresh.
 //
 // # Keys
 //
@@ -86,9 +130,10 @@
 // # Errors
 //
 // Errors match the package's sentinels with errors.Is: ErrNotObtained,
-// ErrNotHeld, ErrWrongType, and for bad arguments ErrInvalidArgument and its
-// more specific children (ErrEmptyKey, ErrInvalidTTL, …), which are returned
-// before anything is sent to Redis. Failures of Redis itself come as a
+// ErrNotHeld, ErrWrongType, ErrKindMismatch, ErrModeMismatch, and for bad
+// arguments ErrInvalidArgument and its more specific children (ErrEmptyKey,
+// ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
+// is sent to Redis. Failures of Redis itself come as a
 // *ServerError. No input makes dlock panic, except calling methods on a nil
 // *Lock.
 package dlock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -148,4 +149,131 @@ func ExampleWithOwner() {
 	_ = inner.Release(ctx)
 	_ = outer.Release(ctx) // the second release frees it
 	// Output: re-entered: true same fence: true
+}
+
+func ExampleClient_RWMutex() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	config := locks.RWMutex("config")
+	r1, _ := config.TryRLock(ctx)
+	r2, _ := config.TryRLock(ctx)
+	_, err := config.TryLock(ctx)
+	fmt.Println("two readers in, writer refused:", errors.Is(err, dlock.ErrNotObtained))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := config.TryLock(ctx)
+	fmt.Println("writer in:", err == nil, "with a fence:", w.Fence() > 0)
+	_ = w.Release(ctx)
+	// Output:
+	// two readers in, writer refused: true
+	// writer in: true with a fence: true
+}
+
+func ExampleRWMutex_Lock() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	catalog := locks.RWMutex("catalog")
+	// A reader that crashed: its hold expires after 50ms.
+	_, _ = catalog.TryRLock(ctx, dlock.WithTTL(50*time.Millisecond))
+
+	// The writer waits, and no new reader gets in while it does.
+	var once sync.Once
+	w, err := catalog.Lock(ctx, dlock.WithOnRetry(func(int, error) {
+		once.Do(func() {
+			_, err := catalog.TryRLock(ctx)
+			fmt.Println("new reader refused while the writer waits:", errors.Is(err, dlock.ErrNotObtained))
+		})
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("writer in")
+	_ = w.Release(ctx)
+	// Output:
+	// new reader refused while the writer waits: true
+	// writer in
+}
+
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	downloads := locks.Semaphore("downloads", 2)
+	a, _ := downloads.TryAcquire(ctx)
+	b, _ := downloads.TryAcquire(ctx)
+	_, err := downloads.TryAcquire(ctx)
+	fmt.Println("third of two permits:", errors.Is(err, dlock.ErrNotObtained))
+
+	_ = downloads.SetPermits(3)
+	c, err := downloads.TryAcquire(ctx)
+	fmt.Println("third of three permits:", err == nil)
+	for _, l := range []*dlock.Lock{a, b, c} {
+		_ = l.Release(ctx)
+	}
+	// Output:
+	// third of two permits: true
+	// third of three permits: true
+}
+
+func ExampleClient_Inspect() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	index := locks.RWMutex("search-index")
+	r, _ := index.TryRLock(ctx, dlock.WithOwner("query-7"), dlock.WithMetadata("host=web-3"))
+	defer r.Release(ctx)
+
+	info, err := locks.Inspect(ctx, "search-index")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(info.Kind, len(info.Holders), "holder")
+	for _, h := range info.Holders {
+		fmt.Println(h.Mode, h.Owner, h.Metadata, h.Count, h.TTL > 0)
+	}
+	// Output:
+	// rwlock 1 holder
+	// read query-7 host=web-3 1 true
+}
+
+func ExampleClient_List() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	_, _ = locks.TryLock(ctx, "jobs:nightly")
+	_, _ = locks.Semaphore("jobs:uploads", 4).TryAcquire(ctx)
+	infos, err := locks.List(ctx, "jobs:*")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, info := range infos {
+		fmt.Println(info.Name, info.Kind, len(info.Holders))
+		// An operator frees them whoever holds them.
+		_, _ = locks.ForceRelease(ctx, info.Name)
+	}
+	// Output:
+	// jobs:nightly lock 1
+	// jobs:uploads semaphore 1
 }

@@ -24,7 +24,8 @@ func DefaultRetry() RetryStrategy { return defaultRetry }
 var defaultRetry = Jitter(ExponentialBackoff(time.Millisecond, 100*time.Millisecond), 0.5)
 
 // Option configures one acquisition (TryLock, Lock and their multi-key
-// forms) or Attach.
+// forms; the RLock, TryRLock, Lock and TryLock of an RWMutex; the Acquire
+// and TryAcquire of a Semaphore) or Attach.
 type Option func(*options)
 
 type options struct {
