@@ -305,7 +305,11 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), l.kind.args(l.req, "")...); err != nil && logFailure {
+	args := l.kind.args(l.req, "")
+	if l.kind.modeArg {
+		args = append(args, "1") // the shared release script takes back a pending acquire too
+	}
+	if _, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), args...); err != nil && logFailure {
 		l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", err)
 	}
 }

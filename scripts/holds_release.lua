@@ -3,15 +3,18 @@
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
 -- waiting clients (see wake); for a read/write lock also KEYS[4] pending
 -- acquires and KEYS[5] arrival queue (see rw_acquire)
--- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode
+-- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode, ARGV[4] '1'
+-- when an acquire that failed takes back what it may have left: then
+-- ARGV[1] is its request token, and a pending acquire it recorded goes too
 --
 -- A hold whose count is above one is decremented; otherwise it is removed,
 -- with the name's keys once nothing live is left in them (but the waiter
 -- set, which expires with its registrations). A freed permit wakes the
 -- next waiting client; a read/write lock left without holders wakes every
--- waiting client, as several may get in. When the caller holds nothing, a
--- pending acquire recorded for the token is removed (an acquire that gave
--- up), and every waiting client is woken, as it may have kept them out.
+-- waiting client, as several may get in. A pending acquire taken back
+-- wakes every waiting client too, as it may have kept them out. A plain
+-- release never touches pending acquires: another Lock may share the token
+-- of a waiter's grant (a re-entry into a grant whose reply was lost).
 -- Returns 0 when released, 1 when the caller held nothing. Fails with
 -- DLOCK_MODE 1 when the token holds the name in another mode, having
 -- changed nothing.
@@ -21,7 +24,7 @@ local now = clock()
 local tok, d = held(k, hk, now, token, owner, mode)
 if not tok then
   if d then return d end
-  if #KEYS > 3 then
+  if ARGV[4] == '1' and #KEYS > 3 then
     local member = string.sub(mode, 1, 1) .. token
     if redis.pcall('ZREM', KEYS[4], member) == 1 then
       redis.call('ZREM', KEYS[5], member)
