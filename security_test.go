@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,9 +26,18 @@ var aclRules = []string{
 	// the commands dlock's scripts run
 	"+exists", "+hmget", "+hget", "+hset", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
 	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish",
+	// and those of the read/write locks' and semaphores' scripts
+	"+hdel", "+zscore", "+zrange", "+zcard", "+zcount", "+zremrangebyscore",
 }
 
 func TestACLUserLimitedToThePrefix(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ACL SETUSER locker " + strings.Join(aclRules, " ") + "\n"; !strings.Contains(string(readme), want) {
+		t.Errorf("the README does not show these rules:\n%s", want)
+	}
 	srv := redistest.Start(t)
 	srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, aclRules...)...)
 	srv.Do(t, "SET", "app:secret", "x")
@@ -63,6 +73,50 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	if _, err := c.ForceRelease(ctx, "job"); err != nil {
 		t.Errorf("ForceRelease: %v", err)
 	}
+	// Read/write locks of both fairness, and semaphores, with a waiter each.
+	for _, opts := range [][]dlock.RWOption{nil, {dlock.Fair()}} {
+		m := c.RWMutex("doc", opts...)
+		r, err := m.TryRLock(ctx)
+		if err != nil {
+			t.Fatalf("TryRLock: %v", err)
+		}
+		got := waitInBackground(func(ctx context.Context) (*dlock.Lock, error) { return m.Lock(ctx) })
+		awaitWaiting(t, c, "doc", 1)
+		if _, err := c.Inspect(ctx, "doc"); err != nil {
+			t.Errorf("Inspect: %v", err)
+		}
+		if err := r.Refresh(ctx, time.Second); err != nil {
+			t.Errorf("Refresh: %v", err)
+		}
+		if _, err := r.TTL(ctx); err != nil {
+			t.Errorf("TTL: %v", err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Errorf("read Release: %v", err)
+		}
+		if err := <-got; err != nil {
+			t.Errorf("writer: %v", err)
+		}
+		if _, err := m.TryLock(ctx); err != nil {
+			t.Errorf("TryLock: %v", err)
+		}
+		if _, err := c.ForceRelease(ctx, "doc"); err != nil {
+			t.Errorf("ForceRelease: %v", err)
+		}
+	}
+	s := c.Semaphore("pool", 1)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	got = waitInBackground(func(ctx context.Context) (*dlock.Lock, error) { return s.Acquire(ctx) })
+	awaitWaiting(t, c, "pool", 1)
+	if err := p.Release(ctx); err != nil {
+		t.Errorf("permit Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiting for a permit: %v", err)
+	}
 
 	// And nothing else.
 	for _, cmd := range [][]any{
@@ -78,6 +132,22 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	if _, err := other.TryLock(ctx, "secret"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a lock under another prefix: err = %v, want NOPERM", err)
 	}
+}
+
+// waitInBackground obtains a hold with acquire on a goroutine, within 10s,
+// and releases it; the channel gets the first error, or nil.
+func waitInBackground(acquire func(ctx context.Context) (*dlock.Lock, error)) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }
 
 func TestTLS(t *testing.T) {
