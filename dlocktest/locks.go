@@ -23,6 +23,7 @@ var lockTests = []test{
 	{name: "InspectListForceRelease", run: testInspectListForceRelease},
 	{name: "SetFenced", run: testSetFenced},
 	{name: "EndedContext", run: testLockEndedContext},
+	{name: "SharedHolds", run: testSharedHolds},
 }
 
 func testTryLockAndRelease(t *testing.T, e *env) {
@@ -402,4 +403,92 @@ func testLockEndedContext(t *testing.T, e *env) {
 		t.Fatalf("TryLock after: %v", err)
 	}
 	_ = l.Release(timeout(t))
+}
+
+// testSharedHolds runs the read/write lock and the semaphore, whose scripts
+// keep several keys per name: readers share, a waiting writer is woken when
+// the last leaves, a waiting permit when one is freed, and Inspect and
+// ForceRelease read and remove every key. With a driver that can
+// subscribe, the waiters must be woken by notices, well before their beat.
+func testSharedHolds(t *testing.T, e *env) {
+	ctx := timeout(t)
+	limit := 10 * time.Second
+	if sub, err := e.driver(t).Subscribe(ctx, func(string, string) {}); err == nil {
+		_ = sub.Close()
+		limit = wakeBeat * 8 / 10
+	}
+	a, b, c := e.client(t), e.client(t), e.client(t)
+	// waitFor obtains a hold on a goroutine, reporting its first refused
+	// attempt, and releases it.
+	waitFor := func(acquire func(context.Context, ...dlock.Option) (*dlock.Lock, error)) (refused <-chan struct{}, got <-chan error) {
+		ref, res := make(chan struct{}), make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, limit)
+			defer cancel()
+			var once sync.Once
+			l, err := acquire(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+				dlock.WithOnRetry(func(int, error) { once.Do(func() { close(ref) }) }))
+			if err == nil && l.Fence() == 0 && l.Mode() == dlock.ModeWrite {
+				err = errors.New("a write hold without a fence")
+			}
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			res <- err
+		}()
+		return ref, res
+	}
+
+	r1, err := a.RWMutex("doc").TryRLock(ctx, dlock.WithTTL(time.Minute), dlock.WithMetadata("reader a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.RWMutex("doc").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	refused, got := waitFor(c.RWMutex("doc").Lock)
+	receive(t, refused, "first refused attempt of the writer")
+	info, err := a.Inspect(ctx, "doc")
+	if err != nil || info.Kind != dlock.KindRWMutex || len(info.Holders) != 2 || !info.WriterWaiting {
+		t.Errorf("Inspect = %+v, %v", info, err)
+	}
+	for _, r := range []*dlock.Lock{r1, r2} {
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := receive(t, got, "end of the writer"); err != nil {
+		t.Fatalf("writer not woken when the readers left: %v", err)
+	}
+
+	p, err := a.Semaphore("pool", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, got = waitFor(b.Semaphore("pool", 1).Acquire)
+	receive(t, refused, "first refused attempt of the permit's waiter")
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, got, "end of the permit's waiter"); err != nil {
+		t.Fatalf("permit's waiter not woken by the release: %v", err)
+	}
+
+	r, err := a.RWMutex("doc").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if was, err := b.ForceRelease(ctx, "doc"); err != nil || len(was.Holders) != 1 {
+		t.Fatalf("ForceRelease = %+v, %v", was, err)
+	}
+	if err := r.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after a force release: err = %v, want ErrNotHeld", err)
+	}
+	key := a.RedisKey("doc")
+	for _, k := range []string{key, key + ":holds", key + ":pending"} {
+		if got := e.do(t, key, "EXISTS", k); got != "0" {
+			t.Errorf("%s left behind", k)
+		}
+	}
 }
