@@ -25,12 +25,12 @@ func waitDone(t *testing.T, l *dlock.Lock, limit time.Duration) {
 func TestAutoRefreshKeepsTheLockPastManyTTLs(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	l, err := e.c.TryLock(ctx, "kept", dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRefresh())
+	l, err := e.c.TryLock(ctx, "kept", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(30*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := e.newClient(t)
-	for end := time.Now().Add(800 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if _, err := other.TryLock(ctx, "kept"); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("another client got the lock: %v", err)
 		}

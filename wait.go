@@ -177,8 +177,11 @@ func (w *waiter) drain() {
 	}
 }
 
-// sleep waits for a signal, d, or the end of ctx.
+// sleep waits for a signal, d, or the end of ctx; an ended ctx wins.
 func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -24,9 +24,11 @@ type acquireFunc func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, e
 func (k kind) acquirers(c *dlock.Client, name string) (try, wait acquireFunc, err error) {
 	switch {
 	case k.shared:
-		return nil, nil, errNotInBuild("--shared", "read/write locks")
+		rw := c.RWMutex(name)
+		return rw.TryRLock, rw.RLock, nil
 	case k.permits > 0:
-		return nil, nil, errNotInBuild("--semaphore", "semaphores")
+		s := c.Semaphore(name, k.permits)
+		return s.TryAcquire, s.Acquire, nil
 	}
 	try = func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
 		return c.TryLock(ctx, name, opts...)
@@ -37,30 +39,29 @@ func (k kind) acquirers(c *dlock.Client, name string) (try, wait acquireFunc, er
 	return try, wait, nil
 }
 
-func errNotInBuild(flag, what string) error {
-	return usage(runCommand, "%s is not available in this build of dlock: its library has no %s yet; leave it out to take an exclusive lock", flag, what)
-}
-
 // holderMode is how h holds its name: "exclusive", "write", "read" or
 // "permit".
-func holderMode(info *dlock.Info, h dlock.Holder) string {
-	return "exclusive"
+func holderMode(_ *dlock.Info, h dlock.Holder) string {
+	if h.Mode == "" {
+		return dlock.ModeExclusive
+	}
+	return h.Mode
 }
 
-// waiters returns how many are waiting for the name, and whether this
-// build can tell.
+// waiters returns how many clients are waiting for the name, and whether
+// that is known.
 func waiters(info *dlock.Info) (n int, known bool) {
-	return 0, false
+	return info.Waiters, true
 }
 
 // writerWaiting reports whether a writer waits for a read/write lock, and
-// whether this build can tell.
+// whether the name is one.
 func writerWaiting(info *dlock.Info) (waiting, known bool) {
-	return false, false
+	return info.WriterWaiting, info.Kind == dlock.KindRWMutex
 }
 
 // permits returns the number of permits of a semaphore, and whether the
 // name is one.
 func permits(info *dlock.Info) (n int, ok bool) {
-	return 0, false
+	return info.Permits, info.Kind == dlock.KindSemaphore
 }

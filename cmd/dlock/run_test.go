@@ -88,6 +88,45 @@ func TestRunNotObtained(t *testing.T) {
 	}
 }
 
+// --shared takes a read lock, which other readers share and a plain run
+// does not; --semaphore N takes one of N permits.
+func TestRunSharedAndSemaphore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := libClient(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+
+	name := lockName(t)
+	reader, err := c.RWMutex(name).TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := dlockRun(t, nil, runArgs([]string{"--no-wait", "--shared"}, name, "job", ran, "0")...); r.code != 0 {
+		t.Errorf("--shared beside a reader: code %d, stderr %s", r.code, r.stderr)
+	}
+	// An exclusive lock on a name in use as a read/write lock is refused.
+	r := dlockRun(t, nil, runArgs([]string{"--no-wait"}, name, "job", ran, "0")...)
+	checkOneLine(t, r, exitUsage, "used by another kind of lock")
+	_ = reader.Release(ctx)
+
+	sem := lockName(t)
+	s := c.Semaphore(sem, 2)
+	first, err := s.TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := dlockRun(t, nil, runArgs([]string{"--no-wait", "--semaphore", "2"}, sem, "job", ran, "0")...); r.code != 0 {
+		t.Errorf("--semaphore 2 with one permit taken: code %d, stderr %s", r.code, r.stderr)
+	}
+	second, err := s.TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, runArgs([]string{"--no-wait", "--semaphore", "2"}, sem, "job", ran, "0")...)
+	checkOneLine(t, r, exitNotObtained, "not waiting")
+	_, _ = first.Release(ctx), second.Release(ctx)
+}
+
 // A waiting run logs who holds the lock, obtains it when it is released,
 // and keeps stdout for the command.
 func TestRunWaits(t *testing.T) {
@@ -289,8 +328,8 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--ttl", "5ms", "job", "--", helperBin}, "--ttl 5ms is too short"},
 		{[]string{"run", "--metadata", "novalue", "job", "--", helperBin}, "write KEY=VALUE"},
 		{[]string{"run", "--bogus", "job", "--", helperBin}, "flag provided but not defined: --bogus"},
-		{[]string{"run", "--shared", "job", "--", helperBin}, "--shared is not available in this build"},
-		{[]string{"run", "--semaphore", "3", "job", "--", helperBin}, "--semaphore is not available in this build"},
+		{[]string{"run", "--semaphore", "-1", "job", "--", helperBin}, "must be a positive number of permits"},
+		{[]string{"run", "--shared", "--semaphore", "3", "job", "--", helperBin}, "--shared and --semaphore exclude each other"},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
