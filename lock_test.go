@@ -198,7 +198,7 @@ func TestRefreshAndTTL(t *testing.T) {
 func TestExpiredHolderCannotReleaseOrRefreshTheNewHolders(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	old, err := e.c.TryLock(ctx, "shared", dlock.WithTTL(20*time.Millisecond))
+	old, err := e.c.TryLock(ctx, "shared", dlock.WithTTL(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,8 @@ func TestStatusAndList(t *testing.T) {
 	r = dlockRun(t, nil, "ls", pattern)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME ") || !strings.HasPrefix(lines[1], name+" ") ||
-		!strings.Contains(lines[1], "pid "+pid) || !strings.HasSuffix(lines[1], strconv.FormatUint(fence, 10)) {
+		!strings.Contains(lines[1], "pid "+pid) || !strings.Contains(lines[1], " "+strconv.FormatUint(fence, 10)+" ") ||
+		!strings.HasPrefix(lines[0], "NAME") || !strings.HasSuffix(lines[0], "WAITERS") {
 		t.Errorf("ls:\n%s", r.stdout)
 	}
 
