@@ -57,7 +57,8 @@ func Scenarios() []*Scenario {
 				{Key: "pairs_s", Label: "pairs/s"}, {Key: "p50_us", Label: "p50 µs"}, {Key: "p99_us", Label: "p99 µs"},
 				{Key: "allocs", Label: "allocs/pair"}, {Key: "bytes", Label: "B/pair"},
 				{Key: "cmds", Label: "cmds/pair"}, {Key: "reqs", Label: "reqs/pair"},
-				{Key: "cpu_us", Label: "server CPU µs/pair"}, {Key: "keys_left", Label: "keys left/name", NoRatio: true},
+				{Key: "cpu_us", Label: "server CPU µs/pair"}, {Key: "ccpu_us", Label: "client CPU µs/pair"},
+				{Key: "keys_left", Label: "keys left/name", NoRatio: true},
 			},
 			Headline: "pairs_s",
 			rounds:   func(c Config) int { return c.Rounds },
@@ -69,6 +70,7 @@ func Scenarios() []*Scenario {
 			Metrics: []Metric{
 				{Key: "pairs_s", Label: "pairs/s"}, {Key: "cmds", Label: "cmds/pair"}, {Key: "reqs", Label: "reqs/pair"},
 				{Key: "reads", Label: "server reads/pair"}, {Key: "cpu_us", Label: "server CPU µs/pair"},
+				{Key: "ccpu_us", Label: "client CPU µs/pair"},
 			},
 			Headline: "pairs_s",
 			rounds:   func(c Config) int { return c.Rounds },
@@ -94,7 +96,8 @@ func Scenarios() []*Scenario {
 			Metrics: []Metric{
 				{Key: "acq_s", Label: "handoffs/s"}, {Key: "wake_p50_us", Label: "wake p50 µs"}, {Key: "wake_p99_us", Label: "wake p99 µs"},
 				{Key: "cmds", Label: "cmds/handoff"}, {Key: "reqs", Label: "reqs/handoff"}, {Key: "reads", Label: "server reads/handoff"},
-				{Key: "cpu_us", Label: "server CPU µs/handoff"}, {Key: "allocs", Label: "allocs/handoff"},
+				{Key: "cpu_us", Label: "server CPU µs/handoff"}, {Key: "ccpu_us", Label: "client CPU µs/handoff"},
+				{Key: "allocs", Label: "allocs/handoff"},
 				{Key: "pause_us", Label: "pause µs", NoRatio: true},
 				{Key: "n", Label: "handoffs measured", NoRatio: true},
 			},
@@ -108,8 +111,8 @@ func Scenarios() []*Scenario {
 			Metrics: []Metric{
 				{Key: "reads", Label: "server reads/interval"}, {Key: "rtts", Label: "client round trips/interval"},
 				{Key: "reqs", Label: "reqs/interval"}, {Key: "cmds", Label: "cmds/interval"},
-				{Key: "cpu_ms", Label: "server CPU ms/interval"},
-				{Key: "goroutines", Label: "goroutines/lock"}, {Key: "heap", Label: "heap B/lock"},
+				{Key: "cpu_ms", Label: "server CPU ms/interval"}, {Key: "ccpu_ms", Label: "client CPU ms/interval"},
+				{Key: "goroutines", Label: "goroutines/lock"}, {Key: "heap", Label: "heap+stack B/lock"},
 				{Key: "lost", Label: "locks lost", NoRatio: true},
 			},
 			rounds: func(c Config) int { return c.RoundsRefresh },
@@ -122,6 +125,7 @@ func handoffMetrics() []Metric {
 	return []Metric{
 		{Key: "acq_s", Label: "acq/s"}, {Key: "wake_p50_us", Label: "wake p50 µs"}, {Key: "wake_p99_us", Label: "wake p99 µs"},
 		{Key: "cmds", Label: "cmds/acq"}, {Key: "reqs", Label: "reqs/acq"}, {Key: "cpu_us", Label: "server CPU µs/acq"},
+		{Key: "ccpu_us", Label: "client CPU µs/acq"},
 		{Key: "allocs", Label: "allocs/acq"}, {Key: "pause_us", Label: "pause µs", NoRatio: true},
 		{Key: "worker_min", Label: "acq/worker min", NoRatio: true}, {Key: "worker_max", Label: "acq/worker max", NoRatio: true},
 	}
@@ -194,7 +198,7 @@ func (r *runner) uncontended(lib Library) (sample, error) {
 	}
 	defer closeAll()
 	lk := ls[0]
-	var errs int64
+	var errs errTally
 	for i := range 50 { // warm-up: connection, scripts
 		if h, err := lk.TryLock(ctx, r.keys[len(r.keys)-1-i]); err == nil {
 			_ = h.Release(ctx)
@@ -207,6 +211,7 @@ func (r *runner) uncontended(lib Library) (sample, error) {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	lat := r.lat[:0]
+	cpu0 := processCPU()
 	start := time.Now()
 	end := start.Add(r.cfg.UncontendedSlice)
 	for i := 0; i < r.cfg.UncontendedMaxOps; i++ {
@@ -216,16 +221,17 @@ func (r *runner) uncontended(lib Library) (sample, error) {
 		}
 		h, err := lk.TryLock(ctx, r.keys[i%len(r.keys)])
 		if err != nil {
-			errs++
+			errs.add("TryLock", err)
 			continue
 		}
 		err = h.Release(ctx)
 		lat = append(lat, time.Since(t0))
 		if err != nil {
-			errs++
+			errs.add("Release", err)
 		}
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	runtime.ReadMemStats(&m1)
 	st, err := r.srv.Stats(ctx)
 	if err != nil {
@@ -237,12 +243,13 @@ func (r *runner) uncontended(lib Library) (sample, error) {
 	}
 	n := float64(len(lat))
 	if n == 0 {
-		return sample{errors: errs}, errors.New("no pair completed")
+		return sample{errors: errs.count(), note: errs.note()}, errors.New("no pair completed")
 	}
 	names := min(len(lat)+50, len(r.keys)) // the warm-up used 50 more
 	slices.Sort(lat)
-	return sample{errors: errs, mix: st.ByCommand, ops: n, values: map[string]float64{
+	return sample{errors: errs.count(), note: errs.note(), mix: st.ByCommand, ops: n, values: map[string]float64{
 		"cpu_us":    us(st.CPU) / n,
+		"ccpu_us":   us(cpu) / n,
 		"keys_left": float64(left) / float64(names),
 		"pairs_s":   n / elapsed.Seconds(),
 		"p50_us":    us(percentile(lat, 0.50)),
@@ -282,37 +289,40 @@ func (r *runner) parallel(lib Library) (sample, error) {
 	if err := r.begin(ctx, cnt); err != nil {
 		return sample{}, err
 	}
-	var pairs, errs atomic.Int64
+	var pairs atomic.Int64
+	var errs errTally
+	cpu0 := processCPU()
 	start := time.Now()
 	end := start.Add(r.cfg.ParallelSlice)
 	run(func(i int) {
 		keys := r.pkey[i]
-		var n, e int64
+		var n int64
 		for j := 0; time.Now().Before(end); j++ {
 			h, err := lk.TryLock(ctx, keys[j%len(keys)])
 			if err != nil {
-				e++
+				errs.add("TryLock", err)
 				continue
 			}
 			if err := h.Release(ctx); err != nil {
-				e++
+				errs.add("Release", err)
 			}
 			n++
 		}
 		pairs.Add(n)
-		errs.Add(e)
 	})
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	st, err := r.srv.Stats(ctx)
 	if err != nil {
 		return sample{}, err
 	}
 	n := float64(pairs.Load())
 	if n == 0 {
-		return sample{errors: errs.Load()}, errors.New("no pair completed")
+		return sample{errors: errs.count(), note: errs.note()}, errors.New("no pair completed")
 	}
-	return sample{errors: errs.Load(), mix: st.ByCommand, ops: n, values: map[string]float64{
+	return sample{errors: errs.count(), note: errs.note(), mix: st.ByCommand, ops: n, values: map[string]float64{
 		"cpu_us":  us(st.CPU) / n,
+		"ccpu_us": us(cpu) / n,
 		"pairs_s": n / elapsed.Seconds(),
 		"cmds":    float64(st.Commands) / n,
 		"reqs":    float64(cnt.Commands.Load()) / n,
@@ -328,8 +338,8 @@ type contention struct {
 	base       time.Time
 	holders    atomic.Int32
 	violations atomic.Int64
-	giveUps    atomic.Int64 // Lock returned an error before the end
-	relErrs    atomic.Int64
+	giveUps    errTally // Lock returned an error before the end
+	relErrs    errTally
 	lastRel    atomic.Int64 // when the last release was called, since base
 	lastOwner  atomic.Int64
 	total      atomic.Int64
@@ -355,7 +365,7 @@ func (c *contention) worker(ctx context.Context, id int, lk Locker, key string, 
 		h, err := lk.Lock(ctx, key)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.giveUps.Add(1)
+				c.giveUps.add("Lock gave up", err)
 				time.Sleep(time.Millisecond) // never spin on a failing library
 			}
 			continue
@@ -376,7 +386,7 @@ func (c *contention) worker(ctx context.Context, id int, lk Locker, key string, 
 		c.lastRel.Store(int64(time.Since(c.base)))
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		if err := h.Release(rctx); err != nil {
-			c.relErrs.Add(1)
+			c.relErrs.add("Release", err)
 		}
 		cancel()
 		t := time.Now()
@@ -414,7 +424,7 @@ func (c *contention) latencies() []time.Duration {
 }
 
 func (c *contention) errorCount() int64 {
-	return c.giveUps.Load() + c.relErrs.Load() + c.violations.Load()
+	return c.giveUps.count() + c.relErrs.count() + c.violations.Load()
 }
 
 func (c *contention) note() string {
@@ -422,13 +432,7 @@ func (c *contention) note() string {
 	if v := c.violations.Load(); v > 0 {
 		s += fmt.Sprintf("%d exclusion violations! ", v)
 	}
-	if g := c.giveUps.Load(); g > 0 {
-		s += fmt.Sprintf("%d Lock calls gave up and were repeated; ", g)
-	}
-	if e := c.relErrs.Load(); e > 0 {
-		s += fmt.Sprintf("%d releases failed; ", e)
-	}
-	return s
+	return s + c.giveUps.note() + c.relErrs.note()
 }
 
 func (r *runner) handoff(lib Library, shared bool) (sample, error) {
@@ -460,10 +464,12 @@ func (r *runner) handoff(lib Library, shared bool) (sample, error) {
 	runtime.ReadMemStats(&m0)
 	a0 := c.counts()
 	c.recording.Store(true)
+	cpu0 := processCPU()
 	start := time.Now()
 	time.Sleep(r.cfg.HandoffSlice)
 	c.recording.Store(false)
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	a1 := c.counts()
 	runtime.ReadMemStats(&m1)
 	st, err := r.srv.Stats(ctx)
@@ -492,6 +498,7 @@ func (r *runner) handoff(lib Library, shared bool) (sample, error) {
 		"cmds":        float64(st.Commands) / float64(n),
 		"reqs":        float64(reqs) / float64(n),
 		"cpu_us":      us(st.CPU) / float64(n),
+		"ccpu_us":     us(cpu) / float64(n),
 		"allocs":      float64(m1.Mallocs-m0.Mallocs) / float64(n),
 		"pause_us":    us(c.meanPause()),
 		"worker_min":  float64(lo),
@@ -534,6 +541,7 @@ func (r *runner) manyWaiters(lib Library) (sample, error) {
 	n0 := c.total.Load()
 	c.stopAt.Store(n0 + int64(r.cfg.ManyHandoffs))
 	c.recording.Store(true)
+	cpu0 := processCPU()
 	start := time.Now()
 	timer := time.NewTimer(r.cfg.ManyMaxTime)
 	select {
@@ -543,6 +551,7 @@ func (r *runner) manyWaiters(lib Library) (sample, error) {
 	timer.Stop()
 	c.recording.Store(false)
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	n := c.total.Load() - n0
 	runtime.ReadMemStats(&m1)
 	st, err := r.srv.Stats(ctx)
@@ -565,6 +574,7 @@ func (r *runner) manyWaiters(lib Library) (sample, error) {
 		"reqs":        float64(reqs) / float64(n),
 		"reads":       float64(st.Reads) / float64(n),
 		"cpu_us":      us(st.CPU) / float64(n),
+		"ccpu_us":     us(cpu) / float64(n),
 		"allocs":      float64(m1.Mallocs-m0.Mallocs) / float64(n),
 		"pause_us":    us(c.meanPause()),
 		"n":           float64(n),
@@ -595,11 +605,11 @@ func (r *runner) autoRefresh(lib Library) (sample, error) {
 	g0 := runtime.NumGoroutine()
 	n := r.cfg.RefreshLocks
 	held := make([]Held, n)
-	var errs atomic.Int64
+	var errs errTally
 	parallelFor(16, n, func(i int) {
 		h, err := lk.TryLockAutoRefresh(ctx, "a:"+strconv.Itoa(i))
 		if err != nil {
-			errs.Add(1)
+			errs.add("TryLockAutoRefresh", err)
 			return
 		}
 		held[i] = h
@@ -612,39 +622,41 @@ func (r *runner) autoRefresh(lib Library) (sample, error) {
 	if err := r.begin(ctx, cnt); err != nil {
 		return sample{}, err
 	}
+	cpu0 := processCPU()
 	start := time.Now()
 	time.Sleep(time.Duration(r.cfg.RefreshIntervals) * interval)
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	st, err := r.srv.Stats(ctx)
 	if err != nil {
 		return sample{}, err
 	}
 	reqs, rtts := cnt.Commands.Load(), cnt.RoundTrips.Load()
-	var lost atomic.Int64
+	var lost errTally
 	parallelFor(16, n, func(i int) {
-		if held[i] != nil && held[i].Release(ctx) != nil {
-			lost.Add(1)
+		if held[i] != nil {
+			if err := held[i].Release(ctx); err != nil {
+				lost.add("Release (lock lost)", err)
+			}
 		}
 	})
 	intervals := elapsed.Seconds() / interval.Seconds()
-	ok := n - int(errs.Load())
-	s := sample{errors: errs.Load() + lost.Load()}
+	ok := n - int(errs.count())
+	s := sample{errors: errs.count() + lost.count(), note: errs.note() + lost.note()}
 	if ok == 0 {
 		return s, errors.New("no lock obtained")
-	}
-	if l := lost.Load(); l > 0 {
-		s.note = fmt.Sprintf("%d locks were lost before release; ", l)
 	}
 	s.mix, s.ops = st.ByCommand, intervals*float64(ok)
 	s.values = map[string]float64{
 		"cpu_ms":        float64(st.CPU) / float64(time.Millisecond) / intervals,
+		"ccpu_ms":       float64(cpu) / float64(time.Millisecond) / intervals,
 		"reads":         float64(st.Reads) / intervals,
 		"rtts":          float64(rtts) / intervals,
 		"reqs":          float64(reqs) / intervals,
 		"cmds":          float64(st.Commands) / intervals,
 		"goroutines":    float64(g1-g0) / float64(ok),
-		"heap":          float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(ok),
-		"lost":          float64(lost.Load()),
+		"heap":          float64(int64(m1.HeapAlloc+m1.StackInuse)-int64(m0.HeapAlloc+m0.StackInuse)) / float64(ok),
+		"lost":          float64(lost.count()),
 		"reqs_per_lock": float64(reqs) / intervals / float64(ok),
 		"cmds_per_lock": float64(st.Commands) / intervals / float64(ok),
 	}
