@@ -34,7 +34,7 @@ func main() {
 func run() error {
 	var (
 		quick     = flag.Bool("quick", false, "smoke run of about 30 s: fewer rounds, shorter slices")
-		libs      = flag.String("libs", "", "comma-separated libraries to run (default all: floor,dlock,redislock,redsync,rueidislock)")
+		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,redislock,redsync,rueidislock; also dlock-default)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario numbers to run (default all: 1,2,3,4,5,6)")
 		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 5, or 2 with -quick)")
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)
@@ -87,12 +87,14 @@ func run() error {
 	}()
 	fmt.Fprintf(os.Stderr, "dlockbench: %s run, redis-server %s at %s (pid %d); %s\n", preset, srv.Version, srv.Addr, srv.PID, pinning)
 
+	loadBefore := harness.LoadAverage()
 	rep, err := harness.Run(context.Background(), cfg, srv, selLibs, selScenarios, os.Stderr)
 	if err != nil {
 		return err
 	}
 	rep.Preset = preset
 	rep.Machine = harness.DescribeMachine(srv, pinning)
+	rep.Machine.LoadBefore = loadBefore
 	md := rep.Markdown()
 	fmt.Print(md)
 	if *out != "" {
@@ -112,10 +114,10 @@ func run() error {
 }
 
 func selectLibraries(list string) ([]harness.Library, error) {
-	all := harness.Libraries()
 	if list == "" {
-		return all, nil
+		return harness.Libraries(), nil
 	}
+	all := append(harness.Libraries(), harness.Variants()...)
 	var sel []harness.Library
 	for _, name := range strings.Split(list, ",") {
 		i := slices.IndexFunc(all, func(l harness.Library) bool { return l.Name == strings.TrimSpace(name) })

@@ -18,7 +18,19 @@ const dlockPoll = time.Millisecond
 var dlockLibrary = Library{
 	Name:  "dlock",
 	Setup: "dlock over its go-redis driver; Lock waits with ConstantBackoff(1 ms); no auto-refresh yet",
-	New:   newDlock,
+	New: func(cfg ClientConfig) (Locker, error) {
+		return newDlock(cfg, dlock.ConstantBackoff(dlockPoll))
+	},
+}
+
+// dlockDefaultLibrary is dlock with its default retry strategy, an extra
+// row to ask for with -libs.
+var dlockDefaultLibrary = Library{
+	Name:  "dlock-default",
+	Setup: "dlock with its default retry: exponential from 1 ms to 100 ms, 50 % jitter",
+	New: func(cfg ClientConfig) (Locker, error) {
+		return newDlock(cfg, dlock.DefaultRetry)
+	},
 }
 
 type dlockLocker struct {
@@ -28,13 +40,13 @@ type dlockLocker struct {
 	waitOpts []dlock.Option
 }
 
-func newDlock(cfg ClientConfig) (Locker, error) {
+func newDlock(cfg ClientConfig, retry dlock.RetryStrategy) (Locker, error) {
 	rdb := newGoRedis(cfg)
 	return &dlockLocker{
 		rdb:      rdb,
 		c:        dlock.New(goredis.New(rdb)),
 		tryOpts:  []dlock.Option{dlock.WithTTL(cfg.TTL)},
-		waitOpts: []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithRetry(dlock.ConstantBackoff(dlockPoll))},
+		waitOpts: []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithRetry(retry)},
 	}, nil
 }
 

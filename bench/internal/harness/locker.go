@@ -60,9 +60,15 @@ type Library struct {
 	New   func(cfg ClientConfig) (Locker, error)
 }
 
-// Libraries returns every library the benchmark knows, floor first.
+// Libraries returns the libraries a run compares by default, floor first.
 func Libraries() []Library {
 	return []Library{floorLibrary, dlockLibrary, redislockLibrary, redsyncLibrary, rueidislockLibrary}
+}
+
+// Variants returns extra configurations that a run includes only when asked
+// for by name.
+func Variants() []Library {
+	return []Library{dlockDefaultLibrary}
 }
 
 // Counters counts requests on the client side: Commands is every command

@@ -67,6 +67,22 @@ type Machine struct {
 	RedisVersion string
 	Pinning      string
 	Versions     []string // module versions of the libraries
+	// LoadBefore and LoadAfter are the 1-minute load averages before and
+	// after the run: other work on the machine shows there.
+	LoadBefore, LoadAfter string
+}
+
+// LoadAverage returns the 1-minute load average from /proc/loadavg.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 // DescribeMachine collects what is known of this machine; pinning says how
@@ -76,6 +92,7 @@ func DescribeMachine(srv *Server, pinning string) Machine {
 		NProc: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
 		CPU: cpuModel(), RedisVersion: srv.Version, Pinning: pinning,
+		LoadAfter: LoadAverage(),
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
