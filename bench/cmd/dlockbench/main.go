@@ -95,6 +95,9 @@ func run() error {
 	rep.Preset = preset
 	rep.Machine = harness.DescribeMachine(srv, pinning)
 	rep.Machine.LoadBefore = loadBefore
+	if rep.OtherCPU > 0.2 {
+		fmt.Fprintf(os.Stderr, "dlockbench: other processes used %.2f CPUs on average during the run: rates are disturbed, run again on a quiet machine\n", rep.OtherCPU)
+	}
 	md := rep.Markdown()
 	fmt.Print(md)
 	if *out != "" {

@@ -33,8 +33,10 @@ func (rep *Report) Markdown() string {
 	fmt.Fprintf(&b, "- preset: **%s**; %s; run time %s\n", rep.Preset, rep.roundsText(), rep.Elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "- machine: %d CPUs (%s), %s, %s, GOMAXPROCS %d; redis-server %s on 127.0.0.1; %s\n",
 		m.NProc, m.CPU, m.GoVersion, m.OSArch, m.GOMAXPROCS, m.RedisVersion, m.Pinning)
-	fmt.Fprintf(&b, "- 1-minute load average: %s before the run (other work on the machine shows here), %s after it (this run's two busy processes included)\n",
-		m.LoadBefore, m.LoadAfter)
+	if rep.OtherCPU >= 0 {
+		fmt.Fprintf(&b, "- other work on the machine during the run: %.2f CPUs on average (CPU time of other processes, from /proc/stat); 1-minute load average %s before the run\n",
+			rep.OtherCPU, m.LoadBefore)
+	}
 	if len(m.Versions) > 0 {
 		fmt.Fprintf(&b, "- modules: %s\n", strings.Join(m.Versions, ", "))
 	}

@@ -22,6 +22,10 @@ type Report struct {
 	Config    Config
 	Libraries []Library
 	Results   []*Result
+	// OtherCPU is the CPU time that processes other than this one and its
+	// redis-server used during the run, in CPUs (0.5 is half a CPU all the
+	// time); negative when unknown.
+	OtherCPU float64
 }
 
 // Result is one scenario's table.
@@ -67,9 +71,9 @@ type Machine struct {
 	RedisVersion string
 	Pinning      string
 	Versions     []string // module versions of the libraries
-	// LoadBefore and LoadAfter are the 1-minute load averages before and
-	// after the run: other work on the machine shows there.
-	LoadBefore, LoadAfter string
+	// LoadBefore is the 1-minute load average before the run: other work
+	// on the machine shows there.
+	LoadBefore string
 }
 
 // LoadAverage returns the 1-minute load average from /proc/loadavg.
@@ -92,7 +96,6 @@ func DescribeMachine(srv *Server, pinning string) Machine {
 		NProc: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
 		CPU: cpuModel(), RedisVersion: srv.Version, Pinning: pinning,
-		LoadAfter: LoadAverage(),
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
@@ -128,8 +131,19 @@ func cpuModel() string {
 // slice, starting with a different library each round, so that slow drift
 // of the machine spreads over all of them. Progress goes to progress.
 func Run(ctx context.Context, cfg Config, srv *Server, libs []Library, scenarios []*Scenario, progress io.Writer) (*Report, error) {
-	rep := &Report{Started: time.Now(), Config: cfg, Libraries: libs}
+	rep := &Report{Started: time.Now(), Config: cfg, Libraries: libs, OtherCPU: -1}
 	r := newRunner(cfg, srv)
+	busy0, busyOK := machineBusy()
+	self0 := processCPU()
+	srv0, srvErr := srv.CPU(ctx)
+	defer func() {
+		busy1, ok := machineBusy()
+		srv1, err := srv.CPU(context.Background())
+		if busyOK && ok && srvErr == nil && err == nil && rep.Elapsed > 0 {
+			other := (busy1 - busy0) - (processCPU() - self0) - (srv1 - srv0)
+			rep.OtherCPU = max(float64(other)/float64(rep.Elapsed), 0)
+		}
+	}()
 	for _, sc := range scenarios {
 		res := &Result{Scenario: sc}
 		for _, lib := range libs {

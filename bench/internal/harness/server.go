@@ -227,6 +227,15 @@ func cpuSeconds(fields map[string]string) float64 {
 	return u + y
 }
 
+// CPU returns the CPU time the server process has used since it started.
+func (s *Server) CPU(ctx context.Context) (time.Duration, error) {
+	info, err := s.admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(cpuSeconds(parseInfo(info)) * float64(time.Second)), nil
+}
+
 // Keys returns the number of keys (DBSIZE).
 func (s *Server) Keys(ctx context.Context) (int64, error) {
 	return s.admin.DBSize(ctx).Result()

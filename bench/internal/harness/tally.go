@@ -2,7 +2,9 @@ package harness
 
 import (
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,4 +78,31 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineBusy returns the CPU time all CPUs of the machine have spent busy
+// (not idle, not waiting for I/O), from /proc/stat; false where unknown.
+func machineBusy() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if i == 3 || i == 4 || i >= 7 { // idle, iowait; steal and guest time are not ours to count
+			continue
+		}
+		busy += n
+	}
+	const clockTick = 100 // USER_HZ on Linux
+	return time.Duration(busy) * time.Second / clockTick, true
 }
