@@ -36,7 +36,7 @@ func run() error {
 		quick     = flag.Bool("quick", false, "smoke run of about 30 s: fewer rounds, shorter slices")
 		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,redislock,redsync,rueidislock; also dlock-default)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario numbers to run (default all: 1,2,3,4,5,6)")
-		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 5, or 2 with -quick)")
+		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 7, or 2 with -quick)")
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
 		pin       = flag.Bool("pin", true, "with 2 CPUs or more, pin redis-server to CPU 0 and this process to CPU 1 (taskset)")

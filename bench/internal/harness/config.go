@@ -40,11 +40,11 @@ type Config struct {
 // Full is the preset of a complete run: a few minutes.
 func Full() Config {
 	return Config{
-		Rounds: 5, RoundsMany: 3, RoundsRefresh: 3,
+		Rounds: 7, RoundsMany: 3, RoundsRefresh: 3,
 		TTL: 30 * time.Second, PoolSize: 64,
-		UncontendedSlice: 500 * time.Millisecond, UncontendedMaxOps: 200_000,
-		ParallelSlice: time.Second, ParallelGoroutines: 64,
-		HandoffSlice: time.Second, HandoffWarmup: 100 * time.Millisecond, HandoffPause: 200 * time.Microsecond,
+		UncontendedSlice: 400 * time.Millisecond, UncontendedMaxOps: 200_000,
+		ParallelSlice: 600 * time.Millisecond, ParallelGoroutines: 64,
+		HandoffSlice: 800 * time.Millisecond, HandoffWarmup: 100 * time.Millisecond, HandoffPause: 200 * time.Microsecond,
 		HandoffWorkers: 16,
 		ManyWaiters:    1000, ManyClients: 16, ManyHandoffs: 300,
 		ManyWarmup: 300 * time.Millisecond, ManyMaxTime: 3 * time.Second,
