@@ -15,12 +15,17 @@ demo: redis
 FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
 
 # Modules of their own, so that their dependencies stay out of the core's.
-NESTED := rueidis redigo
+NESTED := rueidis redigo bench
 
 test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 	@for f in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s . || exit 1; done
+
+# bench compares dlock with its peers side by side (about 3 minutes);
+# it rewrites bench/results/latest.md and latest.svg.
+bench: redis
+	cd bench && $(GO) run ./cmd/dlockbench
 
 lint:
 	@out=$$(gofmt -l .); \

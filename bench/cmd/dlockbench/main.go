@@ -34,7 +34,7 @@ func main() {
 func run() error {
 	var (
 		quick     = flag.Bool("quick", false, "smoke run of about 30 s: fewer rounds, shorter slices")
-		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,redislock,redsync,rueidislock; also dlock-default)")
+		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,redislock,redsync,rueidislock; also dlock-poll)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario numbers to run (default all: 1,2,3,4,5,6)")
 		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 7, or 2 with -quick)")
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)
