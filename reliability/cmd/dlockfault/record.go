@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// serverRecord is what the lock's server ran, read from its MONITOR
+// stream: which tokens the acquire script wrote a lock for, with which
+// fence, and how many times the release script deleted a lock held with a
+// token. A script runs atomically, so the commands it runs follow its own
+// EVALSHA (or EVAL) line in the stream.
+type serverRecord struct {
+	mu       sync.Mutex
+	script   string // the script whose commands follow: "acquire", "release" or ""
+	token    string // its token
+	acquired map[string]uint64
+	deleted  map[string]int
+}
+
+func newServerRecord() *serverRecord {
+	return &serverRecord{acquired: map[string]uint64{}, deleted: map[string]int{}}
+}
+
+func (s *serverRecord) handle(args []string, lua bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !lua {
+		s.script, s.token = "", ""
+		cmd := strings.ToUpper(args[0])
+		if (cmd != "EVALSHA" && cmd != "EVAL") || len(args) < 3 {
+			return
+		}
+		n, err := strconv.Atoi(args[2])
+		if err != nil || len(args) < 3+n {
+			return
+		}
+		// The scripts are told apart by their numbers of keys and
+		// arguments: acquire has 3 keys per name and 7 arguments, the
+		// first the request token; release has a lock key and a waiter
+		// set, and the token and owner.
+		switch argv := args[3+n:]; {
+		case n > 0 && n%3 == 0 && len(argv) == 7:
+			s.script, s.token = "acquire", argv[0]
+		case n == 2 && len(argv) == 2:
+			s.script, s.token = "release", argv[0]
+		}
+		return
+	}
+	switch {
+	case s.script == "acquire" && strings.EqualFold(args[0], "HSET"):
+		var token string
+		var fence uint64
+		for i := 2; i+1 < len(args); i += 2 {
+			switch args[i] {
+			case "token":
+				token = args[i+1]
+			case "fence":
+				fence, _ = strconv.ParseUint(args[i+1], 10, 64)
+			}
+		}
+		if token == s.token {
+			s.acquired[token] = fence
+		}
+	case s.script == "release" && strings.EqualFold(args[0], "DEL"):
+		s.deleted[s.token]++
+	}
+}
+
+// resolve settles, from the server's record, the effect of the operations
+// that returned an error: an acquire whose token the acquire script wrote
+// took effect, with the fence it wrote, and one whose token it never wrote
+// did not; a release (or cleanup) of a token that the release script
+// deleted took effect, unless another release of that token is known to
+// have; one of a token never deleted did not. An operation that took
+// effect keeps an uncertain time (until the round's end); one that did not
+// is left out. It also returns the answers the record contradicts.
+func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Operation, resolved int, contradicts []string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	type group struct{ known, unknown int }
+	releases := map[string]*group{}
+	for _, op := range ops {
+		in, o := op.Input.(lockInput), op.Output.(lockOutput)
+		if in.Op != "release" && in.Op != "cleanup" {
+			continue
+		}
+		g := releases[in.Token]
+		if g == nil {
+			g = &group{}
+			releases[in.Token] = g
+		}
+		switch o.Result {
+		case "ok":
+			g.known++
+		case "unknown":
+			g.unknown++
+		}
+	}
+	for _, op := range ops {
+		in, o := op.Input.(lockInput), op.Output.(lockOutput)
+		fence, acquired := rec.acquired[in.Token]
+		deleted := rec.deleted[in.Token]
+		switch {
+		case in.Op == "acquire" && o.Result == "ok" && (!acquired || fence != o.Fence):
+			contradicts = append(contradicts, fmt.Sprintf("TryLock of %q returned fence %d, but the server wrote no lock with its token (or another fence)", in.Name, o.Fence))
+		case in.Op == "release" && o.Result == "ok" && deleted == 0:
+			contradicts = append(contradicts, fmt.Sprintf("Release of %q returned nil, but the server never deleted the lock held with its token", in.Name))
+		case o.Result != "unknown" || in.Op == "refresh":
+		case in.Op == "acquire":
+			resolved++
+			if !acquired {
+				continue
+			}
+			op.Output = lockOutput{Result: "ok", Fence: fence}
+		case in.Op == "release" || in.Op == "cleanup":
+			g := releases[in.Token]
+			switch {
+			case deleted == 0 || g.known > 0:
+				resolved++
+				continue
+			case g.unknown == 1:
+				resolved++
+				op.Output = lockOutput{Result: "ok"}
+			}
+		}
+		out = append(out, op)
+	}
+	return out, resolved, contradicts
+}
