@@ -33,6 +33,7 @@ type lease struct {
 	maxHold  time.Duration // zero when unbounded
 	capped   bool          // the max hold stopped the refreshing
 	released bool          // Release was called and succeeded
+	letGo    bool          // Release was called: no longer refreshed, even if it failed
 	done     chan struct{}
 	err      error
 	timer    *time.Timer // fires at the deadline
@@ -147,6 +148,15 @@ func (s *lease) alive() error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)
 	}
 	return nil
+}
+
+// refreshing reports whether the watchdog should go on refreshing the
+// lease: not once Release was called, even if it failed, so that a lock
+// whose release was lost runs out within its TTL.
+func (s *lease) refreshing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.letGo && !s.released && !s.ended()
 }
 
 // Done returns a channel that is closed when the lock ends: when it is

@@ -330,7 +330,10 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // been released, had expired or was taken over; with several names, the
 // names still held are released all the same. A lock re-entered by its owner
 // (WithOwner) is freed when every acquisition has been released. Done is
-// closed once Release returns without a Redis error.
+// closed once Release returns without a Redis error. Release stops the
+// automatic refreshing first, so a lock whose Release failed runs out with
+// its TTL, as a crashed holder's would; calling Release again frees it
+// sooner.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -342,6 +345,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	released, token := l.released, l.token
+	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.mu.Unlock()
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)

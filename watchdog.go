@@ -134,7 +134,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	lasts := make([]bool, 0, len(batch))
 	deadline := now.Add(time.Hour)
 	for _, s := range batch {
-		if s.alive() != nil {
+		if !s.refreshing() {
 			continue
 		}
 		if d := s.Deadline(); !now.Before(d) {
