@@ -103,6 +103,18 @@ func (s *lease) expire() {
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.what))
 }
 
+// expireIfDue ends the lease at once if its deadline has passed, without
+// waiting for the deadline timer: after a process pause, the holder's own
+// goroutine may run before the timer's does.
+func (s *lease) expireIfDue() {
+	s.mu.Lock()
+	due := s.timer != nil && !s.ended() && !time.Now().Before(s.deadline)
+	s.mu.Unlock()
+	if due {
+		s.expire()
+	}
+}
+
 // end closes the lease with err (nil for a release). Only the first call
 // counts.
 func (s *lease) end(err error) {
@@ -162,13 +174,19 @@ func (s *lease) refreshing() bool {
 // Done returns a channel that is closed when the lock ends: when it is
 // released, or the moment it is known lost (a refresh found it expired or
 // taken) or its deadline passes without a successful refresh. Err then says
-// which.
-func (s *lease) Done() <-chan struct{} { return s.done }
+// which. Done and Err look at the clock themselves, so a holder whose
+// process was paused past its deadline finds the lock ended the moment it
+// looks, even before the deadline timer has run.
+func (s *lease) Done() <-chan struct{} {
+	s.expireIfDue()
+	return s.done
+}
 
 // Err returns nil while the lock is held and after it was released, and an
 // error wrapping ErrLost once it was lost: ErrMaxHold when WithMaxHold ended
 // it, the reason otherwise.
 func (s *lease) Err() error {
+	s.expireIfDue()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
