@@ -69,3 +69,80 @@ func TestStoppedHoldersFindDoneClosed(t *testing.T) {
 		t.Logf("%s: %s", f[0], f[1])
 	}
 }
+
+// A Release whose reply is lost (the connection closes after Redis ran it)
+// is sent again by go-redis, which retries failed commands by default.
+// Redis has released the lock by then, and must answer the second run as
+// it answered the first: the lock was released.
+func TestReleaseRunTwiceReportsSuccess(t *testing.T) {
+	t.Parallel()
+	srv, px, locks := cutReplyEnv(t)
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "job", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := px.toxic("cut", "cut_once", "downstream", map[string]int64{"times": 1}); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Release(ctx)
+	view := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer view.Close()
+	if n, _ := view.Exists(ctx, locks.RedisKey("job")).Result(); n != 0 {
+		t.Fatalf("the lock is still there after Release (err %v)", err)
+	}
+	if err != nil {
+		t.Errorf("Release released the lock, then its re-sent request said %v", err)
+	}
+}
+
+// The same with a lock its owner holds twice (WithOwner): releasing one
+// hold must leave the other, however many times the request runs.
+func TestReentrantReleaseRunTwiceKeepsTheOtherHold(t *testing.T) {
+	t.Parallel()
+	srv, px, locks := cutReplyEnv(t)
+	ctx := context.Background()
+	first, err := locks.TryLock(ctx, "job", dlock.WithTTL(time.Minute), dlock.WithOwner("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.TryLock(ctx, "job", dlock.WithTTL(time.Minute), dlock.WithOwner("worker-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := px.toxic("cut", "cut_once", "downstream", map[string]int64{"times": 1}); err != nil {
+		t.Fatal(err)
+	}
+	err = first.Release(ctx)
+	other, closeOther := newLockClient(srv.addr(), "dlock:")
+	defer closeOther()
+	if l, oerr := other.TryLock(ctx, "job"); oerr == nil {
+		_ = l.Release(ctx)
+		t.Errorf("releasing one of two holds (Release said %v) freed the lock: another client obtained it while the second hold was held", err)
+	}
+}
+
+// cutReplyEnv starts a server, a fault proxy in front of it and a client
+// through the proxy, which has already run each script once (so that the
+// cut reply is not a NOSCRIPT).
+func cutReplyEnv(t *testing.T) (*server, *faultProxy, *dlock.Client) {
+	srv, err := startServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.stop)
+	px, err := newFaultProxy("redis", srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.close)
+	locks, closeClient := newLockClient(px.addr(), "dlock:")
+	t.Cleanup(closeClient)
+	warm, err := locks.TryLock(context.Background(), "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return srv, px, locks
+}

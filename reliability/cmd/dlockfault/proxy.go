@@ -7,11 +7,43 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
 )
+
+func init() {
+	toxics.Register("cut_once", new(cutOnce))
+}
+
+// cutOnce is a toxic that drops the next Times chunks that pass it, on
+// whichever connections they come, and closes the connection each came
+// on: downstream, a request runs but its reply is lost, once.
+type cutOnce struct {
+	Times int64 `json:"times"`
+}
+
+func (t *cutOnce) Pipe(stub *toxics.ToxicStub) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if atomic.AddInt64(&t.Times, -1) >= 0 {
+				stub.Close()
+				return
+			}
+			stub.Output <- c
+		}
+	}
+}
 
 // faultProxy is a TCP proxy on loopback, in this process, between some of
 // the clients and the lock's Redis server: toxiproxy, whose toxics delay,
