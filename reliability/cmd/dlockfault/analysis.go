@@ -25,8 +25,17 @@ type overlap struct {
 }
 
 func (o overlap) String() string {
-	return fmt.Sprintf("%q: %s (fence %d) and %s (fence %d); the first's deadline %v after the second obtained it",
-		o.a.Name, o.a.ID, o.a.Fence, o.b.ID, o.b.Fence, time.Duration(o.a.Deadline-o.b.Since).Round(time.Millisecond))
+	ms := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+	s := fmt.Sprintf("%q: %s (fence %d) and %s (fence %d): ", o.a.Name, o.a.ID, o.a.Fence, o.b.ID, o.b.Fence)
+	if d := o.b.Since - o.a.Deadline; d >= 0 {
+		s += fmt.Sprintf("the second obtained it %v after the first's deadline", ms(d))
+	} else {
+		s += fmt.Sprintf("the second obtained it %v before the first's deadline", ms(-d))
+	}
+	if o.a.ExitAt > o.a.Deadline {
+		s += fmt.Sprintf("; the first stopped acting %v after its deadline", ms(o.a.ExitAt-o.a.Deadline))
+	}
+	return s
 }
 
 // overlaps finds every pair of holds of one name whose acting intervals

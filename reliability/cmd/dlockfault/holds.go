@@ -69,7 +69,11 @@ type recorder struct {
 	unreported []string // operations that returned no error although they failed
 	early      []string // locks lost before their deadline, without a restart to explain it
 	kept       []string // locks still refreshed after their holder's Release failed
-	errs       map[string]int
+	// notHeld are Releases that answered ErrNotHeld before the lock's
+	// deadline: an early loss, unless the server's record shows that the
+	// Release itself deleted the lock (its request ran twice).
+	notHeld []notHeld
+	errs    map[string]int
 }
 
 func newRecorder() *recorder { return &recorder{errs: map[string]int{}} }
@@ -150,6 +154,17 @@ func (r *recorder) earlyLoss(format string, args ...any) {
 	r.early = append(r.early, fmt.Sprintf(format, args...))
 }
 
+// notHeld is a Release that answered ErrNotHeld before its deadline.
+type notHeld struct {
+	token, msg string
+}
+
+func (r *recorder) notHeldEarly(token, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notHeld = append(r.notHeld, notHeld{token, msg})
+}
+
 func (r *recorder) keptAlive(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -201,13 +216,22 @@ type restartLog struct {
 	persistent bool
 
 	mu     sync.Mutex
-	events [][2]int64 // killed, up again
+	events [][2]int64 // killed, up again (0 while down)
 }
 
-func (l *restartLog) add(killed, up time.Time) {
+// killing records that the server is about to be killed, before it is, so
+// that a worker answered by the restarted server already finds the
+// restart here; up records that it answers again.
+func (l *restartLog) killing() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.events = append(l.events, [2]int64{killed.UnixNano(), up.UnixNano()})
+	l.events = append(l.events, [2]int64{time.Now().UnixNano(), 0})
+}
+
+func (l *restartLog) up() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events[len(l.events)-1][1] = time.Now().UnixNano()
 }
 
 // explains reports whether a restart that lost every lock (no persistence)
@@ -265,7 +289,13 @@ type workerSpec struct {
 // 8 connections; go-redis's other settings are its defaults, its retries
 // of failed commands included.
 func newLockClient(addr, prefix string) (*dlock.Client, func()) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 8})
+	return newLockClientRetries(addr, prefix, 0)
+}
+
+// newLockClientRetries is newLockClient with go-redis's MaxRetries: -1
+// sends every command at most once.
+func newLockClientRetries(addr, prefix string, maxRetries int) (*dlock.Client, func()) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 8, MaxRetries: maxRetries})
 	c := dlock.New(goredis.New(rdb), dlock.WithPrefix(prefix))
 	return c, func() {
 		_ = c.Close()
@@ -407,7 +437,8 @@ func (f *fleet) release(ctx context.Context, locks *dlock.Client, l *dlock.Lock,
 	case errors.Is(err, dlock.ErrNotHeld):
 		h.End = "not held"
 		if wasOpen && ret.Before(deadline) && !f.restarts.explains(h.Sent, ret.UnixNano()) {
-			f.rec.earlyLoss("%s on %q: Release found it gone %v before its deadline, Done still open", h.ID, h.Name, deadline.Sub(ret).Round(time.Millisecond))
+			f.rec.notHeldEarly(l.Token(), fmt.Sprintf("%s on %q: Release answered ErrNotHeld %v before its deadline, Done still open",
+				h.ID, h.Name, deadline.Sub(ret).Round(time.Millisecond)))
 		}
 		return
 	}

@@ -22,7 +22,7 @@ const (
 	netMaxHolds = 5000
 )
 
-var netNames = []string{"report", "invoice"}
+var netNames = []string{"report", "invoice", "payroll"}
 
 func runNetwork(cfg config, flt fault) *result {
 	r := &result{key: "network/" + flt.name, title: "Network: " + flt.name, injected: flt.describe}
@@ -54,6 +54,13 @@ func runNetwork(cfg config, flt fault) *result {
 	defer px.close()
 	view := redis.NewClient(&redis.Options{Addr: lockSrv.addr()})
 	defer view.Close()
+	record := newServerRecord()
+	mon, err := startMonitor(lockSrv.addr(), record.handle)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer mon.close()
 
 	prefix := "dlock:"
 	rec := newRecorder()
@@ -90,7 +97,10 @@ func runNetwork(cfg config, flt fault) *result {
 	if faultErr != nil {
 		r.err = faultErr
 	}
-	r.finish(rec, res, nil, lockSrv.addr(), prefix, netTTL+leakMargin)
+	if err := mon.sync(view); err != nil {
+		r.err = err
+	}
+	r.finish(rec, res, nil, record, lockSrv.addr(), prefix, netTTL+leakMargin)
 	r.figure("fault windows", fmt.Sprintf("%d, %v in all", r.faults.windows, r.faults.total.Round(100*time.Millisecond)))
 	return r
 }

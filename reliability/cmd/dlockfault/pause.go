@@ -162,6 +162,9 @@ func pauseWorker(cfg pauseConfig) error {
 	for _, m := range rec.early {
 		emit(workerEvent{Ev: "early", Msg: m})
 	}
+	for _, n := range rec.notHeld {
+		emit(workerEvent{Ev: "early", Msg: n.msg})
+	}
 	for _, m := range rec.kept {
 		emit(workerEvent{Ev: "kept", Msg: m})
 	}
@@ -346,7 +349,7 @@ func runPause(cfg config) *result {
 	}
 	procs = nil
 	r.pauseFigures(rec, pauses)
-	r.finish(rec, res, nil, lockSrv.addr(), prefix, pauseTTL+leakMargin)
+	r.finish(rec, res, nil, nil, lockSrv.addr(), prefix, pauseTTL+leakMargin)
 	return r
 }
 

@@ -71,6 +71,14 @@ func (s *serverRecord) handle(args []string, lua bool) {
 	}
 }
 
+// deletedBy reports whether the release script deleted a lock held with
+// token.
+func (s *serverRecord) deletedBy(token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deleted[token] > 0
+}
+
 // resolve settles, from the server's record, the effect of the operations
 // that returned an error: an acquire whose token the acquire script wrote
 // took effect, with the fence it wrote, and one whose token it never wrote

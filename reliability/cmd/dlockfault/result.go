@@ -71,7 +71,12 @@ func (r *result) figure(label, value string) { r.figures = append(r.figures, [2]
 
 // finish analyses what the workers recorded: overlaps, the resource's
 // writes, and leaks once every lock should have expired.
-func (r *result) finish(rec *recorder, res *resource, restarts *restartLog, lockAddr, prefix string, wait time.Duration) {
+//
+// record, when not nil, is the lock server's record of what it ran: a
+// Release that answered ErrNotHeld before its deadline is an early loss
+// unless the record shows that the release script deleted the lock with
+// its token, that is, that the Release ran twice.
+func (r *result) finish(rec *recorder, res *resource, restarts *restartLog, record *serverRecord, lockAddr, prefix string, wait time.Duration) {
 	rec.mu.Lock()
 	holds := append([]*hold(nil), rec.holds...)
 	writes := append([]write(nil), rec.writes...)
@@ -79,6 +84,14 @@ func (r *result) finish(rec *recorder, res *resource, restarts *restartLog, lock
 	r.unreported = append(r.unreported, rec.unreported...)
 	r.early = append(r.early, rec.early...)
 	r.leaks = append(r.leaks, rec.kept...)
+	for _, n := range rec.notHeld {
+		if record != nil && record.deletedBy(n.token) {
+			r.misreported = append(r.misreported, n.msg+", but the server's record shows that the Release itself had deleted it: "+
+				"its request ran twice (go-redis sent it again after the reply was lost)")
+			continue
+		}
+		r.early = append(r.early, n.msg)
+	}
 	rec.mu.Unlock()
 	r.errors = rec.errorSummary()
 	r.overlaps = overlaps(holds, restarts)
