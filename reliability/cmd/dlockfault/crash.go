@@ -29,7 +29,8 @@ func runCrash(cfg config, persistent bool) *result {
 	if persistent {
 		variant, args = "AOF, appendfsync always", []string{"--appendonly", "yes", "--appendfsync", "always"}
 	}
-	r := &result{key: "crash/" + map[bool]string{false: "volatile", true: "aof"}[persistent], title: "Redis crash and restart: " + variant}
+	r := &result{key: "crash/" + map[bool]string{false: "volatile", true: "aof"}[persistent], title: "Redis crash and restart: " + variant,
+		short: "Redis killed and restarted, " + variant}
 	dur := cfg.pick(35*time.Second, 4*time.Second)
 	gap := [2]time.Duration{2 * time.Second, 4 * time.Second}
 	down := [2]time.Duration{50 * time.Millisecond, 3 * crashTTL / 2}
@@ -155,5 +156,8 @@ func spread(ds []time.Duration) string {
 	ds = append([]time.Duration(nil), ds...)
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	rd := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	if len(ds) == 1 {
+		return rd(ds[0]).String()
+	}
 	return fmt.Sprintf("%v–%v, median %v", rd(ds[0]), rd(ds[len(ds)-1]), rd(ds[len(ds)/2]))
 }

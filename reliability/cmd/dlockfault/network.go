@@ -17,15 +17,15 @@ import (
 // acting at once.
 const (
 	netTTL      = 500 * time.Millisecond
-	netFaulted  = 3 // workers through the proxy
-	netDirect   = 3 // workers straight to the server
+	netFaulted  = 4 // workers through the proxy
+	netDirect   = 4 // workers straight to the server
 	netMaxHolds = 5000
 )
 
 var netNames = []string{"report", "invoice", "payroll"}
 
 func runNetwork(cfg config, flt fault) *result {
-	r := &result{key: "network/" + flt.name, title: "Network: " + flt.name, injected: flt.describe}
+	r := &result{key: "network/" + flt.name, title: "Network: " + flt.name, injected: flt.describe, short: flt.short}
 	dur := cfg.pick(40*time.Second, 3*time.Second)
 	r.setup = fmt.Sprintf("%d workers through the fault proxy and %d straight to Redis contend for %d locks (Lock, WithTTL(%v), "+
 		"WithAutoRefresh), each acting %v–%v under a lock, one time in three %v–%v, and writing to the fenced resource; a holder that sees Done close "+

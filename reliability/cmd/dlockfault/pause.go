@@ -184,7 +184,7 @@ type pauseRec struct {
 }
 
 func runPause(cfg config) *result {
-	r := &result{key: "pause", title: "Process pauses"}
+	r := &result{key: "pause", title: "Process pauses", short: "holders stopped (SIGSTOP) past their TTL"}
 	dur := cfg.pick(40*time.Second, 6*time.Second)
 	target := cfg.pickInt(20, 3)
 	if cfg.pauses > 0 {

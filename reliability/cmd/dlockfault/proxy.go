@@ -119,6 +119,7 @@ func (f *faultProxy) close() {
 // returns the function that ends the window.
 type fault struct {
 	name     string
+	short    string // for the summary
 	describe string
 	// window bounds how long each injection lasts, and gap how long the
 	// network stays healthy between two.
@@ -176,7 +177,8 @@ func between(r *rand.Rand, d [2]time.Duration) time.Duration {
 func networkFaults(ttl time.Duration) []fault {
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	return []fault{{
-		name: "latency",
+		name:  "latency",
+		short: fmt.Sprintf("replies delayed %v, beyond the %v TTL", 3*ttl/2, ttl),
 		describe: fmt.Sprintf("replies (and in a third of the windows requests too) delayed by %v ± %v, beyond the %v TTL, "+
 			"for windows of %v–%v every %v–%v", 3*ttl/2, ttl/5, ttl, ttl, 3*ttl, ttl, 3*ttl),
 		window: [2]time.Duration{ttl, 3 * ttl},
@@ -201,7 +203,8 @@ func networkFaults(ttl time.Duration) []fault {
 			}, nil
 		},
 	}, {
-		name: "cuts",
+		name:  "cuts",
+		short: "connections cut mid-request",
 		describe: fmt.Sprintf("connections cut mid-request: requests reset before they reach Redis (reset_peer), "+
 			"or replies cut after 1–64 bytes so the request ran but its answer was lost (limit_data), "+
 			"for windows of %v–%v every %v–%v", ttl/5, ttl, ttl/2, 2*ttl),
@@ -218,9 +221,11 @@ func networkFaults(ttl time.Duration) []fault {
 			return func() error { f.remove(name); return nil }, nil
 		},
 	}, {
-		name: "blackhole",
-		describe: fmt.Sprintf("traffic silently dropped in one direction or both (timeout toxic), connections left open, "+
-			"for windows of %v–%v every %v–%v", ttl/5, 2*ttl, ttl, 3*ttl),
+		name:  "blackhole",
+		short: "traffic black-holed",
+		describe: fmt.Sprintf("traffic silently dropped in one direction or both (timeout toxic): requests lost, or run "+
+			"with their replies lost, the connections open and silent until the window ends, then closed; "+
+			"windows of %v–%v every %v–%v", ttl/5, 2*ttl, ttl, 3*ttl),
 		window: [2]time.Duration{ttl / 5, 2 * ttl},
 		gap:    [2]time.Duration{ttl, 3 * ttl},
 		inject: func(f *faultProxy, r *rand.Rand) (func() error, error) {
@@ -238,7 +243,8 @@ func networkFaults(ttl time.Duration) []fault {
 			}, nil
 		},
 	}, {
-		name: "partition",
+		name:  "partition",
+		short: "short partitions",
 		describe: fmt.Sprintf("short partitions: every connection through the proxy closed and new ones refused "+
 			"for windows of %v–%v every %v–%v", ttl/5, 2*ttl, ttl, 3*ttl),
 		window: [2]time.Duration{ttl / 5, 2 * ttl},

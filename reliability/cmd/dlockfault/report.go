@@ -70,7 +70,7 @@ func writeReport(path string, results []*result, env runEnv) error {
 		if r.lin != nil {
 			continue
 		}
-		w("| [%s](#%s) | %s | %s | %d / %d | %d | %d | %d | %d |\n", r.title, anchor(r.title), firstClause(r.injected), opsLine(r.ops),
+		w("| [%s](#%s) | %s | %s | %d / %d | %d | %d | %d | %d |\n", r.title, anchor(r.title), r.short, opsLine(r.ops),
 			len(r.overlaps)-len(r.unexplained()), len(r.unexplained()), len(r.stale), len(r.leaks), len(r.unreported)+len(r.early),
 			len(r.misreported))
 	}
@@ -221,13 +221,6 @@ func writeLin(b *strings.Builder, l *linResult, reportDir string) {
 
 func opsLine(o opCounts) string {
 	return fmt.Sprintf("%d acquires, %d releases, %d writes", o.Acquires, o.Releases, o.Writes+o.LateWrites)
-}
-
-func firstClause(s string) string {
-	if i := strings.IndexAny(s, ",;("); i > 0 {
-		return strings.TrimSpace(s[:i])
-	}
-	return s
 }
 
 // anchor is GitHub's anchor for a heading.

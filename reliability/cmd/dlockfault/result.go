@@ -10,6 +10,7 @@ type result struct {
 	key      string // short name, for -only and messages
 	title    string
 	injected string // what was injected, for the report
+	short    string // the same in a few words, for the summary
 	setup    string // workers, names, TTL, duration
 	took     time.Duration
 	ops      opCounts
