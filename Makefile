@@ -7,7 +7,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test redis lint bench fuzz
+.PHONY: demo test redis lint bench fuzz reliability
 
 demo: redis
 	$(GO) run ./examples/cli-demo
@@ -26,6 +26,11 @@ test: redis lint
 # it rewrites bench/results/latest.md and latest.svg.
 bench: redis
 	cd bench && $(GO) run ./cmd/dlockbench
+
+# reliability runs the fault suite (about six minutes) and rewrites
+# docs/reliability.md.
+reliability: redis
+	cd reliability && $(GO) run ./cmd/dlockfault -out ../docs/reliability.md
 
 lint:
 	@out=$$(gofmt -l .); \

@@ -47,6 +47,9 @@ type holdKind struct {
 	// modeArg is set for the kinds whose hold scripts take the mode after
 	// the common arguments (they are shared by several modes).
 	modeArg bool
+	// releaseID is set for the kinds whose release script takes an id
+	// that makes a repeated request harmless.
+	releaseID bool
 }
 
 // The modes of a hold, as Holder.Mode and Lock.Mode report them.
@@ -57,7 +60,7 @@ const (
 	ModePermit    = "permit"    // a permit of a Semaphore
 )
 
-var exclusiveHold = &holdKind{mode: ModeExclusive,
+var exclusiveHold = &holdKind{mode: ModeExclusive, releaseID: true,
 	acquire: scriptAcquire, release: scriptRelease, refresh: scriptRefresh, ttl: scriptTTL}
 
 // args returns the arguments of a script on a hold of the kind.
@@ -161,8 +164,13 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		keys[2*len(names)+i] = keys[i] + ":waiters"
 	}
 	n := len(names)
+	rel := make([]string, 0, 3*n) // the locks, their waiter sets, their release markers
+	rel = append(append(rel, keys[:n]...), keys[2*n:]...)
+	for _, k := range keys[:n] {
+		rel = append(rel, k+":released")
+	}
 	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), keys: keys, held: keys[:n],
-		rel: append(keys[:n:n], keys[2*n:]...), req: token, token: token, owner: o.owner, meta: o.metadata}
+		rel: rel, req: token, token: token, owner: o.owner, meta: o.metadata}
 	l.init(c, o)
 	return l, nil
 }
@@ -306,6 +314,9 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	args := l.kind.args(l.req, "")
+	if l.kind.releaseID {
+		args = append(args, "") // only a Release is ever sent twice
+	}
 	if l.kind.modeArg {
 		args = append(args, "1") // the shared release script takes back a pending acquire too
 	}
@@ -350,7 +361,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
 	}
-	v, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), l.kind.args(token, l.owner)...)
+	args := l.kind.args(token, l.owner)
+	if l.kind.releaseID {
+		// A client library may send the request again after a lost reply;
+		// the id lets the script tell the repeat from a second release.
+		args = append(args, newToken())
+	}
+	v, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), args...)
 	missing, ok := v.(int64)
 	switch {
 	case err != nil:

@@ -672,3 +672,49 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// repeatDriver sends every release twice, as a client library does when a
+// reply is lost and it sends the request again.
+type repeatDriver struct{ dlock.Driver }
+
+func (d repeatDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if c.Script.Name == "release" {
+			d.Driver.Eval(ctx, c)
+		}
+	}
+}
+
+// TestARepeatedReleaseCountsOnce: a release sent twice reports success and
+// takes away one hold, not two.
+func TestARepeatedReleaseCountsOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(repeatDriver{e.newDriver(t)})
+	defer c.Close()
+	l, err := c.TryLock(ctx, "twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("a release sent twice: %v", err)
+	}
+	outer, err := c.TryLock(ctx, "owned", dlock.WithOwner("job-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.TryLock(ctx, "owned", dlock.WithOwner("job-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.TryLock(ctx, "owned"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a repeated release of one hold freed a lock held twice: %v", err)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
