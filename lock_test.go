@@ -680,7 +680,7 @@ type repeatDriver struct{ dlock.Driver }
 func (d repeatDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.Driver.Eval(ctx, calls...)
 	for _, c := range calls {
-		if c.Script.Name == "release" {
+		if c.Script.Name == "release" || c.Script.Name == "holds_release" {
 			d.Driver.Eval(ctx, c)
 		}
 	}
@@ -716,5 +716,60 @@ func TestARepeatedReleaseCountsOnce(t *testing.T) {
 	}
 	if err := outer.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestARepeatedHoldReleaseCountsOnce: the release of a read hold, a write
+// hold or a permit sent twice reports success and takes away one hold of a
+// re-entered one, not two.
+func TestARepeatedHoldReleaseCountsOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(repeatDriver{e.newDriver(t)})
+	defer c.Close()
+	obtainers := []struct {
+		what   string
+		obtain func(name string, opts ...dlock.Option) (*dlock.Lock, error)
+		other  func(name string) error // another client tries to get in
+	}{
+		{"read hold", func(name string, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.RWMutex(name).TryRLock(ctx, opts...)
+		}, func(name string) error { _, err := e.c.RWMutex(name).TryLock(ctx); return err }},
+		{"write hold", func(name string, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.RWMutex(name).TryLock(ctx, opts...)
+		}, func(name string) error { _, err := e.c.RWMutex(name).TryRLock(ctx); return err }},
+		{"permit", func(name string, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.Semaphore(name, 1).TryAcquire(ctx, opts...)
+		}, func(name string) error { _, err := e.c.Semaphore(name, 1).TryAcquire(ctx); return err }},
+	}
+	for _, o := range obtainers {
+		name := strings.ReplaceAll(o.what, " ", "-")
+		l, err := o.obtain(name)
+		if err != nil {
+			t.Fatalf("%s: %v", o.what, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: a release sent twice: %v", o.what, err)
+		}
+		outer, err := o.obtain(name, dlock.WithOwner("job-1"))
+		if err != nil {
+			t.Fatalf("%s: %v", o.what, err)
+		}
+		inner, err := o.obtain(name, dlock.WithOwner("job-1"))
+		if err != nil {
+			t.Fatalf("%s: re-entry: %v", o.what, err)
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Errorf("%s: a release sent twice: %v", o.what, err)
+		}
+		if err := o.other(name); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%s: a repeated release of one hold freed a name held twice: %v", o.what, err)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Errorf("%s: %v", o.what, err)
+		}
+		if err := o.other(name); err != nil {
+			t.Errorf("%s: released twice, the name stays taken: %v", o.what, err)
+		}
 	}
 }

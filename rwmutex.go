@@ -102,9 +102,9 @@ func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
 }
 
 var (
-	readHold = &holdKind{mode: ModeRead, modeArg: true,
+	readHold = &holdKind{mode: ModeRead, modeArg: true, releaseID: true,
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
-	writeHold = &holdKind{mode: ModeWrite, modeArg: true,
+	writeHold = &holdKind{mode: ModeWrite, modeArg: true, releaseID: true,
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
 )
 
@@ -117,7 +117,7 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 		key := m.c.RedisKey(m.name)
 		l := &Lock{kind: kind, names: []string{m.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
 			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}
-		l.held, l.rel = l.keys[:2], l.keys[:5]
+		l.held, l.rel = l.keys[:2], append(l.keys[:5:5], key+":released")
 		args := []any{kind.mode, flag(wait), flag(m.fair)}
 		l.extra = func() []any { return args }
 		l.init(m.c, o)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,8 +62,9 @@ func TestRWMutexReadersShareAWriterExcludes(t *testing.T) {
 	if err := w2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if keys := e.srv.Do(t, "KEYS", "*"); keys != "dlock:{doc}:fence" {
-		t.Errorf("keys left after the last release: %q, want only the fence counter", keys)
+	// The release marker stays for a minute (a repeated release finds it).
+	if keys := e.srv.Do(t, "KEYS", "*"); strings.TrimSpace(strings.ReplaceAll(keys, "dlock:{doc}:released", "")) != "dlock:{doc}:fence" {
+		t.Errorf("keys left after the last release: %q, want only the fence counter and the release marker", keys)
 	}
 }
 
@@ -75,13 +77,13 @@ func TestUncontendedHoldsCostTwoRoundTrips(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		acquire  func() (*dlock.Lock, error)
-		commands int // redis.calls of both scripts, at most
+		commands int // redis.calls of both scripts, at most (4 of them keep the release marker)
 	}{
-		{"read", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryRLock(ctx) }, 20},
-		{"write", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryLock(ctx) }, 20},
-		{"write waiting", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").Lock(ctx) }, 20},
-		{"fair read", func() (*dlock.Lock, error) { return e.c.RWMutex("fair", dlock.Fair()).TryRLock(ctx) }, 20},
-		{"permit", func() (*dlock.Lock, error) { return e.c.Semaphore("sem", 2).TryAcquire(ctx) }, 20},
+		{"read", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryRLock(ctx) }, 24},
+		{"write", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryLock(ctx) }, 24},
+		{"write waiting", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").Lock(ctx) }, 24},
+		{"fair read", func() (*dlock.Lock, error) { return e.c.RWMutex("fair", dlock.Fair()).TryRLock(ctx) }, 24},
+		{"permit", func() (*dlock.Lock, error) { return e.c.Semaphore("sem", 2).TryAcquire(ctx) }, 24},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Once on a free name, once beside another holder.

@@ -75,7 +75,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	return s.c.obtain(ctx, opts, false, s.hold)
 }
 
-var permitHold = &holdKind{mode: ModePermit, modeArg: true,
+var permitHold = &holdKind{mode: ModePermit, modeArg: true, releaseID: true,
 	acquire: scriptSemAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
 
 // hold builds the Lock an acquire fills in.
@@ -89,7 +89,7 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 	key := s.c.RedisKey(s.name)
 	l := &Lock{kind: permitHold, names: []string{s.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
 		keys: []string{key, key + ":holds", key + ":waiters"}}
-	l.held, l.rel = l.keys[:2], l.keys
+	l.held, l.rel = l.keys[:2], append(l.keys[:3:3], key+":released")
 	l.extra = func() []any { return []any{ModePermit, s.permits.Load()} }
 	l.init(s.c, o)
 	return l, nil

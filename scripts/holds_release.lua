@@ -2,10 +2,13 @@
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
 -- waiting clients (see wake); for a read/write lock also KEYS[4] pending
--- acquires and KEYS[5] arrival queue (see rw_acquire)
--- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode, ARGV[4] '1'
--- when an acquire that failed takes back what it may have left: then
--- ARGV[1] is its request token, and a pending acquire it recorded goes too
+-- acquires and KEYS[5] arrival queue (see rw_acquire); last, the name's
+-- release marker: a sorted set of the ids of its recent releases, scored by
+-- when each is forgotten
+-- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode, ARGV[4] this
+-- release's id ('' for none), ARGV[5] '1' when an acquire that failed takes
+-- back what it may have left: then ARGV[1] is its request token, and a
+-- pending acquire it recorded goes too
 --
 -- A hold whose count is above one is decremented; otherwise it is removed,
 -- with the name's keys once nothing live is left in them (but the waiter
@@ -14,17 +17,34 @@
 -- waiting client, as several may get in. A pending acquire taken back
 -- wakes every waiting client too, as it may have kept them out. A plain
 -- release never touches pending acquires: another Lock may share the token
--- of a waiter's grant (a re-entry into a grant whose reply was lost).
+-- of a waiter's grant (a re-entry into a grant whose reply was lost). A
+-- release whose id the marker holds ran before (its reply was lost and the
+-- client sent it again): it changes nothing and counts as done.
 -- Returns 0 when released, 1 when the caller held nothing. Fails with
 -- DLOCK_MODE 1 when the token holds the name in another mode, having
 -- changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, owner, mode = ARGV[1], ARGV[2], ARGV[3]
+local id, marker, rw = ARGV[4], KEYS[#KEYS], #KEYS > 4
 local now = clock()
+if id ~= '' then
+  local until_ = redis.pcall('ZSCORE', marker, id)
+  if type(until_) == 'string' and tonumber(until_) > now then return 0 end
+end
+-- remember records this release's id for a minute.
+local function remember()
+  if id == '' then return end
+  local r = redis.pcall('ZREMRANGEBYSCORE', marker, '-inf', now)
+  if type(r) == 'table' and r.err then
+    redis.call('DEL', marker) -- an exclusive lock's marker, from an earlier use of the name
+  end
+  redis.call('ZADD', marker, now + 60000, id)
+  redis.call('PEXPIRE', marker, 60000)
+end
 local tok, d = held(k, hk, now, token, owner, mode)
 if not tok then
   if d then return d end
-  if ARGV[4] == '1' and #KEYS > 3 then
+  if ARGV[5] == '1' and rw then
     local member = string.sub(mode, 1, 1) .. token
     if redis.pcall('ZREM', KEYS[4], member) == 1 then
       redis.call('ZREM', KEYS[5], member)
@@ -36,6 +56,7 @@ end
 if d.c > 1 then
   d.c = d.c - 1
   redis.call('HSET', k, 'h:' .. tok, cjson.encode(d))
+  remember()
   return 0
 end
 local fields = {'h:' .. tok}
@@ -45,10 +66,11 @@ redis.call('HDEL', k, unpack(fields))
 redis.call('ZREM', hk, tok)
 local after = '(' .. now
 local free = redis.call('ZCOUNT', hk, after, '+inf') == 0
-if free and (#KEYS == 3 or redis.call('ZCOUNT', KEYS[4], after, '+inf') == 0) then
-  redis.call('DEL', k, hk, unpack(KEYS, 4))
+if free and (not rw or redis.call('ZCOUNT', KEYS[4], after, '+inf') == 0) then
+  redis.call('DEL', k, hk, unpack(KEYS, 4, #KEYS - 1))
 end
-if #KEYS == 3 then
+remember()
+if not rw then
   wake(KEYS[3], k)
 elseif free then
   wake_all(KEYS[3], k)

@@ -2,7 +2,8 @@
 --
 -- KEYS[n+1..2n]  the locks' waiter sets (see wake)
 -- KEYS[2n+1..3n] the locks' release markers: the id of the last release,
---                kept for a minute
+--                kept for a minute (SET replaces the marker a read/write
+--                lock or semaphore of the name may have left)
 -- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] this release's id
 -- ('' for none)
 --
@@ -17,7 +18,7 @@ local n = #KEYS / 3
 local missing = 0
 for i = 1, n do
   local k, marker = KEYS[i], KEYS[2 * n + i]
-  if id == '' or redis.call('GET', marker) ~= id then
+  if id == '' or redis.pcall('GET', marker) ~= id then
     local ok, count = held(k, token, owner)
     if not ok then
       missing = missing + 1

@@ -41,12 +41,12 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		}
 		// The scripts are told apart by their numbers of keys and
 		// arguments: acquire has 3 keys per name and 7 arguments, the
-		// first the request token; release has a lock key and a waiter
-		// set, and the token and owner.
+		// first the request token; release has a lock key, a waiter set
+		// and a release marker, and the token, owner and release id.
 		switch argv := args[3+n:]; {
 		case n > 0 && n%3 == 0 && len(argv) == 7:
 			s.script, s.token = "acquire", argv[0]
-		case n == 2 && len(argv) == 2:
+		case n == 3 && len(argv) == 3:
 			s.script, s.token = "release", argv[0]
 		}
 		return
