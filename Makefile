@@ -15,7 +15,7 @@ demo: redis
 FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
 
 # Modules of their own, so that their dependencies stay out of the core's.
-NESTED := rueidis redigo bench
+NESTED := rueidis redigo bench reliability
 
 test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
