@@ -12,7 +12,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u
 demo: redis
 	$(GO) run ./examples/cli-demo
 
-FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry
+FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry FuzzModel
+CLI_FUZZ_TARGETS := FuzzParseTarget FuzzRunFlags
 
 # Modules of their own, so that their dependencies stay out of the core's.
 NESTED := rueidis redigo bench reliability
@@ -21,6 +22,7 @@ test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 	@for f in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s . || exit 1; done
+	@for f in $(CLI_FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s ./cmd/dlock || exit 1; done
 
 # bench compares dlock with its peers side by side (about 3 minutes);
 # it rewrites bench/results/latest.md and latest.svg.

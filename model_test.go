@@ -229,10 +229,15 @@ func runModel(t *testing.T, kind modelKind, fair bool) {
 			t.Logf("replay with DLOCK_MODEL_SEED=%d", seed)
 		}
 	})
-	e := newEnv(t)
+	runModelOn(t, newEnv(t), kind, fair, rand.NewPCG(seed, seed), "model", modelSteps)
+}
+
+// runModelOn runs steps operations on the name, their choices drawn from
+// src, with clients of their own on e's server.
+func runModelOn(t *testing.T, e *env, kind modelKind, fair bool, src rand.Source, name string, steps int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := &modelRun{t: t, e: e, rng: rand.New(rand.NewPCG(seed, seed)), ctx: ctx, name: "model",
+	r := &modelRun{t: t, e: e, rng: rand.New(src), ctx: ctx, name: name,
 		m: &model{kind: kind, fair: fair, holds: map[string]*mHold{}}}
 	for range 3 {
 		d := e.newDriver(t)
@@ -250,7 +255,7 @@ func runModel(t *testing.T, kind modelKind, fair bool) {
 			r.giveUp(r.waiting[0])
 		}
 	}()
-	for r.steps < modelSteps && !t.Failed() {
+	for r.steps < steps && !t.Failed() {
 		r.step()
 	}
 }
