@@ -18,6 +18,7 @@ type Client struct {
 	driver Driver
 	prefix string
 	log    *slog.Logger
+	hooks  []Hooks
 	batch  batcher
 
 	mu     sync.Mutex

@@ -277,3 +277,26 @@ func ExampleClient_List() {
 	// jobs:nightly lock 1
 	// jobs:uploads semaphore 1
 }
+
+func ExampleWithHooks() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(dlock.Hooks{
+		AcquireDone: func(ctx context.Context, h dlock.HookInfo, r dlock.AcquireResult) {
+			fmt.Println(h.Mode, h.Names, r.Outcome, "after", r.Attempts, "attempt(s)")
+		},
+		ReleaseDone: func(ctx context.Context, h dlock.HookInfo, held time.Duration, err error) {
+			fmt.Println("released", h.Names, err == nil)
+		},
+	}))
+	defer locks.Close()
+
+	l, _ := locks.TryLock(ctx, "hooks:example")
+	_, _ = locks.TryLock(ctx, "hooks:example")
+	_ = l.Release(ctx)
+	// Output:
+	// exclusive [hooks:example] obtained after 1 attempt(s)
+	// exclusive [hooks:example] not_obtained after 1 attempt(s)
+	// released [hooks:example] true
+}

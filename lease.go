@@ -18,6 +18,7 @@ type lease struct {
 	c    *Client
 	what string      // the names, for messages
 	repl replication // confirm acquire and refreshes on replicas
+	hook *hooked     // the client's hooks; nil when it has none, or for an attached lock
 
 	// refreshCall builds the call that extends the lease to ttl; refreshed
 	// reads its reply: nil when extended, an error wrapping ErrNotHeld when
@@ -136,7 +137,17 @@ func (s *lease) end(err error) {
 	}
 	if err != nil {
 		s.c.log.Warn("dlock: lock lost", "names", s.what, "err", err)
+		if s.hook != nil {
+			s.hook.lost(s.heldFor(), err)
+		}
 	}
+}
+
+// heldFor returns how long the lease has been held.
+func (s *lease) heldFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.acquired)
 }
 
 // ended reports whether the lease has ended; s.mu must be held.

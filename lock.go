@@ -225,19 +225,54 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if err != nil {
 		return nil, err
 	}
-	if !wait {
-		if _, err := l.acquire(ctx, waitArgs{}); err != nil {
-			return nil, l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
+	if len(c.hooks) == 0 {
+		if err := l.obtain(ctx, o, wait, l.acquire); err != nil {
+			return nil, err
 		}
 		return l, nil
 	}
-	err = c.waitFor(ctx, l.keys[0], o, l.acquire, func(uncertain bool, err error) error {
-		return l.abandon(ctx, uncertain, err)
+	// Followed by hooks: count the attempts, time the wait, report the
+	// retries and the outcome.
+	h := &hooked{c: c, info: HookInfo{Mode: l.kind.mode, Names: l.names, Wait: wait}}
+	l.hook = h
+	ctx = h.acquireStart(ctx)
+	start, attempts := time.Now(), 0
+	onRetry := o.onRetry
+	o.onRetry = func(failed int, err error) {
+		if onRetry != nil {
+			onRetry(failed, err)
+		}
+		h.retry(ctx, failed, err)
+	}
+	err = l.obtain(ctx, o, wait, func(ctx context.Context, wa waitArgs) (time.Duration, error) {
+		attempts++
+		return l.acquire(ctx, wa)
 	})
+	r := AcquireResult{Outcome: outcome(err), Wait: time.Since(start), Attempts: attempts, Err: err}
+	if err == nil {
+		r.Fence = l.Fence()
+	}
+	h.acquireDone(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// obtain makes the attempts of an acquisition: one, or, when wait is set,
+// as many as Lock describes.
+func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) error {
+	if !wait {
+		if _, err := try(ctx, waitArgs{}); err != nil {
+			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
+		}
+	} else if err := l.c.waitFor(ctx, l.keys[0], o, try, func(uncertain bool, err error) error {
+		return l.abandon(ctx, uncertain, err)
+	}); err != nil {
+		return err
+	}
+	l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
+	return nil
 }
 
 // acquire makes one attempt. When the lock is held by another, it returns
@@ -354,6 +389,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
+	if l.hook == nil {
+		return l.release(ctx)
+	}
+	ctx = l.hook.releaseStart(ctx)
+	err := l.release(ctx)
+	l.hook.releaseDone(ctx, l.heldFor(), err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	released, token := l.released, l.token
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
@@ -406,13 +451,18 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	call := l.refreshCall(ttl)
 	l.c.evalWith(ctx, l.repl, call)
-	if err := l.refreshed(call); err != nil {
+	err := l.refreshed(call)
+	if l.hook != nil {
+		l.hook.refresh(ctx, err)
+	}
+	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			l.end(fmt.Errorf("%w: %w", ErrLost, err))
 		}
 		return err
 	}
 	l.extend(start, ttl)
+	l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -157,11 +158,18 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	w.send(ctx, sent, calls)
+	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	for i, s := range sent {
 		err := s.refreshed(calls[i])
+		if s.hook != nil {
+			s.hook.refresh(ctx, err)
+		}
 		switch {
 		case err == nil:
 			s.extend(now, ttls[i])
+			if debug {
+				w.c.log.Debug("dlock: refreshed", "names", s.what, "ttl", ttls[i])
+			}
 			if !lasts[i] {
 				w.schedule(s, now.Add(s.interval))
 			}

@@ -1,0 +1,166 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Hooks are functions a Client calls as the locks it acquires come and go,
+// so that metrics and traces can follow them without dlock depending on a
+// telemetry library; package github.com/dlockio/dlock/otel turns them into
+// OpenTelemetry metrics and spans. Every field may be nil.
+//
+// The hooks follow every acquisition (exclusive locks, read and write
+// holds, permits) from the moment its names are found valid, and the
+// Locks it obtains until they end; locks obtained by Attach are not
+// followed. Each obtained lock ends exactly once: either ReleaseDone
+// reports a nil error, or Lost is called. They run on the goroutine doing
+// the work (the watchdog's for automatic refreshes, a timer's for a
+// deadline that passes) and must return quickly.
+type Hooks struct {
+	// AcquireStart is called when an acquisition begins. The context it
+	// returns (ctx, or one derived from it, such as one carrying a span) is
+	// the one the acquisition runs under and the one AcquireDone and Retry
+	// get.
+	AcquireStart func(ctx context.Context, h HookInfo) context.Context
+	// Retry is called after each failed attempt of a waiting acquisition
+	// that goes on: failed attempts so far, and why the last one failed
+	// (ErrNotObtained while the lock is held, or a Redis error).
+	Retry func(ctx context.Context, h HookInfo, failed int, err error)
+	// AcquireDone is called when the acquisition ends, obtained or not.
+	AcquireDone func(ctx context.Context, h HookInfo, r AcquireResult)
+
+	// Refresh is called after every refresh of an obtained lock, by
+	// Lock.Refresh or by the watchdog: err is nil when the lock was
+	// extended.
+	Refresh func(ctx context.Context, h HookInfo, err error)
+
+	// ReleaseStart is called when Release begins; the context it returns
+	// is the one the release runs under and the one ReleaseDone gets.
+	ReleaseStart func(ctx context.Context, h HookInfo) context.Context
+	// ReleaseDone is called when Release returns: held is how long the
+	// lock was held, from the request that obtained it.
+	ReleaseDone func(ctx context.Context, h HookInfo, held time.Duration, err error)
+
+	// Lost is called once when an obtained lock is lost: a refresh or a
+	// release found it expired or taken, or its deadline passed without a
+	// refresh. err wraps ErrLost, as Lock.Err then does.
+	Lost func(h HookInfo, held time.Duration, err error)
+}
+
+// HookInfo says which acquisition or lock a hook is about.
+type HookInfo struct {
+	Mode  string   // ModeExclusive, ModeRead, ModeWrite or ModePermit
+	Names []string // the names; shared, not to be modified
+	Wait  bool     // the acquisition waits (Lock, RLock, Acquire, …), not Try…
+}
+
+// AcquireResult is the outcome of an acquisition, given to
+// Hooks.AcquireDone.
+type AcquireResult struct {
+	Outcome  string        // OutcomeObtained, OutcomeNotObtained or OutcomeError
+	Wait     time.Duration // from AcquireStart to the outcome
+	Attempts int           // requests made to obtain the lock
+	Fence    uint64        // the lock's fence, when obtained (see Lock.Fence)
+	Err      error         // nil when obtained
+}
+
+// The outcomes of an acquisition, as AcquireResult.Outcome reports them.
+const (
+	// OutcomeObtained: the lock was obtained.
+	OutcomeObtained = "obtained"
+	// OutcomeNotObtained: the lock was held by another; TryLock found it
+	// taken, or Lock gave up waiting (its error matches ErrNotObtained).
+	OutcomeNotObtained = "not_obtained"
+	// OutcomeError: Redis failed, or refused the request for a reason that
+	// retrying does not change (such as ErrWrongType).
+	OutcomeError = "error"
+)
+
+// WithHooks adds hooks to the client. Given more than once, every set is
+// called, in the order given.
+func WithHooks(h Hooks) ClientOption {
+	return func(c *Client) { c.hooks = append(c.hooks, h) }
+}
+
+// outcome classifies an acquisition's error.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeObtained
+	case errors.Is(err, ErrNotObtained):
+		return OutcomeNotObtained
+	default:
+		return OutcomeError
+	}
+}
+
+// hooked is what the hooks know of one acquisition and the lock it
+// obtains.
+type hooked struct {
+	c    *Client
+	info HookInfo
+}
+
+func (h *hooked) acquireStart(ctx context.Context) context.Context {
+	for _, k := range h.c.hooks {
+		if k.AcquireStart != nil {
+			if next := k.AcquireStart(ctx, h.info); next != nil {
+				ctx = next
+			}
+		}
+	}
+	return ctx
+}
+
+func (h *hooked) retry(ctx context.Context, failed int, err error) {
+	for _, k := range h.c.hooks {
+		if k.Retry != nil {
+			k.Retry(ctx, h.info, failed, err)
+		}
+	}
+}
+
+func (h *hooked) acquireDone(ctx context.Context, r AcquireResult) {
+	for _, k := range h.c.hooks {
+		if k.AcquireDone != nil {
+			k.AcquireDone(ctx, h.info, r)
+		}
+	}
+}
+
+func (h *hooked) refresh(ctx context.Context, err error) {
+	for _, k := range h.c.hooks {
+		if k.Refresh != nil {
+			k.Refresh(ctx, h.info, err)
+		}
+	}
+}
+
+func (h *hooked) releaseStart(ctx context.Context) context.Context {
+	for _, k := range h.c.hooks {
+		if k.ReleaseStart != nil {
+			if next := k.ReleaseStart(ctx, h.info); next != nil {
+				ctx = next
+			}
+		}
+	}
+	return ctx
+}
+
+func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error) {
+	for _, k := range h.c.hooks {
+		if k.ReleaseDone != nil {
+			k.ReleaseDone(ctx, h.info, held, err)
+		}
+	}
+}
+
+func (h *hooked) lost(held time.Duration, err error) {
+	for _, k := range h.c.hooks {
+		if k.Lost != nil {
+			k.Lost(h.info, held, err)
+		}
+	}
+}

@@ -1,0 +1,277 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// hookLog records every hook call as a line, with the context each got.
+type hookLog struct {
+	mu    sync.Mutex
+	lines []string
+	res   []dlock.AcquireResult
+	held  []time.Duration
+	ctxOK []bool // the context a hook got carries the start hook's value
+}
+
+type hookKey struct{}
+
+func (r *hookLog) add(ctx context.Context, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+	if ctx != nil {
+		r.ctxOK = append(r.ctxOK, ctx.Value(hookKey{}) != nil)
+	}
+}
+
+func (r *hookLog) hooks() dlock.Hooks {
+	return dlock.Hooks{
+		AcquireStart: func(ctx context.Context, h dlock.HookInfo) context.Context {
+			r.add(nil, "acquire %s %v wait=%v", h.Mode, h.Names, h.Wait)
+			return context.WithValue(ctx, hookKey{}, "acquire")
+		},
+		Retry: func(ctx context.Context, h dlock.HookInfo, failed int, err error) {
+			r.add(ctx, "retry %v %d notObtained=%v", h.Names, failed, errors.Is(err, dlock.ErrNotObtained))
+		},
+		AcquireDone: func(ctx context.Context, h dlock.HookInfo, res dlock.AcquireResult) {
+			r.add(ctx, "acquired %v %s", h.Names, res.Outcome)
+			r.mu.Lock()
+			r.res = append(r.res, res)
+			r.mu.Unlock()
+		},
+		Refresh: func(ctx context.Context, h dlock.HookInfo, err error) {
+			r.add(nil, "refresh %v ok=%v", h.Names, err == nil)
+		},
+		ReleaseStart: func(ctx context.Context, h dlock.HookInfo) context.Context {
+			r.add(nil, "release %s %v", h.Mode, h.Names)
+			return context.WithValue(ctx, hookKey{}, "release")
+		},
+		ReleaseDone: func(ctx context.Context, h dlock.HookInfo, held time.Duration, err error) {
+			r.add(ctx, "released %v ok=%v", h.Names, err == nil)
+			r.mu.Lock()
+			r.held = append(r.held, held)
+			r.mu.Unlock()
+		},
+		Lost: func(h dlock.HookInfo, held time.Duration, err error) {
+			r.add(nil, "lost %v errLost=%v", h.Names, errors.Is(err, dlock.ErrLost))
+		},
+	}
+}
+
+func (r *hookLog) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.lines
+	r.lines = nil
+	return out
+}
+
+func wantLines(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("hook calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+func TestHooksFollowAnAcquisitionAndItsLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(rec.hooks()))
+
+	l, err := c.TryLock(ctx, "hooked", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // a measurable hold time
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Release: %v", err)
+	}
+	wantLines(t, rec.take(),
+		"acquire exclusive [hooked] wait=false",
+		"acquired [hooked] obtained",
+		"refresh [hooked] ok=true",
+		"release exclusive [hooked]",
+		"released [hooked] ok=true",
+		"release exclusive [hooked]",
+		"released [hooked] ok=false",
+	)
+	r := rec.res[0]
+	if r.Attempts != 1 || r.Err != nil || r.Fence != l.Fence() || r.Fence == 0 || r.Wait <= 0 {
+		t.Errorf("AcquireResult = %+v, fence %d", r, l.Fence())
+	}
+	if rec.held[0] < 5*time.Millisecond {
+		t.Errorf("held = %v, want at least 5ms", rec.held[0])
+	}
+	for i, ok := range rec.ctxOK {
+		if !ok {
+			t.Errorf("hook call %d did not get the start hook's context", i)
+		}
+	}
+
+	// Refused at once: not obtained, one attempt.
+	other, err := e.c.TryLock(ctx, "hooked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	if _, err := c.TryLock(ctx, "hooked"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatal(err)
+	}
+	wantLines(t, rec.take(), "acquire exclusive [hooked] wait=false", "acquired [hooked] not_obtained")
+	if r := rec.res[1]; r.Attempts != 1 || !errors.Is(r.Err, dlock.ErrNotObtained) || r.Fence != 0 {
+		t.Errorf("refused AcquireResult = %+v", r)
+	}
+}
+
+func TestHooksReportRetriesAndTheWait(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(rec.hooks()))
+
+	holder, err := e.c.TryLock(ctx, "waited", dlock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = holder // left to expire: the waiter takes over at its expiry
+	l, err := c.Lock(ctx, "waited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	lines := rec.take()
+	if len(lines) < 3 || lines[0] != "acquire exclusive [waited] wait=true" ||
+		lines[1] != "retry [waited] 1 notObtained=true" || lines[len(lines)-1] != "acquired [waited] obtained" {
+		t.Errorf("hook calls: %q", lines)
+	}
+	r := rec.res[0]
+	if r.Attempts != len(lines)-1 || r.Attempts < 2 {
+		t.Errorf("Attempts = %d, want one more than the %d retries", r.Attempts, len(lines)-2)
+	}
+	if r.Wait < 100*time.Millisecond {
+		t.Errorf("Wait = %v, want about the holder's remaining 150ms", r.Wait)
+	}
+
+	// Given up: not obtained.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(short, "waited"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatal(err)
+	}
+	lines = rec.take()
+	if lines[len(lines)-1] != "acquired [waited] not_obtained" {
+		t.Errorf("hook calls: %q", lines)
+	}
+}
+
+func TestHooksReportALossOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(rec.hooks()))
+
+	l, err := c.TryLock(ctx, "lost", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{lost}")
+	if err := l.Refresh(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	wantLines(t, rec.take(),
+		"acquire exclusive [lost] wait=false",
+		"acquired [lost] obtained",
+		"refresh [lost] ok=false",
+		"lost [lost] errLost=true",
+		"release exclusive [lost]",
+		"released [lost] ok=false",
+	)
+
+	// A deadline that passes without a refresh.
+	l, err = c.TryLock(ctx, "lapsed", dlock.WithTTL(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	wantLines(t, rec.take(),
+		"acquire exclusive [lapsed] wait=false",
+		"acquired [lapsed] obtained",
+		"lost [lapsed] errLost=true",
+	)
+}
+
+func TestHooksFollowEveryPrimitiveAndChain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first, second := &hookLog{}, &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(first.hooks()), dlock.WithHooks(second.hooks()))
+
+	r, err := c.RWMutex("doc").TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Semaphore("pool", 2).Acquire(ctx, dlock.WithAutoRefresh(), dlock.WithTTL(60*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watchdog's refreshes are reported too.
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(second.take(), "refresh [pool] ok=true") {
+		if time.Now().After(deadline) {
+			t.Fatal("no automatic refresh reported")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lines := first.take()
+	for _, want := range []string{"acquire read [doc] wait=false", "released [doc] ok=true",
+		"acquire permit [pool] wait=true", "refresh [pool] ok=true", "released [pool] ok=true"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("first hooks missed %q in %q", want, lines)
+		}
+	}
+	// Attached locks are not followed.
+	l, err := c.TryLock(ctx, "attached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Attach(ctx, "attached", l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.take()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := first.take(); len(got) != 0 {
+		t.Errorf("hooks followed an attached lock: %q", got)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	wantLines(t, first.take(), "release exclusive [attached]", "lost [attached] errLost=true", "released [attached] ok=false")
+}
