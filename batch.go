@@ -16,6 +16,7 @@ import (
 type batcher struct {
 	driver Driver
 	max    int
+	lib    *Library // set by WithFunctions
 
 	mu       sync.Mutex
 	inflight int
@@ -39,7 +40,7 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 	if b.inflight < b.max {
 		b.inflight++
 		b.mu.Unlock()
-		b.driver.Eval(ctx, call)
+		b.run(ctx, call)
 		b.handOver()
 		return
 	}
@@ -64,6 +65,36 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 	}
 }
 
+// run hands calls to the driver at once: by FCALL with WithFunctions.
+func (b *batcher) run(ctx context.Context, calls ...*Call) {
+	b.mark(calls)
+	b.driver.Eval(ctx, calls...)
+	b.check(calls)
+}
+
+// mark sets the function library on calls, with WithFunctions.
+func (b *batcher) mark(calls []*Call) {
+	if b.lib == nil {
+		return
+	}
+	for _, c := range calls {
+		c.Lib = b.lib
+	}
+}
+
+// check turns the replies of a server without functions into
+// ErrNoFunctions, with WithFunctions.
+func (b *batcher) check(calls []*Call) {
+	if b.lib == nil {
+		return
+	}
+	for _, c := range calls {
+		if c.Err != nil {
+			c.Err = functionsError(c.Err)
+		}
+	}
+}
+
 // send sends a batch led by its first caller, hands on the queue, and
 // wakes the other callers.
 func (b *batcher) send(batch []*queued) {
@@ -72,7 +103,7 @@ func (b *batcher) send(batch []*queued) {
 		calls[i] = q.call
 	}
 	ctx, cancel := batchContext(batch)
-	b.driver.Eval(ctx, calls...)
+	b.run(ctx, calls...)
 	cancel()
 	for _, q := range batch[1:] {
 		close(q.done)

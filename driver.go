@@ -15,7 +15,8 @@ import (
 // pub/sub notices. Every method must be safe for concurrent use.
 type Driver interface {
 	// Eval runs every call's script with its keys and arguments, by EVALSHA
-	// with a fallback to EVAL when the server answers NOSCRIPT, and stores
+	// with a fallback to EVAL when the server answers NOSCRIPT (or by FCALL,
+	// when the call has a Lib), and stores
 	// each reply in the call. Calls may be sent in one pipeline; each is
 	// routed by its first key. Replies are converted to nil (a nil reply),
 	// int64, string, or []any of those; an error reply or a failure to send
@@ -49,6 +50,9 @@ type Script struct {
 	Name string // a short name, such as "acquire", for logs and errors
 	Src  string // the Lua source
 	SHA1 string // hex SHA1 of Src, the name EVALSHA knows it by
+	// Function is the script's name in FunctionLibrary, the name FCALL
+	// knows it by; empty for a script that is not in it.
+	Function string
 }
 
 // NewScript returns a Script with its SHA1 computed.
@@ -62,6 +66,13 @@ type Call struct {
 	Script *Script
 	Keys   []string
 	Args   []any // strings, []byte and integers
+	// Lib is set when the client runs its scripts as Redis Functions
+	// (WithFunctions): the driver then sends FCALL Script.Function instead
+	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE, on every primary of
+	// a cluster) when a server answers that the function is missing, and
+	// then calls again. A driver that does not know Lib may ignore it:
+	// EVALSHA does the same work.
+	Lib *Library
 
 	// Set by the driver.
 	Val any   // the reply: nil, int64, string or []any

@@ -185,7 +185,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
 		calls[i] = &Call{Script: scriptInspect, Keys: describeKeys(key)}
 	}
 	if len(calls) > 0 {
-		c.driver.Eval(ctx, calls...)
+		c.batch.run(ctx, calls...)
 	}
 	var out []*Info
 	for i, call := range calls {

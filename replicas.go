@@ -52,7 +52,7 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		if len(calls) == 1 {
 			c.batch.eval(ctx, calls[0])
 		} else {
-			c.driver.Eval(ctx, calls...)
+			c.batch.run(ctx, calls...)
 		}
 		return
 	}
@@ -63,7 +63,9 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		}
 		return
 	}
+	c.batch.mark(calls)
 	acked, err := rep.EvalWait(ctx, r.replicas, r.timeout, calls...)
+	c.batch.check(calls)
 	if err == nil && acked < r.replicas {
 		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, r.timeout)
 	}

@@ -42,35 +42,97 @@ func New(rdb redis.UniversalClient) *Driver {
 
 // Eval runs the calls by EVALSHA, in one pipeline when there are several,
 // and runs again by EVAL those the server answered NOSCRIPT (it had not
-// seen the script yet, or has restarted or failed over since).
+// seen the script yet, or has restarted or failed over since). Calls with
+// a Lib run by FCALL, and again once the library is loaded where a server
+// answered that the function is missing.
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	var retry []*dlock.Call
 	d.run(ctx, calls, true)
-	for _, c := range calls {
-		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
-			retry = append(retry, c)
+	retry := missing(calls)
+	if len(retry) == 0 {
+		return
+	}
+	if lib := libraryOf(retry); lib != nil {
+		if err := d.load(ctx, lib); err != nil {
+			retry = failFunctions(retry, err)
 		}
 	}
-	if len(retry) > 0 {
-		d.run(ctx, retry, false)
+	d.run(ctx, retry, false)
+}
+
+// load loads the function library, on every primary of a cluster.
+func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
+	if c, ok := d.rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.FunctionLoadReplace(ctx, lib.Src).Err()
+		})
+	}
+	return d.rdb.FunctionLoadReplace(ctx, lib.Src).Err()
+}
+
+// send adds one call to c: by FCALL when it has a library, else by
+// EVALSHA, or by EVAL when first is false.
+func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, first bool) *redis.Cmd {
+	switch {
+	case call.Lib != nil && call.Script.Function != "":
+		return c.FCall(ctx, call.Script.Function, call.Keys, call.Args...)
+	case first:
+		return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
+	default:
+		return c.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
 	}
 }
 
-func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
-	cmd := func(c redis.Scripter, call *dlock.Call) *redis.Cmd {
-		if bySHA {
-			return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
+// missing returns the calls the server answered without knowing their
+// script (NOSCRIPT) or function.
+func missing(calls []*dlock.Call) []*dlock.Call {
+	var out []*dlock.Call
+	for _, c := range calls {
+		if c.Err == nil {
+			continue
 		}
-		return c.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
+		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// libraryOf returns the function library of the first call that has one.
+func libraryOf(calls []*dlock.Call) *dlock.Library {
+	for _, c := range calls {
+		if c.Lib != nil {
+			return c.Lib
+		}
+	}
+	return nil
+}
+
+// failFunctions stores err in the calls by FCALL, whose library could not
+// be loaded, and returns the others.
+func failFunctions(calls []*dlock.Call, err error) []*dlock.Call {
+	var rest []*dlock.Call
+	for _, c := range calls {
+		if c.Lib != nil {
+			c.Val, c.Err = nil, err
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	return rest
+}
+
+func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
+	if len(calls) == 0 {
+		return
 	}
 	if len(calls) == 1 {
-		store(calls[0], cmd(d.rdb, calls[0]))
+		store(calls[0], send(ctx, d.rdb, calls[0], first))
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, call := range calls {
-			cmds[i] = cmd(p, call)
+			cmds[i] = send(ctx, p, call, first)
 		}
 		return nil
 	})
@@ -224,10 +286,12 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 }
 
 // evalWait pipelines the calls and WAIT on one connection of node, by
-// EVALSHA, then once more by EVAL for the calls answered NOSCRIPT.
+// EVALSHA (or FCALL), then once more by EVAL (or FCALL, once the library
+// is loaded) for the calls the server answered without knowing their
+// script.
 func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
 	least := -1
-	for _, bySHA := range []bool{true, false} {
+	for _, first := range []bool{true, false} {
 		if len(calls) == 0 {
 			break
 		}
@@ -235,11 +299,7 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		var wait *redis.Cmd
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, call := range calls {
-				if bySHA {
-					cmds[i] = p.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
-				} else {
-					cmds[i] = p.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
-				}
+				cmds[i] = send(ctx, p, call, first)
 			}
 			wait = p.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
 			return nil
@@ -251,14 +311,18 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		if acked := n; least < 0 || acked < least {
 			least = acked
 		}
-		var again []*dlock.Call
 		for i, call := range calls {
 			store(call, cmds[i])
-			if bySHA && call.Err != nil && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
-				again = append(again, call)
+		}
+		if !first {
+			break
+		}
+		calls = missing(calls)
+		if lib := libraryOf(calls); lib != nil {
+			if err := node.FunctionLoadReplace(ctx, lib.Src).Err(); err != nil {
+				calls = failFunctions(calls, err)
 			}
 		}
-		calls = again
 	}
 	return max(least, 0), nil
 }

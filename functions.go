@@ -1,0 +1,101 @@
+package dlock
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Library is a Redis Functions library (Redis 7 and later) that holds every
+// script dlock runs as a function of its own, so that lock traffic shows by
+// name: FCALL dlock_…_acquire in SLOWLOG, MONITOR and client lists, and as
+// fcall, apart from other scripts' evalsha, in INFO commandstats. See
+// WithFunctions.
+type Library struct {
+	// Name is the library's name: "dlock_" and a version drawn from the
+	// scripts' code, so that dlock builds with different scripts never
+	// replace each other's functions on a shared server.
+	Name string
+	// Src is the library's code, for FUNCTION LOAD REPLACE.
+	Src string
+}
+
+// ErrNoFunctions means WithFunctions was asked for but the server has no
+// Redis Functions (it is older than Redis 7, or FCALL and FUNCTION are
+// disabled or not allowed by its ACL).
+var ErrNoFunctions = errors.New("dlock: server has no Redis Functions (FCALL needs Redis 7)")
+
+// FunctionLibrary returns the library that WithFunctions loads: every
+// script of Scripts as a function named Library.Name + "_" + Script.Name,
+// which is the script's Function.
+func FunctionLibrary() *Library { return library }
+
+var library = newLibrary(Scripts())
+
+// newLibrary builds the library of scripts and names each script's
+// function.
+func newLibrary(scripts []*Script) *Library {
+	h := sha1.New()
+	for _, s := range scripts {
+		h.Write([]byte(s.Name + "\x00" + s.Src + "\x00"))
+	}
+	name := "dlock_" + hex.EncodeToString(h.Sum(nil))[:10]
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\n", name)
+	for _, s := range scripts {
+		s.Function = name + "_" + s.Name
+		// A script's body is the body of a function of KEYS and ARGV.
+		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", s.Function, s.Src)
+	}
+	return &Library{Name: name, Src: b.String()}
+}
+
+// WithFunctions makes the client run its scripts as Redis Functions, by
+// FCALL, instead of by EVALSHA: the driver loads FunctionLibrary (FUNCTION
+// LOAD REPLACE, on every primary of a cluster) the first time a server
+// answers that a function is missing, and Redis then persists and
+// replicates it. Lock traffic then shows by function name. It needs Redis 7;
+// on an older server every request fails with ErrNoFunctions. Open (or
+// Prepare) finds that out at once.
+func WithFunctions() ClientOption {
+	return func(c *Client) { c.batch.lib = library }
+}
+
+// Open returns a Client as New does and makes sure it can work: it runs
+// Prepare, so that an unreachable server, or WithFunctions on a server
+// without Redis Functions (ErrNoFunctions), is reported now rather than by
+// the first lock.
+func Open(ctx context.Context, d Driver, opts ...ClientOption) (*Client, error) {
+	c := New(d, opts...)
+	if err := c.Prepare(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Prepare makes one harmless read-only request, which checks that the
+// server answers and, with WithFunctions, loads the function library where
+// it is missing. It returns ErrNoFunctions when WithFunctions was asked for
+// and the server cannot run functions.
+func (c *Client) Prepare(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	_, err := c.eval(ctx, scriptTTL, []string{c.RedisKey("dlock:prepare")}, "", "")
+	return err
+}
+
+// functionsError turns the reply of a server without Redis Functions into
+// ErrNoFunctions. Redis answers "unknown command 'FCALL'" (or 'FUNCTION',
+// when the library was being loaded); Redis 6 quotes with backticks.
+func functionsError(err error) error {
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function")) {
+		return fmt.Errorf("%w: %w", ErrNoFunctions, err)
+	}
+	return err
+}

@@ -1,0 +1,127 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+func TestFunctionsShowLockTrafficByName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lib := dlock.FunctionLibrary()
+	if got := e.srv.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", lib.Name); !strings.Contains(got, lib.Name+"_acquire") {
+		t.Fatalf("Open did not load the library %s: FUNCTION LIST says %q", lib.Name, got)
+	}
+
+	e.srv.Do(t, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+	e.srv.Do(t, "SLOWLOG", "RESET")
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	l, err := c.TryLock(ctx, "named", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RWMutex("named-rw").TryRLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "CONFIG", "SET", "slowlog-log-slower-than", "10000")
+	slow := e.srv.Do(t, "SLOWLOG", "GET", "100")
+	for _, fn := range []string{"_acquire", "_release", "_rw_acquire"} {
+		if !strings.Contains(slow, lib.Name+fn) {
+			t.Errorf("SLOWLOG does not name %s%s: %q", lib.Name, fn, slow)
+		}
+	}
+	stats := e.srv.Do(t, "INFO", "commandstats")
+	if !strings.Contains(stats, "cmdstat_fcall:calls=3") || strings.Contains(stats, "cmdstat_evalsha") {
+		t.Errorf("INFO commandstats: want 3 fcall and no evalsha:\n%s", stats)
+	}
+}
+
+func TestFunctionsReloadWhereMissing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithFunctions())
+	// Loaded on first use, and again after the server lost its functions.
+	for range 2 {
+		l, err := c.TryLock(ctx, "reloaded")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Do(t, "FUNCTION", "FLUSH")
+	}
+	// Waiting and inspecting go by FCALL too.
+	holder, err := c.TryLock(ctx, "reloaded", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAndRelease(c, "reloaded", 5*time.Second)
+	if info, err := c.Inspect(ctx, "reloaded"); err != nil || info == nil {
+		t.Fatalf("Inspect: %v, %v", info, err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if calls := e.srv.Do(t, "INFO", "commandstats"); strings.Contains(calls, "cmdstat_evalsha") {
+		t.Errorf("a script went by EVALSHA:\n%s", calls)
+	}
+}
+
+func TestFunctionsOnAServerWithoutThem(t *testing.T) {
+	// A server without FCALL and FUNCTION answers as Redis 6 does.
+	e := newEnv(t, redistest.WithArgs("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""))
+	ctx := context.Background()
+	if _, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) {
+		t.Fatalf("Open: err = %v, want ErrNoFunctions", err)
+	}
+	c := e.newClient(t, dlock.WithFunctions())
+	if _, err := c.TryLock(ctx, "old"); !errors.Is(err, dlock.ErrNoFunctions) {
+		t.Fatalf("TryLock: err = %v, want ErrNoFunctions", err)
+	}
+	if e.exists(t, "dlock:{old}") {
+		t.Error("a failed acquire left the lock behind")
+	}
+	// Without the option, the same server serves locks by EVALSHA.
+	c, err := dlock.Open(ctx, e.newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFunctionLibraryNamesEveryScript(t *testing.T) {
+	lib := dlock.FunctionLibrary()
+	if !strings.HasPrefix(lib.Name, "dlock_") || !strings.HasPrefix(lib.Src, "#!lua name="+lib.Name+"\n") {
+		t.Fatalf("library %q: %.40q", lib.Name, lib.Src)
+	}
+	for _, s := range dlock.Scripts() {
+		if s.Function != lib.Name+"_"+s.Name || !strings.Contains(lib.Src, "'"+s.Function+"'") {
+			t.Errorf("script %s: function %q not in the library", s.Name, s.Function)
+		}
+	}
+}
