@@ -18,7 +18,7 @@
 // primitives through dlock.New(driver): locks on one and several names,
 // refusal of foreign data, waiting woken by a release, auto-refresh and
 // loss notification, inspection, fenced writes, and acquires confirmed on
-// replicas.
+// replicas; and all of those again with dlock.WithFunctions, by FCALL.
 //
 // Run starts the servers itself (see Topology) and needs redis-server,
 // redis-cli and, for Sentinel, redis-sentinel on PATH; without them the
@@ -107,6 +107,7 @@ func Run(t *testing.T, newDriver NewDriver, topologies ...Topology) {
 			t.Parallel()
 			e := deploy(t, top, newDriver)
 			for _, g := range groups {
+				e.functions = g.functions
 				t.Run(g.name, func(t *testing.T) {
 					for _, tc := range g.tests {
 						if tc.only != nil && !tc.only(e) {
@@ -129,17 +130,19 @@ type test struct {
 
 // group is a named set of tests, run as one subtest.
 type group struct {
-	name  string
-	tests []test
+	name      string
+	tests     []test
+	functions bool // the clients use dlock.WithFunctions
 }
 
 // groups is the whole suite, in the order it runs.
 var groups = []group{
-	{"Eval", evalTests},
-	{"Subscribe", subscribeTests},
-	{"Scan", scanTests},
-	{"Lock", lockTests},
-	{"Replicas", replicaTests},
+	{"Eval", evalTests, false},
+	{"Subscribe", subscribeTests, false},
+	{"Scan", scanTests, false},
+	{"Lock", lockTests, false},
+	{"Replicas", replicaTests, false},
+	{"Functions", functionTests, true},
 }
 
 // onCluster limits a test to the Cluster topology.

@@ -34,6 +34,8 @@ type env struct {
 	sentinels []*redistest.Server
 
 	owner []slotRange // cluster: every primary's slots
+
+	functions bool // clients run their scripts by FCALL (dlock.WithFunctions)
 }
 
 // slotRange is a range of cluster slots served by one primary.
@@ -124,7 +126,11 @@ func prefix(t testing.TB) string {
 // closed with the test.
 func (e *env) client(t testing.TB, opts ...dlock.ClientOption) *dlock.Client {
 	t.Helper()
-	c := dlock.New(e.driver(t), append([]dlock.ClientOption{dlock.WithPrefix(prefix(t))}, opts...)...)
+	opts = append([]dlock.ClientOption{dlock.WithPrefix(prefix(t))}, opts...)
+	if e.functions {
+		opts = append(opts, dlock.WithFunctions())
+	}
+	c := dlock.New(e.driver(t), opts...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
