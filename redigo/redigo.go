@@ -21,9 +21,11 @@
 package redigo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,16 +104,32 @@ func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
 }
 
 // eval runs the calls on conn by EVALSHA, and by EVAL those answered
-// NOSCRIPT.
+// NOSCRIPT; calls with a Lib by FCALL, and again once the library is
+// loaded if the server answered that a function is missing.
 func eval(ctx context.Context, conn redis.Conn, calls []*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
 	run(ctx, conn, calls, true)
 	var retry []*dlock.Call
+	var lib *dlock.Library
 	for _, c := range calls {
-		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
+		if c.Err == nil {
+			continue
+		}
+		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
 			retry = append(retry, c)
+			lib = cmp.Or(lib, c.Lib)
+		}
+	}
+	if lib != nil {
+		if _, err := do(ctx, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src); err != nil {
+			for _, c := range retry {
+				if c.Lib != nil {
+					c.Val, c.Err = nil, err
+				}
+			}
+			retry = slices.DeleteFunc(retry, func(c *dlock.Call) bool { return c.Lib != nil })
 		}
 	}
 	if len(retry) > 0 {
@@ -124,9 +142,13 @@ func run(ctx context.Context, conn redis.Conn, calls []*dlock.Call, bySHA bool) 
 	command := func(c *dlock.Call) (string, []any) {
 		args := make([]any, 0, 2+len(c.Keys)+len(c.Args))
 		name := "EVALSHA"
-		if bySHA {
+		switch {
+		case c.Lib != nil && c.Script.Function != "":
+			name = "FCALL"
+			args = append(args, c.Script.Function)
+		case bySHA:
 			args = append(args, c.Script.SHA1)
-		} else {
+		default:
 			name = "EVAL"
 			args = append(args, c.Script.Src)
 		}

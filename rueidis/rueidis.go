@@ -47,6 +47,8 @@ func New(client rueidis.Client) *Driver {
 // Eval runs the calls by EVALSHA, in one pipeline (DoMulti) when there are
 // several, and runs again by EVAL those the server answered NOSCRIPT (it
 // had not seen the script yet, or has restarted or failed over since).
+// Calls with a Lib run by FCALL, and again once the library is loaded where
+// a server answered that the function is missing.
 //
 // Each call is routed by its first key. The other keys go out as plain
 // arguments, so that a call whose keys lie in several cluster slots is
@@ -57,15 +59,71 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		return
 	}
 	d.run(ctx, calls, true)
-	var retry []*dlock.Call
-	for _, c := range calls {
-		if c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") {
-			retry = append(retry, c)
+	retry := missing(calls)
+	if lib := libraryOf(retry); lib != nil {
+		if err := d.load(ctx, lib); err != nil {
+			retry = failFunctions(retry, err)
 		}
 	}
 	if len(retry) > 0 {
 		d.run(ctx, retry, false)
 	}
+}
+
+// load loads the function library, on every primary of a cluster.
+func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
+	nodes := []rueidis.Client{d.client}
+	if len(d.client.Nodes()) > 1 {
+		var err error
+		if nodes, err = primaries(ctx, d.client); err != nil {
+			return err
+		}
+	}
+	for _, n := range nodes {
+		if err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// missing returns the calls the server answered without knowing their
+// script (NOSCRIPT) or function.
+func missing(calls []*dlock.Call) []*dlock.Call {
+	var out []*dlock.Call
+	for _, c := range calls {
+		if c.Err == nil {
+			continue
+		}
+		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// libraryOf returns the function library of the first call that has one.
+func libraryOf(calls []*dlock.Call) *dlock.Library {
+	for _, c := range calls {
+		if c.Lib != nil {
+			return c.Lib
+		}
+	}
+	return nil
+}
+
+// failFunctions stores err in the calls by FCALL, whose library could not
+// be loaded, and returns the others.
+func failFunctions(calls []*dlock.Call, err error) []*dlock.Call {
+	var rest []*dlock.Call
+	for _, c := range calls {
+		if c.Lib != nil {
+			c.Val, c.Err = nil, err
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	return rest
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
@@ -95,10 +153,13 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 	}
 }
 
-// command builds the EVALSHA or EVAL of a call for c.
+// command builds the FCALL, EVALSHA or EVAL of a call for c.
 func command(c rueidis.Client, call *dlock.Call, bySHA bool) rueidis.Completed {
 	name, script := "EVALSHA", call.Script.SHA1
-	if !bySHA {
+	switch {
+	case call.Lib != nil && call.Script.Function != "":
+		name, script = "FCALL", call.Script.Function
+	case !bySHA:
 		name, script = "EVAL", call.Script.Src
 	}
 	cmd := c.B().Arbitrary(name, script, strconv.Itoa(len(call.Keys)))

@@ -68,8 +68,9 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	return max(least, 0), nil
 }
 
-// evalWait runs calls and WAIT as one pipeline on c, by EVALSHA, then once
-// more by EVAL for the calls answered NOSCRIPT.
+// evalWait runs calls and WAIT as one pipeline on c, by EVALSHA (or FCALL),
+// then once more by EVAL (or FCALL, once the library is loaded) for the
+// calls the server answered without knowing their script.
 func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
 	least := -1
 	for _, bySHA := range []bool{true, false} {
@@ -84,12 +85,8 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		// connection of the blocking pool, in order.
 		cmds = append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build())
 		rs := c.DoMulti(ctx, cmds...)
-		var again []*dlock.Call
 		for i, call := range calls {
 			store(call, rs[i])
-			if bySHA && call.Err != nil && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
-				again = append(again, call)
-			}
 		}
 		acked, err := rs[len(calls)].AsInt64()
 		if err != nil {
@@ -98,7 +95,15 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		if least < 0 || int(acked) < least {
 			least = int(acked)
 		}
-		calls = again
+		if !bySHA {
+			break
+		}
+		calls = missing(calls)
+		if lib := libraryOf(calls); lib != nil {
+			if err := c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error(); err != nil {
+				calls = failFunctions(calls, err)
+			}
+		}
 	}
 	return max(least, 0), nil
 }
