@@ -120,6 +120,18 @@
 // name whoever holds it and returns what it removed; the holders learn of
 // the loss at their next refresh.
 //
+// # Server-side commands and observability
+//
+// WithFunctions runs dlock's scripts as a Redis Functions library (Redis 7)
+// called by FCALL, so that lock traffic shows by function name in SLOWLOG,
+// MONITOR and client lists; Open reports ErrNoFunctions up front on a
+// server without functions. WithLogger logs acquisitions, retries,
+// refreshes and releases at debug level and refresh failures and losses as
+// warnings; it is silent by default and never logs tokens. WithHooks
+// follows every acquisition, refresh, release and loss for metrics and
+// tracing (package github.com/dlockio/dlock/otel turns the hooks into
+// OpenTelemetry metrics and spans).
+//
 // # Keys
 //
 // Every key dlock writes starts with a prefix (DefaultPrefix, "dlock:", or

@@ -3,12 +3,15 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestFunctionsShowLockTrafficByName(t *testing.T) {
@@ -125,3 +128,41 @@ func TestFunctionLibraryNamesEveryScript(t *testing.T) {
 		}
 	}
 }
+
+func TestFunctionsUnderTheACLUser(t *testing.T) {
+	// The README's ACL user, with the two rules it adds for WithFunctions.
+	rules := append(append([]string(nil), aclRules...), functionRules...)
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(functionRules, " "); !strings.Contains(string(readme), want) {
+		t.Errorf("the README does not show the rules %q", want)
+	}
+	srv := redistest.Start(t)
+	srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, rules...)...)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, "acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAndRelease(c, "acl", 10*time.Second)
+	awaitWaiting(t, c, "acl", 1)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// functionRules are what the ACL user needs besides aclRules to run
+// dlock's scripts as functions.
+var functionRules = []string{"+fcall", "+function|load"}
