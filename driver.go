@@ -32,6 +32,22 @@ type Driver interface {
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 
+// ShardedSubscriber is implemented by drivers that can subscribe to shard
+// channels (SSUBSCRIBE, Redis 7) on a Redis Cluster. A notice published on a
+// shard channel (SPUBLISH) goes only to the shard that owns the channel's
+// slot, where a plain PUBLISH travels to every node of the cluster. On a
+// driver that has it, dlock wakes waiters with sharded notices: a client
+// waiting for a lock listens on a channel in the lock's own slot.
+type ShardedSubscriber interface {
+	// SubscribeSharded opens a subscription to shard channels, which
+	// calls notify as Subscribe's does. Its Subscribe and Unsubscribe take
+	// shard channels of any slots; the driver reaches the node that owns
+	// each, and follows it through failovers and slot moves. It returns
+	// ErrUnsupported where shard channels gain nothing or cannot be had (a
+	// single server, a server before Redis 7); dlock then uses Subscribe.
+	SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
+}
+
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.
