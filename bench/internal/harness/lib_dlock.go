@@ -7,13 +7,22 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
+	dlockredigo "github.com/dlockio/dlock/redigo"
+	dlockrueidis "github.com/dlockio/dlock/rueidis"
+	"github.com/redis/rueidis"
 )
 
 // dlockPoll is the constant retry interval of the dlock-poll row, the same
 // as the floor's polling.
 const dlockPoll = time.Millisecond
 
-var dlockLibrary = dlockRow("dlock", "go-redis", "its connection pool", goredisDriver)
+// dlock has a row per driver; they differ only in the Redis client that
+// carries dlock's requests.
+var (
+	dlockLibrary        = dlockRow("dlock", "go-redis", "its connection pool", goredisDriver)
+	dlockRueidisLibrary = dlockRow("dlock-rueidis", "rueidis", "one auto-pipelined connection, RESP3", rueidisDriver)
+	dlockRedigoLibrary  = dlockRow("dlock-redigo", "redigo", "a redis.Pool as large as go-redis's", redigoDriver)
+)
 
 // dlockDefaultLibrary is dlock with a 1 ms constant retry strategy, an extra
 // row to ask for with -libs: with notices the strategy only paces retries
@@ -46,6 +55,19 @@ type openDriver func(cfg ClientConfig) (dlock.Driver, func() error, error)
 func goredisDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
 	rdb := newGoRedis(cfg)
 	return goredis.New(rdb), rdb.Close, nil
+}
+
+func rueidisDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
+	c, err := newRueidis(rueidis.ClientOption{InitAddress: []string{cfg.Addr}}, cfg.Counters)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dlockrueidis.New(c), func() error { c.Close(); return nil }, nil
+}
+
+func redigoDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
+	pool := newRedigo(cfg)
+	return dlockredigo.New(pool), pool.Close, nil
 }
 
 type dlockLocker struct {
