@@ -24,7 +24,7 @@ test: redis lint
 	@for f in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s . || exit 1; done
 	@for f in $(CLI_FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 3s ./cmd/dlock || exit 1; done
 
-# bench compares dlock with its peers side by side (about 3 minutes);
+# bench compares dlock with its peers side by side (about 4 minutes);
 # it rewrites bench/results/latest.md and latest.svg.
 bench: redis
 	cd bench && $(GO) run ./cmd/dlockbench

@@ -4,7 +4,7 @@
 // and a chart in results/latest.svg.
 //
 //	cd bench && go run ./cmd/dlockbench          # full run, a few minutes
-//	cd bench && go run ./cmd/dlockbench -quick   # smoke run, about 30 s
+//	cd bench && go run ./cmd/dlockbench -quick   # smoke run, under a minute
 package main
 
 import (
@@ -33,8 +33,8 @@ func main() {
 
 func run() error {
 	var (
-		quick     = flag.Bool("quick", false, "smoke run of about 30 s: fewer rounds, shorter slices")
-		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,redislock,redsync,rueidislock; also dlock-poll)")
+		quick     = flag.Bool("quick", false, "smoke run of under a minute: fewer rounds, shorter slices")
+		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,dlock-rueidis,dlock-redigo,redislock,redsync,rueidislock; also dlock-poll)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario numbers to run (default all: 1,2,3,4,5,6)")
 		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 7, or 2 with -quick)")
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)

@@ -52,7 +52,7 @@ func Full() Config {
 	}
 }
 
-// Quick is the preset of a smoke run of about half a minute: the same
+// Quick is the preset of a smoke run of under a minute: the same
 // scenarios, fewer rounds, shorter slices.
 func Quick() Config {
 	c := Full()

@@ -36,10 +36,15 @@ func TestTinyRun(t *testing.T) {
 		t.Fatalf("%d results, want 6", len(rep.Results))
 	}
 	for _, res := range rep.Results {
+		for _, lib := range Libraries() {
+			if res.Row(lib.Name) == nil {
+				t.Errorf("%s: no row for %s", res.Scenario.Title, lib.Name)
+			}
+		}
 		for _, row := range res.Rows {
 			name := res.Scenario.Title + "/" + row.Library
 			if row.Unsupported {
-				if res.Scenario.ID != 6 || (row.Library != "dlock" && row.Library != "redislock" && row.Library != "redsync") {
+				if res.Scenario.ID != 6 || (row.Library != "redislock" && row.Library != "redsync") {
 					t.Errorf("%s: unexpectedly not supported", name)
 				}
 				continue
@@ -59,12 +64,26 @@ func TestTinyRun(t *testing.T) {
 			}
 		}
 	}
-	if row := rep.result(6).Row("floor"); row == nil || row.Unsupported || row.Values["lost"] != 0 {
-		t.Errorf("auto-refresh floor row: %+v", row)
+	dlocks := []string{"dlock", "dlock-rueidis", "dlock-redigo"}
+	for _, lib := range append([]string{"floor"}, dlocks...) {
+		if row := rep.result(6).Row(lib); row == nil || row.Unsupported || row.Values["lost"] != 0 {
+			t.Errorf("auto-refresh %s row: %+v", lib, row)
+		}
+	}
+	// Every dlock row's client counts its requests: each row of scenario 1
+	// sends at least a request per pair, and refreshes in scenario 6.
+	for _, lib := range dlocks {
+		if row := rep.result(1).Row(lib); row == nil || row.Values["reqs"] < 1 {
+			t.Errorf("uncontended %s row: requests not counted: %+v", lib, row)
+		}
+		if row := rep.result(6).Row(lib); row == nil || row.Values["reqs"] == 0 || row.Values["rtts"] == 0 {
+			t.Errorf("auto-refresh %s row: requests not counted: %+v", lib, row)
+		}
 	}
 
 	md := rep.Markdown()
-	for _, want := range []string{"## Summary", "## 1. uncontended", "## 6. auto-refresh", "| dlock |", "| rueidislock |"} {
+	for _, want := range []string{"## Summary", "## 1. uncontended", "## 6. auto-refresh",
+		"| dlock |", "| dlock-rueidis |", "| dlock-redigo |", "| rueidislock |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

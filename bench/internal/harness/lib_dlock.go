@@ -7,20 +7,22 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
-	"github.com/redis/go-redis/v9"
+	dlockredigo "github.com/dlockio/dlock/redigo"
+	dlockrueidis "github.com/dlockio/dlock/rueidis"
+	"github.com/redis/rueidis"
 )
 
 // dlockPoll is the constant retry interval of the dlock-poll row, the same
 // as the floor's polling.
 const dlockPoll = time.Millisecond
 
-var dlockLibrary = Library{
-	Name:  "dlock",
-	Setup: "dlock over its go-redis driver, as it comes: Lock woken by Redis (waiter sets and one notice per release), requests of one client coalesced into pipelines, WithAutoRefresh for scenario 6",
-	New: func(cfg ClientConfig) (Locker, error) {
-		return newDlock(cfg, dlock.DefaultRetry())
-	},
-}
+// dlock has a row per driver; they differ only in the Redis client that
+// carries dlock's requests.
+var (
+	dlockLibrary        = dlockRow("dlock", "go-redis", "its connection pool", goredisDriver)
+	dlockRueidisLibrary = dlockRow("dlock-rueidis", "rueidis", "one auto-pipelined connection, RESP3", rueidisDriver)
+	dlockRedigoLibrary  = dlockRow("dlock-redigo", "redigo", "a redis.Pool as large as go-redis's", redigoDriver)
+)
 
 // dlockDefaultLibrary is dlock with a 1 ms constant retry strategy, an extra
 // row to ask for with -libs: with notices the strategy only paces retries
@@ -29,24 +31,62 @@ var dlockDefaultLibrary = Library{
 	Name:  "dlock-poll",
 	Setup: "dlock with WithRetry(ConstantBackoff(1 ms))",
 	New: func(cfg ClientConfig) (Locker, error) {
-		return newDlock(cfg, dlock.ConstantBackoff(dlockPoll))
+		return newDlock(cfg, dlock.ConstantBackoff(dlockPoll), goredisDriver)
 	},
 }
 
-type dlockLocker struct {
-	rdb      *redis.Client
-	c        *dlock.Client
-	tryOpts  []dlock.Option
-	waitOpts []dlock.Option
+// dlockRow is dlock as it comes over one of its drivers.
+func dlockRow(name, client, conns string, open openDriver) Library {
+	return Library{
+		Name: name,
+		Setup: "dlock over its " + client + " driver (" + conns + "), as it comes: Lock woken by Redis " +
+			"(waiter sets and one notice per release), requests of one client coalesced into pipelines, " +
+			"WithAutoRefresh for scenario 6",
+		New: func(cfg ClientConfig) (Locker, error) {
+			return newDlock(cfg, dlock.DefaultRetry(), open)
+		},
+	}
 }
 
-func newDlock(cfg ClientConfig, retry dlock.RetryStrategy) (Locker, error) {
+// openDriver opens a counted client of one Redis library for cfg and
+// returns dlock's driver over it, and the function that closes the client.
+type openDriver func(cfg ClientConfig) (dlock.Driver, func() error, error)
+
+func goredisDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
 	rdb := newGoRedis(cfg)
+	return goredis.New(rdb), rdb.Close, nil
+}
+
+func rueidisDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
+	c, err := newRueidis(rueidis.ClientOption{InitAddress: []string{cfg.Addr}}, cfg.Counters)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dlockrueidis.New(c), func() error { c.Close(); return nil }, nil
+}
+
+func redigoDriver(cfg ClientConfig) (dlock.Driver, func() error, error) {
+	pool := newRedigo(cfg)
+	return dlockredigo.New(pool), pool.Close, nil
+}
+
+type dlockLocker struct {
+	c           *dlock.Client
+	closeClient func() error
+	tryOpts     []dlock.Option
+	waitOpts    []dlock.Option
+}
+
+func newDlock(cfg ClientConfig, retry dlock.RetryStrategy, open openDriver) (Locker, error) {
+	drv, closeClient, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &dlockLocker{
-		rdb:      rdb,
-		c:        dlock.New(goredis.New(rdb)),
-		tryOpts:  []dlock.Option{dlock.WithTTL(cfg.TTL)},
-		waitOpts: []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithRetry(retry)},
+		c:           dlock.New(drv),
+		closeClient: closeClient,
+		tryOpts:     []dlock.Option{dlock.WithTTL(cfg.TTL)},
+		waitOpts:    []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithRetry(retry)},
 	}, nil
 }
 
@@ -79,7 +119,9 @@ func (d *dlockLocker) TryLockAutoRefresh(ctx context.Context, key string) (Held,
 	return d.tryLock(ctx, key, append(d.tryOpts[:len(d.tryOpts):len(d.tryOpts)], dlock.WithAutoRefresh()))
 }
 
+// Close stops the dlock client, then closes the Redis client under it
+// (dlock never closes it).
 func (d *dlockLocker) Close() error {
 	_ = d.c.Close()
-	return d.rdb.Close()
+	return d.closeClient()
 }

@@ -25,11 +25,7 @@ func newRueidislock(cfg ClientConfig) (Locker, error) {
 		KeyValidity:    cfg.TTL,
 		NoLoopTracking: true,
 		ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
-			c, err := rueidis.NewClient(o)
-			if err != nil {
-				return nil, err
-			}
-			return countingRueidis{Client: c, c: cfg.Counters}, nil
+			return newRueidis(o, cfg.Counters)
 		},
 	})
 	if err != nil {
@@ -38,8 +34,19 @@ func newRueidislock(cfg ClientConfig) (Locker, error) {
 	return &rueidislockLocker{l: l}, nil
 }
 
-// countingRueidis counts the commands rueidislock sends; it only uses Do.
-// rueidis pipelines concurrent Do calls on one connection by itself, so a
+// newRueidis returns a rueidis client whose requests c counts.
+func newRueidis(o rueidis.ClientOption, c *Counters) (rueidis.Client, error) {
+	client, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return countingRueidis{Client: client, c: c}, nil
+}
+
+// countingRueidis counts the commands sent by Do and DoMulti, all that
+// rueidislock and dlock's driver send but for the latter's pub/sub (on a
+// dedicated connection, as go-redis sends a PubSub's commands past its
+// hooks). rueidis pipelines concurrent Do calls on one connection by itself, so a
 // round trip here is one the caller waits for, not one write on the wire.
 type countingRueidis struct {
 	rueidis.Client

@@ -60,9 +60,13 @@ type Library struct {
 	New   func(cfg ClientConfig) (Locker, error)
 }
 
-// Libraries returns the libraries a run compares by default, floor first.
+// Libraries returns the libraries a run compares by default: floor first,
+// then dlock over each of its drivers, then its peers.
 func Libraries() []Library {
-	return []Library{floorLibrary, dlockLibrary, redislockLibrary, redsyncLibrary, rueidislockLibrary}
+	return []Library{
+		floorLibrary, dlockLibrary, dlockRueidisLibrary, dlockRedigoLibrary,
+		redislockLibrary, redsyncLibrary, rueidislockLibrary,
+	}
 }
 
 // Variants returns extra configurations that a run includes only when asked

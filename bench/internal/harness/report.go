@@ -170,7 +170,7 @@ func (rep *Report) writeScenario(b *strings.Builder, res *Result) {
 				b.WriteString(" n/s |")
 			}
 			b.WriteString(" – | – |\n")
-			notes = append(notes, fmt.Sprintf("%s: not supported by the library%s", row.Library, unsupportedWhy(row.Library)))
+			notes = append(notes, row.Library+": not supported by the library")
 			continue
 		}
 		for _, c := range cols {
@@ -220,13 +220,6 @@ func mixText(mix map[string]int64, ops float64) string {
 		parts[i] = fmt.Sprintf("%s %s", strings.ToUpper(k), formatNum(float64(mix[k])/ops))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func unsupportedWhy(lib string) string {
-	if lib == "dlock" {
-		return " yet: the row fills in once dlock has WithAutoRefresh (see lib_dlock.go)"
-	}
-	return ""
 }
 
 func upperFirst(s string) string {

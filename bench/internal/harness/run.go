@@ -100,8 +100,9 @@ func DescribeMachine(srv *Server, pinning string) Machine {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			switch d.Path {
-			case "github.com/dlockio/dlock", "github.com/bsm/redislock", "github.com/go-redsync/redsync/v4",
-				"github.com/redis/rueidis", "github.com/redis/go-redis/v9":
+			case "github.com/dlockio/dlock", "github.com/dlockio/dlock/rueidis", "github.com/dlockio/dlock/redigo",
+				"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4",
+				"github.com/redis/rueidis", "github.com/redis/go-redis/v9", "github.com/gomodule/redigo":
 				v := d.Version
 				if d.Replace != nil {
 					v = "this tree (" + d.Replace.Path + ")"

@@ -7,7 +7,7 @@ import (
 )
 
 // libColors are the bar colours, by position in Report.Libraries.
-var libColors = []string{"#8c8c8c", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"}
+var libColors = []string{"#8c8c8c", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#e377c2"}
 
 // chartPanel is one chart of grouped bars: a group per scenario, a bar per
 // library.
