@@ -40,7 +40,8 @@ type Driver interface {
 // waiting for a lock listens on a channel in the lock's own slot.
 type ShardedSubscriber interface {
 	// SubscribeSharded opens a subscription to shard channels, which
-	// calls notify as Subscribe's does. Its Subscribe and Unsubscribe take
+	// calls notify as Subscribe's does, one message at a time, though not
+	// always from the same goroutine. Its Subscribe and Unsubscribe take
 	// shard channels of any slots; the driver reaches the node that owns
 	// each, and follows it through failovers and slot moves. It returns
 	// ErrUnsupported where shard channels gain nothing or cannot be had (a

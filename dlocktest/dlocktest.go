@@ -139,6 +139,7 @@ type group struct {
 var groups = []group{
 	{"Eval", evalTests, false},
 	{"Subscribe", subscribeTests, false},
+	{"SubscribeSharded", shardedTests, false},
 	{"Scan", scanTests, false},
 	{"Lock", lockTests, false},
 	{"Replicas", replicaTests, false},

@@ -16,7 +16,8 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // one go-redis PubSub, and so one connection, for each slot whose channels
 // it listens to: go-redis sends a PubSub's SSUBSCRIBE to the owner of its
 // first channel's slot, and after a failover or a slot move reconnects to
-// the new owner. A slot's PubSub is closed when its last channel is
+// the new owner. notify is called one message at a time, from the slots'
+// goroutines. A slot's PubSub is closed when its last channel is
 // unsubscribed. Other clients than a ClusterClient return
 // dlock.ErrUnsupported.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -31,6 +32,8 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 type shardedSubscription struct {
 	c      *redis.ClusterClient
 	notify func(channel, payload string)
+
+	deliver sync.Mutex // notify is called one message at a time
 
 	mu     sync.Mutex
 	slots  map[int]*slotSubscription
@@ -63,7 +66,9 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 			go func() {
 				defer close(sub.done)
 				for msg := range msgs {
+					s.deliver.Lock()
 					s.notify(msg.Channel, msg.Payload)
+					s.deliver.Unlock()
 				}
 			}()
 		}

@@ -3,6 +3,18 @@
 --
 -- A lock k has a waiter set wk: a sorted set of the waiting clients'
 -- channels, scored by when their registration expires (ms, server clock).
+-- A client that listens on shard channels (on a Redis Cluster) registers as
+-- 's|' and its id: its channel for k is k .. ':w:' .. id, in k's own slot,
+-- and it is told by SPUBLISH, which reaches only the shard that owns it.
+
+-- tell sends a waiting client the notice that lock k may be free.
+local function tell(member, k)
+  if string.sub(member, 1, 2) == 's|' then
+    redis.call('SPUBLISH', k .. ':w:' .. string.sub(member, 3), k)
+  else
+    redis.call('PUBLISH', member, k)
+  end
+end
 
 -- register puts a waiting client, known by its channel, at the back of
 -- waiter set wk for lease ms from now_ms.
@@ -20,7 +32,7 @@ local function wake(wk, k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local next = redis.call('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
-  if next[1] then redis.call('PUBLISH', next[1], k) end
+  if next[1] then tell(next[1], k) end
 end
 
 -- wake_all tells every client waiting for k that it may be free: for the
@@ -31,7 +43,7 @@ local function wake_all(wk, k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for _, ch in ipairs(redis.call('ZRANGEBYSCORE', wk, now, '+inf')) do
-    redis.call('PUBLISH', ch, k)
+    tell(ch, k)
   end
 end
 

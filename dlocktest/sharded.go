@@ -1,0 +1,86 @@
+package dlocktest
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/dlockio/dlock"
+)
+
+var shardedTests = []test{
+	{name: "Sharded", run: testSharded},
+}
+
+// testSharded: a driver that implements dlock.ShardedSubscriber delivers
+// the SPUBLISH of shard channels in every primary's slots, stops at
+// Unsubscribe and at Close, and leaves no shard subscriber behind; off a
+// cluster it may answer ErrUnsupported.
+func testSharded(t *testing.T, e *env) {
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
+	}
+	ctx := timeout(t)
+	rec := newRecorder()
+	sub, err := ss.SubscribeSharded(ctx, rec.notify)
+	if e.dep.Topology != Cluster {
+		if errors.Is(err, dlock.ErrUnsupported) {
+			return
+		}
+		t.Fatalf("SubscribeSharded off a cluster: %v, want ErrUnsupported", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// A channel in a slot of each primary, and two in one slot.
+	var channels []string
+	for _, p := range e.primaries {
+		channels = append(channels, prefix(t)+"{"+e.tagOn(t, p)+"}:w:1")
+	}
+	channels = append(channels, channels[0]+"b")
+	if err := sub.Subscribe(ctx, channels...); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range channels {
+		e.awaitShardNumsub(t, ch, 1)
+	}
+	var want []message
+	for i, ch := range channels {
+		e.do(t, ch, "SPUBLISH", ch, "m"+strconv.Itoa(i))
+		want = append(want, message{ch, "m" + strconv.Itoa(i)})
+	}
+	if got := rec.await(t, len(want)); !slices.Equal(got, want) {
+		t.Errorf("notify got %q, want %q", got, want)
+	}
+	// Unsubscribed: one of a slot's two channels, and a slot's only one.
+	if err := sub.Unsubscribe(ctx, channels[0], channels[1]); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitShardNumsub(t, channels[0], 0)
+	e.awaitShardNumsub(t, channels[1], 0)
+	e.do(t, channels[3], "SPUBLISH", channels[3], "after")
+	if got := rec.await(t, len(want)+1); got[len(want)] != (message{channels[3], "after"}) {
+		t.Errorf("after Unsubscribe, notify got %q", got[len(want):])
+	}
+	if err := sub.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	rec.closed.Store(true)
+	for _, ch := range channels {
+		e.awaitShardNumsub(t, ch, 0)
+	}
+	rec.check(t)
+}
+
+// awaitShardNumsub waits until shard channel ch has want subscribers on
+// the primary that owns it.
+func (e *env) awaitShardNumsub(t testing.TB, ch string, want int) {
+	t.Helper()
+	await(t, "shard subscribers of "+ch, func() bool {
+		r := e.primaryOf(t, ch).Do(t, "PUBSUB", "SHARDNUMSUB", ch)
+		return r == ch+"\n"+strconv.Itoa(want)
+	})
+}
