@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,81 @@ func TestFailoverWithAndWithoutReplicas(t *testing.T) {
 	}
 	if lostConfirmed != 0 {
 		t.Errorf("%d confirmed locks were taken by a second client while held", lostConfirmed)
+	}
+}
+
+// TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement: a fence the
+// replica has, then one it never gets (its link is cut), then the primary
+// dies and the replica is promoted by hand. The promoted replica's counter
+// is behind, so counting alone would hand out a fence that was already
+// used; the server clock in the fence keeps the next one above it.
+func TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	primary, replica := r.Primary, r.Replicas[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newClient := func(s *redistest.Server) *dlock.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	takeAndRelease := func(c *dlock.Client, opts ...dlock.Option) uint64 {
+		t.Helper()
+		l, err := c.TryLock(ctx, "fenced", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return l.Fence()
+	}
+	first := newClient(primary)
+	fenceKey := first.RedisKey("fenced") + ":fence"
+	counter := func(s *redistest.Server) uint64 {
+		t.Helper()
+		v := s.Do(t, "GET", fenceKey)
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: GET %s = %q", s.Addr(), fenceKey, v)
+		}
+		return n
+	}
+
+	// F1 is acknowledged by the replica.
+	f1 := takeAndRelease(first, dlock.WithReplicas(1, 5*time.Second))
+	if got := counter(replica); got != f1 {
+		t.Fatalf("the replica's counter is %d after an acknowledged fence %d", got, f1)
+	}
+	// The replica stops and its link is cut: F2 never reaches it.
+	replica.Pause(t)
+	primary.Do(t, "CLIENT", "KILL", "TYPE", "replica")
+	f2 := takeAndRelease(first)
+	if f2 <= f1 {
+		t.Fatalf("F2 = %d after F1 = %d", f2, f1)
+	}
+	if got := counter(primary); got != f2 {
+		t.Fatalf("the primary's counter is %d after F2 = %d", got, f2)
+	}
+
+	// The primary dies; the replica is resumed and promoted.
+	primary.Kill(t)
+	replica.Resume(t)
+	replica.Do(t, "REPLICAOF", "NO", "ONE")
+	if info := replica.Do(t, "INFO", "replication"); !strings.Contains(info, "role:master") {
+		t.Fatalf("the replica was not promoted:\n%s", info)
+	}
+	// The failover lost F2's increment: the new primary's counter is
+	// still at F1, and an INCR alone would answer F1+1, which is not above F2.
+	if got := counter(replica); got != f1 {
+		t.Fatalf("the promoted replica's counter is %d, want F1 = %d: the failover did not lose F2's increment", got, f1)
+	}
+	f3 := takeAndRelease(newClient(replica))
+	t.Logf("F1 = %d (replicated), F2 = %d (lost by the failover), counter on the promoted replica %d (INCR alone: %d), F3 = %d (F2 + %d)",
+		f1, f2, f1, f1+1, f3, f3-f2)
+	if f3 <= f2 {
+		t.Errorf("fence went backwards across the failover: F2 = %d, then F3 = %d", f2, f3)
 	}
 }

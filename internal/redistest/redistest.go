@@ -290,6 +290,21 @@ func (s *Server) kill() error {
 	}
 }
 
+// running reports whether the server's process has been started and has
+// not exited (a paused one is running).
+func (s *Server) running() bool {
+	cmd, done := s.current()
+	if cmd == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
 // signal sends sig to the running process.
 func (s *Server) signal(sig os.Signal) error {
 	cmd, done := s.current()

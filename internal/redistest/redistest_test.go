@@ -266,6 +266,45 @@ func TestStartCluster(t *testing.T) {
 	}
 }
 
+// TestClusterFailover kills the primary of a key, waits for its replica to
+// take over, restarts the killed node and waits for it to rejoin as the
+// new primary's replica.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := StartCluster(t, 3, 1)
+	old := c.PrimaryOf(t, "k")
+	if got := old.Do(t, "SET", "k", "v"); got != "OK" {
+		t.Fatalf("SET k on its primary %s: %q", old.Addr(), got)
+	}
+	replicas := c.ReplicasOf(t, old)
+	if len(replicas) != 1 {
+		t.Fatalf("%s has %d replicas, want 1", old.Addr(), len(replicas))
+	}
+	start := time.Now()
+	old.Kill(t)
+	next := c.AwaitFailover(t, "k", old, 20*time.Second)
+	t.Logf("failed over in %v", time.Since(start).Round(time.Millisecond))
+	if next != replicas[0] {
+		t.Errorf("new primary %s, want the replica %s", next.Addr(), replicas[0].Addr())
+	}
+	if got := c.PrimaryOf(t, "k"); got != next {
+		t.Errorf("PrimaryOf after the failover = %s, want %s", got.Addr(), next.Addr())
+	}
+	if got := next.Do(t, "GET", "k"); got != "v" {
+		t.Errorf("GET k on the new primary = %q, want v", got)
+	}
+
+	old.Restart(t)
+	c.AwaitReplica(t, old, next, 20*time.Second)
+	if got := c.ReplicasOf(t, next); len(got) != 1 || got[0] != old {
+		t.Errorf("the new primary has %d replicas, want only the restarted node", len(got))
+	}
+	msg := runFatal(t, func(tb testing.TB) { c.AwaitReplica(tb, next, old, 100*time.Millisecond) })
+	if !strings.Contains(msg, "not a replica") {
+		t.Errorf("AwaitReplica of the primary: %q", msg)
+	}
+}
+
 func TestAllocPortUnique(t *testing.T) {
 	t.Parallel()
 	seen := map[int]bool{}

@@ -1,0 +1,427 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// newClusterClient returns a dlock client over a go-redis cluster client of
+// its own, as another process would have; both are closed with the test.
+func newClusterClient(t testing.TB, c *redistest.Cluster) *dlock.Client {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	dc := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = dc.Close() })
+	return dc
+}
+
+// namesOn returns n lock names of dc, each in a slot of its own, whose keys
+// primary serves.
+func namesOn(t *testing.T, c *redistest.Cluster, dc *dlock.Client, primary *redistest.Server, n int) []string {
+	t.Helper()
+	var names []string
+	slots := map[string]bool{}
+	for i := 0; len(names) < n; i++ {
+		if i == 1000 {
+			t.Fatalf("only %d of 1000 names sit on %s", len(names), primary.Addr())
+		}
+		name := "n" + strconv.Itoa(i)
+		key := dc.RedisKey(name)
+		slot := primary.Do(t, "CLUSTER", "KEYSLOT", key)
+		if !slots[slot] && c.PrimaryOf(t, key) == primary {
+			slots[slot] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// holders is an in-process record of who holds which lock. A holder that
+// comes in while another's lock has not reached its deadline is an
+// overlap; each name's fences must grow from one holder to the next.
+type holders struct {
+	mu        sync.Mutex
+	in        map[string]*dlock.Lock
+	last      map[string]uint64
+	overlaps  int
+	backwards int
+}
+
+func newHolders() *holders {
+	return &holders{in: map[string]*dlock.Lock{}, last: map[string]uint64{}}
+}
+
+func (h *holders) enter(name string, l *dlock.Lock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur := h.in[name]; cur != nil && time.Now().Before(cur.Deadline()) {
+		h.overlaps++
+	}
+	if l.Fence() <= h.last[name] {
+		h.backwards++
+	}
+	h.in[name], h.last[name] = l, l.Fence()
+}
+
+func (h *holders) leave(name string, l *dlock.Lock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.in[name] == l {
+		delete(h.in, name)
+	}
+}
+
+// The phases of TestClusterPrimaryKilledDuringContention.
+const (
+	beforeKill  = iota // the primary serves the names, its replica confirms
+	primaryDown        // the primary was killed and is not replaced yet
+	failedOver         // its replica took over and has no replica of its own
+	restarted          // the killed node was restarted and rejoins as the replica
+	phases
+)
+
+var phaseNames = [phases]string{"before the kill", "primary down", "failed over, no replica", "killed node restarted"}
+
+// TestClusterPrimaryKilledDuringContention: four workers, each with a
+// client of its own, take exclusive locks on three names served by one
+// primary, confirmed on its replica (WithReplicas(1, 200ms)); the primary
+// is killed. No two workers may hold a name at once and fences must keep
+// growing. Once the replica has taken over it has no replica itself, so
+// every acquisition is refused as not replicated until the killed node is
+// restarted and rejoins as its replica; then the workers get the locks
+// again.
+func TestClusterPrimaryKilledDuringContention(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const workers = 4
+	clients := make([]*dlock.Client, workers)
+	for i := range clients {
+		clients[i] = newClusterClient(t, cluster)
+	}
+	victim := cluster.PrimaryOf(t, clients[0].RedisKey("n0"))
+	names := namesOn(t, cluster, clients[0], victim, 3)
+
+	var phase atomic.Int32
+	var acquired, held, notReplicated, failed [phases]atomic.Int64
+	var reached [workers]atomic.Bool // refused by the new primary as not replicated
+	var firstReached atomic.Int64    // when the first worker was, in Unix ns
+	rec := newHolders()
+	run, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop := sync.OnceFunc(func() { stopRun(); wg.Wait() })
+	defer stop()
+	onRetry := func(w int) dlock.Option {
+		return dlock.WithOnRetry(func(_ int, err error) {
+			p := phase.Load()
+			switch {
+			case errors.Is(err, dlock.ErrNotReplicated):
+				notReplicated[p].Add(1)
+				if p == failedOver {
+					reached[w].Store(true)
+					firstReached.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			case errors.Is(err, dlock.ErrNotObtained):
+				held[p].Add(1)
+			default:
+				failed[p].Add(1)
+			}
+		})
+	}
+	for w, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; run.Err() == nil; j++ {
+				name := names[(w+j)%len(names)]
+				actx, cancel := context.WithTimeout(run, 2*time.Second)
+				l, err := c.Lock(actx, name, dlock.WithTTL(2*time.Second), dlock.WithReplicas(1, 200*time.Millisecond), onRetry(w))
+				cancel()
+				if err != nil {
+					continue
+				}
+				acquired[phase.Load()].Add(1)
+				rec.enter(name, l)
+				time.Sleep(time.Millisecond)
+				rec.leave(name, l)
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = l.Release(rctx) // fails while the primary is down: the lock runs out
+				cancel()
+			}
+		}()
+	}
+	await := func(what string, limit time.Duration, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
+		}
+	}
+
+	await("20 acquisitions before the kill", 10*time.Second, func() bool { return acquired[beforeKill].Load() >= 20 })
+	killed := time.Now()
+	victim.Kill(t)
+	phase.Store(primaryDown)
+	next := cluster.AwaitFailover(t, clients[0].RedisKey(names[0]), victim, 20*time.Second)
+	phase.Store(failedOver)
+	failoverAt := time.Now()
+	// go-redis finds the new primary when it next reads the cluster's
+	// slots: it does so when its view is over 10s old, not on a refused
+	// connection.
+	await("every worker refused by the new primary", 20*time.Second, func() bool {
+		for i := range reached {
+			if !reached[i].Load() {
+				return false
+			}
+		}
+		return true
+	})
+	allReached := time.Now()
+	phase.Store(restarted)
+	victim.Restart(t)
+	cluster.AwaitReplica(t, victim, next, 20*time.Second)
+	rejoined := time.Now()
+	await("20 acquisitions after the restart", 10*time.Second, func() bool { return acquired[restarted].Load() >= 20 })
+	stop()
+
+	t.Logf("kill to failover %v; failover to the first worker refused by the new primary %v, to every worker %v; restart to rejoined as replica %v",
+		failoverAt.Sub(killed).Round(time.Millisecond), time.Unix(0, firstReached.Load()).Sub(failoverAt).Round(time.Millisecond),
+		allReached.Sub(failoverAt).Round(time.Millisecond), rejoined.Sub(allReached).Round(time.Millisecond))
+	for p := range phases {
+		t.Logf("%-24s acquisitions %4d; failed attempts: held %4d, not replicated %4d, Redis errors %4d",
+			phaseNames[p]+":", acquired[p].Load(), held[p].Load(), notReplicated[p].Load(), failed[p].Load())
+	}
+	t.Logf("overlaps %d, fences that did not grow %d", rec.overlaps, rec.backwards)
+	if rec.overlaps != 0 {
+		t.Errorf("%d times a worker took a lock that another still held", rec.overlaps)
+	}
+	if rec.backwards != 0 {
+		t.Errorf("%d fences did not grow", rec.backwards)
+	}
+	if n := acquired[failedOver].Load(); n != 0 {
+		t.Errorf("%d acquisitions confirmed by a replica while the shard had none", n)
+	}
+}
+
+// TestClusterFailoverWithAndWithoutReplicas is TestFailoverWithAndWithoutReplicas
+// on a cluster: the replica of one primary loses its stream, locks are
+// taken on that primary, the primary dies and the cluster promotes the
+// replica. Locks taken without WithReplicas are gone on the new primary;
+// locks taken with it were refused at the time, so none is held twice.
+func TestClusterFailoverWithAndWithoutReplicas(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := newClusterClient(t, cluster)
+	// Every name has the hash tag {v}: all are served by one primary.
+	victim := cluster.PrimaryOf(t, first.RedisKey("{v}"))
+	replicas := cluster.ReplicasOf(t, victim)
+	if len(replicas) != 1 {
+		t.Fatalf("%s has %d replicas, want 1", victim.Addr(), len(replicas))
+	}
+
+	// The replica stops, and its link is cut: what the primary writes from
+	// here on never reaches it. It resumes before the cluster would count
+	// it as failed (node timeout 2s).
+	replicas[0].Pause(t)
+	victim.Do(t, "CLIENT", "KILL", "TYPE", "replica")
+	const n = 10
+	var plain, confirmed []*dlock.Lock
+	for i := range n {
+		l, err := first.TryLock(ctx, "{v}:plain:"+strconv.Itoa(i), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain = append(plain, l)
+		if l, err := first.TryLock(ctx, "{v}:confirmed:"+strconv.Itoa(i), dlock.WithTTL(time.Minute), dlock.WithReplicas(1, 20*time.Millisecond)); err == nil {
+			confirmed = append(confirmed, l)
+		} else if !errors.Is(err, dlock.ErrNotReplicated) {
+			t.Fatal(err)
+		}
+	}
+	victim.Kill(t)
+	replicas[0].Resume(t)
+	cluster.AwaitFailover(t, first.RedisKey("{v}"), victim, 20*time.Second)
+
+	second := newClusterClient(t, cluster) // a client that starts after the failover
+	twice := func(locks []*dlock.Lock) int {
+		n := 0
+		for _, l := range locks {
+			if _, err := second.TryLock(ctx, l.Key()); err == nil {
+				n++
+			} else if !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	lostPlain, lostConfirmed := twice(plain), twice(confirmed)
+	t.Logf("after failover: %d of %d plain locks taken by a second client; %d of %d confirmed locks held, %d taken twice",
+		lostPlain, len(plain), len(confirmed), n, lostConfirmed)
+	if lostPlain == 0 {
+		t.Error("no plain lock was lost: the failover did not lose the unreplicated writes")
+	}
+	if lostConfirmed != 0 {
+		t.Errorf("%d confirmed locks were taken by a second client while held", lostConfirmed)
+	}
+}
+
+// TestClusterRWMutexAndSemaphoreUnderContention runs the read/write lock and
+// the semaphore on a cluster, six workers with a client each, names on
+// every primary: a writer is always alone, fences grow from writer to
+// writer, and no more holders than permits are ever in.
+func TestClusterRWMutexAndSemaphoreUnderContention(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const workers, rounds, permits = 6, 24, 2
+	clients := make([]*dlock.Client, workers)
+	for i := range clients {
+		clients[i] = newClusterClient(t, cluster)
+	}
+	// One name per primary.
+	var names []string
+	served := map[*redistest.Server]bool{}
+	for i := 0; len(names) < 3; i++ {
+		name := "doc" + strconv.Itoa(i)
+		if p := cluster.PrimaryOf(t, clients[0].RedisKey(name)); !served[p] {
+			served[p] = true
+			names = append(names, name)
+		}
+	}
+	retry := dlock.WithRetry(dlock.Jitter(dlock.ExponentialBackoff(time.Millisecond, 8*time.Millisecond), 0.5))
+
+	t.Run("rwmutex", func(t *testing.T) {
+		type state struct {
+			readers, writers, mostReaders int
+			fence                         uint64
+		}
+		var mu sync.Mutex
+		states := map[string]*state{}
+		for _, name := range names {
+			states[name] = &state{}
+		}
+		var bad, writes, reads atomic.Int64
+		var wg sync.WaitGroup
+		for w, c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range rounds {
+					name := names[(w+j)%len(names)]
+					m := c.RWMutex(name)
+					write := (w+j)%4 == 0
+					acquire := m.RLock
+					if write {
+						acquire = m.Lock
+					}
+					l, err := acquire(ctx, dlock.WithTTL(5*time.Second), retry)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					s := states[name]
+					if write {
+						s.writers++
+						if s.writers != 1 || s.readers != 0 || l.Fence() <= s.fence {
+							bad.Add(1)
+						}
+						s.fence = l.Fence()
+					} else {
+						s.readers++
+						s.mostReaders = max(s.mostReaders, s.readers)
+						if s.writers != 0 {
+							bad.Add(1)
+						}
+					}
+					mu.Unlock()
+					time.Sleep(200 * time.Microsecond)
+					mu.Lock()
+					if write {
+						s.writers--
+						writes.Add(1)
+					} else {
+						s.readers--
+						reads.Add(1)
+					}
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		most := 0
+		for _, s := range states {
+			most = max(most, s.mostReaders)
+		}
+		t.Logf("%d writes, %d reads on %d names on 3 primaries; at most %d readers at once; %d violations",
+			writes.Load(), reads.Load(), len(names), most, bad.Load())
+		if bad.Load() != 0 {
+			t.Errorf("%d times a writer was not alone or its fence did not grow", bad.Load())
+		}
+		if got := writes.Load() + reads.Load(); got != workers*rounds {
+			t.Errorf("%d holds, want %d", got, workers*rounds)
+		}
+	})
+
+	t.Run("semaphore", func(t *testing.T) {
+		var mu sync.Mutex
+		inside, most := map[string]int{}, map[string]int{}
+		var total atomic.Int64
+		var wg sync.WaitGroup
+		for w, c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range rounds {
+					name := names[(w+j)%len(names)]
+					l, err := c.Semaphore("{"+name+"}:pool", permits).Acquire(ctx, dlock.WithTTL(5*time.Second), retry)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					inside[name]++
+					most[name] = max(most[name], inside[name])
+					mu.Unlock()
+					time.Sleep(200 * time.Microsecond)
+					mu.Lock()
+					inside[name]--
+					mu.Unlock()
+					total.Add(1)
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("%d permits taken on %d semaphores of %d permits on 3 primaries; most holders at once per name %v",
+			total.Load(), len(names), permits, fmt.Sprint(most))
+		for name, m := range most {
+			if m > permits {
+				t.Errorf("%s: %d holders at once, permits %d", name, m, permits)
+			}
+		}
+		if total.Load() != workers*rounds {
+			t.Errorf("%d permits taken, want %d", total.Load(), workers*rounds)
+		}
+	})
+}
