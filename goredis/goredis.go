@@ -47,6 +47,7 @@ func New(rdb redis.UniversalClient) *Driver {
 // answered that the function is missing.
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.run(ctx, calls, true)
+	defer d.reloadAfterFailure(calls)
 	retry := missing(calls)
 	if len(retry) == 0 {
 		return
@@ -57,6 +58,25 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		}
 	}
 	d.run(ctx, retry, false)
+}
+
+// reloadAfterFailure has a cluster client read the cluster's slot map
+// again after a call could not reach its node: go-redis otherwise keeps
+// sending to a failed primary until its map is ten seconds old or a node
+// answers MOVED, which holds locks up for seconds after a failover.
+func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
+	c, ok := d.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	for _, call := range calls {
+		var reply redis.Error
+		if call.Err != nil && !errors.As(call.Err, &reply) &&
+			!errors.Is(call.Err, context.Canceled) && !errors.Is(call.Err, context.DeadlineExceeded) {
+			c.ReloadState(context.Background()) // lazy: go-redis reloads in the background, once at a time
+			return
+		}
+	}
 }
 
 // load loads the function library, on every primary of a cluster.
@@ -246,6 +266,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	case *redis.Client:
 		return evalWait(ctx, c, replicas, timeout, calls)
 	case *redis.ClusterClient:
+		defer d.reloadAfterFailure(calls)
 		groups := map[*redis.Client][]*dlock.Call{}
 		for _, call := range calls {
 			node, err := c.MasterForKey(ctx, call.Keys[0])

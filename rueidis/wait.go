@@ -3,6 +3,7 @@ package dlockrueidis
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -27,7 +28,7 @@ var _ dlock.Replicator = (*Driver)(nil)
 // On a cluster the calls are grouped by the primary that serves their
 // first key's slot, with one WAIT for each primary, and the primaries are
 // asked at once. The slot map comes from CLUSTER SLOTS, asked once and
-// again whenever a primary answers MOVED or ASK.
+// again whenever a primary answers MOVED or ASK, or cannot be reached.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		return evalWait(ctx, d.client, replicas, timeout, calls)
@@ -57,11 +58,14 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 			least = r.acked
 		}
 	}
+	stale := err != nil // a primary could not be reached: it may have failed over
 	for _, c := range calls {
 		if c.Err != nil && (strings.HasPrefix(c.Err.Error(), "MOVED ") || strings.HasPrefix(c.Err.Error(), "ASK ")) {
-			d.slots.Store(nil) // the map is out of date: ask again next time
-			break
+			stale = true
 		}
+	}
+	if stale {
+		d.slots.Store(nil) // the map may be out of date: ask again next time
 	}
 	if err != nil {
 		return 0, err
@@ -180,10 +184,24 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("dlockrueidis: the cluster client knows no node")
 	}
-	asked := nodes[addrs[0]]
-	entries, err := asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("CLUSTER SLOTS on %s: %w", addrs[0], err)
+	// Any node will do: ask them in turn, as one may be down.
+	var entries []rueidis.RedisMessage
+	var errs []error
+	var from string
+	for _, addr := range addrs {
+		asked := nodes[addr]
+		var err error
+		if entries, err = asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray(); err == nil {
+			from = addr
+			break
+		}
+		errs = append(errs, fmt.Errorf("CLUSTER SLOTS on %s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if from == "" {
+		return nil, errors.Join(errs...)
 	}
 	m := &slotMap{nodes: nodes}
 	for _, e := range entries {
@@ -201,7 +219,7 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 		port, _ := primary[1].AsInt64()
 		switch host {
 		case "": // the node does not know its address: the one asked does
-			host, _, _ = net.SplitHostPort(addrs[0])
+			host, _, _ = net.SplitHostPort(from)
 		case "?":
 			continue
 		}

@@ -1,0 +1,65 @@
+package dlockrueidis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	dlockrueidis "github.com/dlockio/dlock/rueidis"
+	"github.com/redis/rueidis"
+)
+
+// TestWithReplicasAfterAFailover: after a primary is killed and its
+// replica takes over, acquisitions confirmed on replicas (EvalWait, which
+// keeps a slot map of its own) reach the new primary, as plain ones do.
+func TestWithReplicasAfterAFailover(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 2) // the new primary keeps a replica
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	locks := dlock.New(dlockrueidis.New(client))
+	defer locks.Close()
+	ctx := context.Background()
+	opts := []dlock.Option{dlock.WithReplicas(1, 500*time.Millisecond), dlock.WithTTL(10 * time.Second)}
+
+	l, err := locks.TryLock(ctx, "failover", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := c.PrimaryOf(t, locks.RedisKey("failover"))
+	old.Kill(t)
+	c.AwaitFailover(t, locks.RedisKey("failover"), old, 20*time.Second)
+
+	// The lock was confirmed on a replica, so it is still held; a lock on
+	// another name of the same slot is granted by the new primary.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := locks.TryLock(ctx, "failover", opts...)
+		if err == nil {
+			t.Fatal("the lock confirmed on a replica was granted again after the failover")
+		}
+		l2, err2 := locks.TryLock(ctx, "{failover}:other", opts...)
+		if err2 == nil {
+			_ = l2.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the failover, acquisitions with WithReplicas still fail: %v", err2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Plain calls go by rueidis's own routing, which finds the new primary
+	// by itself.
+	start := time.Now()
+	for err := l.Release(ctx); err != nil; err = l.Release(ctx) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("Release 20s after the failover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("released %v after the new primary granted a lock", time.Since(start).Round(time.Millisecond))
+}
