@@ -30,26 +30,116 @@ const (
 )
 
 // waitHub delivers a client's notices to its waiting callers.
+//
+// On a driver that subscribes to shard channels (ShardedSubscriber, on a
+// Redis Cluster), the client registers in waiter sets as "s|" and its id,
+// and listens, for each lock it waits for, on the channel key + ":w:" + id
+// in the lock's own slot, where the release script sends its notice by
+// SPUBLISH. Channels stay subscribed after their last waiter leaves, up to
+// maxIdleShardChannels of them, so that a lock waited for again and again
+// costs no SSUBSCRIBE each time.
 type waitHub struct {
 	c       *Client
+	id      string
 	channel string // the client's own channel, its name in waiter sets
 
 	mu      sync.Mutex
 	sub     Subscription  // nil until the first wait, or when unsupported
+	sharded bool          // sub is a ShardedSubscriber's
 	opening chan struct{} // closed when a Subscribe under way ends
 	failed  bool          // no notices for good (unsupported, or closed)
 	queues  map[string][]*waiter
 	others  map[string][]*waiter // waiters for a lock on several names, by their other names' keys
+	shards  map[string]int       // sharded: subscribed channels, by how many waiters listen on them
+	idle    int                  // sharded: channels subscribed that no waiter listens on
 }
+
+// maxIdleShardChannels bounds the shard channels a client stays subscribed
+// to while no caller waits for their locks.
+const maxIdleShardChannels = 256
 
 // waiter is one caller waiting for a lock.
 type waiter struct {
-	wake chan struct{} // a notice came, or it became first in line
+	wake      chan struct{} // a notice came, or it became first in line
+	listening bool          // sharded: counted in the hub's shards
 }
 
 func newWaitHub(c *Client) *waitHub {
-	return &waitHub{c: c, channel: c.prefix + "client:" + newToken(),
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}}
+	id := newToken()
+	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id,
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}}
+}
+
+// member is the client's name in waiter sets.
+func (h *waitHub) member() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sharded {
+		return "s|" + h.id
+	}
+	return h.channel
+}
+
+// listen subscribes, with a sharded subscription, to the channels on which
+// the release of keys is told to w's client; unlisten lets them go.
+func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
+	h.mu.Lock()
+	if !h.sharded || h.sub == nil || w.listening {
+		h.mu.Unlock()
+		return
+	}
+	w.listening = true
+	var add []string
+	for _, k := range keys {
+		ch := k + ":w:" + h.id
+		n, ok := h.shards[ch]
+		switch {
+		case !ok:
+			add = append(add, ch)
+		case n == 0:
+			h.idle--
+		}
+		h.shards[ch] = n + 1
+	}
+	sub := h.sub
+	h.mu.Unlock()
+	if len(add) > 0 {
+		if err := sub.Subscribe(ctx, add...); err != nil {
+			h.c.log.WarnContext(ctx, "dlock: cannot subscribe to shard channels; waiting falls back to timers", "err", err)
+		}
+	}
+}
+
+func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
+	h.mu.Lock()
+	if !w.listening {
+		h.mu.Unlock()
+		return
+	}
+	w.listening = false
+	for _, k := range keys {
+		ch := k + ":w:" + h.id
+		if h.shards[ch]--; h.shards[ch] == 0 {
+			h.idle++
+		}
+	}
+	var drop []string
+	if h.idle > maxIdleShardChannels {
+		for ch, n := range h.shards {
+			if n == 0 {
+				drop = append(drop, ch)
+				delete(h.shards, ch)
+			}
+		}
+		h.idle = 0
+	}
+	sub := h.sub
+	h.mu.Unlock()
+	if len(drop) > 0 && sub != nil {
+		if err := sub.Unsubscribe(ctx, drop...); err != nil {
+			h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
+		}
+	}
 }
 
 // subscribed opens the client's subscription on first use and reports
@@ -76,19 +166,14 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 	h.opening = opening
 	h.mu.Unlock()
 
-	sub, err := h.c.driver.Subscribe(ctx, h.notify)
-	if err == nil {
-		if err = sub.Subscribe(ctx, h.channel); err != nil {
-			_ = sub.Close()
-		}
-	}
+	sub, sharded, err := h.open(ctx)
 
 	h.mu.Lock()
 	h.opening = nil
 	close(opening)
 	closed := h.failed // the client closed meanwhile
 	if err == nil && !closed {
-		h.sub = sub
+		h.sub, h.sharded = sub, sharded
 	}
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
@@ -103,6 +188,27 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 		return false
 	}
 	return true
+}
+
+// open opens the client's subscription: to shard channels where the
+// driver can, else to the client's own channel.
+func (h *waitHub) open(ctx context.Context) (sub Subscription, sharded bool, err error) {
+	if ss, ok := h.c.driver.(ShardedSubscriber); ok {
+		sub, err := ss.SubscribeSharded(ctx, h.notify)
+		if err == nil {
+			return sub, true, nil
+		}
+		if !errors.Is(err, ErrUnsupported) {
+			return nil, false, err
+		}
+	}
+	sub, err = h.c.driver.Subscribe(ctx, h.notify)
+	if err == nil {
+		if err = sub.Subscribe(ctx, h.channel); err != nil {
+			_ = sub.Close()
+		}
+	}
+	return sub, false, err
 }
 
 // notify passes a notice that lock key may be free to the first caller
@@ -250,6 +356,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		if hub.leave(keys, w) && registered && !obtained {
 			c.unwait(ctx, keys)
 		}
+		hub.unlisten(context.WithoutCancel(ctx), keys, w)
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
 	for failed := 0; ; {
@@ -263,8 +370,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		notices := hub.subscribed(ctx)
 		wa := waitArgs{}
 		if notices {
+			hub.listen(ctx, keys, w)
 			_, wa.more = hub.first(key, w)
-			wa.channel = hub.channel
+			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
@@ -327,7 +435,7 @@ func (c *Client) unwait(ctx context.Context, keys []string) {
 	defer cancel()
 	calls := make([]*Call, len(keys))
 	for i, k := range keys {
-		calls[i] = &Call{Script: scriptUnwait, Keys: []string{k, k + ":waiters"}, Args: []any{c.hub().channel}}
+		calls[i] = &Call{Script: scriptUnwait, Keys: []string{k, k + ":waiters"}, Args: []any{c.hub().member()}}
 	}
 	c.evalWith(ctx, replication{}, calls...)
 	for i, call := range calls {

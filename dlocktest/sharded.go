@@ -1,16 +1,21 @@
 package dlocktest
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
 )
 
 var shardedTests = []test{
 	{name: "Sharded", run: testSharded},
+	{name: "ShardedWake", run: testShardedWake},
 }
 
 // testSharded: a driver that implements dlock.ShardedSubscriber delivers
@@ -82,5 +87,65 @@ func (e *env) awaitShardNumsub(t testing.TB, ch string, want int) {
 	await(t, "shard subscribers of "+ch, func() bool {
 		r := e.primaryOf(t, ch).Do(t, "PUBSUB", "SHARDNUMSUB", ch)
 		return r == ch+"\n"+strconv.Itoa(want)
+	})
+}
+
+// testShardedWake: on a cluster, a client whose driver subscribes to shard
+// channels is woken by the release of a lock through SPUBLISH in the lock's
+// slot, and nothing is published cluster-wide.
+func testShardedWake(t *testing.T, e *env) {
+	if _, ok := e.driver(t).(dlock.ShardedSubscriber); !ok || e.dep.Topology != Cluster {
+		t.Skip("notices go by PUBLISH off a cluster, or without a ShardedSubscriber")
+	}
+	ctx := timeout(t)
+	holder, waiter := e.client(t), e.client(t)
+	e.onPrimaries(t, "CONFIG", "RESETSTAT")
+	for round := range 3 {
+		held, err := holder.TryLock(ctx, "sharded-wake", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		registered := make(chan struct{})
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, wakeBeat*8/10)
+			defer cancel()
+			var once sync.Once
+			l, err := waiter.Lock(ctx, "sharded-wake", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+				dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		receive(t, registered, "first refused attempt of the waiter")
+		e.awaitShardSubscribed(t, waiter.RedisKey("sharded-wake"))
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := receive(t, got, "end of the waiter"); err != nil {
+			t.Fatalf("round %d: waiter not woken by the release: %v", round, err)
+		}
+	}
+	if n := e.calls(t, "spublish"); n < 3 {
+		t.Errorf("%d SPUBLISH, want one a release", n)
+	}
+	if n := e.calls(t, "publish"); n != 0 {
+		t.Errorf("%d PUBLISH, want none", n)
+	}
+}
+
+// awaitShardSubscribed waits until a shard channel of lock key has a
+// subscriber on the key's primary.
+func (e *env) awaitShardSubscribed(t testing.TB, key string) {
+	t.Helper()
+	srv := e.primaryOf(t, key)
+	await(t, "a shard subscriber for "+key, func() bool {
+		for _, ch := range strings.Split(srv.Do(t, "PUBSUB", "SHARDCHANNELS", key+":w:*"), "\n") {
+			if ch != "" {
+				return true
+			}
+		}
+		return false
 	})
 }
