@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -98,8 +99,8 @@ func (e *env) readSlots(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"a", "dlock:{orders:42}", "{}x", "x{}{y}", "\xff"} {
-		if got := e.primaries[0].Do(t, "CLUSTER", "KEYSLOT", key); got != strconv.Itoa(keySlot(key)) {
-			t.Fatalf("dlocktest: slot of %q is %s, computed %d", key, got, keySlot(key))
+		if got := e.primaries[0].Do(t, "CLUSTER", "KEYSLOT", key); got != strconv.Itoa(keyslot.Of(key)) {
+			t.Fatalf("dlocktest: slot of %q is %s, computed %d", key, got, keyslot.Of(key))
 		}
 	}
 }
@@ -135,7 +136,7 @@ func (e *env) primaryOf(t testing.TB, key string) *redistest.Server {
 	if e.owner == nil {
 		return e.primaries[0]
 	}
-	slot := keySlot(key)
+	slot := keyslot.Of(key)
 	for _, r := range e.owner {
 		if r.lo <= slot && slot <= r.hi {
 			return r.srv
@@ -156,28 +157,6 @@ func (e *env) tagOn(t testing.TB, srv *redistest.Server) string {
 	}
 	t.Fatalf("dlocktest: no hash tag found for %s", srv.Addr())
 	return ""
-}
-
-// keySlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag,
-// or of the whole key if it has none, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
 }
 
 // do runs a command about key on the primary that holds it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/rueidis"
 )
 
@@ -139,7 +140,7 @@ func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, e
 			keyless = append(keyless, call)
 			continue
 		}
-		addr := m.owner(keySlot(call.Keys[0]))
+		addr := m.owner(keyslot.Of(call.Keys[0]))
 		node, ok := m.nodes[addr]
 		if !ok {
 			d.slots.Store(nil)
@@ -213,28 +214,6 @@ func (m *slotMap) owner(slot int) string {
 		return m.ranges[i].addr
 	}
 	return ""
-}
-
-// keySlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag,
-// or of the whole key if it has none, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
 }
 
 func failAll(calls []*dlock.Call, err error) {
