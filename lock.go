@@ -266,7 +266,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.keys[0], o, try, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), o, try, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -576,6 +576,16 @@ func (l *Lock) currentTTL() time.Duration {
 }
 
 func (l *Lock) lockKeys() []string { return l.held }
+
+// nameKeys are the Redis keys of the lock's names, the keys its waiters
+// register at and its notices name.
+func (l *Lock) nameKeys() []string {
+	keys := make([]string, len(l.names))
+	for i, name := range l.names {
+		keys[i] = l.c.RedisKey(name)
+	}
+	return keys
+}
 
 // releaseKeys are the keys of the release script: for an exclusive lock the
 // lock keys and their waiter sets.

@@ -14,8 +14,11 @@ import (
 // of the client that registered first, so a release wakes one client, not
 // all of them. Inside a client, the callers waiting for one lock queue in
 // arrival order and only the first of them makes attempts; the others take
-// their turn as it leaves. Notices can be lost and holders can die, so a
-// waiter also wakes at the holder's expiry and at least every waitBeat.
+// their turn as it leaves. A lock on several names queues by its first
+// name, and a notice about any of its names wakes it: the attempt it
+// refused registers at the name that was held. Notices can be lost and
+// holders can die, so a waiter also wakes at the holder's expiry and at
+// least every waitBeat.
 
 const (
 	// waitBeat bounds how long a waiter sleeps without trying again. It
@@ -36,6 +39,7 @@ type waitHub struct {
 	opening chan struct{} // closed when a Subscribe under way ends
 	failed  bool          // no notices for good (unsupported, or closed)
 	queues  map[string][]*waiter
+	others  map[string][]*waiter // waiters for a lock on several names, by their other names' keys
 }
 
 // waiter is one caller waiting for a lock.
@@ -44,7 +48,8 @@ type waiter struct {
 }
 
 func newWaitHub(c *Client) *waitHub {
-	return &waitHub{c: c, channel: c.prefix + "client:" + newToken(), queues: map[string][]*waiter{}}
+	return &waitHub{c: c, channel: c.prefix + "client:" + newToken(),
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}}
 }
 
 // subscribed opens the client's subscription on first use and reports
@@ -101,22 +106,31 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 }
 
 // notify passes a notice that lock key may be free to the first caller
-// waiting for it.
+// waiting for it, and to the callers waiting for locks on several names of
+// which key is one. (Only the first in line of those acts on it; the others
+// look whether they are first and sleep again.)
 func (h *waitHub) notify(_, key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if q := h.queues[key]; len(q) > 0 {
 		q[0].signal()
 	}
+	for _, w := range h.others[key] {
+		w.signal()
+	}
 }
 
-// join puts a caller in line for lock key.
-func (h *waitHub) join(key string) *waiter {
+// join puts a caller in line for the lock whose keys are keys: in the
+// queue of the first, and told of notices about the others.
+func (h *waitHub) join(keys []string) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1)}
 	h.mu.Lock()
-	h.queues[key] = append(h.queues[key], w)
-	if len(h.queues[key]) == 1 {
+	h.queues[keys[0]] = append(h.queues[keys[0]], w)
+	if len(h.queues[keys[0]]) == 1 {
 		w.signal()
+	}
+	for _, k := range keys[1:] {
+		h.others[k] = append(h.others[k], w)
 	}
 	h.mu.Unlock()
 	return w
@@ -131,25 +145,36 @@ func (h *waitHub) first(key string, w *waiter) (first, more bool) {
 	return len(q) > 0 && q[0] == w, len(q) > 1
 }
 
-// leave takes w out of line for key and lets the next caller try at once.
-// It reports whether w was the last in line.
-func (h *waitHub) leave(key string, w *waiter) (last bool) {
+// leave takes w out of line for the lock whose keys are keys and lets the
+// next caller try at once. It reports whether w was the last in line.
+func (h *waitHub) leave(keys []string, w *waiter) (last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.queues[key]
-	for i, x := range q {
-		if x == w {
-			q = append(q[:i], q[i+1:]...)
-			break
+	for _, k := range keys[1:] {
+		if o := without(h.others[k], w); len(o) > 0 {
+			h.others[k] = o
+		} else {
+			delete(h.others, k)
 		}
 	}
+	q := without(h.queues[keys[0]], w)
 	if len(q) == 0 {
-		delete(h.queues, key)
+		delete(h.queues, keys[0])
 		return true
 	}
-	h.queues[key] = q
+	h.queues[keys[0]] = q
 	q[0].signal()
 	return false
+}
+
+// without removes w from ws.
+func without(ws []*waiter, w *waiter) []*waiter {
+	for i, x := range ws {
+		if x == w {
+			return append(ws[:i], ws[i+1:]...)
+		}
+	}
+	return ws
 }
 
 func (h *waitHub) close() {
@@ -205,24 +230,25 @@ type waitArgs struct {
 // held, any other error when the outcome is unknown or final.
 type attempt func(ctx context.Context, wa waitArgs) (holderTTL time.Duration, err error)
 
-// waitFor makes attempts until one obtains the lock whose key is key, as
-// Lock describes: woken by notices when the driver can subscribe, by the
-// retry strategy's waits otherwise, and always at the holder's expiry.
-// abandon is called with the last error when it gives up; uncertain tells
-// it whether an attempt may have taken the lock unseen.
-func (c *Client) waitFor(ctx context.Context, key string, o *options, try attempt, abandon func(uncertain bool, err error) error) error {
+// waitFor makes attempts until one obtains the lock whose keys (one a
+// name) are keys, as Lock describes: woken by notices when the driver can
+// subscribe, by the retry strategy's waits otherwise, and always at the
+// holder's expiry. abandon is called with the last error when it gives up;
+// uncertain tells it whether an attempt may have taken the lock unseen.
+func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try attempt, abandon func(uncertain bool, err error) error) error {
+	key := keys[0]
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.maxWait)
 		defer cancel()
 	}
 	hub := c.hub()
-	w := hub.join(key)
+	w := hub.join(keys)
 	registered, obtained := false, false
 	defer func() {
-		// The attempt that obtains the lock also leaves the waiter set.
-		if hub.leave(key, w) && registered && !obtained {
-			c.unwait(ctx, key)
+		// The attempt that obtains the lock also leaves the waiter sets.
+		if hub.leave(keys, w) && registered && !obtained {
+			c.unwait(ctx, keys)
 		}
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
@@ -292,12 +318,21 @@ func (c *Client) hub() *waitHub {
 	return c.waits
 }
 
-// unwait takes the client out of lock key's waiter set after its last
-// caller gave up, passing on any notice it received and did not use.
-func (c *Client) unwait(ctx context.Context, key string) {
+// unwait takes the client out of the waiter sets of locks keys after its
+// last caller gave up, passing on any notice it received and did not use.
+// A lock on several names was registered at whichever name refused it, so
+// every name's set is left, in one pipeline.
+func (c *Client) unwait(ctx context.Context, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := c.eval(ctx, scriptUnwait, []string{key, key + ":waiters"}, c.hub().channel); err != nil {
-		c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "key", key, "err", err)
+	calls := make([]*Call, len(keys))
+	for i, k := range keys {
+		calls[i] = &Call{Script: scriptUnwait, Keys: []string{k, k + ":waiters"}, Args: []any{c.hub().channel}}
+	}
+	c.evalWith(ctx, replication{}, calls...)
+	for i, call := range calls {
+		if call.Err != nil {
+			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "key", keys[i], "err", call.Err)
+		}
 	}
 }

@@ -28,19 +28,52 @@ func awaitWaiting(t *testing.T, c *dlock.Client, name string, n int) {
 // can let it in.
 func TestReleaseWakesTheWaiter(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	held, err := e.c.TryLock(ctx, "notice", dlock.WithTTL(time.Minute))
+	held, err := e.c.TryLock(context.Background(), "notice", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiter := e.newClient(t)
+	err = wokenByRelease(t, held, func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+		return waiter.Lock(ctx, "notice", opts...)
+	})
+	if err != nil {
+		t.Fatalf("waiter not woken by the release: %v", err)
+	}
+}
+
+// TestReleaseOfAnyNameWakesAMultiKeyWaiter: as TestReleaseWakesTheWaiter,
+// for a lock on two names of which the second is held: the waiter queues
+// by the first name and registers at the second, whose release wakes it.
+func TestReleaseOfAnyNameWakesAMultiKeyWaiter(t *testing.T) {
+	e := newEnv(t)
+	held, err := e.c.TryLock(context.Background(), "second", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	err = wokenByRelease(t, held, func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+		return waiter.LockMulti(ctx, []string{"first", "second"}, opts...)
+	})
+	if err != nil {
+		t.Fatalf("waiter not woken by the release of its second name: %v", err)
+	}
+}
+
+// wokenByRelease runs lock in the background with a retry strategy that
+// would not retry for an hour and a context that ends before the periodic
+// wake-up, releases held once lock's first attempt was refused, and
+// returns lock's error (or its Release's): nil only if the release's
+// notice woke it.
+func wokenByRelease(t *testing.T, held *dlock.Lock, lock func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)) error {
+	t.Helper()
+	ctx := context.Background()
 	registered := make(chan struct{})
 	got := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, dlock.WaitBeat*8/10)
 		defer cancel()
 		var once sync.Once
-		l, err := waiter.Lock(ctx, "notice", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+		l, err := lock(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
 			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
 		if err == nil {
 			err = l.Release(ctx)
@@ -51,8 +84,27 @@ func TestReleaseWakesTheWaiter(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter not woken by the release: %v", err)
+	return <-got
+}
+
+// TestAMultiKeyWaiterThatGivesUpLeavesTheWaiterSet: a waiter for two names
+// registered at the held one takes its registration back when it gives up.
+func TestAMultiKeyWaiterThatGivesUpLeavesTheWaiterSet(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.c.TryLock(ctx, "taken", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := e.newClient(t).LockMulti(wctx, []string{"free", "taken"}); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want ErrNotObtained", err)
+	}
+	if got := e.srv.Do(t, "ZCARD", "dlock:{taken}:waiters"); got != "0" {
+		t.Errorf("%s clients registered after the only waiter gave up, want 0", got)
+	}
+	if e.exists(t, "dlock:{free}") {
+		t.Error("the free name was left taken")
 	}
 }
 
