@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -20,6 +21,11 @@ type Client struct {
 	log    *slog.Logger
 	hooks  []Hooks
 	batch  batcher
+
+	// cluster is set once the server refused a lock's call on names in
+	// several hash slots (CROSSSLOT): from then on such locks are split by
+	// slot from the start (see slots.go).
+	cluster atomic.Bool
 
 	mu     sync.Mutex
 	wd     *watchdog // started by the first lock that refreshes automatically

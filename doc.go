@@ -61,6 +61,11 @@
 //
 // TryLockMulti and LockMulti obtain a lock on several names all or nothing,
 // in one atomic script; Release, Refresh and TTL then act on all of them.
+// On Redis Cluster, names in several hash slots are taken slot by slot, in
+// an order every client shares, and a refused attempt gives back what it
+// took: not atomic (others may briefly see names taken by an attempt that
+// then gives them up), but never left half taken, and each name has one
+// holder at a time.
 //
 // # Fencing
 //

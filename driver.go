@@ -21,7 +21,9 @@ type Driver interface {
 	// routed by its first key. Replies are converted to nil (a nil reply),
 	// int64, string, or []any of those; an error reply or a failure to send
 	// is stored in Call.Err. An error reply inside an array reply is an
-	// error value in the []any.
+	// error value in the []any. The text of an error reply is the server's:
+	// dlock learns that it talks to Redis Cluster from a reply that starts
+	// with "CROSSSLOT".
 	Eval(ctx context.Context, calls ...*Call)
 
 	// Subscribe opens a pub/sub connection that calls notify with the

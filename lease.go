@@ -20,11 +20,12 @@ type lease struct {
 	repl replication // confirm acquire and refreshes on replicas
 	hook *hooked     // the client's hooks; nil when it has none, or for an attached lock
 
-	// refreshCall builds the call that extends the lease to ttl; refreshed
-	// reads its reply: nil when extended, an error wrapping ErrNotHeld when
-	// the lock is gone, any other error when the outcome is unknown.
-	refreshCall func(ttl time.Duration) *Call
-	refreshed   func(call *Call) error
+	// refreshCall builds the calls that extend the lease to ttl (one, or
+	// one for each slot of a lock split by slot); refreshed reads their
+	// replies: nil when extended, an error wrapping ErrNotHeld when the
+	// lock is gone, any other error when the outcome is unknown.
+	refreshCall func(ttl time.Duration) []*Call
+	refreshed   func(calls []*Call) error
 
 	mu       sync.Mutex
 	ttl      time.Duration

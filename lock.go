@@ -1,11 +1,13 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -21,7 +23,11 @@ type Lock struct {
 	keys  []string // the keys of the acquire script: for an exclusive lock the lock keys, then their fence keys, then their waiter sets
 	held  []string // the keys of the refresh and ttl scripts
 	rel   []string // the keys of the release script
-	req   string   // this acquisition's request token
+	// parts is set for an exclusive lock whose names lie in several Redis
+	// Cluster hash slots on a cluster (see split): each script then runs
+	// once for each part, not once on keys, held and rel.
+	parts []part
+	req   string // this acquisition's request token
 	owner string
 
 	// extra returns the kind's acquire arguments after the common ones; nil
@@ -95,14 +101,29 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 }
 
 // TryLockMulti obtains the exclusive locks on all of names, or none of them,
-// in one atomic round trip. On Redis Cluster all names must share one hash
-// slot (give them a common hash tag, such as "{order:42}:pay" and
-// "{order:42}:ship").
+// and returns ErrNotObtained at once if any is held. On a single server,
+// and on Redis Cluster when the names share one hash slot (a common hash
+// tag, such as "{order:42}:pay" and "{order:42}:ship"), that takes one
+// atomic round trip.
+//
+// On Redis Cluster, names in several slots cannot be taken atomically. The
+// client learns it is on a cluster from the first such request the server
+// refuses, and from then on takes the names slot by slot, one round trip
+// for each slot, in an order that is the same for every client (by slot
+// number, then by key), so that callers locking overlapping names cannot
+// deadlock. If a slot's names are refused, those taken before are released
+// before TryLockMulti returns: nothing is left taken, but other clients
+// may briefly see some names taken by the attempt that then gave them up.
+// Each name is still held by one holder at a time. Release, Refresh, TTL
+// and the automatic refresh act on every slot, in one pipeline.
 func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive(names))
 }
 
-// LockMulti is TryLockMulti that waits as Lock does.
+// LockMulti is TryLockMulti that waits as Lock does: a notice about any of
+// the names wakes it. Across cluster slots, an attempt that is refused
+// gives back what it took before it waits, so it holds nothing while it
+// waits, and tries again from the first slot.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive(names))
 }
@@ -137,6 +158,10 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	}
 	start := time.Now()
 	left, err := l.inspect(ctx)
+	if l.splitIfRefused(err) {
+		start = time.Now()
+		left, err = l.inspect(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +174,7 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 	if len(names) == 0 {
 		return nil, ErrNoKeys
 	}
-	keys := make([]string, 3*len(names))
+	locks := make([]string, len(names))
 	seen := make(map[string]bool, len(names))
 	for i, name := range names {
 		if err := checkName(name); err != nil {
@@ -159,18 +184,14 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, name)
 		}
 		seen[name] = true
-		keys[i] = c.RedisKey(name)
-		keys[len(names)+i] = keys[i] + ":fence"
-		keys[2*len(names)+i] = keys[i] + ":waiters"
+		locks[i] = c.RedisKey(name)
 	}
-	n := len(names)
-	rel := make([]string, 0, 3*n) // the locks, their waiter sets, their release markers
-	rel = append(append(rel, keys[:n]...), keys[2*n:]...)
-	for _, k := range keys[:n] {
-		rel = append(rel, k+":released")
+	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), req: token, token: token,
+		owner: o.owner, meta: o.metadata}
+	l.keys, l.held, l.rel = exclusiveKeys(locks)
+	if c.cluster.Load() {
+		l.parts = l.split()
 	}
-	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), keys: keys, held: keys[:n],
-		rel: rel, req: token, token: token, owner: o.owner, meta: o.metadata}
 	l.init(c, o)
 	return l, nil
 }
@@ -184,24 +205,42 @@ func (c *Client) exclusive(names []string) func(token string, o *options) (*Lock
 // by the kind's script.
 func (l *Lock) init(c *Client, o *options) {
 	l.lease.init(c, l.describe(), o)
-	l.refreshCall = func(ttl time.Duration) *Call {
+	l.refreshCall = func(ttl time.Duration) []*Call {
 		l.mu.Lock()
 		token := l.token
 		l.mu.Unlock()
-		return &Call{Script: l.kind.refresh, Keys: l.lockKeys(), Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
-	}
-	l.refreshed = func(call *Call) error {
-		if call.Err != nil {
-			return l.holdError(call.Err)
+		units := l.units()
+		calls := make([]*Call, len(units))
+		for i, p := range units {
+			calls[i] = &Call{Script: l.kind.refresh, Keys: p.held, Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
 		}
-		switch i, ok := call.Val.(int64); {
-		case !ok:
-			return l.badReply(call.Val)
-		case i > 0:
-			return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, l.nameAt(i))
-		}
-		return nil
+		return calls
 	}
+	l.refreshed = func(calls []*Call) error {
+		var failed error
+		for i, p := range l.units() {
+			err := l.refreshedPart(p, calls[i])
+			if errors.Is(err, ErrNotHeld) {
+				return err // lost, whatever the other parts answered
+			}
+			failed = cmp.Or(failed, err)
+		}
+		return failed
+	}
+}
+
+// refreshedPart reads the reply of the refresh of one part.
+func (l *Lock) refreshedPart(p part, call *Call) error {
+	if call.Err != nil {
+		return l.holdError(p, call.Err)
+	}
+	switch i, ok := call.Val.(int64); {
+	case !ok:
+		return l.badReply(call.Val)
+	case i > 0:
+		return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, p.name(l.names, i))
+	}
+	return nil
 }
 
 // obtain makes attempts to acquire the Lock that build returns until one
@@ -280,42 +319,9 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) {
 	start := time.Now()
 	ttl := l.currentTTL()
-	more := "0"
-	if wa.more {
-		more = "1"
-	}
-	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, more, waitLease.Milliseconds()}
-	if l.extra != nil {
-		args = append(args, l.extra()...)
-	}
-	call := &Call{Script: l.kind.acquire, Keys: l.keys, Args: args}
-	l.c.evalWith(ctx, l.repl, call)
-	v, err := call.Val, call.Err
+	token, fences, holderTTL, err := l.take(ctx, ttl, wa)
 	if err != nil {
-		return 0, l.replyError(err)
-	}
-	r, ok := v.([]any)
-	if !ok || len(r) < 2 {
-		return 0, l.badReply(v)
-	}
-	if got, _ := r[0].(int64); got == 0 {
-		// {0, pttl, i}, and for kinds that record waiters whether this
-		// attempt did.
-		if len(r) != 3 && len(r) != 4 {
-			return 0, l.badReply(v)
-		}
-		if len(r) == 4 {
-			queued, _ := r[3].(int64)
-			l.enqueued = l.enqueued || queued == 1
-		}
-		pttl, _ := r[1].(int64)
-		i, _ := r[2].(int64)
-		return time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q is held", ErrNotObtained, l.nameAt(i))
-	}
-	token, _ := r[1].(string)
-	fences, ok := int64s(r[2:])
-	if token == "" || !ok || len(fences) != len(l.names) {
-		return 0, l.badReply(v)
+		return holderTTL, err
 	}
 	deadline := start.Add(ttl - drift(ttl))
 	if !time.Now().Before(deadline) {
@@ -329,6 +335,64 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	l.mu.Unlock()
 	l.start(start, deadline)
 	return 0, nil
+}
+
+// take runs the acquire script: once on all of the lock's names, or, for a
+// lock split by slot, once for each part (see takeParts). It returns the
+// token the names are held with and their fences.
+func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token string, fences []uint64, holderTTL time.Duration, err error) {
+	if l.parts == nil {
+		token, fences, holderTTL, err = l.takePart(ctx, part{keys: l.keys}, l.acquireArgs(ttl, wa))
+		if !l.splitIfRefused(err) {
+			return token, fences, holderTTL, err
+		}
+	}
+	return l.takeParts(ctx, ttl, wa)
+}
+
+// acquireArgs returns the arguments of the acquire script.
+func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
+	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, flag(wa.more), waitLease.Milliseconds()}
+	if l.extra != nil {
+		args = append(args, l.extra()...)
+	}
+	return args
+}
+
+// takePart runs the acquire script on the names of p. When one is held by
+// another, it returns ErrNotObtained and how long the holder's lock has
+// left.
+func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, holderTTL time.Duration, err error) {
+	call := &Call{Script: l.kind.acquire, Keys: p.keys, Args: args}
+	l.c.evalWith(ctx, l.repl, call)
+	v, err := call.Val, call.Err
+	if err != nil {
+		return "", nil, 0, l.replyError(p, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) < 2 {
+		return "", nil, 0, l.badReply(v)
+	}
+	if got, _ := r[0].(int64); got == 0 {
+		// {0, pttl, i}, and for kinds that record waiters whether this
+		// attempt did.
+		if len(r) != 3 && len(r) != 4 {
+			return "", nil, 0, l.badReply(v)
+		}
+		if len(r) == 4 {
+			queued, _ := r[3].(int64)
+			l.enqueued = l.enqueued || queued == 1
+		}
+		pttl, _ := r[1].(int64)
+		i, _ := r[2].(int64)
+		return "", nil, time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q is held", ErrNotObtained, p.name(l.names, i))
+	}
+	token, _ = r[1].(string)
+	fences, ok = int64s(r[2:])
+	if token == "" || !ok || len(fences) != p.size(l.names) {
+		return "", nil, 0, l.badReply(v)
+	}
+	return token, fences, 0, nil
 }
 
 // abandon ends a failed acquisition. If an attempt may have taken the lock
@@ -355,8 +419,14 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	if l.kind.modeArg {
 		args = append(args, "1") // the shared release script takes back a pending acquire too
 	}
-	if _, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), args...); err != nil && logFailure {
-		l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", err)
+	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
+		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
+	})
+	for _, call := range calls {
+		if call.Err != nil && logFailure {
+			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
+			return
+		}
 	}
 }
 
@@ -406,23 +476,29 @@ func (l *Lock) release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
 	}
-	args := l.kind.args(token, l.owner)
-	if l.kind.releaseID {
-		// A client library may send the request again after a lost reply;
-		// the id lets the script tell the repeat from a second release.
-		args = append(args, newToken())
-	}
-	v, err := l.c.eval(ctx, l.kind.release, l.releaseKeys(), args...)
-	missing, ok := v.(int64)
-	switch {
-	case err != nil:
-		if err = l.holdError(err); !errors.Is(err, ErrNotHeld) {
-			return err
+	args := l.releaseArgs(token)
+	units := l.units()
+	calls := l.send(ctx, replication{}, units, func(p part) *Call {
+		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
+	})
+	var err, failed error // not held; the outcome unknown
+	for i, call := range calls {
+		missing, ok := call.Val.(int64)
+		switch {
+		case call.Err != nil:
+			if e := l.holdError(units[i], call.Err); errors.Is(e, ErrNotHeld) {
+				err = cmp.Or(err, e)
+			} else {
+				failed = cmp.Or(failed, e)
+			}
+		case !ok:
+			failed = cmp.Or(failed, l.badReply(call.Val))
+		case missing > 0:
+			err = cmp.Or(err, fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what))
 		}
-	case !ok:
-		return l.badReply(v)
-	case missing > 0:
-		err = fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what)
+	}
+	if failed != nil {
+		return failed
 	}
 	l.mu.Lock()
 	l.released = true
@@ -449,9 +525,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	call := l.refreshCall(ttl)
-	l.c.evalWith(ctx, l.repl, call)
-	err := l.refreshed(call)
+	calls := l.refreshCall(ttl)
+	l.c.evalWith(ctx, l.repl, calls...)
+	err := l.refreshed(calls)
 	if l.hook != nil {
 		l.hook.refresh(ctx, err)
 	}
@@ -496,24 +572,42 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 	l.mu.Lock()
 	token := l.token
 	l.mu.Unlock()
-	v, err := l.c.eval(ctx, l.kind.ttl, l.lockKeys(), l.kind.args(token, l.owner)...)
-	if err != nil {
-		return 0, l.holdError(err)
+	units := l.units()
+	calls := l.send(ctx, replication{}, units, func(p part) *Call {
+		return &Call{Script: l.kind.ttl, Keys: p.held, Args: l.kind.args(token, l.owner)}
+	})
+	least, meta, fences := int64(-1), "", make([]uint64, len(l.names))
+	for i, call := range calls {
+		p := units[i]
+		if call.Err != nil {
+			return 0, l.holdError(p, call.Err)
+		}
+		r, _ := call.Val.([]any)
+		if len(r) == 0 {
+			return 0, l.badReply(call.Val)
+		}
+		pttl, _ := r[0].(int64)
+		if pttl == -2 {
+			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.what)
+		}
+		if len(r) != 2+p.size(l.names) {
+			return 0, l.badReply(call.Val)
+		}
+		f, ok := int64s(r[2:])
+		if !ok {
+			return 0, l.badReply(call.Val)
+		}
+		if least < 0 || pttl < least {
+			least = pttl // as the script takes the least of its names'
+		}
+		if m, _ := r[1].(string); p.at == nil || slices.Contains(p.at, 0) {
+			meta = m // the first name's
+		}
+		for j, fence := range f {
+			fences[p.index(j)] = fence
+		}
 	}
-	r, _ := v.([]any)
-	if len(r) == 0 {
-		return 0, l.badReply(v)
-	}
-	pttl, _ := r[0].(int64)
-	if pttl == -2 {
-		return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.what)
-	}
-	meta, _ := r[1].(string)
-	fences, ok := int64s(r[2:])
-	if len(r) != 2+len(l.names) || !ok {
-		return 0, l.badReply(v)
-	}
-	left := max(time.Duration(pttl)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
+	left := max(time.Duration(least)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
 	l.mu.Lock()
 	l.meta, l.fences = meta, fences
 	l.mu.Unlock()
@@ -575,8 +669,6 @@ func (l *Lock) currentTTL() time.Duration {
 	return l.ttl
 }
 
-func (l *Lock) lockKeys() []string { return l.held }
-
 // nameKeys are the Redis keys of the lock's names, the keys its waiters
 // register at and its notices name.
 func (l *Lock) nameKeys() []string {
@@ -587,16 +679,15 @@ func (l *Lock) nameKeys() []string {
 	return keys
 }
 
-// releaseKeys are the keys of the release script: for an exclusive lock the
-// lock keys and their waiter sets.
-func (l *Lock) releaseKeys() []string { return l.rel }
-
-// nameAt returns the name at a script's 1-based key index.
-func (l *Lock) nameAt(i int64) string {
-	if i >= 1 && int(i) <= len(l.names) {
-		return l.names[i-1]
+// releaseArgs returns the arguments of a release with token.
+func (l *Lock) releaseArgs(token string) []any {
+	args := l.kind.args(token, l.owner)
+	if l.kind.releaseID {
+		// A client library may send the request again after a lost reply;
+		// the id lets the script tell the repeat from a second release.
+		args = append(args, newToken())
 	}
-	return l.names[0]
+	return args
 }
 
 func (l *Lock) describe() string {
@@ -610,15 +701,16 @@ func (l *Lock) describe() string {
 	return s
 }
 
-// replyError turns a failed script call on the lock into a dlock error.
-func (l *Lock) replyError(err error) error {
-	return scriptError(err, l.keys[0], l.nameAt)
+// replyError turns a failed script call on part p of the lock into a dlock
+// error.
+func (l *Lock) replyError(p part, err error) error {
+	return scriptError(err, p.keys[0], func(i int64) string { return p.name(l.names, i) })
 }
 
 // holdError is replyError for the scripts that act on the hold: a token
 // that holds the name in another mode means this lock is not held.
-func (l *Lock) holdError(err error) error {
-	err = l.replyError(err)
+func (l *Lock) holdError(p part, err error) error {
+	err = l.replyError(p, err)
 	if errors.Is(err, ErrModeMismatch) {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -362,6 +363,45 @@ func TestMultiKeyIsAllOrNothing(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		if e.exists(t, "dlock:{"+k+"}") {
 			t.Errorf("%s left behind", k)
+		}
+	}
+}
+
+// TestMultiKeyAcrossSlotsOnOneServerIsOneRoundTrip: a single server runs a
+// script on keys of any slots, so names in different cluster slots are
+// still taken, refused and released atomically, one round trip each.
+func TestMultiKeyAcrossSlotsOnOneServerIsOneRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	names := []string{"a", "b", "c"}
+	if keyslot.Of(e.c.RedisKey("a")) == keyslot.Of(e.c.RedisKey("b")) {
+		t.Fatal("the names share a slot")
+	}
+	blocker, err := e.newClient(t).TryLock(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.drv.trips.Load()
+	if _, err := e.c.TryLockMulti(ctx, names); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want ErrNotObtained", err)
+	}
+	if n := e.drv.trips.Load() - before; n != 1 {
+		t.Errorf("refused attempt: %d round trips, want 1", n)
+	}
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		before = e.drv.trips.Load()
+		l, err := e.c.TryLockMulti(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.drv.trips.Load() - before; n != 2 {
+			t.Errorf("acquire and release: %d round trips, want 2", n)
 		}
 	}
 }

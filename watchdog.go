@@ -31,7 +31,8 @@ type watchdog struct {
 }
 
 const (
-	// refreshBatch is the most refresh calls sent in one pipeline.
+	// refreshBatch is the most leases refreshed in one pipeline (a lock
+	// split by cluster slot sends a call for each slot).
 	refreshBatch = 1000
 	// earlyFraction of its interval is how early a lease may be refreshed
 	// to join a batch that is going out anyway.
@@ -129,7 +130,7 @@ func (w *watchdog) refresh(ctx context.Context, due []*lease) {
 
 func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	now := time.Now()
-	calls := make([]*Call, 0, len(batch))
+	calls := make([][]*Call, 0, len(batch))
 	sent := make([]*lease, 0, len(batch))
 	ttls := make([]time.Duration, 0, len(batch))
 	lasts := make([]bool, 0, len(batch))
@@ -182,12 +183,12 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	}
 }
 
-// send sends the refresh calls in one pipeline, but for the leases that
-// confirm on replicas, which go in one pipeline for each setting.
-func (w *watchdog) send(ctx context.Context, leases []*lease, calls []*Call) {
+// send sends the leases' refresh calls in one pipeline, but for the leases
+// that confirm on replicas, which go in one pipeline for each setting.
+func (w *watchdog) send(ctx context.Context, leases []*lease, calls [][]*Call) {
 	groups := map[replication][]*Call{}
 	for i, s := range leases {
-		groups[s.repl] = append(groups[s.repl], calls[i])
+		groups[s.repl] = append(groups[s.repl], calls[i]...)
 	}
 	for r, calls := range groups {
 		w.c.evalWith(ctx, r, calls...)

@@ -15,6 +15,7 @@ import (
 var lockTests = []test{
 	{name: "TryLockAndRelease", run: testTryLockAndRelease},
 	{name: "Multi", run: testMulti},
+	{name: "MultiAcrossSlots", run: testMultiAcrossSlots},
 	{name: "WrongType", run: testWrongType},
 	{name: "WokenByRelease", run: testWokenByRelease},
 	{name: "TakesOverAtExpiry", run: testTakesOverAtExpiry},
@@ -138,6 +139,61 @@ func testMulti(t *testing.T, e *env) {
 	}
 	if err := again.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testMultiAcrossSlots locks names in different hash slots (on a cluster,
+// on different primaries): all or nothing on every topology, atomically
+// where one server holds them all, slot by slot on a cluster.
+func testMultiAcrossSlots(t *testing.T, e *env) {
+	ctx := timeout(t)
+	a, b := e.client(t), e.client(t)
+	names := []string{"x", "y", "z"}
+	if onCluster(e) {
+		for i, p := range e.primaries {
+			names[i] = e.tagOn(t, p)
+		}
+	}
+	blocker, err := b.TryLock(ctx, names[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryLockMulti(ctx, names); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLockMulti over a held name: err = %v, want ErrNotObtained", err)
+	}
+	checkFree(t, b, names[0], names[2])
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.TryLockMulti(ctx, names, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := l.Fences(); len(f) != 3 || slices.Contains(f, 0) {
+		t.Errorf("fences %v", f)
+	}
+	for _, name := range names {
+		if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("TryLock(%q) of a held name: err = %v, want ErrNotObtained", name, err)
+		}
+	}
+	if err := l.Refresh(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	checkTTL(t, l, 20*time.Second)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkFree(t, b, names...)
+}
+
+// checkFree fails t unless every one of names is free.
+func checkFree(t *testing.T, c *dlock.Client, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if info, err := c.Inspect(timeout(t), name); err != nil || info.Kind != dlock.KindNone {
+			t.Errorf("%q: %+v, %v; want it free", name, info, err)
+		}
 	}
 }
 

@@ -1,0 +1,429 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/keyslot"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterEnv is a Redis Cluster of three primaries and names whose locks
+// live on different primaries.
+type clusterEnv struct {
+	cluster *redistest.Cluster
+	rdb     *redis.ClusterClient // for looking at keys where they live
+	names   []string             // one a primary, in the order of their slots
+}
+
+func newClusterEnv(t *testing.T) *clusterEnv {
+	t.Helper()
+	e := &clusterEnv{cluster: redistest.StartCluster(t, 3, 0)}
+	e.rdb = e.newRedis(t)
+	ctx := context.Background()
+	seen := map[string]bool{}
+	for i := 0; len(e.names) < 3; i++ {
+		name := "acct:" + strconv.Itoa(i)
+		key := dlock.DefaultPrefix + "{" + name + "}"
+		node, err := e.rdb.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[node.Options().Addr] {
+			continue
+		}
+		seen[node.Options().Addr] = true
+		e.names = append(e.names, name)
+		// dlock computes slots as the server does.
+		if got, err := node.ClusterKeySlot(ctx, key).Result(); err != nil || got != int64(keyslot.Of(key)) {
+			t.Fatalf("CLUSTER KEYSLOT %s = %d, %v; keyslot.Of = %d", key, got, err, keyslot.Of(key))
+		}
+	}
+	slices.SortFunc(e.names, func(a, b string) int {
+		return keyslot.Of(dlock.DefaultPrefix+"{"+a+"}") - keyslot.Of(dlock.DefaultPrefix+"{"+b+"}")
+	})
+	return e
+}
+
+// newRedis returns a go-redis cluster client, closed with the test.
+func (e *clusterEnv) newRedis(t *testing.T) *redis.ClusterClient {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster.Addrs(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// newClient returns a client on a cluster client of its own, as another
+// process would have, and the driver that counts its round trips.
+func (e *clusterEnv) newClient(t *testing.T) (*dlock.Client, *tapDriver) {
+	drv := &tapDriver{Driver: goredis.New(e.newRedis(t))}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, drv
+}
+
+// taken returns which of names have a lock key.
+func (e *clusterEnv) taken(t *testing.T, names ...string) []string {
+	t.Helper()
+	out, err := e.lookTaken(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// lookTaken is taken for goroutines other than the test's.
+func (e *clusterEnv) lookTaken(names ...string) ([]string, error) {
+	var out []string
+	for _, name := range names {
+		n, err := e.rdb.Exists(context.Background(), dlock.DefaultPrefix+"{"+name+"}").Result()
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// hget returns a field of a name's lock hash.
+func (e *clusterEnv) hget(t *testing.T, name, field string) string {
+	t.Helper()
+	v, err := e.rdb.HGet(context.Background(), dlock.DefaultPrefix+"{"+name+"}", field).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// takeAway deletes a name's lock key, as an operator or a failover might.
+func (e *clusterEnv) takeAway(t *testing.T, name string) {
+	t.Helper()
+	if err := e.rdb.Del(context.Background(), dlock.DefaultPrefix+"{"+name+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// releaseLost releases a lock that lost a name: Release says so, and frees
+// the other names all the same.
+func (e *clusterEnv) releaseLost(t *testing.T, l *dlock.Lock) {
+	t.Helper()
+	if err := l.Release(context.Background()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release with a name lost: err = %v, want ErrNotHeld", err)
+	}
+	if got := e.taken(t, e.names...); len(got) > 0 {
+		t.Fatalf("Release left %q taken", got)
+	}
+}
+
+// TestMultiKeyAcrossClusterSlots locks names that live on three primaries:
+// slot by slot, all or nothing, and in the same order for every client.
+func TestMultiKeyAcrossClusterSlots(t *testing.T) {
+	e := newClusterEnv(t)
+	low, mid, high := e.names[0], e.names[1], e.names[2]
+	ctx := context.Background()
+
+	t.Run("AllOrNothing", func(t *testing.T) {
+		c, drv := e.newClient(t)
+		other, _ := e.newClient(t)
+		blocker, err := other.TryLock(ctx, mid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := drv.trips.Load()
+		_, err = c.TryLockMulti(ctx, []string{high, mid, low})
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("err = %v, want ErrNotObtained", err)
+		}
+		if got := e.taken(t, low, high); len(got) > 0 {
+			t.Fatalf("a refused attempt left %q taken", got)
+		}
+		// The refused call on all names, the low slot, the mid slot that
+		// refused, and the give-back of the low slot.
+		if got := drv.trips.Load() - before; got != 4 {
+			t.Errorf("first attempt: %d round trips, want 4", got)
+		}
+		if err := blocker.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before = drv.trips.Load()
+		l, err := c.TryLockMulti(ctx, []string{high, mid, low})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client knows it is on a cluster now: one round trip a slot.
+		if got := drv.trips.Load() - before; got != 3 {
+			t.Errorf("later attempt: %d round trips, want 3", got)
+		}
+		for _, name := range e.names {
+			if _, err := other.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("TryLock(%q) of a name the multi-key lock holds: err = %v", name, err)
+			}
+		}
+		before = drv.trips.Load()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := drv.trips.Load() - before; got != 1 {
+			t.Errorf("Release: %d round trips, want 1 (a pipeline)", got)
+		}
+		if got := e.taken(t, e.names...); len(got) > 0 {
+			t.Fatalf("Release left %q taken", got)
+		}
+		if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("second Release: err = %v, want ErrNotHeld", err)
+		}
+	})
+
+	t.Run("RefreshTTLFencesMetadata", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		names := []string{mid, high, low}
+		l, err := c.TryLockMulti(ctx, names, dlock.WithTTL(2*time.Second), dlock.WithMetadata("job 7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences := l.Fences()
+		for i, name := range names {
+			if want := e.hget(t, name, "fence"); strconv.FormatUint(fences[i], 10) != want {
+				t.Errorf("Fences()[%d] = %d, %q holds fence %s", i, fences[i], name, want)
+			}
+		}
+		if l.Fence() != fences[0] || !slices.Equal(l.Keys(), names) {
+			t.Errorf("Fence() = %d, Keys() = %q; want %d, %q", l.Fence(), l.Keys(), fences[0], names)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if left, err := e.rdb.PTTL(ctx, dlock.DefaultPrefix+"{"+name+"}").Result(); err != nil || left <= 2*time.Second {
+				t.Errorf("%q has %v, %v left after Refresh(1m)", name, left, err)
+			}
+		}
+		if left, err := l.TTL(ctx); err != nil || left <= 2*time.Second {
+			t.Errorf("TTL = %v, %v after Refresh(1m)", left, err)
+		}
+		if l.Metadata() != "job 7" || !slices.Equal(l.Fences(), fences) {
+			t.Errorf("after TTL: Metadata() = %q, Fences() = %v; want %q, %v", l.Metadata(), l.Fences(), "job 7", fences)
+		}
+
+		// One name lost: Refresh and Release say so, and Release frees the rest.
+		e.takeAway(t, high)
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Refresh with a name lost: err = %v, want ErrNotHeld", err)
+		}
+		if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("TTL with a name lost: err = %v, want ErrNotHeld", err)
+		}
+		e.releaseLost(t, l)
+	})
+
+	t.Run("AutoRefresh", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		l, err := c.TryLockMulti(ctx, e.names, dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(30*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		select {
+		case <-l.Done():
+			t.Fatalf("Done closed while refreshed: %v", l.Err())
+		default:
+		}
+		if got := e.taken(t, e.names...); len(got) != 3 {
+			t.Fatalf("after three TTLs only %q are held", got)
+		}
+		// Taken away on one primary: the next refresh notices.
+		e.takeAway(t, mid)
+		waitDone(t, l, time.Second)
+		if !errors.Is(l.Err(), dlock.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+		e.releaseLost(t, l)
+	})
+
+	t.Run("OwnerAndToken", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		other, _ := e.newClient(t)
+		own := dlock.WithOwner("worker-1")
+		outer, err := c.TryLock(ctx, low, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Refused at the high slot: the low name, re-entered first, gets its
+		// count back.
+		blocker, err := other.TryLock(ctx, high)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryLockMulti(ctx, e.names, own); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("err = %v, want ErrNotObtained", err)
+		}
+		if got := e.hget(t, low, "count"); got != "1" {
+			t.Errorf("count of the re-entered name after the attempt gave it back = %s, want 1", got)
+		}
+		if got := e.taken(t, mid); len(got) > 0 {
+			t.Errorf("the refused attempt left %q taken", got)
+		}
+		if err := blocker.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		inner, err := c.TryLockMulti(ctx, e.names, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.hget(t, low, "count"); got != "2" {
+			t.Errorf("count of the re-entered name = %s, want 2", got)
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.taken(t, e.names...); !slices.Equal(got, []string{low}) {
+			t.Errorf("after the inner Release %q are held, want only %q", got, low)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// A token given by the caller, and the lock handed to a client that
+		// has not yet learned it is on a cluster.
+		l, err := c.TryLockMulti(ctx, e.names, dlock.WithToken("handed-over"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		heir, err := other.AttachMulti(ctx, e.names, l.Token())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if heir.Token() != "handed-over" || !slices.Equal(heir.Fences(), l.Fences()) {
+			t.Errorf("attached with token %q and fences %v, want %q and %v", heir.Token(), heir.Fences(), "handed-over", l.Fences())
+		}
+		if err := heir.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.taken(t, e.names...); len(got) > 0 {
+			t.Fatalf("the heir's Release left %q taken", got)
+		}
+	})
+
+	t.Run("LockMultiWaits", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		other, _ := e.newClient(t)
+		held, err := other.TryLock(ctx, mid, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string // taken after the first refused attempt
+		var lookErr error
+		refused := make(chan struct{})
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var once sync.Once
+			l, err := c.LockMulti(ctx, []string{low, high, mid}, dlock.WithOnRetry(func(int, error) {
+				once.Do(func() {
+					left, lookErr = e.lookTaken(low, high)
+					close(refused)
+				})
+			}))
+			if err == nil {
+				if taken, lerr := e.lookTaken(e.names...); len(taken) != 3 {
+					err = fmt.Errorf("obtained, but only %q are held (%v)", taken, lerr)
+				}
+				err = errors.Join(err, l.Release(ctx))
+			}
+			got <- err
+		}()
+		<-refused
+		if lookErr != nil {
+			t.Fatal(lookErr)
+		}
+		if len(left) > 0 {
+			t.Errorf("the waiter kept %q while it waited", left)
+		}
+		start := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("obtained %v after the release", time.Since(start))
+	})
+
+	t.Run("OverlappingLocksInOppositeOrders", func(t *testing.T) {
+		sets := [][]string{{low, mid, high}, {high, mid, low}, {high, mid}, {high, low}}
+		const rounds = 20
+		var holders [3]atomic.Int32
+		var overlaps, done, refused atomic.Int32
+		count := dlock.WithOnRetry(func(int, error) { refused.Add(1) })
+		var wg sync.WaitGroup
+		for i, names := range sets {
+			c, _ := e.newClient(t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					l, err := c.LockMulti(ctx, names, count)
+					if err != nil {
+						cancel()
+						t.Errorf("locker %d: %v", i, err)
+						return
+					}
+					for _, name := range names {
+						if holders[slices.Index(e.names, name)].Add(1) != 1 {
+							overlaps.Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+					for _, name := range names {
+						holders[slices.Index(e.names, name)].Add(-1)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("locker %d: Release: %v", i, err)
+					}
+					cancel()
+					done.Add(1)
+				}
+			}()
+		}
+		start := time.Now()
+		wg.Wait()
+		t.Logf("%d acquisitions by %d lockers in %v, %d attempts refused", done.Load(), len(sets), time.Since(start), refused.Load())
+		if overlaps.Load() != 0 {
+			t.Errorf("%d times a name was held by two lockers at once", overlaps.Load())
+		}
+	})
+
+	t.Run("BadInputBeforeAnyRoundTrip", func(t *testing.T) {
+		c, drv := e.newClient(t)
+		l, err := c.TryLockMulti(ctx, e.names) // learns it is on a cluster
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before := drv.trips.Load()
+		if _, err := c.LockMulti(ctx, nil); !errors.Is(err, dlock.ErrNoKeys) {
+			t.Errorf("no names: err = %v, want ErrNoKeys", err)
+		}
+		if _, err := c.TryLockMulti(ctx, []string{low, high, low}); !errors.Is(err, dlock.ErrDuplicateKey) {
+			t.Errorf("a name twice: err = %v, want ErrDuplicateKey", err)
+		}
+		if got := drv.trips.Load() - before; got != 0 {
+			t.Errorf("%d round trips for bad input, want 0", got)
+		}
+	})
+}

@@ -1,0 +1,217 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock/internal/keyslot"
+)
+
+// A lock on several names is served by one script call on all of them,
+// which is atomic. Redis Cluster refuses such a call (CROSSSLOT) when the
+// names lie in several hash slots. The client learns so from the refusal,
+// not from the driver: it then splits such locks by slot and serves each
+// slot by a call of its own, and splits every later one from the start.
+// A single server, where one call serves any names, never refuses, so
+// there a lock keeps its one atomic call.
+//
+// A split lock is taken slot by slot in the order of the slot numbers, and
+// the names of each slot in the order of their keys, the same order for
+// every client, so that no two attempts on overlapping names take them in
+// opposite orders. An attempt that is refused at one slot gives back the
+// slots it took before it returns (a waiting acquisition then waits as for
+// any lock), so it never holds on to names while it waits for others; but
+// others may see those names taken for as long as the attempt lasts.
+
+// part is the names of a lock that one script call serves, with the keys of
+// each script for them, laid out as the Lock's own.
+type part struct {
+	at              []int // the indexes of its names in Lock.names; nil for all of them, in order
+	keys, held, rel []string
+}
+
+// size returns how many of names p has.
+func (p part) size(names []string) int {
+	if p.at == nil {
+		return len(names)
+	}
+	return len(p.at)
+}
+
+// index returns the index in Lock.names of p's j-th name.
+func (p part) index(j int) int {
+	if p.at == nil {
+		return j
+	}
+	return p.at[j]
+}
+
+// name returns the name at a script's 1-based key index i in p, or p's
+// first name for an index beyond its names.
+func (p part) name(names []string, i int64) string {
+	if i < 1 || int(i) > p.size(names) {
+		i = 1
+	}
+	return names[p.index(int(i-1))]
+}
+
+// units returns what the lock's script calls are made on: its parts when
+// it is split, or else all of its names at once.
+func (l *Lock) units() []part {
+	if l.parts != nil {
+		return l.parts
+	}
+	return []part{{keys: l.keys, held: l.held, rel: l.rel}}
+}
+
+// send makes one call on each of units, built by call, in one pipeline,
+// and returns the calls in the order of units.
+func (l *Lock) send(ctx context.Context, r replication, units []part, call func(p part) *Call) []*Call {
+	calls := make([]*Call, len(units))
+	for i, p := range units {
+		calls[i] = call(p)
+	}
+	l.c.evalWith(ctx, r, calls...)
+	return calls
+}
+
+// exclusiveKeys lays out the script keys of an exclusive lock whose lock
+// keys are locks: acquire's (the locks, their fence counters, their waiter
+// sets), refresh's and ttl's (the locks), and release's (the locks, their
+// waiter sets, their release markers).
+func exclusiveKeys(locks []string) (acquire, held, rel []string) {
+	n := len(locks)
+	acquire = make([]string, 0, 3*n)
+	acquire = append(acquire, locks...)
+	for _, k := range locks {
+		acquire = append(acquire, k+":fence")
+	}
+	for _, k := range locks {
+		acquire = append(acquire, k+":waiters")
+	}
+	rel = make([]string, 0, 3*n)
+	rel = append(append(rel, locks...), acquire[2*n:]...)
+	for _, k := range locks {
+		rel = append(rel, k+":released")
+	}
+	return acquire, acquire[:n], rel
+}
+
+// split divides an exclusive lock's names by hash slot: one part for each
+// slot, in the order of the slot numbers, with its names in the order of
+// their keys. It returns nil when the names share one slot.
+func (l *Lock) split() []part {
+	locks := l.held
+	slots := make([]int, len(locks))
+	order := make([]int, len(locks))
+	for i, k := range locks {
+		slots[i], order[i] = keyslot.Of(k), i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(slots[a], slots[b]), strings.Compare(locks[a], locks[b]))
+	})
+	if slots[order[0]] == slots[order[len(order)-1]] {
+		return nil
+	}
+	var parts []part
+	for len(order) > 0 {
+		n := 1
+		for n < len(order) && slots[order[n]] == slots[order[0]] {
+			n++
+		}
+		p := part{at: order[:n:n]}
+		keys := make([]string, n)
+		for j, i := range p.at {
+			keys[j] = locks[i]
+		}
+		p.keys, p.held, p.rel = exclusiveKeys(keys)
+		parts = append(parts, p)
+		order = order[n:]
+	}
+	return parts
+}
+
+// splitIfRefused reports whether err is Redis Cluster's refusal of a call
+// on all of the lock's names at once because they lie in several hash
+// slots. If so, the client remembers that it talks to a cluster, and the
+// lock is split by slot.
+//
+// Only the goroutine that builds the lock calls it, before the lock is
+// handed out: parts never change once other goroutines can see it.
+func (l *Lock) splitIfRefused(err error) bool {
+	var se *ServerError
+	if l.parts != nil || !errors.As(err, &se) || !strings.HasPrefix(se.Err.Error(), "CROSSSLOT") {
+		return false
+	}
+	parts := l.split()
+	if parts == nil {
+		return false // one slot after all: not a refusal splitting can mend
+	}
+	l.c.cluster.Store(true)
+	l.parts = parts
+	return true
+}
+
+// takeParts makes an attempt on a split lock: it takes its parts one after
+// another, in their order. When a part is refused or fails, the parts
+// already taken are given back before it returns, so that a failed attempt
+// leaves nothing taken.
+func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (token string, fences []uint64, holderTTL time.Duration, err error) {
+	// A waiter registers at the name that refuses it, but does not register
+	// again at the names it takes for the next caller of this client (as
+	// the script does when all are taken at once): giving those names back
+	// would then wake the waiter itself, and it would try again at once,
+	// over and over, while the name that refused it stays held.
+	wa.more = false
+	args := l.acquireArgs(ttl, wa)
+	token, fences = l.req, make([]uint64, len(l.names))
+	tokens := make([]string, 0, len(l.parts))
+	for i, p := range l.parts {
+		t, f, holderTTL, err := l.takePart(ctx, p, args)
+		if err != nil {
+			if gerr := l.giveBack(ctx, l.parts[:i], tokens); gerr != nil {
+				// Names may be left taken: the caller must not count the
+				// attempt as refused, and cleans up as after a lost reply.
+				err = fmt.Errorf("%w; the attempt had failed: %v", gerr, err)
+			}
+			return "", nil, holderTTL, err
+		}
+		if t != l.req {
+			token = t // as the script does: a re-entered name's token
+		}
+		tokens = append(tokens, t)
+		for j, fence := range f {
+			fences[p.index(j)] = fence
+		}
+	}
+	return token, fences, 0, nil
+}
+
+// giveBack releases the parts an attempt took, each with the token it was
+// taken with, on a context that outlives ctx's cancellation but is bounded
+// in time. Unlike cleanup it matches the owner too, since the attempt is
+// known to have taken them: a name the attempt re-entered gets its count
+// back, rather than being left counted once too often.
+func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	calls := make([]*Call, len(parts))
+	for i, p := range parts {
+		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: l.releaseArgs(tokens[i])}
+	}
+	l.c.evalWith(ctx, replication{}, calls...)
+	for i, call := range calls {
+		if call.Err != nil {
+			return l.replyError(parts[i], call.Err)
+		}
+	}
+	return nil
+}
