@@ -16,7 +16,7 @@ FUZZ_TARGETS := FuzzKeys FuzzGlob FuzzOptions FuzzRetry FuzzModel
 CLI_FUZZ_TARGETS := FuzzParseTarget FuzzRunFlags
 
 # Modules of their own, so that their dependencies stay out of the core's.
-NESTED := rueidis redigo bench reliability
+NESTED := rueidis redigo bench reliability otel
 
 test: redis lint
 	$(GO) test -race -count=1 -timeout 15m ./...
