@@ -14,10 +14,10 @@ import (
 // The hooks follow every acquisition (exclusive locks, read and write
 // holds, permits) from the moment its names are found valid, and the
 // Locks it obtains until they end; locks obtained by Attach are not
-// followed. Each obtained lock ends exactly once: either ReleaseDone
-// reports a nil error, or Lost is called. They run on the goroutine doing
-// the work (the watchdog's for automatic refreshes, a timer's for a
-// deadline that passes) and must return quickly.
+// followed. Each obtained lock ends exactly once, and End says so. They
+// run on the goroutine doing the work (the watchdog's for automatic
+// refreshes, a timer's for a deadline that passes) and must return
+// quickly.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is
@@ -43,10 +43,13 @@ type Hooks struct {
 	// lock was held, from the request that obtained it.
 	ReleaseDone func(ctx context.Context, h HookInfo, held time.Duration, err error)
 
-	// Lost is called once when an obtained lock is lost: a refresh or a
-	// release found it expired or taken, or its deadline passed without a
-	// refresh. err wraps ErrLost, as Lock.Err then does.
-	Lost func(h HookInfo, held time.Duration, err error)
+	// End is called exactly once for every obtained lock, when it ends,
+	// before its Done channel closes: err is nil when a Release ended it,
+	// and wraps ErrLost when it was lost (a refresh or a release found it
+	// expired or taken, or its deadline passed without a refresh), as
+	// Lock.Err then does. held is how long it was held. A Release that
+	// comes after the lock was lost reports to ReleaseDone only.
+	End func(h HookInfo, held time.Duration, err error)
 }
 
 // HookInfo says which acquisition or lock a hook is about.
@@ -157,10 +160,10 @@ func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error)
 	}
 }
 
-func (h *hooked) lost(held time.Duration, err error) {
+func (h *hooked) end(held time.Duration, err error) {
 	for _, k := range h.c.hooks {
-		if k.Lost != nil {
-			k.Lost(h.info, held, err)
+		if k.End != nil {
+			k.End(h.info, held, err)
 		}
 	}
 }

@@ -61,8 +61,12 @@ func (r *hookLog) hooks() dlock.Hooks {
 			r.held = append(r.held, held)
 			r.mu.Unlock()
 		},
-		Lost: func(h dlock.HookInfo, held time.Duration, err error) {
-			r.add(nil, "lost %v errLost=%v", h.Names, errors.Is(err, dlock.ErrLost))
+		End: func(h dlock.HookInfo, held time.Duration, err error) {
+			if err == nil {
+				r.add(nil, "end %v released", h.Names)
+				return
+			}
+			r.add(nil, "end %v lost=%v", h.Names, errors.Is(err, dlock.ErrLost))
 		},
 	}
 }
@@ -107,6 +111,7 @@ func TestHooksFollowAnAcquisitionAndItsLock(t *testing.T) {
 		"acquired [hooked] obtained",
 		"refresh [hooked] ok=true",
 		"release exclusive [hooked]",
+		"end [hooked] released",
 		"released [hooked] ok=true",
 		"release exclusive [hooked]",
 		"released [hooked] ok=false",
@@ -201,7 +206,7 @@ func TestHooksReportALossOnce(t *testing.T) {
 		"acquire exclusive [lost] wait=false",
 		"acquired [lost] obtained",
 		"refresh [lost] ok=false",
-		"lost [lost] errLost=true",
+		"end [lost] lost=true",
 		"release exclusive [lost]",
 		"released [lost] ok=false",
 	)
@@ -215,7 +220,7 @@ func TestHooksReportALossOnce(t *testing.T) {
 	wantLines(t, rec.take(),
 		"acquire exclusive [lapsed] wait=false",
 		"acquired [lapsed] obtained",
-		"lost [lapsed] errLost=true",
+		"end [lapsed] lost=true",
 	)
 }
 
@@ -273,5 +278,29 @@ func TestHooksFollowEveryPrimitiveAndChain(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatal(err)
 	}
-	wantLines(t, first.take(), "release exclusive [attached]", "lost [attached] errLost=true", "released [attached] ok=false")
+	wantLines(t, first.take(), "release exclusive [attached]", "end [attached] lost=true", "released [attached] ok=false")
+}
+
+func TestHooksEndALockOnceWhenReleasedAfterItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(rec.hooks()))
+	l, err := c.TryLock(ctx, "late", dlock.WithTTL(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key outlives the local deadline: the lock is lost to its holder,
+	// and a Release that still finds it on the server does not end it again.
+	e.srv.Do(t, "PEXPIRE", "dlock:{late}", "60000")
+	<-l.Done()
+	if got := rec.take(); got[len(got)-1] != "end [late] lost=true" {
+		t.Fatalf("End not called before Done closed: %q", got)
+	}
+	_ = l.Release(ctx)
+	for _, line := range rec.take() {
+		if strings.HasPrefix(line, "end ") {
+			t.Errorf("the lock ended twice: %q", line)
+		}
+	}
 }

@@ -36,6 +36,7 @@ type lease struct {
 	capped   bool          // the max hold stopped the refreshing
 	released bool          // Release was called and succeeded
 	letGo    bool          // Release was called: no longer refreshed, even if it failed
+	ending   bool          // end was called; done closes once the hooks have run
 	done     chan struct{}
 	err      error
 	timer    *time.Timer // fires at the deadline
@@ -121,9 +122,18 @@ func (s *lease) expireIfDue() {
 // counts.
 func (s *lease) end(err error) {
 	s.mu.Lock()
-	if s.ended() {
+	if s.ending {
 		s.mu.Unlock()
 		return
+	}
+	s.ending = true
+	if s.hook != nil {
+		// Before Done closes, so that whoever waits on it finds the end
+		// counted.
+		held := time.Since(s.acquired)
+		s.mu.Unlock()
+		s.hook.end(held, err)
+		s.mu.Lock()
 	}
 	s.err = err
 	close(s.done)
@@ -138,9 +148,6 @@ func (s *lease) end(err error) {
 	}
 	if err != nil {
 		s.c.log.Warn("dlock: lock lost", "names", s.what, "err", err)
-		if s.hook != nil {
-			s.hook.lost(s.heldFor(), err)
-		}
 	}
 }
 

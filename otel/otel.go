@@ -100,7 +100,7 @@ func Hooks(opts ...Option) (dlock.Hooks, error) {
 		Refresh:      r.refresh,
 		ReleaseStart: r.releaseStart,
 		ReleaseDone:  r.releaseDone,
-		Lost:         r.lost,
+		End:          r.end,
 	}, nil
 }
 
@@ -215,15 +215,13 @@ func (r *recorder) releaseStart(ctx context.Context, h dlock.HookInfo) context.C
 	return r.start(ctx, "dlock.release", h)
 }
 
-func (r *recorder) releaseDone(ctx context.Context, h dlock.HookInfo, held time.Duration, err error) {
-	// A release that fails leaves the lock to end otherwise: it was lost
-	// (Lost was called), or it runs out with its TTL (Lost will be).
+func (r *recorder) releaseDone(ctx context.Context, _ dlock.HookInfo, _ time.Duration, err error) {
+	// The lock's end is counted by End, which comes once per lock.
 	outcome := released
-	if err == nil {
-		r.ended(ctx, h, held, released)
-	} else if errors.Is(err, dlock.ErrNotHeld) {
+	switch {
+	case errors.Is(err, dlock.ErrNotHeld):
 		outcome = notHeld
-	} else {
+	case err != nil:
 		outcome = failed
 	}
 	span := r.span(ctx)
@@ -235,14 +233,14 @@ func (r *recorder) releaseDone(ctx context.Context, h dlock.HookInfo, held time.
 	span.End()
 }
 
-func (r *recorder) lost(h dlock.HookInfo, held time.Duration, err error) {
+// end records the end of a held lock: released or lost.
+func (r *recorder) end(h dlock.HookInfo, held time.Duration, err error) {
 	ctx := context.Background()
-	r.lostLocks.Add(ctx, 1, metric.WithAttributes(keyMode.String(h.Mode)))
-	r.ended(ctx, h, held, lost)
-}
-
-// ended records the end of a held lock: released or lost.
-func (r *recorder) ended(ctx context.Context, h dlock.HookInfo, held time.Duration, how string) {
+	how := released
+	if err != nil {
+		how = lost
+		r.lostLocks.Add(ctx, 1, metric.WithAttributes(keyMode.String(h.Mode)))
+	}
 	mode := keyMode.String(h.Mode)
 	r.holdDuration.Record(ctx, held.Seconds(), metric.WithAttributes(mode, keyHoldEnd.String(how)))
 	r.heldLocks.Add(ctx, -1, metric.WithAttributes(mode))
