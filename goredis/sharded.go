@@ -3,7 +3,9 @@ package goredis
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/keyslot"
@@ -12,12 +14,16 @@ import (
 
 var _ dlock.ShardedSubscriber = (*Driver)(nil)
 
-// SubscribeSharded subscribes to shard channels on a Redis Cluster, with
-// one go-redis PubSub, and so one connection, for each slot whose channels
-// it listens to: go-redis sends a PubSub's SSUBSCRIBE to the owner of its
-// first channel's slot, and after a failover or a slot move reconnects to
-// the new owner. notify is called one message at a time, from the slots'
-// goroutines. A slot's PubSub is closed when its last channel is
+// SubscribeSharded subscribes to shard channels on a Redis Cluster. Each
+// slot whose channels it listens to gets a goroutine and a connection of
+// its own, to the primary that serves the slot: SSUBSCRIBE works only
+// there. When that connection fails, or the node stops serving the slot
+// (a failover or a slot move: the server then unsubscribes its shard
+// channels, or answers MOVED), the goroutine has go-redis read the
+// cluster's slots again and subscribes anew on the slot's primary. (It does
+// not rely on go-redis's own reconnection of a ClusterClient's SSubscribe,
+// which before v9.18 picks a random node.) notify is called one message at
+// a time. A slot's connection is closed when its last channel is
 // unsubscribed. Other clients than a ClusterClient return
 // dlock.ErrUnsupported.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -40,12 +46,24 @@ type shardedSubscription struct {
 	closed bool
 }
 
-// slotSubscription is the PubSub of one slot's channels.
+// slotSubscription is one slot's channels and the goroutine that keeps them
+// subscribed on the slot's primary.
 type slotSubscription struct {
-	ps       *redis.PubSub
-	channels map[string]bool
-	done     chan struct{} // closed when its delivering goroutine returns
+	s        *shardedSubscription
+	channels map[string]bool // guarded by s.mu
+	ps       *redis.PubSub   // guarded by s.mu; nil while connecting
+	stop     chan struct{}   // closed when the slot is given up
+	done     chan struct{}   // closed when the goroutine returns
 }
+
+const (
+	// shardRetryMin and shardRetryMax bound the wait before subscribing a
+	// slot again after its connection failed.
+	shardRetryMin = 50 * time.Millisecond
+	shardRetryMax = time.Second
+	// shardTimeout bounds each request that subscribes a slot.
+	shardTimeout = 5 * time.Second
+)
 
 var errClosed = errors.New("goredis: subscription closed")
 
@@ -60,26 +78,21 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 		slot := keyslot.Of(ch)
 		sub := s.slots[slot]
 		if sub == nil {
-			sub = &slotSubscription{ps: s.c.SSubscribe(ctx), channels: map[string]bool{}, done: make(chan struct{})}
+			sub = &slotSubscription{s: s, channels: map[string]bool{ch: true},
+				stop: make(chan struct{}), done: make(chan struct{})}
 			s.slots[slot] = sub
-			msgs := sub.ps.Channel()
-			go func() {
-				defer close(sub.done)
-				for msg := range msgs {
-					s.deliver.Lock()
-					s.notify(msg.Channel, msg.Payload)
-					s.deliver.Unlock()
-				}
-			}()
+			go sub.run()
+			continue
 		}
 		if sub.channels[ch] {
 			continue
 		}
-		if err := sub.ps.SSubscribe(ctx, ch); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		sub.channels[ch] = true
+		if sub.ps != nil {
+			if err := sub.ps.SSubscribe(ctx, ch); err != nil {
+				errs = append(errs, err) // the goroutine subscribes it again if the connection failed
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -95,11 +108,14 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			continue
 		}
 		delete(sub.channels, ch)
-		if len(sub.channels) == 0 {
+		switch {
+		case len(sub.channels) == 0:
 			delete(s.slots, slot)
 			idle = append(idle, sub)
-		} else if err := sub.ps.SUnsubscribe(ctx, ch); err != nil {
-			errs = append(errs, err)
+		case sub.ps != nil:
+			if err := sub.ps.SUnsubscribe(ctx, ch); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -120,8 +136,118 @@ func (s *shardedSubscription) Close() error {
 	return nil
 }
 
-// close closes the slot's PubSub and waits for its goroutine.
+// close stops the slot's goroutine and waits for it. The slot is already
+// out of s.slots.
 func (sub *slotSubscription) close() {
-	_ = sub.ps.Close()
+	sub.s.mu.Lock()
+	close(sub.stop)
+	ps := sub.ps
+	sub.s.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close() // ends a Receive under way
+	}
 	<-sub.done
+}
+
+// run keeps the slot's channels subscribed on the slot's primary until the
+// slot is given up, subscribing anew after every failure.
+func (sub *slotSubscription) run() {
+	defer close(sub.done)
+	wait := shardRetryMin
+	for {
+		ps := sub.connect()
+		if ps != nil {
+			if sub.receive(ps) {
+				wait = shardRetryMin // it worked for a while: retry at once
+			}
+			sub.s.mu.Lock()
+			sub.ps = nil
+			sub.s.mu.Unlock()
+			_ = ps.Close()
+		}
+		select {
+		case <-sub.stop:
+			return
+		default:
+		}
+		sub.s.c.ReloadState(context.Background()) // in the background
+		select {
+		case <-sub.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, shardRetryMax)
+	}
+}
+
+// connect subscribes the slot's channels on the primary that serves it,
+// as far as the cluster client knows; nil when it could not, or the slot
+// was given up.
+func (sub *slotSubscription) connect() *redis.PubSub {
+	s := sub.s
+	s.mu.Lock()
+	var channels []string
+	for ch := range sub.channels {
+		channels = append(channels, ch)
+	}
+	s.mu.Unlock()
+	if len(channels) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shardTimeout)
+	defer cancel()
+	node, err := s.c.MasterForKey(ctx, channels[0])
+	if err != nil {
+		return nil
+	}
+	ps := node.SSubscribe(ctx, channels...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-sub.stop:
+		_ = ps.Close()
+		return nil
+	default:
+	}
+	sub.ps = ps
+	// Channels added while it connected.
+	var more []string
+	for ch := range sub.channels {
+		if !slices.Contains(channels, ch) {
+			more = append(more, ch)
+		}
+	}
+	if len(more) > 0 {
+		_ = ps.SSubscribe(ctx, more...)
+	}
+	return ps
+}
+
+// receive delivers the slot's messages until the connection fails or the
+// node stops serving the slot; it reports whether any reply came.
+func (sub *slotSubscription) receive(ps *redis.PubSub) (answered bool) {
+	s := sub.s
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			return answered // a failed connection, an error reply such as MOVED, or Close
+		}
+		answered = true
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.deliver.Lock()
+			s.notify(m.Channel, m.Payload)
+			s.deliver.Unlock()
+		case *redis.Subscription:
+			if m.Kind != "sunsubscribe" {
+				continue
+			}
+			s.mu.Lock()
+			moved := sub.channels[m.Channel]
+			s.mu.Unlock()
+			if moved {
+				return true // the server let go of a channel still wanted: the slot moved
+			}
+		}
+	}
 }
