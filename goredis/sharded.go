@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -67,13 +68,17 @@ const (
 
 var errClosed = errors.New("goredis: subscription closed")
 
+// Subscribe sends SSUBSCRIBE for every channel before it returns; for a
+// slot new to the subscription, on a connection it opens to the slot's
+// primary.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return errClosed
 	}
 	var errs []error
+	var added []*slotSubscription
 	for _, ch := range channels {
 		slot := keyslot.Of(ch)
 		sub := s.slots[slot]
@@ -81,7 +86,7 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 			sub = &slotSubscription{s: s, channels: map[string]bool{ch: true},
 				stop: make(chan struct{}), done: make(chan struct{})}
 			s.slots[slot] = sub
-			go sub.run()
+			added = append(added, sub)
 			continue
 		}
 		if sub.channels[ch] {
@@ -94,7 +99,27 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 			}
 		}
 	}
+	s.mu.Unlock()
+	// New slots connect now, so that a notice sent once Subscribe returned
+	// finds them subscribed, and then keep going on their own.
+	for _, sub := range added {
+		ps := sub.connect(ctx)
+		if ps == nil {
+			errs = append(errs, fmt.Errorf("goredis: no connection to the primary of slot %d yet; retrying in the background", keyslot.Of(firstChannel(sub))))
+		}
+		go sub.run(ps)
+	}
 	return errors.Join(errs...)
+}
+
+// firstChannel returns a channel of the slot, for messages.
+func firstChannel(sub *slotSubscription) string {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	for ch := range sub.channels {
+		return ch
+	}
+	return ""
 }
 
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
@@ -150,12 +175,15 @@ func (sub *slotSubscription) close() {
 }
 
 // run keeps the slot's channels subscribed on the slot's primary until the
-// slot is given up, subscribing anew after every failure.
-func (sub *slotSubscription) run() {
+// slot is given up, on ps (nil if none could be had yet) and then,
+// after every failure, on a new connection.
+func (sub *slotSubscription) run(ps *redis.PubSub) {
 	defer close(sub.done)
 	wait := shardRetryMin
 	for {
-		ps := sub.connect()
+		if ps == nil {
+			ps = sub.connect(context.Background())
+		}
 		if ps != nil {
 			if sub.receive(ps) {
 				wait = shardRetryMin // it worked for a while: retry at once
@@ -164,6 +192,7 @@ func (sub *slotSubscription) run() {
 			sub.ps = nil
 			sub.s.mu.Unlock()
 			_ = ps.Close()
+			ps = nil
 		}
 		select {
 		case <-sub.stop:
@@ -183,7 +212,7 @@ func (sub *slotSubscription) run() {
 // connect subscribes the slot's channels on the primary that serves it,
 // as far as the cluster client knows; nil when it could not, or the slot
 // was given up.
-func (sub *slotSubscription) connect() *redis.PubSub {
+func (sub *slotSubscription) connect(ctx context.Context) *redis.PubSub {
 	s := sub.s
 	s.mu.Lock()
 	var channels []string
@@ -194,7 +223,7 @@ func (sub *slotSubscription) connect() *redis.PubSub {
 	if len(channels) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), shardTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shardTimeout)
 	defer cancel()
 	node, err := s.c.MasterForKey(ctx, channels[0])
 	if err != nil {
