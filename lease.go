@@ -15,17 +15,10 @@ import (
 // A lease ends once: released (err nil), lost (err wraps ErrLost), or past
 // its deadline without a successful refresh.
 type lease struct {
-	c    *Client
-	what string      // the names, for messages
-	repl replication // confirm acquire and refreshes on replicas
-	hook *hooked     // the client's hooks; nil when it has none, or for an attached lock
-
-	// refreshCall builds the calls that extend the lease to ttl (one, or
-	// one for each slot of a lock split by slot); refreshed reads their
-	// replies: nil when extended, an error wrapping ErrNotHeld when the
-	// lock is gone, any other error when the outcome is unknown.
-	refreshCall func(ttl time.Duration) []*Call
-	refreshed   func(calls []*Call) error
+	c      *Client
+	holder leaseHolder
+	repl   replication // confirm acquire and refreshes on replicas
+	hook   *hooked     // the client's hooks; nil when it has none, or for an attached lock
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -47,8 +40,22 @@ type lease struct {
 	index int       // position in the watchdog's heap; -1 when not in it
 }
 
-func (s *lease) init(c *Client, what string, o *options) {
-	s.c, s.what, s.repl = c, what, o.repl
+// leaseHolder is what a lease is the lifetime of: the Lock that refreshes
+// it and names it in messages.
+type leaseHolder interface {
+	// refreshCalls builds the calls that extend the lease to ttl (one, or
+	// one for each slot of a lock split by slot).
+	refreshCalls(ttl time.Duration) []*Call
+	// refreshed reads their replies: nil when extended, an error wrapping
+	// ErrNotHeld when the lock is gone, any other error when the outcome
+	// is unknown.
+	refreshed(calls []*Call) error
+	// describe names the lock, for messages.
+	describe() string
+}
+
+func (s *lease) init(c *Client, holder leaseHolder, o *options) {
+	s.c, s.holder, s.repl = c, holder, o.repl
 	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
 	s.done = make(chan struct{})
 	s.index = -1
@@ -100,10 +107,10 @@ func (s *lease) expire() {
 	capped := s.capped
 	s.mu.Unlock()
 	if capped {
-		s.end(fmt.Errorf("%w: %s: %w", ErrLost, s.what, ErrMaxHold))
+		s.end(fmt.Errorf("%w: %s: %w", ErrLost, s.holder.describe(), ErrMaxHold))
 		return
 	}
-	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.what))
+	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
 }
 
 // expireIfDue ends the lease at once if its deadline has passed, without
@@ -147,7 +154,7 @@ func (s *lease) end(err error) {
 		f()
 	}
 	if err != nil {
-		s.c.log.Warn("dlock: lock lost", "names", s.what, "err", err)
+		s.c.log.Warn("dlock: lock lost", "names", s.holder.describe(), "err", err)
 	}
 }
 
@@ -173,7 +180,7 @@ func (s *lease) alive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
-		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.what)
+		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())
 	}
 	if s.ended() {
 		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)

@@ -3,10 +3,12 @@ package dlock
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -175,15 +177,20 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		return nil, ErrNoKeys
 	}
 	locks := make([]string, len(names))
-	seen := make(map[string]bool, len(names))
+	var seen map[string]bool // for many names; a few are compared directly
+	if len(names) > 8 {
+		seen = make(map[string]bool, len(names))
+	}
 	for i, name := range names {
 		if err := checkName(name); err != nil {
 			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
 		}
-		if seen[name] {
+		if seen[name] || (seen == nil && slices.Contains(names[:i], name)) {
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, name)
 		}
-		seen[name] = true
+		if seen != nil {
+			seen[name] = true
+		}
 		locks[i] = c.RedisKey(name)
 	}
 	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), req: token, token: token,
@@ -204,29 +211,33 @@ func (c *Client) exclusive(names []string) func(token string, o *options) (*Lock
 // init readies a Lock built by one of the primitives: its lease, refreshed
 // by the kind's script.
 func (l *Lock) init(c *Client, o *options) {
-	l.lease.init(c, l.describe(), o)
-	l.refreshCall = func(ttl time.Duration) []*Call {
-		l.mu.Lock()
-		token := l.token
-		l.mu.Unlock()
-		units := l.units()
-		calls := make([]*Call, len(units))
-		for i, p := range units {
-			calls[i] = &Call{Script: l.kind.refresh, Keys: p.held, Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
-		}
-		return calls
+	l.lease.init(c, l, o)
+}
+
+// refreshCalls builds the calls that extend the lock to ttl.
+func (l *Lock) refreshCalls(ttl time.Duration) []*Call {
+	l.mu.Lock()
+	token := l.token
+	l.mu.Unlock()
+	units := l.units()
+	calls := make([]*Call, len(units))
+	for i, p := range units {
+		calls[i] = &Call{Script: l.kind.refresh, Keys: p.held, Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
 	}
-	l.refreshed = func(calls []*Call) error {
-		var failed error
-		for i, p := range l.units() {
-			err := l.refreshedPart(p, calls[i])
-			if errors.Is(err, ErrNotHeld) {
-				return err // lost, whatever the other parts answered
-			}
-			failed = cmp.Or(failed, err)
+	return calls
+}
+
+// refreshed reads the replies of the calls of refreshCalls.
+func (l *Lock) refreshed(calls []*Call) error {
+	var failed error
+	for i, p := range l.units() {
+		err := l.refreshedPart(p, calls[i])
+		if errors.Is(err, ErrNotHeld) {
+			return err // lost, whatever the other parts answered
 		}
-		return failed
+		failed = cmp.Or(failed, err)
 	}
+	return failed
 }
 
 // refreshedPart reads the reply of the refresh of one part.
@@ -310,7 +321,9 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	}); err != nil {
 		return err
 	}
-	l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
+	if l.c.log.Enabled(ctx, slog.LevelDebug) {
+		l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
+	}
 	return nil
 }
 
@@ -352,7 +365,7 @@ func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token 
 
 // acquireArgs returns the arguments of the acquire script.
 func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
-	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, flag(wa.more), waitLease.Milliseconds()}
+	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
 	if l.extra != nil {
 		args = append(args, l.extra()...)
 	}
@@ -474,7 +487,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.what)
+		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
 	args := l.releaseArgs(token)
 	units := l.units()
@@ -494,7 +507,7 @@ func (l *Lock) release(ctx context.Context) error {
 		case !ok:
 			failed = cmp.Or(failed, l.badReply(call.Val))
 		case missing > 0:
-			err = cmp.Or(err, fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.what))
+			err = cmp.Or(err, fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.describe()))
 		}
 	}
 	if failed != nil {
@@ -508,7 +521,9 @@ func (l *Lock) release(ctx context.Context) error {
 		return err
 	}
 	l.end(nil)
-	l.c.log.DebugContext(ctx, "dlock: released", "names", l.names)
+	if l.c.log.Enabled(ctx, slog.LevelDebug) {
+		l.c.log.DebugContext(ctx, "dlock: released", "names", l.names)
+	}
 	return nil
 }
 
@@ -525,7 +540,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	calls := l.refreshCall(ttl)
+	calls := l.refreshCalls(ttl)
 	l.c.evalWith(ctx, l.repl, calls...)
 	err := l.refreshed(calls)
 	if l.hook != nil {
@@ -538,7 +553,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.extend(start, ttl)
-	l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
+	if l.c.log.Enabled(ctx, slog.LevelDebug) {
+		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
+	}
 	return nil
 }
 
@@ -588,7 +605,7 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 		}
 		pttl, _ := r[0].(int64)
 		if pttl == -2 {
-			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.what)
+			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
 		}
 		if len(r) != 2+p.size(l.names) {
 			return 0, l.badReply(call.Val)
@@ -685,7 +702,7 @@ func (l *Lock) releaseArgs(token string) []any {
 	if l.kind.releaseID {
 		// A client library may send the request again after a lost reply;
 		// the id lets the script tell the repeat from a second release.
-		args = append(args, newToken())
+		args = append(args, releaseID())
 	}
 	return args
 }
@@ -731,10 +748,14 @@ func isFinal(err error) bool {
 // the TTL plus 2ms.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// releaseID returns the id a release carries: 64 random bits, enough to
+// tell the releases of one name within a minute apart.
+func releaseID() any { return rand.Uint64() }
+
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 

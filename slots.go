@@ -86,18 +86,16 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 // waiter sets, their release markers).
 func exclusiveKeys(locks []string) (acquire, held, rel []string) {
 	n := len(locks)
-	acquire = make([]string, 0, 3*n)
-	acquire = append(acquire, locks...)
-	for _, k := range locks {
-		acquire = append(acquire, k+":fence")
-	}
-	for _, k := range locks {
-		acquire = append(acquire, k+":waiters")
-	}
-	rel = make([]string, 0, 3*n)
-	rel = append(append(rel, locks...), acquire[2*n:]...)
-	for _, k := range locks {
-		rel = append(rel, k+":released")
+	buf := make([]string, 6*n) // one allocation for both lists
+	acquire, rel = buf[:3*n:3*n], buf[3*n:]
+	for i, k := range locks {
+		// The three derived keys share one string:
+		// k + ":fence" + k + ":waiters" + k + ":released".
+		all := k + ":fence" + k + ":waiters" + k + ":released"
+		fence := len(k) + len(":fence")
+		waiters := fence + len(k) + len(":waiters")
+		acquire[i], acquire[n+i], acquire[2*n+i] = k, all[:fence], all[fence:waiters]
+		rel[i], rel[n+i], rel[2*n+i] = k, all[fence:waiters], all[waiters:]
 	}
 	return acquire, acquire[:n], rel
 }
@@ -144,8 +142,11 @@ func (l *Lock) split() []part {
 // Only the goroutine that builds the lock calls it, before the lock is
 // handed out: parts never change once other goroutines can see it.
 func (l *Lock) splitIfRefused(err error) bool {
+	if err == nil || l.parts != nil {
+		return false
+	}
 	var se *ServerError
-	if l.parts != nil || !errors.As(err, &se) || !strings.HasPrefix(se.Err.Error(), "CROSSSLOT") {
+	if !errors.As(err, &se) || !strings.HasPrefix(se.Err.Error(), "CROSSSLOT") {
 		return false
 	}
 	parts := l.split()

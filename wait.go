@@ -29,6 +29,9 @@ const (
 	waitLease = 3 * waitBeat
 )
 
+// waitLeaseArg is waitLease as the scripts take it, boxed once.
+var waitLeaseArg any = waitLease.Milliseconds()
+
 // waitHub delivers a client's notices to its waiting callers.
 //
 // On a driver that subscribes to shard channels (ShardedSubscriber, on a

@@ -149,7 +149,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		if !ok {
 			continue // the max hold allows no more: the deadline timer ends it
 		}
-		calls = append(calls, s.refreshCall(ttl))
+		calls = append(calls, s.holder.refreshCalls(ttl))
 		sent, ttls, lasts = append(sent, s), append(ttls, ttl), append(lasts, last)
 	}
 	if len(calls) == 0 {
@@ -161,7 +161,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	w.send(ctx, sent, calls)
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	for i, s := range sent {
-		err := s.refreshed(calls[i])
+		err := s.holder.refreshed(calls[i])
 		if s.hook != nil {
 			s.hook.refresh(ctx, err)
 		}
@@ -169,7 +169,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		case err == nil:
 			s.extend(now, ttls[i])
 			if debug {
-				w.c.log.Debug("dlock: refreshed", "names", s.what, "ttl", ttls[i])
+				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
 			}
 			if !lasts[i] {
 				w.schedule(s, now.Add(s.interval))
@@ -177,7 +177,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		case errors.Is(err, ErrNotHeld):
 			s.end(fmt.Errorf("%w: %w", ErrLost, err))
 		default:
-			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.what, "err", err)
+			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
 			w.schedule(s, time.Now().Add(min(s.interval/4, maxRetryDelay)))
 		}
 	}
