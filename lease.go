@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -29,6 +30,7 @@ type lease struct {
 	capped   bool          // the max hold stopped the refreshing
 	released bool          // Release was called and succeeded
 	letGo    bool          // Release was called: no longer refreshed, even if it failed
+	started  bool          // obtained: acquired and deadline are set
 	ending   bool          // end was called; done closes once the hooks have run
 	done     chan struct{}
 	err      error
@@ -61,16 +63,28 @@ func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 	s.index = -1
 }
 
-// start begins the lease once obtained: it arms the deadline timer and
-// hands the lease to the watchdog if it refreshes automatically.
+// start begins the lease once obtained, and hands it to the watchdog if
+// it refreshes automatically. The deadline timer is armed only when
+// something waits for the deadline: the watchdog, hooks, a logger that
+// reports losses, or a caller of Done or Context (see arm). Err and Done
+// look at the clock themselves, so a lock nobody watches costs no timer.
 func (s *lease) start(acquired, deadline time.Time) {
 	s.mu.Lock()
-	s.acquired, s.deadline = acquired, deadline
-	s.timer = time.AfterFunc(time.Until(deadline), s.expire)
+	s.acquired, s.deadline, s.started = acquired, deadline, true
 	auto := s.interval > 0
+	if auto || s.hook != nil || s.c.log.Enabled(context.Background(), slog.LevelWarn) {
+		s.arm()
+	}
 	s.mu.Unlock()
 	if auto {
 		s.watch()
+	}
+}
+
+// arm starts the deadline timer unless it runs already; s.mu must be held.
+func (s *lease) arm() {
+	if s.timer == nil && s.started && !s.ending {
+		s.timer = time.AfterFunc(time.Until(s.deadline), s.expire)
 	}
 }
 
@@ -100,7 +114,9 @@ func (s *lease) expire() {
 	s.mu.Lock()
 	if left := time.Until(s.deadline); left > 0 {
 		// A refresh moved the deadline as the timer fired.
-		s.timer.Reset(left)
+		if s.timer != nil {
+			s.timer.Reset(left)
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -118,7 +134,7 @@ func (s *lease) expire() {
 // goroutine may run before the timer's does.
 func (s *lease) expireIfDue() {
 	s.mu.Lock()
-	due := s.timer != nil && !s.ended() && !time.Now().Before(s.deadline)
+	due := s.started && !s.ended() && !time.Now().Before(s.deadline)
 	s.mu.Unlock()
 	if due {
 		s.expire()
@@ -205,6 +221,9 @@ func (s *lease) refreshing() bool {
 // looks, even before the deadline timer has run.
 func (s *lease) Done() <-chan struct{} {
 	s.expireIfDue()
+	s.mu.Lock()
+	s.arm() // someone waits for the deadline now
+	s.mu.Unlock()
 	return s.done
 }
 
@@ -234,6 +253,7 @@ func (s *lease) Deadline() time.Time {
 func (s *lease) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
 	s.mu.Lock()
+	s.arm()
 	if s.ended() {
 		err := s.err
 		s.mu.Unlock()
@@ -268,6 +288,7 @@ func (s *lease) autoRefresh(o *options) error {
 	}
 	already := s.interval > 0
 	s.interval, s.maxHold = o.refreshInterval(), o.maxHold
+	s.arm()
 	s.mu.Unlock()
 	if !already {
 		s.watch()
