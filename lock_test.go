@@ -480,8 +480,24 @@ func TestFencesIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ttl := e.srv.Do(t, "PTTL", "dlock:{fenced}:fence"); ttl != "-1" {
-		t.Errorf("fence counter PTTL = %s, want -1 (no expiry)", ttl)
+	// The counter is kept for a day after the last fence, so that names
+	// locked once do not stay in Redis for good.
+	if ttl, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{fenced}:fence")); ttl < 86_000_000 || ttl > 86_400_000 {
+		t.Errorf("fence counter PTTL = %d ms, want about a day", ttl)
+	}
+	// A counter ahead of the clock (a clock set back, or a burst within one
+	// microsecond) is overtaken by one, not reset to the clock.
+	ahead := strconv.FormatUint(last+1_000_000_000, 10)
+	e.srv.Do(t, "SET", "dlock:{fenced}:fence", ahead)
+	l, err := e.c.TryLock(ctx, "fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := strconv.ParseUint(ahead, 10, 64); l.Fence() != want+1 {
+		t.Errorf("fence %d after a counter at %d, want one more", l.Fence(), want)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

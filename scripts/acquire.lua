@@ -1,7 +1,7 @@
 -- acquire: obtain the exclusive locks KEYS[1..n] for one holder, all or none.
 --
 -- KEYS[1..n]       lock hashes
--- KEYS[n+1..2n]    their fence counters (strings without a TTL)
+-- KEYS[n+1..2n]    their fence counters (strings kept for a day, see fence)
 -- KEYS[2n+1..3n]   their waiter sets (see wake)
 -- ARGV[1] request token (fresh per acquisition), ARGV[2] TTL in ms,
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),

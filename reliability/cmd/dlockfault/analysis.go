@@ -105,7 +105,7 @@ func leakCheck(addr, prefix string, wait time.Duration) ([]string, error) {
 		key := iter.Val()
 		typ, err := rdb.Type(ctx, key).Result()
 		if err != nil || typ == "string" || typ == "none" {
-			continue // fence counters keep no TTL by design
+			continue // fence counters and release markers: strings, not locks
 		}
 		if pttl, err := rdb.PTTL(ctx, key).Result(); err == nil && pttl == -1 {
 			leaks = append(leaks, fmt.Sprintf("%s (%s) has no TTL", key, typ))

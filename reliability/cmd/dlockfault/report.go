@@ -51,7 +51,7 @@ func writeReport(path string, results []*result, env runEnv) error {
 	w("- **stale writes accepted**: writes the resource applied with a fence older than one it had applied before,\n")
 	w("  read from the resource server's `MONITOR` stream, not from what the writers were told.\n")
 	w("- **leaks**: after every client has stopped and the longest TTL has passed, any lock still held\n")
-	w("  (`Client.List`), and any lock key or waiter set without a TTL (fence counters keep no TTL by design and are\n")
+	w("  (`Client.List`), and any lock key or waiter set without a TTL (fence counters, kept for a day, are\n")
 	w("  not counted); and, while the scenario runs, any lock still held with its token two TTLs after its holder's\n")
 	w("  `Release` failed with an error: a holder that gave its lock up must see it run out like a crashed holder's.\n")
 	w("- **unreported failures**: calls that returned no error although they failed, judged by an unfaulted\n")
