@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"strings"
 )
 
 // Driver carries dlock's requests to Redis. It is the only part of dlock that
@@ -96,4 +97,36 @@ type Call struct {
 	// Set by the driver.
 	Val any   // the reply: nil, int64, string or []any
 	Err error // an error reply, or why the call could not be made
+}
+
+// Unknown returns, for a driver's second round, the calls the server
+// answered without knowing their script (NOSCRIPT: send them again by
+// EVAL) or their function (send them again by FCALL once lib, the library
+// of the first of them that has one, is loaded; nil when none has).
+func Unknown(calls []*Call) (again []*Call, lib *Library) {
+	for _, c := range calls {
+		if c.Err == nil {
+			continue
+		}
+		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
+			again = append(again, c)
+			if lib == nil {
+				lib = c.Lib
+			}
+		}
+	}
+	return again, lib
+}
+
+// FailFunctions stores err, why the function library could not be loaded,
+// in the calls that run by FCALL, and returns the others.
+func FailFunctions(calls []*Call, err error) (rest []*Call) {
+	for _, c := range calls {
+		if c.Lib != nil {
+			c.Val, c.Err = nil, err
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	return rest
 }

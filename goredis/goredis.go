@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,13 +47,13 @@ func New(rdb redis.UniversalClient) *Driver {
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.run(ctx, calls, true)
 	defer d.reloadAfterFailure(calls)
-	retry := missing(calls)
+	retry, lib := dlock.Unknown(calls)
 	if len(retry) == 0 {
 		return
 	}
-	if lib := libraryOf(retry); lib != nil {
+	if lib != nil {
 		if err := d.load(ctx, lib); err != nil {
-			retry = failFunctions(retry, err)
+			retry = dlock.FailFunctions(retry, err)
 		}
 	}
 	d.run(ctx, retry, false)
@@ -100,45 +99,6 @@ func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, first bool) *r
 	default:
 		return c.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
 	}
-}
-
-// missing returns the calls the server answered without knowing their
-// script (NOSCRIPT) or function.
-func missing(calls []*dlock.Call) []*dlock.Call {
-	var out []*dlock.Call
-	for _, c := range calls {
-		if c.Err == nil {
-			continue
-		}
-		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// libraryOf returns the function library of the first call that has one.
-func libraryOf(calls []*dlock.Call) *dlock.Library {
-	for _, c := range calls {
-		if c.Lib != nil {
-			return c.Lib
-		}
-	}
-	return nil
-}
-
-// failFunctions stores err in the calls by FCALL, whose library could not
-// be loaded, and returns the others.
-func failFunctions(calls []*dlock.Call, err error) []*dlock.Call {
-	var rest []*dlock.Call
-	for _, c := range calls {
-		if c.Lib != nil {
-			c.Val, c.Err = nil, err
-		} else {
-			rest = append(rest, c)
-		}
-	}
-	return rest
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
@@ -338,10 +298,10 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		if !first {
 			break
 		}
-		calls = missing(calls)
-		if lib := libraryOf(calls); lib != nil {
+		var lib *dlock.Library
+		if calls, lib = dlock.Unknown(calls); lib != nil {
 			if err := node.FunctionLoadReplace(ctx, lib.Src).Err(); err != nil {
-				calls = failFunctions(calls, err)
+				calls = dlock.FailFunctions(calls, err)
 			}
 		}
 	}

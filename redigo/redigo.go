@@ -21,11 +21,9 @@
 package redigo
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -111,25 +109,10 @@ func eval(ctx context.Context, conn redis.Conn, calls []*dlock.Call) {
 		return
 	}
 	run(ctx, conn, calls, true)
-	var retry []*dlock.Call
-	var lib *dlock.Library
-	for _, c := range calls {
-		if c.Err == nil {
-			continue
-		}
-		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
-			retry = append(retry, c)
-			lib = cmp.Or(lib, c.Lib)
-		}
-	}
+	retry, lib := dlock.Unknown(calls)
 	if lib != nil {
 		if _, err := do(ctx, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src); err != nil {
-			for _, c := range retry {
-				if c.Lib != nil {
-					c.Val, c.Err = nil, err
-				}
-			}
-			retry = slices.DeleteFunc(retry, func(c *dlock.Call) bool { return c.Lib != nil })
+			retry = dlock.FailFunctions(retry, err)
 		}
 	}
 	if len(retry) > 0 {

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/dlockio/dlock"
@@ -59,10 +58,10 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		return
 	}
 	d.run(ctx, calls, true)
-	retry := missing(calls)
-	if lib := libraryOf(retry); lib != nil {
+	retry, lib := dlock.Unknown(calls)
+	if lib != nil {
 		if err := d.load(ctx, lib); err != nil {
-			retry = failFunctions(retry, err)
+			retry = dlock.FailFunctions(retry, err)
 		}
 	}
 	if len(retry) > 0 {
@@ -85,45 +84,6 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
 		}
 	}
 	return nil
-}
-
-// missing returns the calls the server answered without knowing their
-// script (NOSCRIPT) or function.
-func missing(calls []*dlock.Call) []*dlock.Call {
-	var out []*dlock.Call
-	for _, c := range calls {
-		if c.Err == nil {
-			continue
-		}
-		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// libraryOf returns the function library of the first call that has one.
-func libraryOf(calls []*dlock.Call) *dlock.Library {
-	for _, c := range calls {
-		if c.Lib != nil {
-			return c.Lib
-		}
-	}
-	return nil
-}
-
-// failFunctions stores err in the calls by FCALL, whose library could not
-// be loaded, and returns the others.
-func failFunctions(calls []*dlock.Call, err error) []*dlock.Call {
-	var rest []*dlock.Call
-	for _, c := range calls {
-		if c.Lib != nil {
-			c.Val, c.Err = nil, err
-		} else {
-			rest = append(rest, c)
-		}
-	}
-	return rest
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {

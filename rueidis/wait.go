@@ -103,10 +103,10 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		if !bySHA {
 			break
 		}
-		calls = missing(calls)
-		if lib := libraryOf(calls); lib != nil {
+		var lib *dlock.Library
+		if calls, lib = dlock.Unknown(calls); lib != nil {
 			if err := c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error(); err != nil {
-				calls = failFunctions(calls, err)
+				calls = dlock.FailFunctions(calls, err)
 			}
 		}
 	}
