@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // awaitWaiting waits until n callers of c wait for name.
@@ -321,4 +322,22 @@ func commandCalls(t *testing.T, e *env, cmd string) int {
 		}
 	}
 	return 0
+}
+
+func TestAReleaseDoesNotFailForANoticeItCannotSend(t *testing.T) {
+	// A server without SPUBLISH (as before Redis 7) and a waiter set with
+	// a sharded member: the notice is skipped, the release succeeds.
+	e := newEnv(t, redistest.WithArgs("--rename-command", "SPUBLISH", ""))
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "no-shards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "ZADD", "dlock:{no-shards}:waiters", "99999999999999", "s|someone")
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if e.exists(t, "dlock:{no-shards}") {
+		t.Error("the lock was not released")
+	}
 }

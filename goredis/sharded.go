@@ -21,7 +21,9 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // there. When that connection fails, or the node stops serving the slot
 // (a failover or a slot move: the server then unsubscribes its shard
 // channels, or answers MOVED), the goroutine has go-redis read the
-// cluster's slots again and subscribes anew on the slot's primary. (It does
+// cluster's slots again and subscribes anew on the slot's primary.
+// A cluster without shard channels (before Redis 7) returns
+// dlock.ErrUnsupported, and dlock then uses PUBLISH. (It does
 // not rely on go-redis's own reconnection of a ClusterClient's SSubscribe,
 // which before v9.18 picks a random node.) notify is called one message at
 // a time. A slot's connection is closed when its last channel is
@@ -31,6 +33,14 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	c, ok := d.rdb.(*redis.ClusterClient)
 	if !ok {
 		return nil, dlock.ErrUnsupported
+	}
+	// Shard channels came with Redis 7: an older server knows no SPUBLISH.
+	info, err := c.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(info) != 1 || info[0] == nil {
+		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	return &shardedSubscription{c: c, notify: notify, slots: map[int]*slotSubscription{}}, nil
 }
