@@ -300,3 +300,29 @@ func ExampleWithHooks() {
 	// exclusive [hooks:example] not_obtained after 1 attempt(s)
 	// released [hooks:example] true
 }
+
+func ExampleWithFunctions() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	// Open loads dlock's scripts as a Redis Functions library now, and
+	// says at once if the server cannot run functions (before Redis 7).
+	locks, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
+	if errors.Is(err, dlock.ErrNoFunctions) {
+		fmt.Println("no Redis Functions here; use dlock.New without WithFunctions")
+		return
+	} else if err != nil {
+		fmt.Println("redis:", err)
+		return
+	}
+	defer locks.Close()
+
+	l, err := locks.TryLock(ctx, "functions:example") // FCALL dlock_…_acquire
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("held by FCALL:", l.Key())
+	_ = l.Release(ctx)
+	// Output: held by FCALL: functions:example
+}
