@@ -16,12 +16,7 @@ import (
 // keeps a slot map of its own) reach the new primary, as plain ones do.
 func TestWithReplicasAfterAFailover(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 2) // the new primary keeps a replica
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()[:1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	locks := dlock.New(dlockrueidis.New(client))
+	locks := dlock.New(newClusterDriver(t, c))
 	defer locks.Close()
 	ctx := context.Background()
 	opts := []dlock.Option{dlock.WithReplicas(1, 500*time.Millisecond), dlock.WithTTL(10 * time.Second)}
@@ -62,4 +57,96 @@ func TestWithReplicasAfterAFailover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("released %v after the new primary granted a lock", time.Since(start).Round(time.Millisecond))
+}
+
+// TestShardedSubscriptionFollowsAFailover: a shard channel stays subscribed
+// through the failover of the primary that serves its slot, on the
+// replica that takes over.
+func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	const ch = "dlock:{failover}:w:test"
+	old, got := subscribeSharded(t, c, ch)
+
+	old.Kill(t)
+	next := c.AwaitFailover(t, ch, old, 20*time.Second)
+	start := time.Now()
+	publishUntilReceived(t, next, ch, "after", got)
+	t.Logf("received on the new primary %v after the failover", time.Since(start).Round(time.Millisecond))
+}
+
+// TestShardedSubscriptionFollowsASlotMove: when the slot of a shard channel
+// moves to another primary, whose node then unsubscribes the channel by
+// itself, the channel is subscribed again on the new primary.
+func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	const ch = "dlock:{moving}:w:test"
+	old, got := subscribeSharded(t, c, ch)
+
+	// The slot holds no key: it moves without MIGRATE.
+	next := c.Nodes[0]
+	if next == old {
+		next = c.Nodes[1]
+	}
+	slot := old.Do(t, "CLUSTER", "KEYSLOT", ch)
+	oldID, nextID := old.Do(t, "CLUSTER", "MYID"), next.Do(t, "CLUSTER", "MYID")
+	next.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", oldID)
+	old.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", nextID)
+	for _, n := range append([]*redistest.Server{next, old}, c.Nodes...) {
+		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", nextID)
+	}
+	start := time.Now()
+	publishUntilReceived(t, next, ch, "after", got)
+	t.Logf("received on the new primary %v after the move", time.Since(start).Round(time.Millisecond))
+	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", ch); n != ch+"\n0" {
+		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
+	}
+}
+
+// newClusterDriver returns a driver over a client of cluster c, closed
+// when the test ends.
+func newClusterDriver(t *testing.T, c *redistest.Cluster) *dlockrueidis.Driver {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return dlockrueidis.New(client)
+}
+
+// subscribeSharded subscribes to shard channel ch on cluster c until the
+// test ends, and returns the primary of its slot, on which a first message
+// was received, and the payloads received.
+func subscribeSharded(t *testing.T, c *redistest.Cluster, ch string) (*redistest.Server, <-chan string) {
+	got := make(chan string, 100)
+	sub, err := newClusterDriver(t, c).SubscribeSharded(context.Background(), func(_, payload string) { got <- payload })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	if err := sub.Subscribe(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	primary := c.PrimaryOf(t, ch)
+	publishUntilReceived(t, primary, ch, "before", got)
+	return primary, got
+}
+
+// publishUntilReceived publishes payload on srv until the subscriber gets
+// it (it may still be subscribing), for at most 15s.
+func publishUntilReceived(t *testing.T, srv *redistest.Server, ch, payload string, got <-chan string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		srv.Do(t, "SPUBLISH", ch, payload)
+		select {
+		case p := <-got:
+			if p == payload {
+				return
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q published on %s not received within 15s", payload, srv.Addr())
+		}
+	}
 }

@@ -30,22 +30,26 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // and subscribes again to the subscription's channels. Subscribe and
 // Unsubscribe never wait for notify.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	s := &subscription{client: d.client, notify: notify, channels: map[string]bool{},
-		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	s := newSubscription(d.client, notify, "")
 	c, err := s.connect(ctx, nil)
 	if err != nil {
+		s.cancel()
 		return nil, err
 	}
 	s.conn = c
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run(c)
 	return s, nil
 }
 
-// subscription is a dlock.Subscription over a rueidis dedicated client.
+// subscription is a dlock.Subscription over a rueidis dedicated client: to
+// plain channels, or to the shard channels of one cluster slot.
 type subscription struct {
 	client rueidis.Client
 	notify func(channel, payload string)
+	// shard is, for a subscription to shard channels, a channel of the
+	// slot whose channels it takes, which the connection is pinned to;
+	// "" for plain channels.
+	shard  string
 	ctx    context.Context // ends when Close is called
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
@@ -54,9 +58,19 @@ type subscription struct {
 	conn     *conn // nil while connecting again, and once closed
 	channels map[string]bool
 
-	qmu   sync.Mutex
-	queue []rueidis.PubSubMessage
-	ready chan struct{} // a message was queued
+	qmu     sync.Mutex
+	queue   []rueidis.PubSubMessage
+	dropped []string      // shard channels that the server unsubscribed
+	ready   chan struct{} // a message was queued
+}
+
+// newSubscription returns a subscription that is not connected yet, to
+// plain channels, or to shard channels in the slot of shard if not "".
+func newSubscription(client rueidis.Client, notify func(channel, payload string), shard string) *subscription {
+	s := &subscription{client: client, notify: notify, shard: shard, channels: map[string]bool{},
+		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
 }
 
 // conn is one connection of a subscription.
@@ -71,10 +85,19 @@ type conn struct {
 func (s *subscription) connect(ctx context.Context, channels []string) (*conn, error) {
 	dc, release := s.client.Dedicate()
 	c := &conn{dc: dc, release: release, since: time.Now()}
-	c.lost = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: s.push})
+	hooks := rueidis.PubSubHooks{OnMessage: s.push}
+	if s.shard != "" {
+		hooks.OnSubscription = s.unsubscribed
+	}
+	c.lost = dc.SetPubSubHooks(hooks)
 	cmd := dc.B().Ping().Build()
-	if len(channels) > 0 {
-		cmd = dc.B().Subscribe().Channel(channels...).Build()
+	switch {
+	case len(channels) > 0:
+		cmd = s.command(dc, true, channels)
+	case s.shard != "":
+		// A cluster's dedicated client keeps to the slot of its first
+		// command.
+		cmd = cmd.SetSlot(s.shard)
 	}
 	if err := dc.Do(ctx, cmd).Error(); err != nil {
 		c.close()
@@ -93,6 +116,24 @@ func (s *subscription) push(m rueidis.PubSubMessage) {
 	s.qmu.Lock()
 	s.queue = append(s.queue, m)
 	s.qmu.Unlock()
+	s.signal()
+}
+
+// unsubscribed queues a shard channel that the server unsubscribed: at
+// Unsubscribe, or by itself when its node stopped serving the slot (a slot
+// move, or a primary turned replica). It is called by rueidis, which waits
+// for it, possibly inside a send under s.mu: it must not take s.mu.
+func (s *subscription) unsubscribed(sub rueidis.PubSubSubscription) {
+	if sub.Kind != "sunsubscribe" {
+		return
+	}
+	s.qmu.Lock()
+	s.dropped = append(s.dropped, sub.Channel)
+	s.qmu.Unlock()
+	s.signal()
+}
+
+func (s *subscription) signal() {
 	select {
 	case s.ready <- struct{}{}:
 	default:
@@ -100,41 +141,57 @@ func (s *subscription) push(m rueidis.PubSubMessage) {
 }
 
 // run delivers the messages and keeps the subscription connected until
-// Close.
+// Close, on c and then on a new connection whenever c breaks (or, for shard
+// channels, its node lets go of them); c nil connects first.
 func (s *subscription) run(c *conn) {
 	defer close(s.done)
 	delay := minBackoff
 	for {
-		select {
-		case <-s.ready:
-			s.deliver()
-		case <-c.lost:
-			if time.Since(c.since) >= maxBackoff {
-				delay = minBackoff
-			}
-			s.drop(c)
+		if c == nil {
 			if c = s.reconnect(&delay); c == nil {
 				return
 			}
+		}
+		select {
+		case <-s.ready:
+			if !s.deliver() {
+				continue
+			}
+		case <-c.lost:
 		case <-s.ctx.Done():
 			s.drop(c)
 			return
 		}
+		if time.Since(c.since) >= maxBackoff {
+			delay = minBackoff
+		}
+		s.drop(c)
+		c = nil
 	}
 }
 
 // deliver passes the queued messages to notify, unless Close was called.
-func (s *subscription) deliver() {
+// It reports whether the server unsubscribed a shard channel that is still
+// wanted, which means that the node no longer serves the slot. (A channel
+// unsubscribed and at once subscribed again can look so too: the
+// subscription then only connects again for nothing.)
+func (s *subscription) deliver() (moved bool) {
 	s.qmu.Lock()
-	msgs := s.queue
-	s.queue = nil
+	msgs, dropped := s.queue, s.dropped
+	s.queue, s.dropped = nil, nil
 	s.qmu.Unlock()
 	for _, m := range msgs {
 		if s.ctx.Err() != nil {
-			return
+			return false
 		}
 		s.notify(m.Channel, m.Message)
 	}
+	if len(dropped) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(dropped, func(ch string) bool { return s.channels[ch] })
 }
 
 // drop closes a connection that broke, or at Close.
@@ -215,11 +272,21 @@ func (s *subscription) send(ctx context.Context, c *conn, subscribe bool, channe
 	if len(channels) == 0 {
 		return nil
 	}
-	cmd := c.dc.B().Unsubscribe().Channel(channels...).Build()
-	if subscribe {
-		cmd = c.dc.B().Subscribe().Channel(channels...).Build()
+	return c.dc.Do(ctx, s.command(c.dc, subscribe, channels)).Error()
+}
+
+// command builds the SUBSCRIBE or UNSUBSCRIBE of channels, or for shard
+// channels SSUBSCRIBE or SUNSUBSCRIBE.
+func (s *subscription) command(dc rueidis.DedicatedClient, subscribe bool, channels []string) rueidis.Completed {
+	switch {
+	case s.shard != "" && subscribe:
+		return dc.B().Ssubscribe().Channel(channels...).Build()
+	case s.shard != "":
+		return dc.B().Sunsubscribe().Channel(channels...).Build()
+	case subscribe:
+		return dc.B().Subscribe().Channel(channels...).Build()
 	}
-	return c.dc.Do(ctx, cmd).Error()
+	return dc.B().Unsubscribe().Channel(channels...).Build()
 }
 
 // Subscribe adds channels. While the subscription connects again, it only
