@@ -4,31 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
 var _ dlock.ShardedSubscriber = (*Driver)(nil)
 
-// SubscribeSharded subscribes to shard channels on a Redis Cluster. Each
-// slot whose channels it listens to gets a goroutine and a connection of
-// its own, to the primary that serves the slot: SSUBSCRIBE works only
-// there. When that connection fails, or the node stops serving the slot
-// (a failover or a slot move: the server then unsubscribes its shard
-// channels, or answers MOVED), the goroutine has go-redis read the
-// cluster's slots again and subscribes anew on the slot's primary.
-// A cluster without shard channels (before Redis 7) returns
-// dlock.ErrUnsupported, and dlock then uses PUBLISH. (It does
-// not rely on go-redis's own reconnection of a ClusterClient's SSubscribe,
-// which before v9.18 picks a random node.) notify is called one message at
-// a time. A slot's connection is closed when its last channel is
-// unsubscribed. Other clients than a ClusterClient return
-// dlock.ErrUnsupported.
+// SubscribeSharded subscribes to shard channels on a Redis Cluster, with
+// one connection and one goroutine for each primary that serves a slot of
+// its channels: SSUBSCRIBE works only on the slot's primary, and one
+// connection carries the channels of all of a primary's slots. When a
+// primary stops serving a slot (a failover or a slot move: the server then
+// unsubscribes its shard channels, or answers MOVED) or its connection
+// fails, the channels concerned are subscribed anew, after go-redis has
+// read the cluster's slots again, on the primaries that serve them now.
+// (This does not rely on go-redis's own reconnection of a ClusterClient's
+// SSubscribe, which before v9.18 picks a random node.) notify is called
+// one message at a time. A primary's connection is closed when its last
+// channel is unsubscribed. A cluster without shard channels (before Redis
+// 7), and any client other than a ClusterClient, return
+// dlock.ErrUnsupported; dlock then uses PUBLISH.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	c, ok := d.rdb.(*redis.ClusterClient)
 	if !ok {
@@ -42,236 +40,204 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	if len(info) != 1 || info[0] == nil {
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
-	return &shardedSubscription{c: c, notify: notify, slots: map[int]*slotSubscription{}}, nil
+	s := &shardedSubscription{c: c, notify: notify,
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
-// shardedSubscription is the shard channels of one subscriber, by slot.
+// shardedSubscription is the shard channels of one subscriber, by the
+// primary they are subscribed on.
 type shardedSubscription struct {
 	c      *redis.ClusterClient
 	notify func(channel, payload string)
 
-	deliver sync.Mutex // notify is called one message at a time
+	deliver sync.Mutex      // notify is called one message at a time
+	running sync.WaitGroup  // the nodes' goroutines
+	ctx     context.Context // ends at Close: stops subscribing anew
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
-	slots  map[int]*slotSubscription
+	nodes  map[string]*nodeSubscription // by the primary's address
+	where  map[string]*nodeSubscription // by channel
 	closed bool
 }
 
-// slotSubscription is one slot's channels and the goroutine that keeps them
-// subscribed on the slot's primary.
-type slotSubscription struct {
+// nodeSubscription is the channels subscribed on one primary, and the
+// goroutine that delivers their messages.
+type nodeSubscription struct {
 	s        *shardedSubscription
+	ps       *redis.PubSub
 	channels map[string]bool // guarded by s.mu
-	ps       *redis.PubSub   // guarded by s.mu; nil while connecting
-	stop     chan struct{}   // closed when the slot is given up
-	done     chan struct{}   // closed when the goroutine returns
+	closing  bool            // guarded by s.mu: closed on purpose
 }
 
 const (
-	// shardRetryMin and shardRetryMax bound the wait before subscribing a
-	// slot again after its connection failed.
+	// shardRetryMin and shardRetryMax bound the wait before subscribing
+	// channels again after their primary's connection failed.
 	shardRetryMin = 50 * time.Millisecond
 	shardRetryMax = time.Second
-	// shardTimeout bounds each request that subscribes a slot.
+	// shardTimeout bounds the requests that subscribe channels anew.
 	shardTimeout = 5 * time.Second
 )
 
 var errClosed = errors.New("goredis: subscription closed")
 
-// Subscribe sends SSUBSCRIBE for every channel before it returns; for a
-// slot new to the subscription, on a connection it opens to the slot's
-// primary.
+// Subscribe sends SSUBSCRIBE for every channel, on its slot's primary (on a
+// new connection for a primary it had none to), before it returns.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errClosed
-	}
 	var errs []error
-	var added []*slotSubscription
 	for _, ch := range channels {
-		slot := keyslot.Of(ch)
-		sub := s.slots[slot]
-		if sub == nil {
-			sub = &slotSubscription{s: s, channels: map[string]bool{ch: true},
-				stop: make(chan struct{}), done: make(chan struct{})}
-			s.slots[slot] = sub
-			added = append(added, sub)
-			continue
+		if err := s.subscribe(ctx, ch); err != nil {
+			errs = append(errs, err)
 		}
-		if sub.channels[ch] {
-			continue
-		}
-		sub.channels[ch] = true
-		if sub.ps != nil {
-			if err := sub.ps.SSubscribe(ctx, ch); err != nil {
-				errs = append(errs, err) // the goroutine subscribes it again if the connection failed
-			}
-		}
-	}
-	s.mu.Unlock()
-	// New slots connect now, so that a notice sent once Subscribe returned
-	// finds them subscribed, and then keep going on their own.
-	for _, sub := range added {
-		ps := sub.connect(ctx)
-		if ps == nil {
-			errs = append(errs, fmt.Errorf("goredis: no connection to the primary of slot %d yet; retrying in the background", keyslot.Of(firstChannel(sub))))
-		}
-		go sub.run(ps)
 	}
 	return errors.Join(errs...)
 }
 
-// firstChannel returns a channel of the slot, for messages.
-func firstChannel(sub *slotSubscription) string {
-	sub.s.mu.Lock()
-	defer sub.s.mu.Unlock()
-	for ch := range sub.channels {
-		return ch
+// subscribe subscribes one channel on the primary of its slot.
+func (s *shardedSubscription) subscribe(ctx context.Context, ch string) error {
+	s.mu.Lock()
+	_, already := s.where[ch]
+	closed := s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return errClosed
+	case already:
+		return nil
 	}
-	return ""
+	node, err := s.c.MasterForKey(ctx, ch)
+	if err != nil {
+		return err
+	}
+	addr := node.Options().Addr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	if _, ok := s.where[ch]; ok {
+		return nil // subscribed meanwhile
+	}
+	ns := s.nodes[addr]
+	if ns == nil {
+		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx, ch), channels: map[string]bool{ch: true}}
+		s.nodes[addr] = ns
+		s.where[ch] = ns
+		s.running.Add(1)
+		go ns.run(addr)
+		return nil
+	}
+	ns.channels[ch] = true
+	s.where[ch] = ns
+	return ns.ps.SSubscribe(ctx, ch) // a failed connection resubscribes it with the rest
 }
 
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
-	s.mu.Lock()
-	var idle []*slotSubscription
 	var errs []error
+	var idle []*nodeSubscription
+	s.mu.Lock()
 	for _, ch := range channels {
-		slot := keyslot.Of(ch)
-		sub := s.slots[slot]
-		if sub == nil || !sub.channels[ch] {
+		ns := s.where[ch]
+		if ns == nil {
 			continue
 		}
-		delete(sub.channels, ch)
-		switch {
-		case len(sub.channels) == 0:
-			delete(s.slots, slot)
-			idle = append(idle, sub)
-		case sub.ps != nil:
-			if err := sub.ps.SUnsubscribe(ctx, ch); err != nil {
-				errs = append(errs, err)
-			}
+		delete(s.where, ch)
+		delete(ns.channels, ch)
+		if len(ns.channels) == 0 {
+			s.drop(ns)
+			idle = append(idle, ns)
+		} else if err := ns.ps.SUnsubscribe(ctx, ch); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	s.mu.Unlock()
-	for _, sub := range idle {
-		sub.close()
+	for _, ns := range idle {
+		_ = ns.ps.Close() // its goroutine sees closing and returns
 	}
 	return errors.Join(errs...)
 }
 
 func (s *shardedSubscription) Close() error {
+	s.cancel()
 	s.mu.Lock()
-	subs := s.slots
-	s.slots, s.closed = map[int]*slotSubscription{}, true
-	s.mu.Unlock()
-	for _, sub := range subs {
-		sub.close()
+	s.closed = true
+	var all []*nodeSubscription
+	for _, ns := range s.nodes {
+		s.drop(ns)
+		all = append(all, ns)
 	}
+	s.where = map[string]*nodeSubscription{}
+	s.mu.Unlock()
+	for _, ns := range all {
+		_ = ns.ps.Close()
+	}
+	s.running.Wait()
 	return nil
 }
 
-// close stops the slot's goroutine and waits for it. The slot is already
-// out of s.slots.
-func (sub *slotSubscription) close() {
-	sub.s.mu.Lock()
-	close(sub.stop)
-	ps := sub.ps
-	sub.s.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close() // ends a Receive under way
-	}
-	<-sub.done
-}
-
-// run keeps the slot's channels subscribed on the slot's primary until the
-// slot is given up, on ps (nil if none could be had yet) and then,
-// after every failure, on a new connection.
-func (sub *slotSubscription) run(ps *redis.PubSub) {
-	defer close(sub.done)
-	wait := shardRetryMin
-	for {
-		if ps == nil {
-			ps = sub.connect(context.Background())
+// drop takes a node subscription out of the maps and marks it closing;
+// s.mu must be held.
+func (s *shardedSubscription) drop(ns *nodeSubscription) {
+	ns.closing = true
+	for addr, x := range s.nodes {
+		if x == ns {
+			delete(s.nodes, addr)
 		}
-		if ps != nil {
-			if sub.receive(ps) {
-				wait = shardRetryMin // it worked for a while: retry at once
-			}
-			sub.s.mu.Lock()
-			sub.ps = nil
-			sub.s.mu.Unlock()
-			_ = ps.Close()
-			ps = nil
-		}
-		select {
-		case <-sub.stop:
-			return
-		default:
-		}
-		sub.s.c.ReloadState(context.Background()) // in the background
-		select {
-		case <-sub.stop:
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, shardRetryMax)
 	}
 }
 
-// connect subscribes the slot's channels on the primary that serves it,
-// as far as the cluster client knows; nil when it could not, or the slot
-// was given up.
-func (sub *slotSubscription) connect(ctx context.Context) *redis.PubSub {
-	s := sub.s
+// run delivers the primary's messages until its connection is closed on
+// purpose, or fails, or the primary stops serving a channel's slot; then
+// it subscribes the channels concerned anew, wherever they are served now.
+func (ns *nodeSubscription) run(addr string) {
+	s := ns.s
+	defer s.running.Done()
+	moved := ns.receive()
 	s.mu.Lock()
-	var channels []string
-	for ch := range sub.channels {
-		channels = append(channels, ch)
+	if ns.closing {
+		s.mu.Unlock()
+		return
+	}
+	// The connection failed: every channel on it moves. Or the primary let
+	// go of some channels: only they move, and the rest stay.
+	var again []string
+	if moved == nil {
+		s.drop(ns)
+		for ch := range ns.channels {
+			again = append(again, ch)
+			delete(s.where, ch)
+		}
+	} else {
+		for _, ch := range moved {
+			if ns.channels[ch] {
+				again = append(again, ch)
+				delete(ns.channels, ch)
+				delete(s.where, ch)
+			}
+		}
+		// This goroutine goes on serving the rest.
+		s.running.Add(1)
+		go ns.run(addr)
 	}
 	s.mu.Unlock()
-	if len(channels) == 0 {
-		return nil
+	if moved == nil {
+		_ = ns.ps.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shardTimeout)
-	defer cancel()
-	node, err := s.c.MasterForKey(ctx, channels[0])
-	if err != nil {
-		return nil
-	}
-	ps := node.SSubscribe(ctx, channels...)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-sub.stop:
-		_ = ps.Close()
-		return nil
-	default:
-	}
-	sub.ps = ps
-	// Channels added while it connected.
-	var more []string
-	for ch := range sub.channels {
-		if !slices.Contains(channels, ch) {
-			more = append(more, ch)
-		}
-	}
-	if len(more) > 0 {
-		_ = ps.SSubscribe(ctx, more...)
-	}
-	return ps
+	s.resubscribe(again)
 }
 
-// receive delivers the slot's messages until the connection fails or the
-// node stops serving the slot; it reports whether any reply came.
-func (sub *slotSubscription) receive(ps *redis.PubSub) (answered bool) {
-	s := sub.s
+// receive delivers messages until the connection fails (nil), or the
+// server unsubscribes channels still wanted: their slot moved (those
+// channels).
+func (ns *nodeSubscription) receive() (moved []string) {
+	s := ns.s
 	for {
-		msg, err := ps.Receive(context.Background())
+		msg, err := ns.ps.Receive(context.Background())
 		if err != nil {
-			return answered // a failed connection, an error reply such as MOVED, or Close
+			return nil // a failed connection, an error reply such as MOVED, or Close
 		}
-		answered = true
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.deliver.Lock()
@@ -282,11 +248,39 @@ func (sub *slotSubscription) receive(ps *redis.PubSub) (answered bool) {
 				continue
 			}
 			s.mu.Lock()
-			moved := sub.channels[m.Channel]
+			wanted := ns.channels[m.Channel] && !ns.closing
 			s.mu.Unlock()
-			if moved {
-				return true // the server let go of a channel still wanted: the slot moved
+			if wanted {
+				return []string{m.Channel}
 			}
 		}
+	}
+}
+
+// resubscribe subscribes channels anew, once go-redis has read the
+// cluster's slots again, retrying with a backoff until every one is
+// subscribed or the subscription is closed.
+func (s *shardedSubscription) resubscribe(channels []string) {
+	wait := shardRetryMin
+	for len(channels) > 0 {
+		s.c.ReloadState(s.ctx) // in the background
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, shardRetryMax)
+		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
+		var failed []string
+		for _, ch := range channels {
+			if err := s.subscribe(ctx, ch); errors.Is(err, errClosed) {
+				cancel()
+				return
+			} else if err != nil {
+				failed = append(failed, ch)
+			}
+		}
+		cancel()
+		channels = failed
 	}
 }

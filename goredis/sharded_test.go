@@ -2,9 +2,12 @@ package goredis_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -15,24 +18,128 @@ import (
 // replica that takes over.
 func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	got := make(chan string, 100)
-	sub, err := goredis.New(rdb).SubscribeSharded(context.Background(), func(_, payload string) { got <- payload })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	const ch = "dlock:{failover}:w:test"
-	if err := sub.Subscribe(context.Background(), ch); err != nil {
-		t.Fatal(err)
-	}
+	sub, got := shardedSubscription(t, c)
+	subscribe(t, sub, ch)
 	old := c.PrimaryOf(t, ch)
 	publishUntilReceived(t, old, ch, "before", got)
 
 	old.Kill(t)
 	next := c.AwaitFailover(t, ch, old, 20*time.Second)
 	publishUntilReceived(t, next, ch, "after", got)
+}
+
+// TestShardedSubscriptionFollowsASlotMove: when a channel's slot moves to
+// another primary, the channel is subscribed there, and the channels of
+// the old primary's other slots stay on their connection.
+func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	const moving = "dlock:{moving}:w:test"
+	sub, got := shardedSubscription(t, c)
+	subscribe(t, sub, moving)
+	old := c.PrimaryOf(t, moving)
+	staying := channelOn(t, c, old, "staying")
+	subscribe(t, sub, staying)
+	publishUntilReceived(t, old, moving, "before", got)
+	publishUntilReceived(t, old, staying, "staying before", got)
+
+	// The slot holds no key: it moves without MIGRATE.
+	next := c.Nodes[0]
+	if next == old {
+		next = c.Nodes[1]
+	}
+	slot := old.Do(t, "CLUSTER", "KEYSLOT", moving)
+	oldID, nextID := old.Do(t, "CLUSTER", "MYID"), next.Do(t, "CLUSTER", "MYID")
+	next.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", oldID)
+	old.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", nextID)
+	for _, n := range append([]*redistest.Server{next, old}, c.Nodes...) {
+		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", nextID)
+	}
+	publishUntilReceived(t, next, moving, "after", got)
+	publishUntilReceived(t, old, staying, "staying after", got)
+	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
+		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
+	}
+}
+
+// TestShardedSubscriptionHasAConnectionPerPrimary: channels in many slots
+// cost one connection to each primary that serves them, not one a slot.
+func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	sub, got := shardedSubscription(t, c)
+	var channels []string
+	for i := range 60 {
+		ch := "dlock:{n" + strconv.Itoa(i) + "}:w:test"
+		channels = append(channels, ch)
+		subscribe(t, sub, ch)
+	}
+	for _, ch := range channels {
+		publishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
+	}
+	for _, n := range c.Nodes {
+		if conns := pubsubConnections(t, n); conns != 1 {
+			t.Errorf("%s: %d pub/sub connections, want 1", n.Addr(), conns)
+		}
+	}
+	if err := sub.Unsubscribe(context.Background(), channels...); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for pubsubConnections(t, n) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: pub/sub connections left after the last channel was unsubscribed", n.Addr())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// shardedSubscription opens a sharded subscription over a client of
+// cluster c, closed with the test, and returns it with the payloads it
+// receives.
+func shardedSubscription(t *testing.T, c *redistest.Cluster) (dlock.Subscription, <-chan string) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	got := make(chan string, 1000)
+	sub, err := goredis.New(rdb).SubscribeSharded(context.Background(), func(_, payload string) { got <- payload })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub, got
+}
+
+func subscribe(t *testing.T, sub dlock.Subscription, ch string) {
+	t.Helper()
+	if err := sub.Subscribe(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// channelOn returns a shard channel named after base whose slot srv
+// serves.
+func channelOn(t *testing.T, c *redistest.Cluster, srv *redistest.Server, base string) string {
+	t.Helper()
+	for i := range 1000 {
+		ch := "dlock:{" + base + strconv.Itoa(i) + "}:w:test"
+		if c.PrimaryOf(t, ch) == srv {
+			return ch
+		}
+	}
+	t.Fatalf("no channel on %s", srv.Addr())
+	return ""
+}
+
+// pubsubConnections counts the connections in pub/sub mode on srv.
+func pubsubConnections(t *testing.T, srv *redistest.Server) int {
+	n := 0
+	for _, line := range strings.Split(srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub"), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // publishUntilReceived publishes payload on srv until the subscriber gets
