@@ -2,6 +2,8 @@ package dlockrueidis_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +67,10 @@ func TestWithReplicasAfterAFailover(t *testing.T) {
 func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
 	const ch = "dlock:{failover}:w:test"
-	old, got := subscribeSharded(t, c, ch)
+	sub, got := shardedSubscription(t, c)
+	subscribe(t, sub, ch)
+	old := c.PrimaryOf(t, ch)
+	publishUntilReceived(t, old, ch, "before", got)
 
 	old.Kill(t)
 	next := c.AwaitFailover(t, ch, old, 20*time.Second)
@@ -74,20 +79,27 @@ func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	t.Logf("received on the new primary %v after the failover", time.Since(start).Round(time.Millisecond))
 }
 
-// TestShardedSubscriptionFollowsASlotMove: when the slot of a shard channel
-// moves to another primary, whose node then unsubscribes the channel by
-// itself, the channel is subscribed again on the new primary.
+// TestShardedSubscriptionFollowsASlotMove: when a channel's slot moves to
+// another primary, whose node then unsubscribes the channel by itself, the
+// channel is subscribed there, and the channels of the old primary's
+// other slots stay on their connection.
 func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
-	const ch = "dlock:{moving}:w:test"
-	old, got := subscribeSharded(t, c, ch)
+	const moving = "dlock:{moving}:w:test"
+	sub, got := shardedSubscription(t, c)
+	subscribe(t, sub, moving)
+	old := c.PrimaryOf(t, moving)
+	staying := channelOn(t, c, old, "staying")
+	subscribe(t, sub, staying)
+	publishUntilReceived(t, old, moving, "before", got)
+	publishUntilReceived(t, old, staying, "staying before", got)
 
 	// The slot holds no key: it moves without MIGRATE.
 	next := c.Nodes[0]
 	if next == old {
 		next = c.Nodes[1]
 	}
-	slot := old.Do(t, "CLUSTER", "KEYSLOT", ch)
+	slot := old.Do(t, "CLUSTER", "KEYSLOT", moving)
 	oldID, nextID := old.Do(t, "CLUSTER", "MYID"), next.Do(t, "CLUSTER", "MYID")
 	next.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", oldID)
 	old.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", nextID)
@@ -95,10 +107,47 @@ func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", nextID)
 	}
 	start := time.Now()
-	publishUntilReceived(t, next, ch, "after", got)
+	publishUntilReceived(t, next, moving, "after", got)
 	t.Logf("received on the new primary %v after the move", time.Since(start).Round(time.Millisecond))
-	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", ch); n != ch+"\n0" {
+	publishUntilReceived(t, old, staying, "staying after", got)
+	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
 		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
+	}
+	if conns := pubsubConnections(t, old); conns != 1 {
+		t.Errorf("the old primary has %d pub/sub connections, want 1", conns)
+	}
+}
+
+// TestShardedSubscriptionHasAConnectionPerPrimary: channels in many slots
+// cost one connection to each primary that serves them, not one a slot.
+func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	sub, got := shardedSubscription(t, c)
+	var channels []string
+	for i := range 60 {
+		ch := "dlock:{n" + strconv.Itoa(i) + "}:w:test"
+		channels = append(channels, ch)
+		subscribe(t, sub, ch)
+	}
+	for _, ch := range channels {
+		publishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
+	}
+	for _, n := range c.Nodes {
+		if conns := pubsubConnections(t, n); conns != 1 {
+			t.Errorf("%s: %d pub/sub connections, want 1", n.Addr(), conns)
+		}
+	}
+	if err := sub.Unsubscribe(context.Background(), channels...); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for pubsubConnections(t, n) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: pub/sub connections left after the last channel was unsubscribed", n.Addr())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
@@ -113,22 +162,49 @@ func newClusterDriver(t *testing.T, c *redistest.Cluster) *dlockrueidis.Driver {
 	return dlockrueidis.New(client)
 }
 
-// subscribeSharded subscribes to shard channel ch on cluster c until the
-// test ends, and returns the primary of its slot, on which a first message
-// was received, and the payloads received.
-func subscribeSharded(t *testing.T, c *redistest.Cluster, ch string) (*redistest.Server, <-chan string) {
-	got := make(chan string, 100)
+// shardedSubscription opens a sharded subscription over a client of
+// cluster c, closed with the test, and returns it with the payloads it
+// receives.
+func shardedSubscription(t *testing.T, c *redistest.Cluster) (dlock.Subscription, <-chan string) {
+	got := make(chan string, 1000)
 	sub, err := newClusterDriver(t, c).SubscribeSharded(context.Background(), func(_, payload string) { got <- payload })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
+	return sub, got
+}
+
+func subscribe(t *testing.T, sub dlock.Subscription, ch string) {
+	t.Helper()
 	if err := sub.Subscribe(context.Background(), ch); err != nil {
 		t.Fatal(err)
 	}
-	primary := c.PrimaryOf(t, ch)
-	publishUntilReceived(t, primary, ch, "before", got)
-	return primary, got
+}
+
+// channelOn returns a shard channel named after base whose slot srv
+// serves.
+func channelOn(t *testing.T, c *redistest.Cluster, srv *redistest.Server, base string) string {
+	t.Helper()
+	for i := range 1000 {
+		ch := "dlock:{" + base + strconv.Itoa(i) + "}:w:test"
+		if c.PrimaryOf(t, ch) == srv {
+			return ch
+		}
+	}
+	t.Fatalf("no channel on %s", srv.Addr())
+	return ""
+}
+
+// pubsubConnections counts the connections in pub/sub mode on srv.
+func pubsubConnections(t *testing.T, srv *redistest.Server) int {
+	n := 0
+	for _, line := range strings.Split(srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub"), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // publishUntilReceived publishes payload on srv until the subscriber gets

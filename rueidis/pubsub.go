@@ -30,7 +30,7 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // and subscribes again to the subscription's channels. Subscribe and
 // Unsubscribe never wait for notify.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	s := newSubscription(d.client, notify, "")
+	s := newSubscription(d.client, notify)
 	c, err := s.connect(ctx, nil)
 	if err != nil {
 		s.cancel()
@@ -42,17 +42,19 @@ func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload str
 }
 
 // subscription is a dlock.Subscription over a rueidis dedicated client: to
-// plain channels, or to the shard channels of one cluster slot.
+// plain channels, or to the shard channels that one primary of a cluster
+// serves.
 type subscription struct {
 	client rueidis.Client
 	notify func(channel, payload string)
-	// shard is, for a subscription to shard channels, a channel of the
-	// slot whose channels it takes, which the connection is pinned to;
-	// "" for plain channels.
-	shard  string
-	ctx    context.Context // ends when Close is called
-	cancel context.CancelFunc
-	done   chan struct{} // closed when run has returned
+	// reroute is nil for plain channels. For shard channels, it takes back
+	// the channels that the primary let go of (their slot moved), or with
+	// all every channel once the connection is lost or cannot be opened:
+	// the subscription then ends instead of connecting again.
+	reroute func(channels []string, all bool)
+	ctx     context.Context // ends when Close is called
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run has returned
 
 	mu       sync.Mutex
 	conn     *conn // nil while connecting again, and once closed
@@ -64,10 +66,11 @@ type subscription struct {
 	ready   chan struct{} // a message was queued
 }
 
-// newSubscription returns a subscription that is not connected yet, to
-// plain channels, or to shard channels in the slot of shard if not "".
-func newSubscription(client rueidis.Client, notify func(channel, payload string), shard string) *subscription {
-	s := &subscription{client: client, notify: notify, shard: shard, channels: map[string]bool{},
+// newSubscription returns a subscription that is not connected yet: to
+// plain channels, or once given a reroute to shard channels on the node
+// that client connects to.
+func newSubscription(client rueidis.Client, notify func(channel, payload string)) *subscription {
+	s := &subscription{client: client, notify: notify, channels: map[string]bool{},
 		ready: make(chan struct{}, 1), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
@@ -86,20 +89,15 @@ func (s *subscription) connect(ctx context.Context, channels []string) (*conn, e
 	dc, release := s.client.Dedicate()
 	c := &conn{dc: dc, release: release, since: time.Now()}
 	hooks := rueidis.PubSubHooks{OnMessage: s.push}
-	if s.shard != "" {
+	if s.reroute != nil {
 		hooks.OnSubscription = s.unsubscribed
 	}
 	c.lost = dc.SetPubSubHooks(hooks)
-	cmd := dc.B().Ping().Build()
-	switch {
-	case len(channels) > 0:
-		cmd = s.command(dc, true, channels)
-	case s.shard != "":
-		// A cluster's dedicated client keeps to the slot of its first
-		// command.
-		cmd = cmd.SetSlot(s.shard)
+	err := s.send(ctx, c, true, channels)
+	if len(channels) == 0 {
+		err = dc.Do(ctx, dc.B().Ping().Build()).Error()
 	}
-	if err := dc.Do(ctx, cmd).Error(); err != nil {
+	if err != nil {
 		c.close()
 		return nil, err
 	}
@@ -141,12 +139,21 @@ func (s *subscription) signal() {
 }
 
 // run delivers the messages and keeps the subscription connected until
-// Close, on c and then on a new connection whenever c breaks (or, for shard
-// channels, its node lets go of them); c nil connects first.
+// Close, on c and then on a new connection whenever c breaks; c nil
+// connects first. For shard channels, it hands the channels that the node
+// lets go of to reroute, and when c breaks (or is nil) all of them, and
+// returns.
 func (s *subscription) run(c *conn) {
 	defer close(s.done)
 	delay := minBackoff
 	for {
+		if c == nil && s.reroute != nil {
+			s.deliver()
+			if s.ctx.Err() == nil {
+				s.reroute(nil, true)
+			}
+			return
+		}
 		if c == nil {
 			if c = s.reconnect(&delay); c == nil {
 				return
@@ -154,9 +161,10 @@ func (s *subscription) run(c *conn) {
 		}
 		select {
 		case <-s.ready:
-			if !s.deliver() {
-				continue
+			if moved := s.deliver(); len(moved) > 0 {
+				s.reroute(moved, false)
 			}
+			continue
 		case <-c.lost:
 		case <-s.ctx.Done():
 			s.drop(c)
@@ -171,27 +179,29 @@ func (s *subscription) run(c *conn) {
 }
 
 // deliver passes the queued messages to notify, unless Close was called.
-// It reports whether the server unsubscribed a shard channel that is still
-// wanted, which means that the node no longer serves the slot. (A channel
-// unsubscribed and at once subscribed again can look so too: the
-// subscription then only connects again for nothing.)
-func (s *subscription) deliver() (moved bool) {
+// It returns the shard channels that the server unsubscribed while they
+// are still wanted, which means that the node no longer serves their slot.
+// (A channel unsubscribed and at once subscribed again can look so too:
+// it is then only subscribed again for nothing.)
+func (s *subscription) deliver() (moved []string) {
 	s.qmu.Lock()
 	msgs, dropped := s.queue, s.dropped
 	s.queue, s.dropped = nil, nil
 	s.qmu.Unlock()
 	for _, m := range msgs {
 		if s.ctx.Err() != nil {
-			return false
+			return nil
 		}
 		s.notify(m.Channel, m.Message)
 	}
-	if len(dropped) == 0 {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.ContainsFunc(dropped, func(ch string) bool { return s.channels[ch] })
+	for _, ch := range dropped {
+		if s.channels[ch] && !slices.Contains(moved, ch) {
+			moved = append(moved, ch)
+		}
+	}
+	return moved
 }
 
 // drop closes a connection that broke, or at Close.
@@ -272,21 +282,32 @@ func (s *subscription) send(ctx context.Context, c *conn, subscribe bool, channe
 	if len(channels) == 0 {
 		return nil
 	}
-	return c.dc.Do(ctx, s.command(c.dc, subscribe, channels)).Error()
+	var errs []error
+	for _, r := range c.dc.DoMulti(ctx, s.commands(c.dc, subscribe, channels)...) {
+		errs = append(errs, r.Error())
+	}
+	return errors.Join(errs...)
 }
 
-// command builds the SUBSCRIBE or UNSUBSCRIBE of channels, or for shard
-// channels SSUBSCRIBE or SUNSUBSCRIBE.
-func (s *subscription) command(dc rueidis.DedicatedClient, subscribe bool, channels []string) rueidis.Completed {
+// commands builds the SUBSCRIBE or UNSUBSCRIBE of channels, or for shard
+// channels an SSUBSCRIBE or SUNSUBSCRIBE for each slot (the server takes
+// the channels of one slot at a time).
+func (s *subscription) commands(dc rueidis.DedicatedClient, subscribe bool, channels []string) []rueidis.Completed {
 	switch {
-	case s.shard != "" && subscribe:
-		return dc.B().Ssubscribe().Channel(channels...).Build()
-	case s.shard != "":
-		return dc.B().Sunsubscribe().Channel(channels...).Build()
-	case subscribe:
-		return dc.B().Subscribe().Channel(channels...).Build()
+	case s.reroute == nil && subscribe:
+		return []rueidis.Completed{dc.B().Subscribe().Channel(channels...).Build()}
+	case s.reroute == nil:
+		return []rueidis.Completed{dc.B().Unsubscribe().Channel(channels...).Build()}
 	}
-	return dc.B().Unsubscribe().Channel(channels...).Build()
+	var cmds []rueidis.Completed
+	for _, chs := range bySlot(channels) {
+		if subscribe {
+			cmds = append(cmds, dc.B().Ssubscribe().Channel(chs...).Build())
+		} else {
+			cmds = append(cmds, dc.B().Sunsubscribe().Channel(chs...).Build())
+		}
+	}
+	return cmds
 }
 
 // Subscribe adds channels. While the subscription connects again, it only

@@ -26,7 +26,7 @@ import (
 // Driver carries dlock's requests over a rueidis client.
 type Driver struct {
 	client rueidis.Client
-	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait; nil until asked
+	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait and SubscribeSharded; nil until asked
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/keyslot"
@@ -14,19 +15,23 @@ import (
 
 var _ dlock.ShardedSubscriber = (*Driver)(nil)
 
-// SubscribeSharded subscribes to shard channels on a Redis Cluster. Each
-// slot whose channels it listens to gets a subscription of its own, like
-// Subscribe's: a dedicated connection (Dedicate, pub/sub hooks, a
-// goroutine) that rueidis opens to the primary serving the slot, where
-// SSUBSCRIBE works. When that connection breaks, or the node lets go of
-// the slot's channels (a slot move: the server unsubscribes them by
-// itself), it connects again with the same backoff, and SSUBSCRIBE reaches
-// the slot's primary as rueidis knows it then: rueidis reads the cluster's
-// slots again after a failed connection or a MOVED reply. A slot's
-// connection is closed when its last channel is unsubscribed. notify is
-// called one message at a time. A client that is not a cluster client, or
-// a cluster without shard channels (before Redis 7), returns
-// dlock.ErrUnsupported, and dlock then uses PUBLISH.
+// SubscribeSharded subscribes to shard channels on a Redis Cluster, with
+// one connection for each primary that serves a slot of its channels:
+// SSUBSCRIBE works only on the slot's primary, and one connection carries
+// the channels of all of a primary's slots. Each is a subscription like
+// Subscribe's (a dedicated connection of rueidis's client for that node,
+// pub/sub hooks, a goroutine), and the primaries are found with the slot
+// map that EvalWait reads too (CLUSTER SLOTS). When a primary lets go of a
+// channel (a slot move or a failover: the server then unsubscribes it by
+// itself), that channel alone is subscribed anew on the primary that
+// serves its slot now, and the connection goes on with the others; when a
+// connection fails, or an SSUBSCRIBE is refused (MOVED), its channels are.
+// They are subscribed anew after the slot map is read again, with a
+// backoff from 10ms to 1s, until Close. A primary's connection is closed
+// when its last channel is unsubscribed. notify is called one message at a
+// time. A client that is not a cluster client, or a cluster without shard
+// channels (before Redis 7), returns dlock.ErrUnsupported, and dlock then
+// uses PUBLISH.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		return nil, dlock.ErrUnsupported
@@ -39,7 +44,9 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	if len(info) != 1 || info[0].IsNil() {
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
-	s := &shardedSubscription{client: d.client, slots: map[int]*subscription{}}
+	s := &shardedSubscription{d: d, backoff: minBackoff,
+		nodes: map[string]*subscription{}, where: map[string]*subscription{}, pending: map[string]bool{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.notify = func(channel, payload string) {
 		s.deliver.Lock()
 		defer s.deliver.Unlock()
@@ -48,53 +55,109 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	return s, nil
 }
 
-// shardedSubscription is the subscriptions of one subscriber to shard
-// channels, by slot.
+// shardTimeout bounds the requests that subscribe channels anew.
+const shardTimeout = 5 * time.Second
+
+// shardedSubscription is the shard channels of one subscriber, by the
+// primary they are subscribed on.
 type shardedSubscription struct {
-	client  rueidis.Client
+	d       *Driver
 	notify  func(channel, payload string) // the caller's, one message at a time
 	deliver sync.Mutex
+	ctx     context.Context // ends at Close: stops subscribing anew
+	cancel  context.CancelFunc
+	running sync.WaitGroup // the goroutines that subscribe channels anew
 
-	mu     sync.Mutex
-	slots  map[int]*subscription
-	closed bool
+	mu      sync.Mutex
+	nodes   map[string]*subscription // by the primary's address
+	where   map[string]*subscription // by channel
+	pending map[string]bool          // channels waiting to be subscribed anew
+	ended   []*subscription          // out of nodes after a failure; their goroutines may still run
+	backoff time.Duration            // before the next attempt to subscribe anew
+	closed  bool
 }
 
-// Subscribe sends SSUBSCRIBE for every channel before it returns; for a
-// slot new to the subscription, on a connection it opens to the slot's
-// primary. If that fails, the slot's goroutine keeps trying.
+// Subscribe sends SSUBSCRIBE for every channel, on the primary of its slot
+// (on a new connection for a primary it had none to), before it returns. A
+// channel that it could not subscribe is subscribed anew in the
+// background, and Subscribe returns the error.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	return s.subscribe(ctx, channels, false)
+}
+
+// subscribe subscribes channels on the primaries of their slots; again,
+// only those still waiting to be subscribed anew.
+func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, again bool) error {
+	m, err := s.d.currentSlots(ctx)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	added := map[*subscription]string{} // new primaries, and their addresses
+	byNode := map[*subscription][]string{}
+	var failed []string
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return errClosed
 	}
-	var errs []error
-	var added []*subscription
-	for slot, chs := range bySlot(channels) {
-		if sub := s.slots[slot]; sub != nil {
-			errs = append(errs, sub.Subscribe(ctx, chs...))
+	for _, ch := range channels {
+		if _, ok := s.where[ch]; ok || again && !s.pending[ch] {
 			continue
 		}
-		sub := newSubscription(s.client, s.notify, chs[0])
-		for _, ch := range chs {
-			sub.channels[ch] = true
+		delete(s.pending, ch)
+		if m == nil {
+			failed = append(failed, ch)
+			continue
 		}
-		s.slots[slot] = sub
-		added = append(added, sub)
+		addr := m.owner(keyslot.Of(ch))
+		node, ok := m.nodes[addr]
+		if !ok {
+			s.d.slots.Store(nil)
+			errs = append(errs, fmt.Errorf("dlockrueidis: no connection to %q, which serves the slot of %q", addr, ch))
+			failed = append(failed, ch)
+			continue
+		}
+		n := s.nodes[addr]
+		if n == nil {
+			n = newSubscription(node, s.notify)
+			n.reroute = func(channels []string, all bool) { s.rehome(addr, n, channels, all) }
+			s.nodes[addr] = n
+			added[n] = addr
+		}
+		s.where[ch] = n
+		if _, ok := added[n]; ok {
+			n.mu.Lock()
+			n.channels[ch] = true // subscribed by start
+			n.mu.Unlock()
+		} else {
+			byNode[n] = append(byNode[n], ch)
+		}
 	}
+	for n, chs := range byNode {
+		if err := n.Subscribe(ctx, chs...); err != nil {
+			// Refused (MOVED: the slot map is out of date), or the
+			// connection failed: these channels go elsewhere, if need be.
+			errs = append(errs, err)
+			failed = append(failed, s.detach(n, chs)...)
+		}
+	}
+	s.retry(failed)
 	s.mu.Unlock()
-	// New slots connect now, unlocked, so that a notice sent once
-	// Subscribe returned finds them subscribed; channels of their slots
-	// added meanwhile are caught up with by install.
-	for _, sub := range added {
-		errs = append(errs, sub.start(ctx))
+	// New primaries connect now, unlocked, so that a notice sent once
+	// Subscribe returned finds them subscribed; channels added to them
+	// meanwhile are caught up with by install. If that fails, their
+	// goroutine hands the channels back to be subscribed anew.
+	for n, addr := range added {
+		if err := n.start(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// start connects a new subscription to shard channels and starts its
-// goroutine, which connects again if this attempt failed.
+// start connects a new subscription to a primary and starts its
+// goroutine, which hands the channels back if this attempt failed.
 func (s *subscription) start(ctx context.Context) error {
 	s.mu.Lock()
 	want := s.list()
@@ -107,49 +170,141 @@ func (s *subscription) start(ctx context.Context) error {
 	}
 	if err != nil {
 		c = nil
-		err = fmt.Errorf("dlockrueidis: SSUBSCRIBE in the slot of %q: %w; retrying in the background", s.shard, err)
 	}
 	go s.run(c)
 	return err
 }
 
-// Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a slot whose
-// last channels it removes.
-func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+// rehome is called by the goroutine of n, the subscription on the primary
+// at addr, with the channels that the primary let go of, or with all once
+// its connection failed: then n ends, and every channel moves.
+func (s *shardedSubscription) rehome(addr string, n *subscription, channels []string, all bool) {
 	s.mu.Lock()
-	var errs []error
-	var idle []*subscription
-	for slot, chs := range bySlot(channels) {
-		sub := s.slots[slot]
-		switch {
-		case sub == nil:
-		case sub.onlyAmong(chs):
-			delete(s.slots, slot)
-			idle = append(idle, sub)
-		default:
-			errs = append(errs, sub.Unsubscribe(ctx, chs...))
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if all {
+		if s.nodes[addr] == n {
+			delete(s.nodes, addr)
+		}
+		s.ended = slices.DeleteFunc(s.ended, func(x *subscription) bool {
+			select {
+			case <-x.done:
+				return true
+			default:
+				return false
+			}
+		})
+		s.ended = append(s.ended, n)
+		n.cancel()
+		n.mu.Lock()
+		channels = n.list()
+		n.mu.Unlock()
+	}
+	s.retry(s.detach(n, channels))
+}
+
+// detach takes those of channels that are on n off it, and returns them;
+// s.mu is held.
+func (s *shardedSubscription) detach(n *subscription, channels []string) []string {
+	var out []string
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range channels {
+		if s.where[ch] == n {
+			delete(s.where, ch)
+			delete(n.channels, ch)
+			out = append(out, ch)
 		}
 	}
+	return out
+}
+
+// retry subscribes channels anew in a goroutine, after the backoff and
+// once the slot map is read again; s.mu is held. The backoff doubles up to
+// maxBackoff, and starts over once an attempt subscribed every channel.
+func (s *shardedSubscription) retry(channels []string) {
+	if len(channels) == 0 || s.closed {
+		return
+	}
+	for _, ch := range channels {
+		s.pending[ch] = true
+	}
+	wait := s.backoff
+	s.backoff = min(2*s.backoff, maxBackoff)
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.d.slots.Store(nil) // it may be out of date
+		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
+		defer cancel()
+		if s.subscribe(ctx, channels, true) == nil {
+			s.mu.Lock()
+			s.backoff = minBackoff
+			s.mu.Unlock()
+		}
+	}()
+}
+
+// Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a primary
+// whose last channels it removes.
+func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	byNode := map[*subscription][]string{}
+	for _, ch := range channels {
+		delete(s.pending, ch)
+		if n := s.where[ch]; n != nil {
+			delete(s.where, ch)
+			byNode[n] = append(byNode[n], ch)
+		}
+	}
+	var errs []error
+	var idle []*subscription
+	for n, chs := range byNode {
+		if !n.onlyAmong(chs) {
+			errs = append(errs, n.Unsubscribe(ctx, chs...))
+			continue
+		}
+		for addr, x := range s.nodes {
+			if x == n {
+				delete(s.nodes, addr)
+			}
+		}
+		idle = append(idle, n)
+	}
 	s.mu.Unlock()
-	for _, sub := range idle {
-		_ = sub.Close()
+	for _, n := range idle {
+		_ = n.Close()
 	}
 	return errors.Join(errs...)
 }
 
-// Close closes every slot's connection and waits for their goroutines. It
-// always returns nil.
+// Close closes every primary's connection and waits for every goroutine.
+// It always returns nil.
 func (s *shardedSubscription) Close() error {
 	s.mu.Lock()
-	subs := s.slots
-	s.slots, s.closed = nil, true
+	nodes := s.ended
+	for _, n := range s.nodes {
+		nodes = append(nodes, n)
+	}
+	s.nodes, s.where, s.pending, s.ended, s.closed = nil, nil, nil, nil, true
 	s.mu.Unlock()
-	for _, sub := range subs {
-		sub.cancel()
+	s.cancel()
+	for _, n := range nodes {
+		n.cancel()
 	}
-	for _, sub := range subs {
-		<-sub.done
+	for _, n := range nodes {
+		<-n.done
 	}
+	s.running.Wait()
 	return nil
 }
 

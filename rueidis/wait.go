@@ -133,13 +133,9 @@ type slotRange struct {
 // byPrimary groups calls by the primary that serves their first key; calls
 // without keys join any group.
 func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, error) {
-	m := d.slots.Load()
-	if m == nil {
-		var err error
-		if m, err = d.readSlots(ctx); err != nil {
-			return nil, err
-		}
-		d.slots.Store(m)
+	m, err := d.currentSlots(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var groups []group
 	index := map[string]int{}
@@ -170,6 +166,20 @@ func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, e
 		groups[0].calls = append(groups[0].calls, keyless...)
 	}
 	return groups, nil
+}
+
+// currentSlots returns the slot map, read again if it was reset (set to
+// nil) since it was last read.
+func (d *Driver) currentSlots(ctx context.Context) (*slotMap, error) {
+	if m := d.slots.Load(); m != nil {
+		return m, nil
+	}
+	m, err := d.readSlots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.slots.Store(m)
+	return m, nil
 }
 
 // readSlots asks a node of the cluster for the slot map (CLUSTER SLOTS),
