@@ -3,7 +3,6 @@ package dlockrueidis_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +88,7 @@ func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 	sub, got := shardedSubscription(t, c)
 	subscribe(t, sub, moving)
 	old := c.PrimaryOf(t, moving)
-	staying := channelOn(t, c, old, "staying")
+	staying := c.ChannelOn(t, old, "staying")
 	subscribe(t, sub, staying)
 	publishUntilReceived(t, old, moving, "before", got)
 	publishUntilReceived(t, old, staying, "staying before", got)
@@ -113,7 +112,7 @@ func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
 		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
 	}
-	if conns := pubsubConnections(t, old); conns != 1 {
+	if conns := old.PubSubConnections(t); conns != 1 {
 		t.Errorf("the old primary has %d pub/sub connections, want 1", conns)
 	}
 }
@@ -133,7 +132,7 @@ func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
 		publishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
 	}
 	for _, n := range c.Nodes {
-		if conns := pubsubConnections(t, n); conns != 1 {
+		if conns := n.PubSubConnections(t); conns != 1 {
 			t.Errorf("%s: %d pub/sub connections, want 1", n.Addr(), conns)
 		}
 	}
@@ -142,7 +141,7 @@ func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
 	}
 	for _, n := range c.Nodes {
 		deadline := time.Now().Add(10 * time.Second)
-		for pubsubConnections(t, n) != 0 {
+		for n.PubSubConnections(t) != 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: pub/sub connections left after the last channel was unsubscribed", n.Addr())
 			}
@@ -180,31 +179,6 @@ func subscribe(t *testing.T, sub dlock.Subscription, ch string) {
 	if err := sub.Subscribe(context.Background(), ch); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// channelOn returns a shard channel named after base whose slot srv
-// serves.
-func channelOn(t *testing.T, c *redistest.Cluster, srv *redistest.Server, base string) string {
-	t.Helper()
-	for i := range 1000 {
-		ch := "dlock:{" + base + strconv.Itoa(i) + "}:w:test"
-		if c.PrimaryOf(t, ch) == srv {
-			return ch
-		}
-	}
-	t.Fatalf("no channel on %s", srv.Addr())
-	return ""
-}
-
-// pubsubConnections counts the connections in pub/sub mode on srv.
-func pubsubConnections(t *testing.T, srv *redistest.Server) int {
-	n := 0
-	for _, line := range strings.Split(srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub"), "\n") {
-		if strings.TrimSpace(line) != "" {
-			n++
-		}
-	}
-	return n
 }
 
 // publishUntilReceived publishes payload on srv until the subscriber gets

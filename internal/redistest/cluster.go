@@ -225,6 +225,21 @@ func (c *Cluster) PrimaryOf(tb testing.TB, key string) *Server {
 	return nil
 }
 
+// ChannelOn returns a shard channel, "dlock:{" + base + a number +
+// "}:w:test", whose slot srv serves. It fails tb if none of the first
+// thousand does.
+func (c *Cluster) ChannelOn(tb testing.TB, srv *Server, base string) string {
+	tb.Helper()
+	for i := range 1000 {
+		ch := "dlock:{" + base + strconv.Itoa(i) + "}:w:test"
+		if c.PrimaryOf(tb, ch) == srv {
+			return ch
+		}
+	}
+	tb.Fatalf("redistest: no channel on %s", srv.Addr())
+	return ""
+}
+
 // ReplicasOf returns the running nodes that report, in INFO replication,
 // that they replicate primary.
 func (c *Cluster) ReplicasOf(tb testing.TB, primary *Server) []*Server {

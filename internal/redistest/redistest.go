@@ -429,6 +429,19 @@ func (s *Server) Do(tb testing.TB, args ...string) string {
 	return r.text()
 }
 
+// PubSubConnections counts the connections in pub/sub mode on s (CLIENT
+// LIST TYPE pubsub).
+func (s *Server) PubSubConnections(tb testing.TB) int {
+	tb.Helper()
+	n := 0
+	for _, line := range strings.Split(s.Do(tb, "CLIENT", "LIST", "TYPE", "pubsub"), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // do sends one command with a short timeout, for polling.
 func (s *Server) do(args ...string) (reply, error) {
 	return s.command(2*time.Second, args...)
