@@ -237,45 +237,13 @@ func TestClusterFailoverWithAndWithoutReplicas(t *testing.T) {
 	// it as failed (node timeout 2s).
 	replicas[0].Pause(t)
 	victim.Do(t, "CLIENT", "KILL", "TYPE", "replica")
-	const n = 10
-	var plain, confirmed []*dlock.Lock
-	for i := range n {
-		l, err := first.TryLock(ctx, "{v}:plain:"+strconv.Itoa(i), dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		plain = append(plain, l)
-		if l, err := first.TryLock(ctx, "{v}:confirmed:"+strconv.Itoa(i), dlock.WithTTL(time.Minute), dlock.WithReplicas(1, 20*time.Millisecond)); err == nil {
-			confirmed = append(confirmed, l)
-		} else if !errors.Is(err, dlock.ErrNotReplicated) {
-			t.Fatal(err)
-		}
-	}
+	plain, confirmed := lockWithAndWithoutReplicas(ctx, t, first, "{v}:")
 	victim.Kill(t)
 	replicas[0].Resume(t)
 	cluster.AwaitFailover(t, first.RedisKey("{v}"), victim, 20*time.Second)
 
 	second := newClusterClient(t, cluster) // a client that starts after the failover
-	twice := func(locks []*dlock.Lock) int {
-		n := 0
-		for _, l := range locks {
-			if _, err := second.TryLock(ctx, l.Key()); err == nil {
-				n++
-			} else if !errors.Is(err, dlock.ErrNotObtained) {
-				t.Fatal(err)
-			}
-		}
-		return n
-	}
-	lostPlain, lostConfirmed := twice(plain), twice(confirmed)
-	t.Logf("after failover: %d of %d plain locks taken by a second client; %d of %d confirmed locks held, %d taken twice",
-		lostPlain, len(plain), len(confirmed), n, lostConfirmed)
-	if lostPlain == 0 {
-		t.Error("no plain lock was lost: the failover did not lose the unreplicated writes")
-	}
-	if lostConfirmed != 0 {
-		t.Errorf("%d confirmed locks were taken by a second client while held", lostConfirmed)
-	}
+	checkLostInFailover(ctx, t, second, plain, confirmed)
 }
 
 // TestClusterRWMutexAndSemaphoreUnderContention runs the read/write lock and

@@ -247,26 +247,38 @@ func testWokenByRelease(t *testing.T, e *env) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	_ = sub.Close()
+	wokenByRelease(t, e.client(t), e.client(t), "wake", nil)
+}
+
+// wokenByRelease has holder take the lock called name and waiter wait for
+// it, with no retry before an hour, and fails t unless the release of the
+// holder's lock lets the waiter in within 0.8 of dlock's periodic wake:
+// only a notice can have woken it. registered, if not nil, runs once the
+// waiter was refused, before the release.
+func wokenByRelease(t *testing.T, holder, waiter *dlock.Client, name string, registered func()) {
+	t.Helper()
 	ctx := timeout(t)
-	holder, waiter := e.client(t), e.client(t)
-	held, err := holder.TryLock(ctx, "wake", dlock.WithTTL(time.Minute))
+	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	registered := make(chan struct{})
+	refused := make(chan struct{})
 	got := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, wakeBeat*8/10)
 		defer cancel()
 		var once sync.Once
-		l, err := waiter.Lock(ctx, "wake", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
-			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
+		l, err := waiter.Lock(ctx, name, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
 		if err == nil {
 			err = l.Release(ctx)
 		}
 		got <- err
 	}()
-	receive(t, registered, "first refused attempt of the waiter")
+	receive(t, refused, "first refused attempt of the waiter")
+	if registered != nil {
+		registered()
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,11 @@
 package dlocktest
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/dlockio/dlock"
 )
@@ -100,35 +97,12 @@ func testShardedWake(t *testing.T, e *env) {
 	if _, ok := e.driver(t).(dlock.ShardedSubscriber); !ok || e.dep.Topology != Cluster {
 		t.Skip("notices go by PUBLISH off a cluster, or without a ShardedSubscriber")
 	}
-	ctx := timeout(t)
 	holder, waiter := e.client(t), e.client(t)
 	e.onPrimaries(t, "CONFIG", "RESETSTAT")
-	for round := range 3 {
-		held, err := holder.TryLock(ctx, "sharded-wake", dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		registered := make(chan struct{})
-		got := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(ctx, wakeBeat*8/10)
-			defer cancel()
-			var once sync.Once
-			l, err := waiter.Lock(ctx, "sharded-wake", dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
-				dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
-		receive(t, registered, "first refused attempt of the waiter")
-		e.awaitShardSubscribed(t, waiter.RedisKey("sharded-wake"))
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := receive(t, got, "end of the waiter"); err != nil {
-			t.Fatalf("round %d: waiter not woken by the release: %v", round, err)
-		}
+	for range 3 {
+		wokenByRelease(t, holder, waiter, "sharded-wake", func() {
+			e.awaitShardSubscribed(t, waiter.RedisKey("sharded-wake"))
+		})
 	}
 	if n := e.calls(t, "spublish"); n < 3 {
 		t.Errorf("%d SPUBLISH, want one a release", n)

@@ -21,11 +21,11 @@ func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	sub, got := shardedSubscription(t, c)
 	subscribe(t, sub, ch)
 	old := c.PrimaryOf(t, ch)
-	publishUntilReceived(t, old, ch, "before", got)
+	redistest.PublishUntilReceived(t, old, ch, "before", got)
 
 	old.Kill(t)
 	next := c.AwaitFailover(t, ch, old, 20*time.Second)
-	publishUntilReceived(t, next, ch, "after", got)
+	redistest.PublishUntilReceived(t, next, ch, "after", got)
 }
 
 // TestShardedSubscriptionFollowsASlotMove: when a channel's slot moves to
@@ -39,23 +39,17 @@ func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 	old := c.PrimaryOf(t, moving)
 	staying := c.ChannelOn(t, old, "staying")
 	subscribe(t, sub, staying)
-	publishUntilReceived(t, old, moving, "before", got)
-	publishUntilReceived(t, old, staying, "staying before", got)
+	redistest.PublishUntilReceived(t, old, moving, "before", got)
+	redistest.PublishUntilReceived(t, old, staying, "staying before", got)
 
 	// The slot holds no key: it moves without MIGRATE.
 	next := c.Nodes[0]
 	if next == old {
 		next = c.Nodes[1]
 	}
-	slot := old.Do(t, "CLUSTER", "KEYSLOT", moving)
-	oldID, nextID := old.Do(t, "CLUSTER", "MYID"), next.Do(t, "CLUSTER", "MYID")
-	next.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", oldID)
-	old.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", nextID)
-	for _, n := range append([]*redistest.Server{next, old}, c.Nodes...) {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", nextID)
-	}
-	publishUntilReceived(t, next, moving, "after", got)
-	publishUntilReceived(t, old, staying, "staying after", got)
+	c.MoveEmptySlot(t, moving, next)
+	redistest.PublishUntilReceived(t, next, moving, "after", got)
+	redistest.PublishUntilReceived(t, old, staying, "staying after", got)
 	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
 		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
 	}
@@ -73,7 +67,7 @@ func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
 		subscribe(t, sub, ch)
 	}
 	for _, ch := range channels {
-		publishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
+		redistest.PublishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
 	}
 	for _, n := range c.Nodes {
 		if conns := n.PubSubConnections(t); conns != 1 {
@@ -113,25 +107,5 @@ func subscribe(t *testing.T, sub dlock.Subscription, ch string) {
 	t.Helper()
 	if err := sub.Subscribe(context.Background(), ch); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// publishUntilReceived publishes payload on srv until the subscriber gets
-// it (it may still be subscribing), for at most 15s.
-func publishUntilReceived(t *testing.T, srv *redistest.Server, ch, payload string, got <-chan string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		srv.Do(t, "SPUBLISH", ch, payload)
-		select {
-		case p := <-got:
-			if p == payload {
-				return
-			}
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q published on %s not received within 15s", payload, srv.Addr())
-		}
 	}
 }

@@ -69,12 +69,12 @@ func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	sub, got := shardedSubscription(t, c)
 	subscribe(t, sub, ch)
 	old := c.PrimaryOf(t, ch)
-	publishUntilReceived(t, old, ch, "before", got)
+	redistest.PublishUntilReceived(t, old, ch, "before", got)
 
 	old.Kill(t)
 	next := c.AwaitFailover(t, ch, old, 20*time.Second)
 	start := time.Now()
-	publishUntilReceived(t, next, ch, "after", got)
+	redistest.PublishUntilReceived(t, next, ch, "after", got)
 	t.Logf("received on the new primary %v after the failover", time.Since(start).Round(time.Millisecond))
 }
 
@@ -90,25 +90,19 @@ func TestShardedSubscriptionFollowsASlotMove(t *testing.T) {
 	old := c.PrimaryOf(t, moving)
 	staying := c.ChannelOn(t, old, "staying")
 	subscribe(t, sub, staying)
-	publishUntilReceived(t, old, moving, "before", got)
-	publishUntilReceived(t, old, staying, "staying before", got)
+	redistest.PublishUntilReceived(t, old, moving, "before", got)
+	redistest.PublishUntilReceived(t, old, staying, "staying before", got)
 
 	// The slot holds no key: it moves without MIGRATE.
 	next := c.Nodes[0]
 	if next == old {
 		next = c.Nodes[1]
 	}
-	slot := old.Do(t, "CLUSTER", "KEYSLOT", moving)
-	oldID, nextID := old.Do(t, "CLUSTER", "MYID"), next.Do(t, "CLUSTER", "MYID")
-	next.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", oldID)
-	old.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", nextID)
-	for _, n := range append([]*redistest.Server{next, old}, c.Nodes...) {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", nextID)
-	}
+	c.MoveEmptySlot(t, moving, next)
 	start := time.Now()
-	publishUntilReceived(t, next, moving, "after", got)
+	redistest.PublishUntilReceived(t, next, moving, "after", got)
 	t.Logf("received on the new primary %v after the move", time.Since(start).Round(time.Millisecond))
-	publishUntilReceived(t, old, staying, "staying after", got)
+	redistest.PublishUntilReceived(t, old, staying, "staying after", got)
 	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
 		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
 	}
@@ -129,7 +123,7 @@ func TestShardedSubscriptionHasAConnectionPerPrimary(t *testing.T) {
 		subscribe(t, sub, ch)
 	}
 	for _, ch := range channels {
-		publishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
+		redistest.PublishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
 	}
 	for _, n := range c.Nodes {
 		if conns := n.PubSubConnections(t); conns != 1 {
@@ -178,25 +172,5 @@ func subscribe(t *testing.T, sub dlock.Subscription, ch string) {
 	t.Helper()
 	if err := sub.Subscribe(context.Background(), ch); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// publishUntilReceived publishes payload on srv until the subscriber gets
-// it (it may still be subscribing), for at most 15s.
-func publishUntilReceived(t *testing.T, srv *redistest.Server, ch, payload string, got <-chan string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		srv.Do(t, "SPUBLISH", ch, payload)
-		select {
-		case p := <-got:
-			if p == payload {
-				return
-			}
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q published on %s not received within 15s", payload, srv.Addr())
-		}
 	}
 }

@@ -240,6 +240,43 @@ func (c *Cluster) ChannelOn(tb testing.TB, srv *Server, base string) string {
 	return ""
 }
 
+// MoveEmptySlot moves the slot of key, which must hold no key, from its
+// primary to the primary to (IMPORTING, MIGRATING, then NODE on every
+// node), as a resharding does without MIGRATE. It returns the old primary.
+func (c *Cluster) MoveEmptySlot(tb testing.TB, key string, to *Server) *Server {
+	tb.Helper()
+	from := c.PrimaryOf(tb, key)
+	slot := from.Do(tb, "CLUSTER", "KEYSLOT", key)
+	fromID, toID := from.Do(tb, "CLUSTER", "MYID"), to.Do(tb, "CLUSTER", "MYID")
+	to.Do(tb, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+	from.Do(tb, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	for _, n := range append([]*Server{to, from}, c.Nodes...) {
+		n.Do(tb, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+	}
+	return from
+}
+
+// PublishUntilReceived publishes payload on shard channel ch of srv
+// (SPUBLISH) until got yields it, as a subscriber may still be subscribing,
+// for at most 15s; other payloads on got are skipped.
+func PublishUntilReceived(tb testing.TB, srv *Server, ch, payload string, got <-chan string) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		srv.Do(tb, "SPUBLISH", ch, payload)
+		select {
+		case p := <-got:
+			if p == payload {
+				return
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: %q published on %s not received within 15s", payload, srv.Addr())
+		}
+	}
+}
+
 // ReplicasOf returns the running nodes that report, in INFO replication,
 // that they replicate primary.
 func (c *Cluster) ReplicasOf(tb testing.TB, primary *Server) []*Server {
