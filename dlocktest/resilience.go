@@ -1,0 +1,132 @@
+package dlocktest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// RunShardedResilience checks a driver's dlock.ShardedSubscriber (it skips
+// drivers without one) where Run cannot, as it changes the cluster under
+// test: each subtest starts a Redis Cluster of its own. A shard channel
+// stays subscribed through a failover of its slot's primary and through a
+// move of its slot to another primary, the other channels of the old
+// primary keep their connection, and channels in many slots cost one
+// connection to each primary, none once all are unsubscribed. It takes
+// about 15 seconds.
+func RunShardedResilience(t *testing.T, newDriver NewDriver) {
+	t.Helper()
+	if newDriver == nil {
+		t.Fatal("dlocktest: RunShardedResilience with a nil NewDriver")
+	}
+	t.Run("Failover", func(t *testing.T) { testShardedFailover(t, newDriver) })
+	t.Run("SlotMove", func(t *testing.T) { testShardedSlotMove(t, newDriver) })
+	t.Run("ConnectionPerPrimary", func(t *testing.T) { testShardedConnectionPerPrimary(t, newDriver) })
+}
+
+// shardedOn opens a sharded subscription of a new driver on cluster c,
+// closed with the test, and returns it with the payloads it receives.
+func shardedOn(t *testing.T, newDriver NewDriver, c *redistest.Cluster) (dlock.Subscription, <-chan string) {
+	t.Helper()
+	d := newDriver(t, Deployment{Topology: Cluster, Addrs: c.Addrs()})
+	ss, ok := d.(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber")
+	}
+	got := make(chan string, 1000)
+	sub, err := ss.SubscribeSharded(timeout(t), func(_, payload string) { got <- payload })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub, got
+}
+
+func subscribeShard(t *testing.T, sub dlock.Subscription, channels ...string) {
+	t.Helper()
+	if err := sub.Subscribe(timeout(t), channels...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testShardedFailover: a shard channel stays subscribed through the
+// failover of the primary that serves its slot, on the replica that takes
+// over.
+func testShardedFailover(t *testing.T, newDriver NewDriver) {
+	c := redistest.StartCluster(t, 3, 1)
+	const ch = "dlock:{failover}:w:test"
+	sub, got := shardedOn(t, newDriver, c)
+	subscribeShard(t, sub, ch)
+	old := c.PrimaryOf(t, ch)
+	redistest.PublishUntilReceived(t, old, ch, "before", got)
+
+	old.Kill(t)
+	next := c.AwaitFailover(t, ch, old, 20*time.Second)
+	start := time.Now()
+	redistest.PublishUntilReceived(t, next, ch, "after", got)
+	t.Logf("received on the new primary %v after the failover", time.Since(start).Round(time.Millisecond))
+}
+
+// testShardedSlotMove: when a channel's slot moves to another primary,
+// whose old node then unsubscribes the channel by itself, the channel is
+// subscribed there, and the channels of the old primary's other slots stay
+// on their connection.
+func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
+	c := redistest.StartCluster(t, 3, 0)
+	const moving = "dlock:{moving}:w:test"
+	sub, got := shardedOn(t, newDriver, c)
+	subscribeShard(t, sub, moving)
+	old := c.PrimaryOf(t, moving)
+	staying := c.ChannelOn(t, old, "staying")
+	subscribeShard(t, sub, staying)
+	redistest.PublishUntilReceived(t, old, moving, "before", got)
+	redistest.PublishUntilReceived(t, old, staying, "staying before", got)
+
+	// The slot holds no key: it moves without MIGRATE.
+	next := c.Nodes[0]
+	if next == old {
+		next = c.Nodes[1]
+	}
+	c.MoveEmptySlot(t, moving, next)
+	start := time.Now()
+	redistest.PublishUntilReceived(t, next, moving, "after", got)
+	t.Logf("received on the new primary %v after the move", time.Since(start).Round(time.Millisecond))
+	redistest.PublishUntilReceived(t, old, staying, "staying after", got)
+	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
+		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
+	}
+	if conns := old.PubSubConnections(t); conns != 1 {
+		t.Errorf("the old primary has %d pub/sub connections, want 1", conns)
+	}
+}
+
+// testShardedConnectionPerPrimary: channels in many slots cost one
+// connection to each primary that serves them, not one a slot.
+func testShardedConnectionPerPrimary(t *testing.T, newDriver NewDriver) {
+	c := redistest.StartCluster(t, 3, 0)
+	sub, got := shardedOn(t, newDriver, c)
+	var channels []string
+	for i := range 60 {
+		ch := "dlock:{n" + strconv.Itoa(i) + "}:w:test"
+		channels = append(channels, ch)
+		subscribeShard(t, sub, ch)
+	}
+	for _, ch := range channels {
+		redistest.PublishUntilReceived(t, c.PrimaryOf(t, ch), ch, ch, got)
+	}
+	for _, n := range c.Nodes {
+		if conns := n.PubSubConnections(t); conns != 1 {
+			t.Errorf("%s: %d pub/sub connections, want 1", n.Addr(), conns)
+		}
+	}
+	if err := sub.Unsubscribe(context.Background(), channels...); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		await(t, "no pub/sub connection left on "+n.Addr(), func() bool { return n.PubSubConnections(t) == 0 })
+	}
+}
