@@ -689,11 +689,7 @@ func (l *Lock) currentTTL() time.Duration {
 // nameKeys are the Redis keys of the lock's names, the keys its waiters
 // register at and its notices name.
 func (l *Lock) nameKeys() []string {
-	keys := make([]string, len(l.names))
-	for i, name := range l.names {
-		keys[i] = l.c.RedisKey(name)
-	}
-	return keys
+	return l.keys[:len(l.names):len(l.names)] // every kind's acquire keys start with them
 }
 
 // releaseArgs returns the arguments of a release with token.
