@@ -42,9 +42,10 @@ var waitLeaseArg any = waitLease.Milliseconds()
 // maxIdleShardChannels of them, so that a lock waited for again and again
 // costs no SSUBSCRIBE each time.
 type waitHub struct {
-	c       *Client
-	id      string
-	channel string // the client's own channel, its name in waiter sets
+	c           *Client
+	id          string
+	shardMember string // the client's name in waiter sets when sharded
+	channel     string // the client's own channel, its name in waiter sets
 
 	mu      sync.Mutex
 	sub     Subscription  // nil until the first wait, or when unsupported
@@ -69,7 +70,7 @@ type waiter struct {
 
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
-	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id,
+	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}}
 }
 
@@ -78,10 +79,14 @@ func (h *waitHub) member() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sharded {
-		return "s|" + h.id
+		return h.shardMember
 	}
 	return h.channel
 }
+
+// shardChannel is the shard channel on which the release of lock key is
+// told to this client, in the lock's slot (see tell in wake.lua).
+func (h *waitHub) shardChannel(key string) string { return key + ":w:" + h.id }
 
 // listen subscribes, with a sharded subscription, to the channels on which
 // the release of keys is told to w's client; unlisten lets them go.
@@ -94,7 +99,7 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	w.listening = true
 	var add []string
 	for _, k := range keys {
-		ch := k + ":w:" + h.id
+		ch := h.shardChannel(k)
 		n, ok := h.shards[ch]
 		switch {
 		case !ok:
@@ -121,7 +126,7 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 	}
 	w.listening = false
 	for _, k := range keys {
-		ch := k + ":w:" + h.id
+		ch := h.shardChannel(k)
 		if h.shards[ch]--; h.shards[ch] == 0 {
 			h.idle++
 		}
