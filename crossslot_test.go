@@ -85,11 +85,12 @@ func (e *clusterEnv) taken(t *testing.T, names ...string) []string {
 func (e *clusterEnv) lookTaken(names ...string) ([]string, error) {
 	var out []string
 	for _, name := range names {
-		n, err := e.rdb.Exists(context.Background(), dlock.DefaultPrefix+"{"+name+"}").Result()
-		if err != nil {
+		// A released lock keeps its hash for a while, with an empty token.
+		tok, err := e.rdb.HGet(context.Background(), dlock.DefaultPrefix+"{"+name+"}", "token").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
-		if n == 1 {
+		if tok != "" {
 			out = append(out, name)
 		}
 	}

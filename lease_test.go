@@ -337,7 +337,7 @@ func TestDo(t *testing.T) {
 	if !errors.Is(err, errJob) {
 		t.Errorf("Do = %v, want the function's error", err)
 	}
-	if e.exists(t, "dlock:{job}") {
+	if e.locked(t, "dlock:{job}") {
 		t.Error("Do did not release")
 	}
 	err = e.c.Do(ctx, "job", func(ctx context.Context) error {

@@ -365,6 +365,10 @@ func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token 
 
 // acquireArgs returns the arguments of the acquire script.
 func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
+	if wa.channel == "" && l.extra == nil {
+		// Not waiting: the exclusive acquire needs no waiter arguments.
+		return []any{l.req, ttl.Milliseconds(), l.meta, l.owner}
+	}
 	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
 	if l.extra != nil {
 		args = append(args, l.extra()...)

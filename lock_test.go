@@ -44,7 +44,7 @@ func TestTryLockExcludesOthersUntilReleased(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e.exists(t, "dlock:{orders:42}") {
+	if e.locked(t, "dlock:{orders:42}") {
 		t.Error("lock key left behind after release")
 	}
 }
@@ -291,7 +291,7 @@ func TestAcquireWithTheSameTokenIsIdempotent(t *testing.T) {
 	if err := again.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e.exists(t, "dlock:{idem}") {
+	if e.locked(t, "dlock:{idem}") {
 		t.Error("one release must free a lock acquired twice with one token")
 	}
 }
@@ -307,7 +307,7 @@ func TestAcquireRetriedAfterALostReplyGetsTheLock(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e.exists(t, "dlock:{lossy}") {
+	if e.locked(t, "dlock:{lossy}") {
 		t.Error("lock left behind")
 	}
 }
@@ -319,7 +319,7 @@ func TestFailedAcquireLeavesNothingBehind(t *testing.T) {
 	if _, err := e.c.TryLock(ctx, "lost"); err == nil || errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("err = %v, want the transport error", err)
 	}
-	if e.exists(t, "dlock:{lost}") {
+	if e.locked(t, "dlock:{lost}") {
 		t.Error("a TryLock whose reply was lost left its lock behind")
 	}
 }
@@ -361,7 +361,7 @@ func TestMultiKeyIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		if e.exists(t, "dlock:{"+k+"}") {
+		if e.locked(t, "dlock:{"+k+"}") {
 			t.Errorf("%s left behind", k)
 		}
 	}
@@ -420,7 +420,7 @@ func TestMultiKeyReleaseReportsTheLostName(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release: err = %v, want ErrNotHeld", err)
 	}
-	if e.exists(t, "dlock:{x}") {
+	if e.locked(t, "dlock:{x}") {
 		t.Error("the name still held was not released")
 	}
 }
@@ -454,7 +454,7 @@ func TestReentrantOwner(t *testing.T) {
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e.exists(t, "dlock:{reent}") {
+	if e.locked(t, "dlock:{reent}") {
 		t.Error("lock not freed when the count reached zero")
 	}
 }
@@ -486,18 +486,26 @@ func TestFencesIncrease(t *testing.T) {
 		t.Errorf("fence counter PTTL = %d ms, want about a day", ttl)
 	}
 	// A counter ahead of the clock (a clock set back, or a burst within one
-	// microsecond) is overtaken by one, not reset to the clock.
-	ahead := strconv.FormatUint(last+1_000_000_000, 10)
-	e.srv.Do(t, "SET", "dlock:{fenced}:fence", ahead)
-	l, err := e.c.TryLock(ctx, "fenced")
-	if err != nil {
-		t.Fatal(err)
+	// microsecond) is overtaken by one, not reset to the clock: read from
+	// the counter once the released lock's hash is gone (after a minute),
+	// and from that hash, which keeps the last fence, while it lasts.
+	ahead := last + 1_000_000_000
+	e.srv.Do(t, "DEL", "dlock:{fenced}")
+	e.srv.Do(t, "SET", "dlock:{fenced}:fence", strconv.FormatUint(ahead, 10))
+	for _, want := range []uint64{ahead + 1, ahead + 2} {
+		l, err := e.c.TryLock(ctx, "fenced")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() != want {
+			t.Errorf("fence %d after a fence of %d, want one more", l.Fence(), want-1)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if want, _ := strconv.ParseUint(ahead, 10, 64); l.Fence() != want+1 {
-		t.Errorf("fence %d after a counter at %d, want one more", l.Fence(), want)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
+	if got := e.srv.Do(t, "GET", "dlock:{fenced}:fence"); got != strconv.FormatUint(ahead+2, 10) {
+		t.Errorf("fence counter %s, want the last fence %d", got, ahead+2)
 	}
 }
 
@@ -526,6 +534,16 @@ func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
 	_, err = e.c.TryLockMulti(ctx, []string{"free", "badfence"})
 	if !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{free}") {
 		t.Errorf("fence counter with other data: err = %v, want ErrWrongType and nothing taken", err)
+	}
+	if got := e.srv.Do(t, "GET", "dlock:{badfence}:fence"); got != "not a number" {
+		t.Errorf("fence counter with other data changed to %q", got)
+	}
+	e.srv.Do(t, "RPUSH", "dlock:{listfence}:fence", "x")
+	if _, err := e.c.TryLock(ctx, "listfence"); !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{listfence}") {
+		t.Errorf("fence counter of another type: err = %v, want ErrWrongType and nothing taken", err)
+	}
+	if got := e.srv.Do(t, "LRANGE", "dlock:{listfence}:fence", "0", "-1"); got != "x" {
+		t.Errorf("fence counter of another type changed to %q", got)
 	}
 	if got := e.srv.Do(t, "GET", "dlock:{str}"); got != "user data" {
 		t.Errorf("data changed to %q", got)
@@ -827,5 +845,91 @@ func TestARepeatedHoldReleaseCountsOnce(t *testing.T) {
 		if err := o.other(name); err != nil {
 			t.Errorf("%s: released twice, the name stays taken: %v", o.what, err)
 		}
+	}
+}
+
+func TestAReleasedLockIsAFreeName(t *testing.T) {
+	// A released lock keeps its hash for a minute, with an empty token, so
+	// that the next holder finds its fence and a repeated release its id
+	// in one read. Everything treats that hash as a free name.
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "kept", dlock.WithOwner("worker-1"), dlock.WithMetadata("host a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := l.Fence()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{kept}")); ttl <= 0 || ttl > 60_000 {
+		t.Errorf("released lock's hash PTTL = %d ms, want at most a minute", ttl)
+	}
+	if got := e.srv.Do(t, "HMGET", "dlock:{kept}", "token", "owner", "meta"); strings.TrimSpace(got) != "" {
+		t.Errorf("released lock's hash keeps token, owner or metadata: %q", got)
+	}
+	if keys := e.srv.Do(t, "KEYS", "*"); strings.Contains(keys, ":released") {
+		t.Errorf("an exclusive release left a marker key: %s", keys)
+	}
+	if info, err := e.c.Inspect(ctx, "kept"); err != nil || info.Kind != dlock.KindNone || len(info.Holders) != 0 || info.Fence != fence {
+		t.Errorf("Inspect = %+v, %v; want a free name with fence %d", info, err, fence)
+	}
+	if infos, err := e.c.List(ctx, "*"); err != nil || len(infos) != 0 {
+		t.Errorf("List = %v, %v; want nothing", infos, err)
+	}
+	for _, op := range []func(*dlock.Lock) error{
+		func(l *dlock.Lock) error { return l.Refresh(ctx, time.Minute) },
+		func(l *dlock.Lock) error { _, err := l.TTL(ctx); return err },
+	} {
+		if err := op(l); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("on the released lock: err = %v, want ErrNotHeld", err)
+		}
+	}
+
+	// The same owner gets a new hold, not a re-entry of the released one.
+	again, err := e.newClient(t).TryLock(ctx, "kept", dlock.WithOwner("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence() <= fence {
+		t.Errorf("fence %d after %d", again.Fence(), fence)
+	}
+	if info, err := e.c.Inspect(ctx, "kept"); err != nil || len(info.Holders) != 1 || info.Holders[0].Count != 1 || info.Holders[0].Metadata != "" {
+		t.Errorf("Inspect = %+v, %v; want one new hold, count 1, no metadata", info, err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{kept}") {
+		t.Error("one release did not free a hold taken once")
+	}
+
+	// Other kinds take the name, and fences keep growing across kinds.
+	w, err := e.c.RWMutex("kept").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("write lock on a released exclusive lock's name: %v", err)
+	}
+	if w.Fence() <= again.Fence() {
+		t.Errorf("write fence %d after exclusive fence %d", w.Fence(), again.Fence())
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x, err := e.c.TryLock(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Fence() <= w.Fence() {
+		t.Errorf("exclusive fence %d after write fence %d", x.Fence(), w.Fence())
+	}
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.c.Semaphore("kept", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("permit on a released exclusive lock's name: %v", err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

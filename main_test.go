@@ -68,6 +68,13 @@ func (e *env) exists(t testing.TB, key string) bool {
 	return e.srv.Do(t, "EXISTS", key) == "1"
 }
 
+// locked reports whether the exclusive lock whose key is key is held. A
+// released lock keeps its hash for a while, with an empty token.
+func (e *env) locked(t testing.TB, key string) bool {
+	tok := e.srv.Do(t, "HGET", key, "token")
+	return tok != "" && tok != "(nil)"
+}
+
 // tapDriver counts round trips and can make a call's reply get lost.
 type tapDriver struct {
 	dlock.Driver

@@ -81,23 +81,19 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 }
 
 // exclusiveKeys lays out the script keys of an exclusive lock whose lock
-// keys are locks: acquire's (the locks, their fence counters, their waiter
-// sets), refresh's and ttl's (the locks), and release's (the locks, their
-// waiter sets, their release markers).
+// keys are locks: acquire's (the locks, their waiter sets, their fence
+// counters), refresh's and ttl's (the locks), and release's (the locks and
+// their waiter sets), each list the start of the one before.
 func exclusiveKeys(locks []string) (acquire, held, rel []string) {
 	n := len(locks)
-	buf := make([]string, 6*n) // one allocation for both lists
-	acquire, rel = buf[:3*n:3*n], buf[3*n:]
+	acquire = make([]string, 3*n)
 	for i, k := range locks {
-		// The three derived keys share one string:
-		// k + ":fence" + k + ":waiters" + k + ":released".
-		all := k + ":fence" + k + ":waiters" + k + ":released"
-		fence := len(k) + len(":fence")
-		waiters := fence + len(k) + len(":waiters")
-		acquire[i], acquire[n+i], acquire[2*n+i] = k, all[:fence], all[fence:waiters]
-		rel[i], rel[n+i], rel[2*n+i] = k, all[fence:waiters], all[waiters:]
+		// The two derived keys share one string: k + ":waiters" + k + ":fence".
+		all := k + ":waiters" + k + ":fence"
+		waiters := len(k) + len(":waiters")
+		acquire[i], acquire[n+i], acquire[2*n+i] = k, all[:waiters], all[waiters:]
 	}
-	return acquire, acquire[:n], rel
+	return acquire, acquire[:n:n], acquire[: 2*n : 2*n]
 }
 
 // split divides an exclusive lock's names by hash slot: one part for each

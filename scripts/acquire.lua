@@ -1,13 +1,21 @@
 -- acquire: obtain the exclusive locks KEYS[1..n] for one holder, all or none.
 --
 -- KEYS[1..n]       lock hashes
--- KEYS[n+1..2n]    their fence counters (strings kept for a day, see fence)
--- KEYS[2n+1..3n]   their waiter sets (see wake)
+-- KEYS[n+1..2n]    their waiter sets (see wake)
+-- KEYS[2n+1..3n]   their fence counters (strings kept for a day, see fence)
 -- ARGV[1] request token (fresh per acquisition), ARGV[2] TTL in ms,
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),
--- ARGV[5] the waiting client's channel ('' when not waiting),
+-- ARGV[5] the waiting client's channel ('' or absent when not waiting),
 -- ARGV[6] '1' when more of that client's callers wait for these locks,
 -- ARGV[7] how long a waiter's registration lasts, in ms
+--
+-- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
+-- released), 'req' (the request token of its last acquire), 'owner',
+-- 'count' (re-entries), 'meta', 'fence', 'since' (ms, server clock), 'rel'
+-- (the id of its last release, see release) and 'w' (set once a client
+-- registered as its waiter, so that a release looks for waiters only then).
+-- A released lock keeps its hash for a minute, free, so that the next
+-- holder finds its fence and a repeated release its id in one read.
 --
 -- A waiting client that is refused registers in the blocking lock's waiter
 -- set, so that the release wakes it. Once it obtains the locks, it leaves
@@ -21,28 +29,41 @@
 -- is not an exclusive lock; nothing is written then.
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local waiter, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
 
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- waits registers the waiting client in the waiter set of KEYS[i] and marks
+-- the lock as waited for.
+local function waits(i, now_ms)
+  register(KEYS[n + i], waiter, now_ms, lease)
+  redis.call('HSET', KEYS[i], 'w', '1')
+end
+
 -- First look at every key, so that a refusal leaves everything untouched.
-local state, token = {}, req
+-- state[i] is 'repeat' or 'reenter' for a lock the request joins, 'free'
+-- for a released lock's hash, nil for no hash; last[i] is the free hash's
+-- fence.
+local state, last, token = {}, {}, req
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner')
-    if cur.err or not cur[1] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-    if cur[1] ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
-    if cur[3] == req then
-      state[i], token = 'repeat', cur[2]
-    elseif owner ~= '' and cur[4] == owner then
-      state[i], token = 'reenter', cur[2]
-    else
-      if waiter ~= '' then register(KEYS[2 * n + i], waiter, math.floor(now() / 1000), lease) end
-      return {0, redis.call('PTTL', KEYS[i]), i}
-    end
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence')
+  if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+  if not cur[1] then
+    if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+  elseif cur[1] ~= 'lock' then
+    return redis.error_reply('DLOCK_KIND ' .. i)
+  elseif not cur[2] or cur[2] == '' then
+    state[i], last[i] = 'free', tonumber(cur[5])
+  elseif cur[3] == req then
+    state[i], token = 'repeat', cur[2]
+  elseif owner ~= '' and cur[4] == owner then
+    state[i], token = 'reenter', cur[2]
+  else
+    if waiter ~= '' then waits(i, math.floor(now() / 1000)) end
+    return {0, redis.call('PTTL', KEYS[i]), i}
   end
 end
 
@@ -50,13 +71,14 @@ local now_us = now()
 
 -- Fences next (see next_fence), so that a fence counter holding other data
 -- stops the acquire before any lock is written (skipping a number is
--- harmless).
-local fences = {}
+-- harmless). A released lock's hash still has its fence, the counter's
+-- value, which spares reading the counter.
+local fences, texts = {}, {}
 for i = 1, n do
-  if state[i] then
+  if state[i] == 'repeat' or state[i] == 'reenter' then
     fences[i] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
   else
-    fences[i] = next_fence(KEYS[n + i], now_us)
+    fences[i], texts[i] = next_fence(KEYS[2 * n + i], now_us, last[i])
     if not fences[i] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   end
 end
@@ -67,16 +89,18 @@ for i = 1, n do
   if state[i] == 'reenter' then
     redis.call('HINCRBY', k, 'count', 1)
     redis.call('HSET', k, 'req', req)
-  elseif not state[i] then
+  elseif state[i] ~= 'repeat' then
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', 1,
-      'meta', meta, 'fence', string.format('%.0f', fences[i]), 'since', string.format('%.0f', now_us / 1000))
+      'meta', meta, 'fence', texts[i], 'since', string.format('%.0f', now_us / 1000))
   end
   redis.call('PEXPIRE', k, ttl)
   if waiter ~= '' then
     if more == '1' then
-      register(KEYS[2 * n + i], waiter, math.floor(now_us / 1000), lease)
+      waits(i, math.floor(now_us / 1000))
     else
-      redis.call('ZREM', KEYS[2 * n + i], waiter)
+      redis.call('ZREM', KEYS[n + i], waiter)
+      -- A new hash has lost the mark: others may still wait.
+      if not state[i] then redis.call('HSET', k, 'w', '1') end
     end
   end
   out[#out + 1] = fences[i]

@@ -20,7 +20,8 @@ local function describe(k, fk, hk, pk)
     return {'', newest, 0, 0, 0, 0, 0}
   end
   if kind == 'lock' then
-    local h = redis.call('HMGET', k, 'owner', 'meta', 'count', 'since', 'fence')
+    local h = redis.call('HMGET', k, 'owner', 'meta', 'count', 'since', 'fence', 'token')
+    if h[6] == '' then return {'', newest, 0, 0, 0, 0, 0} end -- released (see acquire)
     return {kind, newest, 0, 0, 0, 0, 1, 'exclusive', h[1], h[2], h[3], h[4], redis.call('PTTL', k), h[5]}
   end
   local now = clock()

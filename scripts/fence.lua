@@ -1,24 +1,38 @@
 -- fence: shared by the scripts that issue fencing tokens; dlock puts it in
 -- front of each of them.
 --
--- next_fence(fk, now_us) returns the next fence of the counter fk, or nil
--- when fk holds data dlock did not write (then fk is left untouched). A
--- fence never goes backwards: one more than the last, and at least the
--- server's clock in microseconds, so that increments a failover or restart
--- lost are still overtaken. The counter is kept for a day after the name's
--- last fence: after that the clock alone is ahead of every fence issued,
--- unless the server's clock was set back by more than that day.
+-- next_fence(fk, now_us, last) returns the next fence of the counter fk, as a
+-- number and as a string, or nil when fk holds data dlock did not write (then fk is left untouched).
+-- last is the counter's value when the caller already knows it (a released
+-- lock keeps its fence), or nil to read it. A fence never goes backwards:
+-- one more than the last, and at least the server's clock in microseconds,
+-- so that increments a failover or restart lost are still overtaken. The
+-- counter is kept for a day after the name's last fence: after that the
+-- clock alone is ahead of every fence issued, unless the server's clock was
+-- set back by more than that day.
 local fence_keep_ms = 86400000
 
-local function next_fence(fk, now_us)
-  local last = redis.pcall('GET', fk)
-  if type(last) == 'table' then return nil end -- not a string
-  local f = now_us
-  if last then
-    last = tonumber(last)
-    if not last then return nil end -- not a number
-    if last + 1 > f then f = last + 1 end
+local function next_fence(fk, now_us, last)
+  local f = string.format('%.0f', now_us)
+  if not last then
+    -- A name without a counter takes one command: SET NX GET (Redis 7)
+    -- sets the clock and reports a counter that was there instead. Before
+    -- Redis 7, or on a key that is not a string, it fails; GET tells.
+    local old = redis.pcall('SET', fk, f, 'PX', fence_keep_ms, 'NX', 'GET')
+    if old == false then return now_us, f end
+    if type(old) == 'table' then
+      old = redis.pcall('GET', fk)
+      if type(old) == 'table' then return nil end -- not a string
+    end
+    if old then
+      last = tonumber(old)
+      if not last then return nil end -- not a number
+    end
   end
-  redis.call('SET', fk, string.format('%.0f', f), 'PX', fence_keep_ms)
-  return f
+  if last and last + 1 > now_us then
+    now_us = last + 1
+    f = string.format('%.0f', now_us)
+  end
+  redis.call('SET', fk, f, 'PX', fence_keep_ms)
+  return now_us, f
 end

@@ -34,14 +34,18 @@ end
 
 -- open reads the base hash k of a name used as kind: 'kind' (false when the
 -- name is free), then the given fields. It returns nil and an error reply
--- when k holds data dlock did not write or is used as another kind.
+-- when k holds data dlock did not write or is used as another kind. A
+-- released exclusive lock's hash (see acquire) is a free name: it goes.
 local function open(k, kind, ...)
   local cur = redis.pcall('HMGET', k, 'kind', ...)
   if cur.err then return nil, wrongtype() end
   if not cur[1] then
     if redis.call('EXISTS', k) == 1 then return nil, wrongtype() end
   elseif cur[1] ~= kind then
-    return nil, redis.error_reply('DLOCK_KIND 1')
+    local tok = cur[1] == 'lock' and redis.call('HGET', k, 'token')
+    if tok ~= '' then return nil, redis.error_reply('DLOCK_KIND 1') end
+    redis.call('DEL', k)
+    for i = 1, #cur do cur[i] = false end
   end
   return cur
 end

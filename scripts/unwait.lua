@@ -1,9 +1,14 @@
 -- unwait: a client stops waiting for lock KEYS[1] (waiter set KEYS[2])
 -- without having obtained it. Its registration goes, and if the lock is
--- free the next waiter is woken in its place, so that a notice it may have
--- received and not used is not lost.
+-- free (no key, or a released exclusive lock's hash) the next waiter is
+-- woken in its place, so that a notice it may have received and not used
+-- is not lost.
 --
 -- ARGV[1] the client's channel
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then wake(KEYS[2], KEYS[1]) end
+local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
+if cur.err then return 0 end
+if (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[1]) == 0) then
+  wake(KEYS[2], KEYS[1])
+end
 return 0

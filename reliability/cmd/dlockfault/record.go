@@ -40,13 +40,13 @@ func (s *serverRecord) handle(args []string, lua bool) {
 			return
 		}
 		// The scripts are told apart by their numbers of keys and
-		// arguments: acquire has 3 keys per name and 7 arguments, the
-		// first the request token; release has a lock key, a waiter set
-		// and a release marker, and the token, owner and release id.
+		// arguments: acquire has 3 keys per name and 4 arguments (7 when
+		// waiting), the first the request token; release has a lock key
+		// and a waiter set, and the token, owner and release id.
 		switch argv := args[3+n:]; {
-		case n > 0 && n%3 == 0 && len(argv) == 7:
+		case n > 0 && n%3 == 0 && (len(argv) == 4 || len(argv) == 7):
 			s.script, s.token = "acquire", argv[0]
-		case n == 3 && len(argv) == 3:
+		case n == 2 && len(argv) == 3:
 			s.script, s.token = "release", argv[0]
 		}
 		return
@@ -66,8 +66,8 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		if token == s.token {
 			s.acquired[token] = fence
 		}
-	case s.script == "release" && strings.EqualFold(args[0], "DEL"):
-		s.deleted[s.token]++
+	case s.script == "release" && strings.EqualFold(args[0], "HSET") && len(args) > 3 && args[2] == "token" && args[3] == "":
+		s.deleted[s.token]++ // freed: the hash stays, with an empty token
 	}
 }
 
