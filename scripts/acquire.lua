@@ -36,11 +36,14 @@ local function now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- marked[i] is set when the hash of KEYS[i] already says a client waits.
+local marked = {}
+
 -- waits registers the waiting client in the waiter set of KEYS[i] and marks
 -- the lock as waited for.
 local function waits(i, now_ms)
   register(KEYS[n + i], waiter, now_ms, lease)
-  redis.call('HSET', KEYS[i], 'w', '1')
+  if not marked[i] then redis.call('HSET', KEYS[i], 'w', '1') end
 end
 
 -- First look at every key, so that a refusal leaves everything untouched.
@@ -49,8 +52,9 @@ end
 -- fence.
 local state, last, token = {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence')
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w')
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+  marked[i] = cur[6]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   elseif cur[1] ~= 'lock' then
@@ -100,7 +104,7 @@ for i = 1, n do
     else
       redis.call('ZREM', KEYS[n + i], waiter)
       -- A new hash has lost the mark: others may still wait.
-      if not state[i] then redis.call('HSET', k, 'w', '1') end
+      if not marked[i] then redis.call('HSET', k, 'w', '1') end
     end
   end
   out[#out + 1] = fences[i]

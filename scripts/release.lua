@@ -28,7 +28,7 @@ for i = 1, n do
     else
       redis.call('HSET', k, 'token', '', 'owner', '', 'meta', '', 'rel', id)
       redis.call('PEXPIRE', k, 60000)
-      if cur[6] then wake(KEYS[n + i], k) end
+      if cur[6] then wake(KEYS[n + i], k, true) end
     end
   end
 end

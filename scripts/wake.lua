@@ -28,9 +28,10 @@ end
 -- wake tells the next client waiting for lock k that it may be free: the
 -- one registered longest ago that has not expired gets a message on its
 -- channel naming k. One client is woken, not all of them; a client whose
--- registration expires (it died) is skipped.
-local function wake(wk, k)
-  if redis.call('EXISTS', wk) == 0 then return end
+-- registration expires (it died) is skipped. marked says the caller knows
+-- that clients registered (see acquire), which spares looking first.
+local function wake(wk, k, marked)
+  if not marked and redis.call('EXISTS', wk) == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local next = redis.call('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
