@@ -40,7 +40,7 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 	if b.inflight < b.max {
 		b.inflight++
 		b.mu.Unlock()
-		b.run(ctx, call)
+		b.run(ctx, call.one()...)
 		b.handOver()
 		return
 	}

@@ -97,6 +97,14 @@ type Call struct {
 	// Set by the driver.
 	Val any   // the reply: nil, int64, string or []any
 	Err error // an error reply, or why the call could not be made
+
+	alone [1]*Call // see one
+}
+
+// one returns a slice of the call alone, without allocating one.
+func (c *Call) one() []*Call {
+	c.alone[0] = c
+	return c.alone[:]
 }
 
 // Unknown returns, for a driver's second round, the calls the server

@@ -82,7 +82,7 @@ func (k *holdKind) args(common ...any) []any {
 // TryLock obtains the exclusive lock called name if it is free, in one round
 // trip, and returns ErrNotObtained at once if it is not.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, false, c.exclusive([]string{name}))
+	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
 }
 
 // Lock obtains the exclusive lock called name, waiting while it is held.
@@ -99,7 +99,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // deadline, after the WithMaxWait bound (DefaultMaxWait); the error then
 // matches ErrNotObtained, and ctx.Err() when ctx ended.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, true, c.exclusive([]string{name}))
+	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }
 
 // TryLockMulti obtains the exclusive locks on all of names, or none of them,
@@ -119,7 +119,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // Each name is still held by one holder at a time. Release, Refresh, TTL
 // and the automatic refresh act on every slot, in one pipeline.
 func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, false, c.exclusive(names))
+	return c.obtain(ctx, opts, false, c.exclusive(names, false))
 }
 
 // LockMulti is TryLockMulti that waits as Lock does: a notice about any of
@@ -127,7 +127,7 @@ func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Optio
 // gives back what it took before it waits, so it holds nothing while it
 // waits, and tries again from the first slot.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, true, c.exclusive(names))
+	return c.obtain(ctx, opts, true, c.exclusive(names, false))
 }
 
 // Attach returns the Lock that is held on name with token, so that another
@@ -154,7 +154,7 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	if c.isClosed() && o.auto {
 		return nil, ErrClosed
 	}
-	l, err := c.newLock(names, token, o)
+	l, err := c.newLock(names, false, token, o)
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +172,15 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 }
 
 // newLock validates names and builds the Lock value an acquisition fills in.
-func (c *Client) newLock(names []string, token string, o *options) (*Lock, error) {
+// It keeps names itself when own is set (a slice dlock made), a copy
+// otherwise.
+func (c *Client) newLock(names []string, own bool, token string, o *options) (*Lock, error) {
 	if len(names) == 0 {
 		return nil, ErrNoKeys
 	}
-	locks := make([]string, len(names))
-	var seen map[string]bool // for many names; a few are compared directly
+	n := len(names)
+	keys := make([]string, 3*n) // the lock keys first, see exclusiveKeys
+	var seen map[string]bool    // for many names; a few are compared directly
 	if len(names) > 8 {
 		seen = make(map[string]bool, len(names))
 	}
@@ -191,11 +194,14 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 		if seen != nil {
 			seen[name] = true
 		}
-		locks[i] = c.RedisKey(name)
+		keys[i] = c.RedisKey(name)
 	}
-	l := &Lock{kind: exclusiveHold, names: append([]string(nil), names...), req: token, token: token,
+	if !own {
+		names = append([]string(nil), names...)
+	}
+	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
 		owner: o.owner, meta: o.metadata}
-	l.keys, l.held, l.rel = exclusiveKeys(locks)
+	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
 		l.parts = l.split()
 	}
@@ -203,9 +209,10 @@ func (c *Client) newLock(names []string, token string, o *options) (*Lock, error
 	return l, nil
 }
 
-// exclusive returns what obtain builds an exclusive lock on names with.
-func (c *Client) exclusive(names []string) func(token string, o *options) (*Lock, error) {
-	return func(token string, o *options) (*Lock, error) { return c.newLock(names, token, o) }
+// exclusive returns what obtain builds an exclusive lock on names with;
+// own as for newLock.
+func (c *Client) exclusive(names []string, own bool) func(token string, o *options) (*Lock, error) {
+	return func(token string, o *options) (*Lock, error) { return c.newLock(names, own, token, o) }
 }
 
 // init readies a Lock built by one of the primitives: its lease, refreshed
@@ -381,7 +388,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 // left.
 func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, holderTTL time.Duration, err error) {
 	call := &Call{Script: l.kind.acquire, Keys: p.keys, Args: args}
-	l.c.evalWith(ctx, l.repl, call)
+	l.c.evalWith(ctx, l.repl, call.one()...)
 	v, err := call.Val, call.Err
 	if err != nil {
 		return "", nil, 0, l.replyError(p, err)
@@ -698,7 +705,7 @@ func (l *Lock) nameKeys() []string {
 
 // releaseArgs returns the arguments of a release with token.
 func (l *Lock) releaseArgs(token string) []any {
-	args := l.kind.args(token, l.owner)
+	args := l.kind.args(append(make([]any, 0, 4), token, l.owner)...) // room for the mode and the id
 	if l.kind.releaseID {
 		// A client library may send the request again after a lost reply;
 		// the id lets the script tell the repeat from a second release.

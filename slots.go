@@ -72,6 +72,11 @@ func (l *Lock) units() []part {
 // send makes one call on each of units, built by call, in one pipeline,
 // and returns the calls in the order of units.
 func (l *Lock) send(ctx context.Context, r replication, units []part, call func(p part) *Call) []*Call {
+	if len(units) == 1 {
+		calls := call(units[0]).one()
+		l.c.evalWith(ctx, r, calls...)
+		return calls
+	}
 	calls := make([]*Call, len(units))
 	for i, p := range units {
 		calls[i] = call(p)
@@ -80,20 +85,20 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 	return calls
 }
 
-// exclusiveKeys lays out the script keys of an exclusive lock whose lock
-// keys are locks: acquire's (the locks, their waiter sets, their fence
-// counters), refresh's and ttl's (the locks), and release's (the locks and
-// their waiter sets), each list the start of the one before.
-func exclusiveKeys(locks []string) (acquire, held, rel []string) {
-	n := len(locks)
-	acquire = make([]string, 3*n)
-	for i, k := range locks {
+// exclusiveKeys lays out the script keys of an exclusive lock in keys,
+// whose first third holds its lock keys: acquire's (the locks, their waiter
+// sets, their fence counters), refresh's and ttl's (the locks), and
+// release's (the locks and their waiter sets), each list the start of the
+// one before.
+func exclusiveKeys(keys []string) (acquire, held, rel []string) {
+	n := len(keys) / 3
+	for i, k := range keys[:n] {
 		// The two derived keys share one string: k + ":waiters" + k + ":fence".
 		all := k + ":waiters" + k + ":fence"
 		waiters := len(k) + len(":waiters")
-		acquire[i], acquire[n+i], acquire[2*n+i] = k, all[:waiters], all[waiters:]
+		keys[n+i], keys[2*n+i] = all[:waiters], all[waiters:]
 	}
-	return acquire, acquire[:n:n], acquire[: 2*n : 2*n]
+	return keys, keys[:n:n], keys[: 2*n : 2*n]
 }
 
 // split divides an exclusive lock's names by hash slot: one part for each
@@ -119,7 +124,7 @@ func (l *Lock) split() []part {
 			n++
 		}
 		p := part{at: order[:n:n]}
-		keys := make([]string, n)
+		keys := make([]string, 3*n)
 		for j, i := range p.at {
 			keys[j] = locks[i]
 		}
