@@ -260,8 +260,10 @@ func (h *waitHub) first(key string, w *waiter) (first, more bool) {
 }
 
 // leave takes w out of line for the lock whose keys are keys and lets the
-// next caller try at once. It reports whether w was the last in line.
-func (h *waitHub) leave(keys []string, w *waiter) (last bool) {
+// next caller try at once. It returns those of keys that no other caller
+// of the client waits for, first in line or not: the client's registration
+// in their waiter sets serves nobody now.
+func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys[1:] {
@@ -271,14 +273,18 @@ func (h *waitHub) leave(keys []string, w *waiter) (last bool) {
 			delete(h.others, k)
 		}
 	}
-	q := without(h.queues[keys[0]], w)
-	if len(q) == 0 {
+	if q := without(h.queues[keys[0]], w); len(q) > 0 {
+		h.queues[keys[0]] = q
+		q[0].signal()
+	} else {
 		delete(h.queues, keys[0])
-		return true
 	}
-	h.queues[keys[0]] = q
-	q[0].signal()
-	return false
+	for _, k := range keys {
+		if len(h.queues[k]) == 0 && len(h.others[k]) == 0 {
+			idle = append(idle, k)
+		}
+	}
+	return idle
 }
 
 // without removes w from ws.
@@ -361,8 +367,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 	registered, obtained := false, false
 	defer func() {
 		// The attempt that obtains the lock also leaves the waiter sets.
-		if hub.leave(keys, w) && registered && !obtained {
-			c.unwait(ctx, keys)
+		if idle := hub.leave(keys, w); len(idle) > 0 && registered && !obtained {
+			c.unwait(ctx, idle)
 		}
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
 	}()
@@ -434,10 +440,11 @@ func (c *Client) hub() *waitHub {
 	return c.waits
 }
 
-// unwait takes the client out of the waiter sets of locks keys after its
-// last caller gave up, passing on any notice it received and did not use.
-// A lock on several names was registered at whichever name refused it, so
-// every name's set is left, in one pipeline.
+// unwait takes the client out of the waiter sets of locks keys, which none
+// of its callers waits for since the last of them gave up, passing on any
+// notice it received and did not use. A lock on several names was
+// registered at whichever name refused it, so every such name's set is
+// left, in one pipeline.
 func (c *Client) unwait(ctx context.Context, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

@@ -109,6 +109,49 @@ func TestAMultiKeyWaiterThatGivesUpLeavesTheWaiterSet(t *testing.T) {
 	}
 }
 
+// TestAGivingUpWaiterKeepsTheRegistrationOthersUse: two callers of one
+// client wait, one for two names, one for one of them; the client is
+// registered once, at the held name. When the first gives up, the
+// registration stays for the second, whom the release then wakes.
+func TestAGivingUpWaiterKeepsTheRegistrationOthersUse(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "shared", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient(t)
+	single := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "shared")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		single <- err
+	}()
+	for e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters") != "1" {
+		time.Sleep(time.Millisecond)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.LockMulti(wctx, []string{"other", "shared"}); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("LockMulti: err = %v, want ErrNotObtained", err)
+	}
+	if got := e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters"); got != "1" {
+		t.Errorf("%s registrations left after one of two callers gave up, want 1", got)
+	}
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-single; err != nil {
+		t.Fatalf("the caller still waiting: %v", err)
+	}
+	if n := commandCalls(t, e, "publish"); n < 1 {
+		t.Error("the release sent no notice to the caller still waiting")
+	}
+}
+
 // TestCallersOfOneClientQueueInOrder: 12 callers of one client wait for a
 // lock in turn; they obtain it in the order they came, and only the first
 // in line makes attempts, so the round trips stay near three per
