@@ -933,3 +933,28 @@ func TestAReleasedLockIsAFreeName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestAReentryWhoseReplyWasLostIsTakenBack(t *testing.T) {
+	// The owner's second acquisition runs but its reply is lost: the
+	// cleanup that follows takes back the count it added, once, and the
+	// first acquisition's release then frees the lock.
+	e := newEnv(t)
+	ctx := context.Background()
+	first, err := e.c.TryLock(ctx, "rejoin", dlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.drv.loseReplies(1)
+	if _, err := e.c.TryLock(ctx, "rejoin", dlock.WithOwner("job-7")); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want the transport error", err)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{rejoin}", "count"); got != "1" {
+		t.Errorf("count %s after the lost re-entry was cleaned up, want 1", got)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{rejoin}") {
+		t.Error("the first acquisition's release did not free the lock")
+	}
+}

@@ -2,7 +2,7 @@
 --
 -- KEYS[n+1..2n]  the locks' waiter sets (see wake)
 -- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] this release's id
--- ('' for none)
+-- ('' for the cleanup after a failed acquire)
 --
 -- A held key whose re-entry count is above one is decremented; otherwise it
 -- is freed: its hash stays for a minute with an empty token (see acquire),
@@ -16,15 +16,25 @@ local n = #KEYS / 2
 local missing = 0
 for i = 1, n do
   local k = KEYS[i]
-  local cur = redis.pcall('HMGET', k, 'kind', 'token', 'owner', 'count', 'rel', 'w')
+  local cur = redis.pcall('HMGET', k, 'kind', 'token', 'owner', 'count', 'rel', 'w', 'req')
   if type(cur) ~= 'table' or cur.err or cur[1] ~= 'lock' then
     missing = missing + 1
   elseif id == '' or cur[5] ~= id then
-    if not cur[2] or cur[2] == '' or (cur[2] ~= token and (owner == '' or cur[3] ~= owner)) then
+    -- Without an id, this is the cleanup after an acquire whose outcome is
+    -- unknown, sent with its request token: if that acquire re-entered an
+    -- owner's lock ('req' names it), its count goes, once.
+    local held = cur[2] and cur[2] ~= ''
+    local mine = held and (cur[2] == token or (owner ~= '' and cur[3] == owner))
+    local rejoined = held and not mine and id == '' and cur[7] == token
+    if not mine and not rejoined then
       missing = missing + 1
     elseif tonumber(cur[4]) > 1 then
       redis.call('HINCRBY', k, 'count', -1)
-      if id ~= '' then redis.call('HSET', k, 'rel', id) end
+      if rejoined then
+        redis.call('HSET', k, 'req', '')
+      elseif id ~= '' then
+        redis.call('HSET', k, 'rel', id)
+      end
     else
       redis.call('HSET', k, 'token', '', 'owner', '', 'meta', '', 'rel', id)
       redis.call('PEXPIRE', k, 60000)
