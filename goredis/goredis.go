@@ -1,6 +1,8 @@
 // Package goredis lets dlock use a go-redis v9 client: a single node, a
 // Sentinel-managed failover client, or a Redis Cluster, anything that
-// implements redis.UniversalClient.
+// implements redis.UniversalClient. On a Ring, a lock on names of several
+// hash tags is refused with dlock.ErrUnsupported: a Ring would run its
+// script on the first name's shard only.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))
@@ -20,12 +22,14 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
 // Driver carries dlock's requests over a go-redis client.
 type Driver struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	ring bool // rdb is a Ring: see refuseAcrossShards
 }
 
 var _ dlock.Driver = (*Driver)(nil)
@@ -36,7 +40,38 @@ func New(rdb redis.UniversalClient) *Driver {
 	if rdb == nil {
 		panic("goredis: New with a nil client")
 	}
-	return &Driver{rdb: rdb}
+	_, ring := rdb.(*redis.Ring)
+	return &Driver{rdb: rdb, ring: ring}
+}
+
+// refuseAcrossShards fails the calls whose keys do not share one hash tag,
+// on a Ring, and returns the others. A Ring sends a script to the shard of
+// its first key, where the other keys would be locked on a server that
+// does not own them, while another client locks them on their own shard:
+// two holders at once. One name's keys always share a tag; a lock on
+// several names is taken on a Ring only when its names share one too
+// ("{order:42}:pay", "{order:42}:ship").
+func refuseAcrossShards(calls []*dlock.Call) []*dlock.Call {
+	ok := calls[:0:0]
+	for _, call := range calls {
+		if len(call.Keys) > 0 && !sameTag(call.Keys) {
+			call.Val, call.Err = nil, fmt.Errorf("%w: a lock on names of several hash tags on a go-redis Ring, which would take them on the first one's shard", dlock.ErrUnsupported)
+			continue
+		}
+		ok = append(ok, call)
+	}
+	return ok
+}
+
+// sameTag reports whether keys share one hash tag.
+func sameTag(keys []string) bool {
+	tag := keyslot.Tag(keys[0])
+	for _, k := range keys[1:] {
+		if keyslot.Tag(k) != tag {
+			return false
+		}
+	}
+	return true
 }
 
 // Eval runs the calls by EVALSHA, in one pipeline when there are several,
@@ -45,6 +80,9 @@ func New(rdb redis.UniversalClient) *Driver {
 // a Lib run by FCALL, and again once the library is loaded where a server
 // answered that the function is missing.
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.ring {
+		calls = refuseAcrossShards(calls)
+	}
 	d.run(ctx, calls, true)
 	defer d.reloadAfterFailure(calls)
 	retry, lib := dlock.Unknown(calls)

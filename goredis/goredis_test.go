@@ -1,6 +1,8 @@
 package goredis_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/dlockio/dlock"
@@ -31,4 +33,35 @@ func newDriver(t testing.TB, d dlocktest.Deployment) dlock.Driver {
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	return goredis.New(rdb)
+}
+
+// TestRingRefusesLocksAcrossShards: a Ring sends a script to its first
+// key's shard, so a lock on names of several hash tags is refused rather
+// than taken where another client would not see it; locks whose names
+// share a tag, and one-name locks, work.
+func TestRingRefusesLocksAcrossShards(t *testing.T) {
+	srvs := redistest.StartMasters(t, 2)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr(), "b": srvs[1].Addr()}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+
+	if _, err := c.TryLockMulti(ctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Fatalf("names of two tags: err = %v, want ErrUnsupported", err)
+	}
+	for _, srv := range srvs {
+		if keys := srv.Do(t, "KEYS", "*"); keys != "" {
+			t.Errorf("a refused lock left keys on %s: %q", srv.Addr(), keys)
+		}
+	}
+	for _, names := range [][]string{{"orders"}, {"{order:42}:pay", "{order:42}:ship"}} {
+		l, err := c.TryLockMulti(ctx, names)
+		if err != nil {
+			t.Fatalf("%q: %v", names, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("%q: Release: %v", names, err)
+		}
+	}
 }

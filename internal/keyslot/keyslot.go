@@ -7,15 +7,22 @@ import "strings"
 // Slots is the number of hash slots of a Redis Cluster.
 const Slots = 16384
 
-// Of returns the Redis Cluster hash slot of key: the CRC16 (XMODEM) of its
-// hash tag (the text between its first '{' and the next '}', when not
-// empty), or of the whole key if it has none, modulo 16384.
-func Of(key string) int {
+// Tag returns the part of key that places it: its hash tag (the text
+// between its first '{' and the next '}', when not empty), or the whole key
+// if it has none. Redis Cluster and go-redis's Ring both place keys by it.
+func Tag(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
+			return key[i+1 : i+1+j]
 		}
 	}
+	return key
+}
+
+// Of returns the Redis Cluster hash slot of key: the CRC16 (XMODEM) of its
+// Tag, modulo 16384.
+func Of(key string) int {
+	key = Tag(key)
 	var crc uint16
 	for i := 0; i < len(key); i++ {
 		crc ^= uint16(key[i]) << 8
