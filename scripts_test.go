@@ -1,0 +1,73 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestNextFenceBeforeRedis7 runs next_fence (fence.lua) on a server that
+// refuses SET with both NX and GET, as servers before Redis 7 do: a stand-in
+// for redis.pcall answers that command with a syntax error, and everything
+// else goes to the server. The fallback reads the counter with GET.
+func TestNextFenceBeforeRedis7(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := scriptFiles.ReadFile("scripts/fence.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shim := `local refused = 0
+local redis = setmetatable({pcall = function(cmd, ...)
+  local n = select('#', ...)
+  if cmd == 'SET' and n == 6 and select(5, ...) == 'NX' then
+    refused = refused + 1
+    return {err = 'ERR syntax error'}
+  end
+  return redis.pcall(cmd, ...)
+end}, {__index = redis})
+`
+	script := redis.NewScript(shim + string(src) + `
+local f, s = next_fence(KEYS[1], tonumber(ARGV[1]))
+if not f then return 'nil' end
+return {s, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), refused}
+`)
+	ctx := context.Background()
+	next := func(now int64) any {
+		v, err := script.Run(ctx, rdb, []string{"fence"}, now).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	check := func(what string, got any, want int64) {
+		t.Helper()
+		r, ok := got.([]any)
+		w := strconv.FormatInt(want, 10)
+		if !ok || len(r) != 4 || r[0] != w || r[1] != w || r[2].(int64) < 86_000_000 {
+			t.Errorf("%s: next_fence = %v, want %s stored for a day", what, got, w)
+		} else if r[3] != int64(1) {
+			t.Errorf("%s: SET NX GET refused %v times, want once", what, r[3])
+		}
+	}
+	check("no counter", next(1000), 1000)
+	check("counter behind the clock", next(5000), 5000)
+	check("counter ahead of the clock", next(10), 5001)
+
+	rdb.Set(ctx, "fence", "not a number", 0)
+	if got := next(9000); got != "nil" {
+		t.Errorf("counter holding other text: next_fence = %v, want nil", got)
+	}
+	if got := rdb.Get(ctx, "fence").Val(); got != "not a number" {
+		t.Errorf("counter holding other text changed to %q", got)
+	}
+	rdb.Del(ctx, "fence")
+	rdb.RPush(ctx, "fence", "x")
+	if got := next(9000); got != "nil" {
+		t.Errorf("counter of another type: next_fence = %v, want nil", got)
+	}
+}
