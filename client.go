@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -26,6 +28,8 @@ type Client struct {
 	// several hash slots (CROSSSLOT): from then on such locks are split by
 	// slot from the start (see slots.go).
 	cluster atomic.Bool
+
+	ttlArgs atomic.Pointer[ttlArg] // see ttlArg
 
 	mu     sync.Mutex
 	wd     *watchdog // started by the first lock that refreshes automatically
@@ -94,6 +98,20 @@ func (c *Client) RedisKey(name string) string {
 	return c.prefix + "{" + name + "}"
 }
 
+// lockKeys returns the Redis keys of the exclusive lock called name: its
+// RedisKey, its waiter set and its fence counter, in one string.
+func (c *Client) lockKeys(name string) (key, waiters, fence string) {
+	open, shut := "{", "}"
+	if hasHashTag(name) {
+		open, shut = "", ""
+	}
+	all := c.prefix + open + name + shut + c.prefix + open + name + shut + ":waiters" +
+		c.prefix + open + name + shut + ":fence"
+	n := len(c.prefix) + len(open) + len(name) + len(shut)
+	w := n + n + len(":waiters")
+	return all[:n], all[n:w], all[w:]
+}
+
 // checkName validates a lock name.
 func checkName(name string) error {
 	switch {
@@ -113,6 +131,24 @@ func hasHashTag(s string) bool {
 	}
 	j := strings.IndexByte(s[i+1:], '}')
 	return j > 0
+}
+
+// ttlArg is a TTL as a script argument, in ms, boxed.
+type ttlArg struct {
+	ttl time.Duration
+	arg any
+}
+
+// ttlArg returns ttl as a script argument: a string of its milliseconds,
+// kept for the next call with the same TTL (most locks of a client share
+// one), so that an acquire neither boxes nor formats a number.
+func (c *Client) ttlArg(ttl time.Duration) any {
+	if a := c.ttlArgs.Load(); a != nil && a.ttl == ttl {
+		return a.arg
+	}
+	a := &ttlArg{ttl: ttl, arg: strconv.FormatInt(ttl.Milliseconds(), 10)}
+	c.ttlArgs.Store(a)
+	return a.arg
 }
 
 // eval runs one script call and returns its reply.

@@ -32,6 +32,9 @@ func FuzzKeys(f *testing.F) {
 		if got := c.nameOf(key); got != name && !strings.ContainsAny(name, "{}") {
 			t.Fatalf("nameOf(RedisKey(%q)) = %q", name, got)
 		}
+		if k, w, fk := c.lockKeys(name); k != key || w != key+":waiters" || fk != key+":fence" {
+			t.Fatalf("lockKeys(%q) = %q, %q, %q; want %q and its waiter set and fence counter", name, k, w, fk, key)
+		}
 		for _, k := range describeKeys(key) { // every key of every kind
 			if hashTag(k) != hashTag(key) {
 				t.Fatalf("keys of %q do not share a hash tag: %q and %q", name, key, k)

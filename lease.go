@@ -31,8 +31,9 @@ type lease struct {
 	released bool          // Release was called and succeeded
 	letGo    bool          // Release was called: no longer refreshed, even if it failed
 	started  bool          // obtained: acquired and deadline are set
-	ending   bool          // end was called; done closes once the hooks have run
-	done     chan struct{}
+	ending   bool          // end was called; the lease is over once the hooks have run
+	over     bool          // the lease ended: err is set, done closed
+	done     chan struct{} // made by the first Done, closed when over
 	err      error
 	timer    *time.Timer // fires at the deadline
 	onEnd    map[*int]func()
@@ -59,7 +60,6 @@ type leaseHolder interface {
 func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 	s.c, s.holder, s.repl = c, holder, o.repl
 	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
-	s.done = make(chan struct{})
 	s.index = -1
 }
 
@@ -158,8 +158,10 @@ func (s *lease) end(err error) {
 		s.hook.end(held, err)
 		s.mu.Lock()
 	}
-	s.err = err
-	close(s.done)
+	s.err, s.over = err, true
+	if s.done != nil {
+		close(s.done)
+	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -182,14 +184,7 @@ func (s *lease) heldFor() time.Duration {
 }
 
 // ended reports whether the lease has ended; s.mu must be held.
-func (s *lease) ended() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
+func (s *lease) ended() bool { return s.over }
 
 // alive returns nil while the lease runs, or why it does not.
 func (s *lease) alive() error {
@@ -222,10 +217,24 @@ func (s *lease) refreshing() bool {
 func (s *lease) Done() <-chan struct{} {
 	s.expireIfDue()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.arm() // someone waits for the deadline now
-	s.mu.Unlock()
+	if s.done == nil {
+		if s.over {
+			return closedChan
+		}
+		s.done = make(chan struct{})
+	}
 	return s.done
 }
+
+// closedChan is the Done channel of a lease that ended before anyone asked
+// for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Err returns nil while the lock is held and after it was released, and an
 // error wrapping ErrLost once it was lost: ErrMaxHold when WithMaxHold ended

@@ -22,7 +22,7 @@ type Lock struct {
 	lease
 	kind  *holdKind
 	names []string
-	keys  []string // the keys of the acquire script: for an exclusive lock the lock keys, then their fence keys, then their waiter sets
+	keys  []string // the keys of the acquire script: for an exclusive lock the lock keys, then their waiter sets, then their fence counters
 	held  []string // the keys of the refresh and ttl scripts
 	rel   []string // the keys of the release script
 	// parts is set for an exclusive lock whose names lie in several Redis
@@ -31,6 +31,10 @@ type Lock struct {
 	parts []part
 	req   string // this acquisition's request token
 	owner string
+	// reqArg is req as a script argument, boxed once for the acquire
+	// attempts and the release: set by the first acquireArgs, on the
+	// acquiring goroutine, before the Lock is handed out.
+	reqArg any
 
 	// extra returns the kind's acquire arguments after the common ones; nil
 	// for none.
@@ -194,14 +198,14 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		if seen != nil {
 			seen[name] = true
 		}
-		keys[i] = c.RedisKey(name)
+		keys[i], keys[n+i], keys[2*n+i] = c.lockKeys(name)
 	}
 	if !own {
 		names = append([]string(nil), names...)
 	}
 	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
 		owner: o.owner, meta: o.metadata}
-	l.keys, l.held, l.rel = exclusiveKeys(keys)
+	l.keys, l.held, l.rel = keys, keys[:n:n], keys[:2*n:2*n] // see exclusiveKeys
 	if c.cluster.Load() {
 		l.parts = l.split()
 	}
@@ -372,11 +376,14 @@ func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token 
 
 // acquireArgs returns the arguments of the acquire script.
 func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
+	if l.reqArg == nil {
+		l.reqArg = l.req
+	}
 	if wa.channel == "" && l.extra == nil {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
-		return []any{l.req, ttl.Milliseconds(), l.meta, l.owner}
+		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 	}
-	args := []any{l.req, ttl.Milliseconds(), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
+	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
 	if l.extra != nil {
 		args = append(args, l.extra()...)
 	}
@@ -705,7 +712,11 @@ func (l *Lock) nameKeys() []string {
 
 // releaseArgs returns the arguments of a release with token.
 func (l *Lock) releaseArgs(token string) []any {
-	args := l.kind.args(append(make([]any, 0, 4), token, l.owner)...) // room for the mode and the id
+	var tok any = token
+	if token == l.req && l.reqArg != nil {
+		tok = l.reqArg
+	}
+	args := l.kind.args(append(make([]any, 0, 4), tok, l.owner)...) // room for the mode and the id
 	if l.kind.releaseID {
 		// A client library may send the request again after a lost reply;
 		// the id lets the script tell the repeat from a second release.

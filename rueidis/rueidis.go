@@ -126,29 +126,28 @@ func command(c rueidis.Client, call *dlock.Call, bySHA bool) rueidis.Completed {
 	if len(call.Keys) > 0 {
 		cmd = cmd.Keys(call.Keys[0]).Args(call.Keys[1:]...)
 	}
-	return cmd.Args(args(call.Args)...).Build()
+	for _, v := range call.Args {
+		cmd = cmd.Args(arg(v)) // one at a time: the builder's pooled slice takes them without allocating
+	}
+	return cmd.Build()
 }
 
-// args writes a call's arguments as Redis reads them.
-func args(vs []any) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		switch v := v.(type) {
-		case string:
-			out[i] = v
-		case []byte:
-			out[i] = string(v)
-		case int:
-			out[i] = strconv.Itoa(v)
-		case int64:
-			out[i] = strconv.FormatInt(v, 10)
-		case uint64:
-			out[i] = strconv.FormatUint(v, 10)
-		default: // the other integer types
-			out[i] = fmt.Sprint(v)
-		}
+// arg writes a call's argument as Redis reads it.
+func arg(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
+	default: // the other integer types
+		return fmt.Sprint(v)
 	}
-	return out
 }
 
 // store converts a result into the call's reply or error.
