@@ -64,7 +64,8 @@ func hashTag(key string) string {
 // agree (ASCII, no '/', no backslash, no classes: Redis matches bytes,
 // path.Match runes), and never panics.
 func FuzzGlob(f *testing.F) {
-	for _, s := range [][2]string{{"jobs:*", "jobs:nightly"}, {"*:?", "orders:1"}, {"[a-c]x", "bx"}, {"[^a]", "a"}, {"\\*", "*"}, {"*a*a*a*b", "aaaaaaaaaaaaaaaaaaaa"}, {"[", "["}} {
+	for _, s := range [][2]string{{"jobs:*", "jobs:nightly"}, {"*:?", "orders:1"}, {"[a-c]x", "bx"}, {"[^a]", "a"}, {"\\*", "*"}, {"*a*a*a*b", "aaaaaaaaaaaaaaaaaaaa"}, {"[", "["},
+		{"*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", strings.Repeat("a", 200)}, {"[]a]", "]a]"}, {"a*[b", "a[b"}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, pattern, name string) {

@@ -227,49 +227,56 @@ func escapeGlob(s string) string {
 
 // globMatch reports whether name matches pattern in Redis's glob syntax,
 // byte by byte as Redis does: * any run, ? any one byte, [abc] [a-z] [^a] a
-// class, \ escapes.
+// class, \ escapes. It takes time proportional to the product of the
+// lengths at worst, whatever the pattern: every token but * matches one
+// byte, so on a mismatch it is enough to let the last * take one byte more.
 func globMatch(pattern, name string) bool {
-	p, n := []byte(pattern), []byte(name)
-	var match func(pi, ni int) bool
-	match = func(pi, ni int) bool {
-		for pi < len(p) {
-			switch p[pi] {
-			case '*':
-				for k := ni; k <= len(n); k++ {
-					if match(pi+1, k) {
-						return true
-					}
-				}
-				return false
-			case '?':
-				if ni >= len(n) {
-					return false
-				}
-			case '[':
-				end := pi + 1
-				for end < len(p) && p[end] != ']' {
-					end++
-				}
-				if ni >= len(n) || end >= len(p) || !classMatch(p[pi+1:end], n[ni]) {
-					return false
-				}
-				pi = end
-			case '\\':
-				if pi+1 < len(p) {
-					pi++
-				}
-				fallthrough
-			default:
-				if ni >= len(n) || p[pi] != n[ni] {
-					return false
-				}
-			}
+	pi, ni := 0, 0
+	star, starAt := -1, 0 // the last * seen, and where its run ends now
+	for ni < len(name) {
+		if pi < len(pattern) && pattern[pi] == '*' {
+			star, starAt = pi, ni
 			pi++
-			ni++
+			continue
 		}
-		return ni == len(n)
+		if pi < len(pattern) {
+			if width, ok := globToken(pattern, pi, name[ni]); ok {
+				pi += width
+				ni++
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		starAt++
+		pi, ni = star+1, starAt
 	}
-	return match(0, 0)
+	for pi < len(pattern) && pattern[pi] == '*' {
+		pi++
+	}
+	return pi == len(pattern)
+}
+
+// globToken matches the byte c against the token of pattern at pi, which is
+// not *: it returns the token's width and whether c matches it. A class
+// without its closing ']' matches nothing.
+func globToken(pattern string, pi int, c byte) (width int, ok bool) {
+	switch pattern[pi] {
+	case '?':
+		return 1, true
+	case '[':
+		end := strings.IndexByte(pattern[pi+1:], ']')
+		if end < 0 {
+			return 0, false
+		}
+		return end + 2, classMatch([]byte(pattern[pi+1:pi+1+end]), c)
+	case '\\':
+		if pi+1 < len(pattern) {
+			return 2, pattern[pi+1] == c
+		}
+	}
+	return 1, pattern[pi] == c
 }
 
 // classMatch matches r against the inside of a [...] glob class.
