@@ -393,3 +393,94 @@ func TestClusterRWMutexAndSemaphoreUnderContention(t *testing.T) {
 		}
 	})
 }
+
+// flakyShards is a goredis driver whose first shard channel subscriptions
+// fail, as a Subscribe that timed out on a slow primary would, and that
+// counts the subscriptions asked for, by channel.
+type flakyShards struct {
+	*goredis.Driver
+	mu    sync.Mutex
+	fails int
+	asked map[string]int
+}
+
+func (d *flakyShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	sub, err := d.Driver.SubscribeSharded(ctx, notify)
+	if err != nil {
+		return nil, err
+	}
+	return &flakySubscription{Subscription: sub, d: d}, nil
+}
+
+type flakySubscription struct {
+	dlock.Subscription
+	d *flakyShards
+}
+
+func (s *flakySubscription) Subscribe(ctx context.Context, channels ...string) error {
+	s.d.mu.Lock()
+	for _, ch := range channels {
+		s.d.asked[ch]++
+	}
+	fail := s.d.fails > 0
+	if fail {
+		s.d.fails--
+	}
+	s.d.mu.Unlock()
+	if fail {
+		return errors.New("flaky: SSUBSCRIBE timed out")
+	}
+	return s.Subscription.Subscribe(ctx, channels...)
+}
+
+// TestAShardSubscriptionThatFailedIsAskedForAgain: a wait whose shard
+// channel could not be subscribed falls back to timers, and the next wait
+// for the lock subscribes again and is woken by the release's notice.
+func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	drv := &flakyShards{Driver: goredis.New(e.newRedis(t)), fails: 1, asked: map[string]int{}}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	name := e.names[0]
+	key := dlock.DefaultPrefix + "{" + name + "}"
+	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("first wait: err = %v, want ErrNotObtained", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for e.rdb.ZCard(ctx, key+":waiters").Val() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("second wait: %v", err)
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if len(drv.asked) != 1 {
+		t.Fatalf("subscriptions asked for: %v, want one channel", drv.asked)
+	}
+	for ch, n := range drv.asked {
+		if n != 2 {
+			t.Errorf("%s asked for %d times, want twice: once by each wait", ch, n)
+		}
+	}
+}

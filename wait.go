@@ -55,6 +55,7 @@ type waitHub struct {
 	queues  map[string][]*waiter
 	others  map[string][]*waiter // waiters for a lock on several names, by their other names' keys
 	shards  map[string]int       // sharded: subscribed channels, by how many waiters listen on them
+	unsent  map[string]bool      // sharded: channels of shards whose Subscribe failed, sent again by the next listen
 	idle    int                  // sharded: channels subscribed that no waiter listens on
 }
 
@@ -71,7 +72,7 @@ type waiter struct {
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}}
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{}}
 }
 
 // member is the client's name in waiter sets.
@@ -101,10 +102,11 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	for _, k := range keys {
 		ch := h.shardChannel(k)
 		n, ok := h.shards[ch]
-		switch {
-		case !ok:
+		if !ok || h.unsent[ch] {
 			add = append(add, ch)
-		case n == 0:
+			delete(h.unsent, ch)
+		}
+		if ok && n == 0 {
 			h.idle--
 		}
 		h.shards[ch] = n + 1
@@ -113,7 +115,16 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	h.mu.Unlock()
 	if len(add) > 0 {
 		if err := sub.Subscribe(ctx, add...); err != nil {
+			// This wait falls back to timers; the next one for these
+			// locks subscribes again.
 			h.c.log.WarnContext(ctx, "dlock: cannot subscribe to shard channels; waiting falls back to timers", "err", err)
+			h.mu.Lock()
+			for _, ch := range add {
+				if _, ok := h.shards[ch]; ok {
+					h.unsent[ch] = true
+				}
+			}
+			h.mu.Unlock()
 		}
 	}
 }
@@ -137,6 +148,7 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 			if n == 0 {
 				drop = append(drop, ch)
 				delete(h.shards, ch)
+				delete(h.unsent, ch)
 			}
 		}
 		h.idle = 0
