@@ -205,7 +205,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 	}
 	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
 		owner: o.owner, meta: o.metadata}
-	l.keys, l.held, l.rel = keys, keys[:n:n], keys[:2*n:2*n] // see exclusiveKeys
+	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
 		l.parts = l.split()
 	}

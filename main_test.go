@@ -2,8 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,17 +16,7 @@ import (
 // exampleAddr is the address of the Redis server the Example functions use.
 var exampleAddr string
 
-func TestMain(m *testing.M) {
-	srv, stop, err := redistest.StartForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	exampleAddr = srv.Addr()
-	code := redistest.RunWithoutLeaks(m)
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &exampleAddr) }
 
 // env is one test's Redis server and the clients on it.
 type env struct {

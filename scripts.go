@@ -13,7 +13,7 @@ var scriptFiles embed.FS
 // are put in front of the scripts that use them.
 var (
 	scriptAcquire = loadScript("acquire", "wake", "fence")
-	scriptRelease = loadScript("release", "wake")
+	scriptRelease = loadScript("release", "held", "wake")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 

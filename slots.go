@@ -85,19 +85,12 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 	return calls
 }
 
-// exclusiveKeys lays out the script keys of an exclusive lock in keys,
-// whose first third holds its lock keys: acquire's (the locks, their waiter
-// sets, their fence counters), refresh's and ttl's (the locks), and
-// release's (the locks and their waiter sets), each list the start of the
-// one before.
+// exclusiveKeys returns the script keys of an exclusive lock from keys,
+// its lock keys, then their waiter sets, then their fence counters:
+// acquire's (all of them), refresh's and ttl's (the locks), and release's
+// (the locks and their waiter sets), each list the start of the one before.
 func exclusiveKeys(keys []string) (acquire, held, rel []string) {
 	n := len(keys) / 3
-	for i, k := range keys[:n] {
-		// The two derived keys share one string: k + ":waiters" + k + ":fence".
-		all := k + ":waiters" + k + ":fence"
-		waiters := len(k) + len(":waiters")
-		keys[n+i], keys[2*n+i] = all[:waiters], all[waiters:]
-	}
 	return keys, keys[:n:n], keys[: 2*n : 2*n]
 }
 
@@ -105,7 +98,7 @@ func exclusiveKeys(keys []string) (acquire, held, rel []string) {
 // slot, in the order of the slot numbers, with its names in the order of
 // their keys. It returns nil when the names share one slot.
 func (l *Lock) split() []part {
-	locks := l.held
+	locks, all := l.held, len(l.held)
 	slots := make([]int, len(locks))
 	order := make([]int, len(locks))
 	for i, k := range locks {
@@ -126,7 +119,7 @@ func (l *Lock) split() []part {
 		p := part{at: order[:n:n]}
 		keys := make([]string, 3*n)
 		for j, i := range p.at {
-			keys[j] = locks[i]
+			keys[j], keys[n+j], keys[2*n+j] = l.keys[i], l.keys[all+i], l.keys[2*all+i]
 		}
 		p.keys, p.held, p.rel = exclusiveKeys(keys)
 		parts = append(parts, p)

@@ -15,9 +15,10 @@ import (
 // test: each subtest starts a Redis Cluster of its own. A shard channel
 // stays subscribed through a failover of its slot's primary and through a
 // move of its slot to another primary, the other channels of the old
-// primary keep their connection, and channels in many slots cost one
-// connection to each primary, none once all are unsubscribed. It takes
-// about 15 seconds.
+// primary keep their connection, channels in many slots cost one
+// connection to each primary, none once all are unsubscribed, and a
+// channel whose Subscribe failed is subscribed by asking again. It takes
+// about 20 seconds.
 func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 	t.Helper()
 	if newDriver == nil {
@@ -26,6 +27,25 @@ func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 	t.Run("Failover", func(t *testing.T) { testShardedFailover(t, newDriver) })
 	t.Run("SlotMove", func(t *testing.T) { testShardedSlotMove(t, newDriver) })
 	t.Run("ConnectionPerPrimary", func(t *testing.T) { testShardedConnectionPerPrimary(t, newDriver) })
+	t.Run("FailedSubscribe", func(t *testing.T) { testShardedFailedSubscribe(t, newDriver) })
+}
+
+// testShardedFailedSubscribe: a channel whose Subscribe failed (here its
+// context had expired) on a primary the subscription already has a
+// connection to is subscribed once it is asked for again, as dlock's wait
+// hub does at the next wait for the lock.
+func testShardedFailedSubscribe(t *testing.T, newDriver NewDriver) {
+	c := redistest.StartCluster(t, 3, 0)
+	sub, got := shardedOn(t, newDriver, c)
+	srv := c.Nodes[0]
+	first, second := c.ChannelOn(t, srv, "first"), c.ChannelOn(t, srv, "second")
+	subscribeShard(t, sub, first)
+	redistest.PublishUntilReceived(t, srv, first, "on first", got)
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_ = sub.Subscribe(expired, second) // may fail, or succeed all the same
+	subscribeShard(t, sub, second)
+	redistest.PublishUntilReceived(t, srv, second, "on second", got)
 }
 
 // shardedOn opens a sharded subscription of a new driver on cluster c,

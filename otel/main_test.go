@@ -3,8 +3,6 @@ package dlockotel_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,17 +23,7 @@ import (
 // share; each test uses lock names of its own.
 var redisAddr string
 
-func TestMain(m *testing.M) {
-	srv, stop, err := redistest.StartForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = srv.Addr()
-	code := redistest.RunWithoutLeaks(m)
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &redisAddr) }
 
 // env is one test's client, followed by the hooks, with the metrics and
 // spans they recorded; and another client, not followed, as another

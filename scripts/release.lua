@@ -16,16 +16,16 @@ local n = #KEYS / 2
 local missing = 0
 for i = 1, n do
   local k = KEYS[i]
-  local cur = redis.pcall('HMGET', k, 'kind', 'token', 'owner', 'count', 'rel', 'w', 'req')
-  if type(cur) ~= 'table' or cur.err or cur[1] ~= 'lock' then
+  local cur = read_lock(k, 'rel', 'w', 'req')
+  if not cur then
     missing = missing + 1
   elseif id == '' or cur[5] ~= id then
     -- Without an id, this is the cleanup after an acquire whose outcome is
     -- unknown, sent with its request token: if that acquire re-entered an
     -- owner's lock ('req' names it), its count goes, once.
-    local held = cur[2] and cur[2] ~= ''
-    local mine = held and (cur[2] == token or (owner ~= '' and cur[3] == owner))
-    local rejoined = held and not mine and id == '' and cur[7] == token
+    local mine = holds(cur, token, owner)
+    local taken = holds(cur, cur[2], '') -- held by anyone
+    local rejoined = not mine and taken and id == '' and cur[7] == token
     if not mine and not rejoined then
       missing = missing + 1
     elseif tonumber(cur[4]) > 1 then

@@ -4,7 +4,23 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"testing"
 )
+
+// RunMain is the TestMain of a package whose tests and Example functions
+// share one server: it starts the server, sets *addr to its address, runs
+// the tests as VerifyNoLeaks does, stops the server and exits.
+func RunMain(m *testing.M, addr *string) {
+	srv, stop, err := StartForMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*addr = srv.Addr()
+	code := RunWithoutLeaks(m)
+	stop()
+	os.Exit(code)
+}
 
 // starter is the part of testing.TB that starting a server needs, so that
 // TestMain can start one too (see StartForMain).
