@@ -484,3 +484,117 @@ func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
 		}
 	}
 }
+
+// gatedShards is a goredis driver whose shard subscriptions hold each
+// Unsubscribe until the test lets it go on.
+type gatedShards struct {
+	*goredis.Driver
+	entered chan []string // an Unsubscribe began, with its channels
+	proceed chan struct{} // closed to let it go on
+}
+
+func (d *gatedShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	sub, err := d.Driver.SubscribeSharded(ctx, notify)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedSubscription{Subscription: sub, d: d}, nil
+}
+
+type gatedSubscription struct {
+	dlock.Subscription
+	d *gatedShards
+}
+
+func (s *gatedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.d.entered <- channels
+	<-s.d.proceed
+	return s.Subscription.Unsubscribe(ctx, channels...)
+}
+
+// TestAShardChannelWantedWhileLetGoStaysSubscribed: a client lets go of
+// its idle shard channels, and a new wait wants one of them back while
+// the Unsubscribe is under way. The channel must be subscribed after the
+// Unsubscribe, not before: else the driver takes the Subscribe for the
+// channel it still has, drops it, and the client, which counts it as
+// subscribed, hears no release of that lock until it lets go of it again.
+func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	drv := &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.KeepIdleShardChannels(c, 1)
+	a, b := e.names[0], e.names[1]
+	held := map[string]*dlock.Lock{}
+	for _, name := range []string{a, b} {
+		l, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name] = l
+	}
+	giveUp := func(name string) error {
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+			return fmt.Errorf("wait for %s: err = %v, want ErrNotObtained", name, err)
+		}
+		return nil
+	}
+	// A wait for a that gives up leaves a's channel subscribed, idle.
+	if err := giveUp(a); err != nil {
+		t.Fatal(err)
+	}
+	// So does one for b: two idle channels, one more than kept, so both go,
+	// and their Unsubscribe waits for the test.
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- giveUp(b) }()
+	if dropped := <-drv.entered; len(dropped) != 2 {
+		t.Fatalf("unsubscribed %v, want a's and b's channels", dropped)
+	}
+	// A new wait for a wants its channel back meanwhile.
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, a)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for n, _ := dlock.ShardListeners(c, a); n != 1; n, _ = dlock.ShardListeners(c, a) {
+		time.Sleep(time.Millisecond)
+	}
+	close(drv.proceed)
+	if err := <-gaveUp; err != nil {
+		t.Fatal(err)
+	}
+	key := dlock.DefaultPrefix + "{" + a + "}"
+	for e.rdb.ZCard(ctx, key+":waiters").Val() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := held[a].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("new wait for %s: %v", a, err)
+	}
+	// The client still counts a's channel as subscribed; so must its primary.
+	if _, ok := dlock.ShardListeners(c, a); !ok {
+		t.Fatal("the client no longer keeps a's channel")
+	}
+	node, err := e.rdb.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chans, err := node.PubSubShardChannels(ctx, key+":w:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chans) != 1 {
+		t.Errorf("shard channels of %s on its primary: %v, want the waiting client's", a, chans)
+	}
+}

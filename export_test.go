@@ -20,3 +20,22 @@ func Waiting(c *Client, name string) int {
 
 // WaitBeat is how long a registered waiter sleeps at most between attempts.
 const WaitBeat = waitBeat
+
+// KeepIdleShardChannels sets how many shard channels no caller listens on
+// c stays subscribed to (256 by default).
+func KeepIdleShardChannels(c *Client, n int) {
+	h := c.hub()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.maxIdle = n
+}
+
+// ShardListeners returns how many callers of c listen on the shard channel
+// of the lock called name; ok is false when c keeps no such channel.
+func ShardListeners(c *Client, name string) (n int, ok bool) {
+	h := c.hub()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, ok = h.shards[h.shardChannel(c.RedisKey(name))]
+	return n, ok
+}

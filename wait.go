@@ -53,10 +53,12 @@ type waitHub struct {
 	opening chan struct{} // closed when a Subscribe under way ends
 	failed  bool          // no notices for good (unsupported, or closed)
 	queues  map[string][]*waiter
-	others  map[string][]*waiter // waiters for a lock on several names, by their other names' keys
-	shards  map[string]int       // sharded: subscribed channels, by how many waiters listen on them
-	unsent  map[string]bool      // sharded: channels of shards whose Subscribe failed, sent again by the next listen
-	idle    int                  // sharded: channels subscribed that no waiter listens on
+	others  map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
+	shards  map[string]int           // sharded: subscribed channels, by how many waiters listen on them
+	unsent  map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
+	pending map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
+	idle    int                      // sharded: channels subscribed that no waiter listens on
+	maxIdle int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 }
 
 // maxIdleShardChannels bounds the shard channels a client stays subscribed
@@ -72,7 +74,8 @@ type waiter struct {
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{}}
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{},
+		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels}
 }
 
 // member is the client's name in waiter sets.
@@ -90,7 +93,14 @@ func (h *waitHub) member() string {
 func (h *waitHub) shardChannel(key string) string { return key + ":w:" + h.id }
 
 // listen subscribes, with a sharded subscription, to the channels on which
-// the release of keys is told to w's client; unlisten lets them go.
+// the release of keys is told to w's client; unlisten lets them go. The
+// Subscribe and Unsubscribe calls for one channel never overlap: a listen
+// that finds one under way for its channels waits for it to return first,
+// so that a channel let go while idle and wanted again at once is
+// subscribed after its Unsubscribe, not before (the driver would then take
+// the Subscribe for the channel it still has, and drop it). A listen whose
+// ctx ends meanwhile returns; its wait falls back to timers, and the next
+// listen sends what it could not.
 func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	h.mu.Lock()
 	if !h.sharded || h.sub == nil || w.listening {
@@ -98,34 +108,60 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 		return
 	}
 	w.listening = true
-	var add []string
-	for _, k := range keys {
+	chans := make([]string, len(keys))
+	for i, k := range keys {
 		ch := h.shardChannel(k)
+		chans[i] = ch
 		n, ok := h.shards[ch]
-		if !ok || h.unsent[ch] {
-			add = append(add, ch)
-			delete(h.unsent, ch)
-		}
-		if ok && n == 0 {
+		if !ok {
+			h.unsent[ch] = true
+		} else if n == 0 {
 			h.idle--
 		}
 		h.shards[ch] = n + 1
 	}
-	sub := h.sub
-	h.mu.Unlock()
-	if len(add) > 0 {
-		if err := sub.Subscribe(ctx, add...); err != nil {
-			// This wait falls back to timers; the next one for these
-			// locks subscribes again.
-			h.c.log.WarnContext(ctx, "dlock: cannot subscribe to shard channels; waiting falls back to timers", "err", err)
-			h.mu.Lock()
-			for _, ch := range add {
-				if _, ok := h.shards[ch]; ok {
-					h.unsent[ch] = true
-				}
-			}
-			h.mu.Unlock()
+	for {
+		busy := h.busy(chans)
+		if busy == nil {
+			break
 		}
+		h.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return
+		}
+		h.mu.Lock()
+	}
+	var add []string
+	for _, ch := range chans {
+		if h.unsent[ch] {
+			add = append(add, ch)
+			delete(h.unsent, ch)
+		}
+	}
+	sub := h.sub
+	if len(add) == 0 || sub == nil {
+		h.mu.Unlock()
+		return
+	}
+	done := h.start(add)
+	h.mu.Unlock()
+	err := sub.Subscribe(ctx, add...)
+	h.mu.Lock()
+	if err != nil {
+		// This wait falls back to timers; the next one for these locks
+		// subscribes again.
+		for _, ch := range add {
+			if _, ok := h.shards[ch]; ok {
+				h.unsent[ch] = true
+			}
+		}
+	}
+	h.finish(add, done)
+	h.mu.Unlock()
+	if err != nil {
+		h.c.log.WarnContext(ctx, "dlock: cannot subscribe to shard channels; waiting falls back to timers", "err", err)
 	}
 }
 
@@ -143,23 +179,60 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 		}
 	}
 	var drop []string
-	if h.idle > maxIdleShardChannels {
+	if h.idle > h.maxIdle {
 		for ch, n := range h.shards {
 			if n == 0 {
-				drop = append(drop, ch)
 				delete(h.shards, ch)
+				if !h.unsent[ch] { // never subscribed: nothing to undo
+					drop = append(drop, ch)
+				}
 				delete(h.unsent, ch)
 			}
 		}
 		h.idle = 0
 	}
 	sub := h.sub
+	if len(drop) == 0 || sub == nil {
+		h.mu.Unlock()
+		return
+	}
+	done := h.start(drop)
 	h.mu.Unlock()
-	if len(drop) > 0 && sub != nil {
-		if err := sub.Unsubscribe(ctx, drop...); err != nil {
-			h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
+	err := sub.Unsubscribe(ctx, drop...)
+	h.mu.Lock()
+	h.finish(drop, done)
+	h.mu.Unlock()
+	if err != nil {
+		h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
+	}
+}
+
+// busy returns the done channel of a Subscribe or Unsubscribe under way
+// for one of chans, or nil; h.mu must be held.
+func (h *waitHub) busy(chans []string) chan struct{} {
+	for _, ch := range chans {
+		if done := h.pending[ch]; done != nil {
+			return done
 		}
 	}
+	return nil
+}
+
+// start marks a Subscribe or Unsubscribe of chans under way, and finish
+// marks it returned; h.mu must be held for both.
+func (h *waitHub) start(chans []string) (done chan struct{}) {
+	done = make(chan struct{})
+	for _, ch := range chans {
+		h.pending[ch] = done
+	}
+	return done
+}
+
+func (h *waitHub) finish(chans []string, done chan struct{}) {
+	for _, ch := range chans {
+		delete(h.pending, ch)
+	}
+	close(done)
 }
 
 // subscribed opens the client's subscription on first use and reports
