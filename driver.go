@@ -55,6 +55,8 @@ type ShardedSubscriber interface {
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.
+// dlock may call Subscribe and Unsubscribe from several goroutines at once,
+// but never two calls for one channel at a time.
 type Subscription interface {
 	// Subscribe adds channels. It may return before the server confirmed
 	// them; it must not wait for a notify call under way.

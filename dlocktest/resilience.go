@@ -16,9 +16,10 @@ import (
 // stays subscribed through a failover of its slot's primary and through a
 // move of its slot to another primary, the other channels of the old
 // primary keep their connection, channels in many slots cost one
-// connection to each primary, none once all are unsubscribed, and a
-// channel whose Subscribe failed is subscribed by asking again. It takes
-// about 20 seconds.
+// connection to each primary, none once all are unsubscribed, a channel
+// whose Subscribe failed is subscribed by asking again, and a primary that
+// does not answer holds up no Subscribe of another primary's channels. It
+// takes about 25 seconds.
 func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 	t.Helper()
 	if newDriver == nil {
@@ -28,6 +29,53 @@ func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 	t.Run("SlotMove", func(t *testing.T) { testShardedSlotMove(t, newDriver) })
 	t.Run("ConnectionPerPrimary", func(t *testing.T) { testShardedConnectionPerPrimary(t, newDriver) })
 	t.Run("FailedSubscribe", func(t *testing.T) { testShardedFailedSubscribe(t, newDriver) })
+	t.Run("PausedPrimary", func(t *testing.T) { testShardedPausedPrimary(t, newDriver) })
+}
+
+// testShardedPausedPrimary: while a Subscribe waits for a paused primary,
+// a Subscribe of a channel on another primary returns, and its notices
+// arrive. Once the primary resumes, the first Subscribe completes and its
+// channel's notices arrive too. The first round subscribes the primary's
+// first channel, so the connection's handshake gets no answer; the second
+// uses the connection made, where a driver that only sends SSUBSCRIBE may
+// return at once, and one that waits for the confirmation waits. Each
+// pause is shorter than the cluster's node timeout, so no node is marked
+// failed.
+func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
+	c := redistest.StartCluster(t, 3, 0)
+	sub, got := shardedOn(t, newDriver, c)
+	paused, other := c.Nodes[0], c.Nodes[1]
+	subscribeShard(t, sub, c.ChannelOn(t, other, "warm")) // the other primary's connection is up
+	t.Cleanup(func() { paused.Resume(t) }) // after a failure while paused
+	for round, connected := range []bool{false, true} {
+		slow := c.ChannelOn(t, paused, "slow"+strconv.Itoa(round)+"-")
+		fast := c.ChannelOn(t, other, "fast"+strconv.Itoa(round)+"-")
+		paused.Pause(t)
+		slowDone := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			slowDone <- sub.Subscribe(ctx, slow)
+		}()
+		paused.AwaitUnread(t, 5*time.Second) // the request reached the paused primary
+		if err := sub.Subscribe(timeout(t), fast); err != nil {
+			t.Fatalf("round %d: Subscribe on another primary: %v", round, err)
+		}
+		select {
+		case err := <-slowDone:
+			if !connected || err != nil {
+				t.Fatalf("round %d: the Subscribe on the paused primary returned (%v) before the one on another primary", round, err)
+			}
+			slowDone <- nil
+		default:
+		}
+		redistest.PublishUntilReceived(t, other, fast, "while paused", got)
+		paused.Resume(t)
+		if err := <-slowDone; err != nil {
+			t.Fatalf("round %d: Subscribe on the primary once resumed: %v", round, err)
+		}
+		redistest.PublishUntilReceived(t, paused, slow, "after the pause", got)
+	}
 }
 
 // testShardedFailedSubscribe: a channel whose Subscribe failed (here its

@@ -84,7 +84,9 @@ const (
 var errClosed = errors.New("goredis: subscription closed")
 
 // Subscribe sends SSUBSCRIBE for every channel, on its slot's primary (on a
-// new connection for a primary it had none to), before it returns.
+// new connection for a primary it had none to), before it returns. The
+// requests are sent without holding the subscription's lock, so that a
+// slow or unreachable primary holds up only the channels it serves.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
 	var errs []error
 	for _, ch := range channels {
@@ -113,30 +115,46 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string) error {
 	}
 	addr := node.Options().Addr
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return errClosed
 	}
 	if _, ok := s.where[ch]; ok {
+		s.mu.Unlock()
 		return nil // subscribed meanwhile
 	}
 	ns := s.nodes[addr]
-	if ns == nil {
-		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx, ch), channels: map[string]bool{ch: true}}
+	fresh := ns == nil
+	if fresh {
+		// No request yet: the connection is made by the SSubscribe below.
+		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx), channels: map[string]bool{}}
 		s.nodes[addr] = ns
-		s.where[ch] = ns
 		s.running.Add(1)
-		go ns.run(addr)
-		return nil
 	}
 	ns.channels[ch] = true
 	s.where[ch] = ns
-	return ns.ps.SSubscribe(ctx, ch) // a failed connection resubscribes it with the rest
+	s.mu.Unlock()
+
+	// A failed connection resubscribes the channel with the rest: for a
+	// new primary, the goroutine's first Receive finds it failed.
+	err = ns.ps.SSubscribe(ctx, ch)
+	if fresh {
+		go ns.run(addr)
+	}
+	s.mu.Lock()
+	gone := s.where[ch] != ns && !ns.closing // unsubscribed meanwhile
+	s.mu.Unlock()
+	if gone && err == nil {
+		_ = ns.ps.SUnsubscribe(ctx, ch)
+	}
+	return err
 }
 
+// Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a primary
+// whose last channels it removes; as Subscribe, without holding the lock.
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
-	var errs []error
 	var idle []*nodeSubscription
+	byNode := map[*nodeSubscription][]string{}
 	s.mu.Lock()
 	for _, ch := range channels {
 		ns := s.where[ch]
@@ -148,11 +166,16 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 		if len(ns.channels) == 0 {
 			s.drop(ns)
 			idle = append(idle, ns)
-		} else if err := ns.ps.SUnsubscribe(ctx, ch); err != nil {
-			errs = append(errs, err)
+			delete(byNode, ns) // closed instead
+		} else {
+			byNode[ns] = append(byNode[ns], ch)
 		}
 	}
 	s.mu.Unlock()
+	var errs []error
+	for ns, chs := range byNode {
+		errs = append(errs, ns.ps.SUnsubscribe(ctx, chs...))
+	}
 	for _, ns := range idle {
 		_ = ns.ps.Close() // its goroutine sees closing and returns
 	}

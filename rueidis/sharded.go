@@ -78,7 +78,8 @@ type shardedSubscription struct {
 }
 
 // Subscribe sends SSUBSCRIBE for every channel, on the primary of its slot
-// (on a new connection for a primary it had none to), before it returns. A
+// (on a new connection for a primary it had none to), before it returns,
+// without holding the lock that the subscription's other calls take. A
 // channel that it could not subscribe is subscribed anew in the
 // background, and Subscribe returns the error.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
@@ -126,24 +127,39 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 			added[n] = addr
 		}
 		s.where[ch] = n
-		if _, ok := added[n]; ok {
-			n.mu.Lock()
-			n.channels[ch] = true // subscribed by start
-			n.mu.Unlock()
-		} else {
+		// Counted now, so that an Unsubscribe of n's other channels does
+		// not take n for idle; subscribed by start on a new primary.
+		n.mu.Lock()
+		n.channels[ch] = true
+		n.mu.Unlock()
+		if _, ok := added[n]; !ok {
 			byNode[n] = append(byNode[n], ch)
-		}
-	}
-	for n, chs := range byNode {
-		if err := n.Subscribe(ctx, chs...); err != nil {
-			// Refused (MOVED: the slot map is out of date), or the
-			// connection failed: these channels go elsewhere, if need be.
-			errs = append(errs, err)
-			failed = append(failed, s.detach(n, chs)...)
 		}
 	}
 	s.retry(failed)
 	s.mu.Unlock()
+	// The requests go unlocked, so that a primary that is slow to answer
+	// holds up only its own channels.
+	for n, chs := range byNode {
+		err := n.Subscribe(ctx, chs...)
+		s.mu.Lock()
+		var gone []string // unsubscribed meanwhile: undone below
+		for _, ch := range chs {
+			if s.where[ch] != n {
+				gone = append(gone, ch)
+			}
+		}
+		if err != nil {
+			// Refused (MOVED: the slot map is out of date), or the
+			// connection failed: these channels go elsewhere, if need be.
+			errs = append(errs, err)
+			s.retry(s.detach(n, chs))
+		}
+		s.mu.Unlock()
+		if len(gone) > 0 {
+			_ = n.Unsubscribe(ctx, gone...)
+		}
+	}
 	// New primaries connect now, unlocked, so that a notice sent once
 	// Subscribe returned finds them subscribed; channels added to them
 	// meanwhile are caught up with by install. If that fails, their
@@ -255,7 +271,7 @@ func (s *shardedSubscription) retry(channels []string) {
 }
 
 // Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a primary
-// whose last channels it removes.
+// whose last channels it removes, without holding the lock.
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	s.mu.Lock()
 	byNode := map[*subscription][]string{}
@@ -266,11 +282,9 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			byNode[n] = append(byNode[n], ch)
 		}
 	}
-	var errs []error
 	var idle []*subscription
 	for n, chs := range byNode {
 		if !n.onlyAmong(chs) {
-			errs = append(errs, n.Unsubscribe(ctx, chs...))
 			continue
 		}
 		for addr, x := range s.nodes {
@@ -279,8 +293,14 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			}
 		}
 		idle = append(idle, n)
+		delete(byNode, n) // closed instead
 	}
 	s.mu.Unlock()
+	// As Subscribe, unlocked.
+	var errs []error
+	for n, chs := range byNode {
+		errs = append(errs, n.Unsubscribe(ctx, chs...))
+	}
 	for _, n := range idle {
 		_ = n.Close()
 	}
