@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,8 +41,20 @@ func run() error {
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
 		pin       = flag.Bool("pin", true, "with 2 CPUs or more, pin redis-server to CPU 0 and this process to CPU 1 (taskset)")
+		cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the benchmark process to this file")
 	)
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	cfg, preset := harness.Full(), "full"
 	if *quick {
