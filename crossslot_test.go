@@ -285,6 +285,14 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		if got := e.hget(t, low, "count"); got != "2" {
 			t.Errorf("count of the re-entered name = %s, want 2", got)
 		}
+		// Its parts are held with different tokens (the re-entered name
+		// with the outer lock's): it refreshes and reads them all.
+		if err := inner.Refresh(ctx, time.Minute); err != nil {
+			t.Errorf("Refresh of a lock re-entered on one slot: %v", err)
+		}
+		if _, err := inner.TTL(ctx); err != nil {
+			t.Errorf("TTL of a lock re-entered on one slot: %v", err)
+		}
 		if err := inner.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -45,6 +45,7 @@ type Lock struct {
 	enqueued bool
 
 	// Guarded by lease.mu.
+	relID  any    // the id every Release of this Lock carries; set by the first
 	token  string // the token the lock is held with
 	meta   string
 	fences []uint64
@@ -163,10 +164,10 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 		return nil, err
 	}
 	start := time.Now()
-	left, err := l.inspect(ctx)
+	left, err := l.inspect(ctx, true)
 	if l.splitIfRefused(err) {
 		start = time.Now()
-		left, err = l.inspect(ctx)
+		left, err = l.inspect(ctx, true)
 	}
 	if err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (l *Lock) refreshCalls(ttl time.Duration) []*Call {
 	units := l.units()
 	calls := make([]*Call, len(units))
 	for i, p := range units {
-		calls[i] = &Call{Script: l.kind.refresh, Keys: p.held, Args: l.kind.args(token, l.owner, ttl.Milliseconds())}
+		calls[i] = &Call{Script: l.kind.refresh, Keys: p.held, Args: l.heldArgs(token, ttl.Milliseconds())}
 	}
 	return calls
 }
@@ -443,12 +444,13 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	args := l.kind.args(l.req, "")
-	if l.kind.releaseID {
-		args = append(args, "") // only a Release is ever sent twice
-	}
+	var args []any
 	if l.kind.modeArg {
-		args = append(args, "1") // the shared release script takes back a pending acquire too
+		// The request token, no owner, the mode, no release id (only a
+		// Release is ever sent twice), and: take back a pending acquire too.
+		args = append(l.kind.args(l.req, ""), "", "1")
+	} else {
+		args = []any{l.req, ""} // the acquisition, by its request token; no id
 	}
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
@@ -480,7 +482,8 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // closed once Release returns without a Redis error. Release stops the
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
-// sooner.
+// sooner. Every Release of one Lock is the same request: one whose first
+// call ran on the server but whose reply was lost counts as done.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -503,11 +506,15 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	released, token := l.released, l.token
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
+	if l.relID == nil {
+		l.relID = newReleaseID()
+	}
+	id := l.relID
 	l.mu.Unlock()
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
-	args := l.releaseArgs(token)
+	args := l.releaseArgs(token, id)
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
@@ -546,7 +553,9 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
-// ErrNotHeld once the lock has been lost, and then closes Done.
+// ErrNotHeld once the lock has been lost, and then closes Done. An exclusive
+// lock held more than once (WithOwner) is only extended: a ttl shorter than
+// what it has left leaves it as it is.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -598,19 +607,42 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
-	return l.inspect(ctx)
+	return l.inspect(ctx, false)
+}
+
+// heldArgs returns the arguments of the refresh and ttl scripts for token,
+// followed by more: for an exclusive lock the token and the request token
+// of this acquisition, for the other kinds the token, the owner and, after
+// more, the mode.
+func (l *Lock) heldArgs(token string, more ...any) []any {
+	if l.kind.modeArg {
+		return l.kind.args(append([]any{token, l.owner}, more...)...)
+	}
+	return append([]any{token, l.req}, more...)
 }
 
 // inspect asks the server what it knows of the lock: its TTL, metadata and
-// fences.
-func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
+// fences. Attaching, an exclusive lock with an owner is found by its owner
+// id too, and takes the token it is held with.
+func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, error) {
 	l.mu.Lock()
 	token := l.token
 	l.mu.Unlock()
+	var args []any
+	if l.kind.modeArg {
+		args = l.heldArgs(token)
+	} else {
+		owner := ""
+		if attaching {
+			owner = l.owner
+		}
+		args = l.heldArgs(token, owner)
+	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
-		return &Call{Script: l.kind.ttl, Keys: p.held, Args: l.kind.args(token, l.owner)}
+		return &Call{Script: l.kind.ttl, Keys: p.held, Args: args}
 	})
+	heldWith := "" // the token the first name is held with
 	least, meta, fences := int64(-1), "", make([]uint64, len(l.names))
 	for i, call := range calls {
 		p := units[i]
@@ -624,6 +656,17 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 		pttl, _ := r[0].(int64)
 		if pttl == -2 {
 			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
+		}
+		if !l.kind.modeArg {
+			// The exclusive lock's reply ends with the token it is held with.
+			t, ok := r[len(r)-1].(string)
+			if !ok {
+				return 0, l.badReply(call.Val)
+			}
+			if p.at == nil || slices.Contains(p.at, 0) {
+				heldWith = t
+			}
+			r = r[:len(r)-1]
 		}
 		if len(r) != 2+p.size(l.names) {
 			return 0, l.badReply(call.Val)
@@ -645,6 +688,11 @@ func (l *Lock) inspect(ctx context.Context) (time.Duration, error) {
 	left := max(time.Duration(least)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
 	l.mu.Lock()
 	l.meta, l.fences = meta, fences
+	if attaching && heldWith != "" {
+		// Found by owner: it acts with the hold's token from now on, as
+		// the acquisition that made the hold.
+		l.token, l.req = heldWith, heldWith
+	}
 	l.mu.Unlock()
 	return left, nil
 }
@@ -710,19 +758,25 @@ func (l *Lock) nameKeys() []string {
 	return l.keys[:len(l.names):len(l.names)] // every kind's acquire keys start with them
 }
 
-// releaseArgs returns the arguments of a release with token.
-func (l *Lock) releaseArgs(token string) []any {
+// releaseArgs returns the arguments of a release with token and id: for an
+// exclusive lock the request token that names this acquisition and the id;
+// for the other kinds the token, the owner, the mode and the id. The id is
+// the Lock's, the same for every Release call: a client library may send
+// the request again after a lost reply, and so may the caller; the id lets
+// the script tell the repeat from a second release.
+func (l *Lock) releaseArgs(token string, id any) []any {
+	if !l.kind.modeArg {
+		var req any = l.req
+		if l.reqArg != nil {
+			req = l.reqArg
+		}
+		return []any{req, id}
+	}
 	var tok any = token
 	if token == l.req && l.reqArg != nil {
 		tok = l.reqArg
 	}
-	args := l.kind.args(append(make([]any, 0, 4), tok, l.owner)...) // room for the mode and the id
-	if l.kind.releaseID {
-		// A client library may send the request again after a lost reply;
-		// the id lets the script tell the repeat from a second release.
-		args = append(args, releaseID())
-	}
-	return args
+	return append(l.kind.args(append(make([]any, 0, 4), tok, l.owner)...), id) // room for the mode and the id
 }
 
 func (l *Lock) describe() string {
@@ -766,9 +820,9 @@ func isFinal(err error) bool {
 // the TTL plus 2ms.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-// releaseID returns the id a release carries: 64 random bits, enough to
-// tell the releases of one name within a minute apart.
-func releaseID() any { return rand.Uint64() }
+// newReleaseID returns the id a Lock's releases carry: 64 random bits,
+// enough to tell the releases of one name within a minute apart.
+func newReleaseID() any { return rand.Uint64() }
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {

@@ -553,6 +553,38 @@ func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
 	}
 }
 
+func TestAWaiterSetThatHoldsOtherDataIsNeverWritten(t *testing.T) {
+	// A key at a lock's waiter set that holds other data: a caller that
+	// would wait is refused with ErrWrongType at once (it cannot be told
+	// of the release), one that finds the lock free gets it, and the
+	// holder's release frees it; the key is never changed.
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "SET", "dlock:{busy}:waiters", "user data")
+	held, err := e.newClient(t).TryLock(ctx, "busy", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.c.Lock(wctx, "busy"); !errors.Is(err, dlock.ErrWrongType) || wctx.Err() != nil {
+		t.Errorf("waiting: err = %v, want ErrWrongType before the context ends", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	l, err := e.c.Lock(wctx, "busy")
+	if err != nil {
+		t.Fatalf("the free lock: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.srv.Do(t, "GET", "dlock:{busy}:waiters"); got != "user data" {
+		t.Errorf("waiter set's key changed to %q", got)
+	}
+}
+
 func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

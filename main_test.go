@@ -68,20 +68,26 @@ type tapDriver struct {
 	dlock.Driver
 	trips atomic.Int64
 
-	mu       sync.Mutex
-	loseNext int // how many of the next calls run but lose their reply
+	mu        sync.Mutex
+	loseNext  int    // how many of the next calls run but lose their reply
+	meanwhile func() // run once a call whose reply is lost has run
 }
 
 func (d *tapDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.trips.Add(1)
 	d.Driver.Eval(ctx, calls...)
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	var meanwhile func()
 	for _, c := range calls {
 		if d.loseNext > 0 {
 			d.loseNext--
 			c.Val, c.Err = nil, errLostReply
+			meanwhile, d.meanwhile = d.meanwhile, nil
 		}
+	}
+	d.mu.Unlock()
+	if meanwhile != nil {
+		meanwhile()
 	}
 }
 
@@ -92,6 +98,14 @@ func (d *tapDriver) Scan(ctx context.Context, match, typ string, fn func(string)
 func (d *tapDriver) loseReplies(n int) {
 	d.mu.Lock()
 	d.loseNext = n
+	d.mu.Unlock()
+}
+
+// loseReplyThen makes the next call's reply get lost, and runs f once that
+// call has run on the server, before its caller sees the lost reply.
+func (d *tapDriver) loseReplyThen(f func()) {
+	d.mu.Lock()
+	d.loseNext, d.meanwhile = 1, f
 	d.mu.Unlock()
 }
 

@@ -128,10 +128,14 @@ func WithToken(token string) Option {
 }
 
 // WithOwner makes the lock re-entrant for an owner: an acquire by the same
-// owner id of a lock it holds succeeds at once and adds one to its hold
-// count; each release takes one away, and the lock is freed when the count
-// reaches zero. Every Lock value of the owner can release or refresh it.
-// Owner ids are explicit strings, such as a request or job id.
+// owner id of a lock it holds succeeds at once, with the token it is held
+// with, and adds one to its hold count; each Lock's release takes away its
+// own acquisition (once, however often it is called), and the lock is freed
+// when the count reaches zero. A re-entry or a refresh of a lock held more
+// than once only ever extends its TTL, so that no acquisition cuts another's
+// short. A Lock of an earlier hold of the same owner, since released,
+// cannot act on the next one. Owner ids are explicit strings, such as a
+// request or job id.
 func WithOwner(id string) Option {
 	return func(o *options) {
 		if id == "" {

@@ -12,7 +12,7 @@ var scriptFiles embed.FS
 // several scripts live in files of their own (held.lua, fence.lua, …) and
 // are put in front of the scripts that use them.
 var (
-	scriptAcquire = loadScript("acquire", "wake", "fence")
+	scriptAcquire = loadScript("acquire", "wake", "fence", "held")
 	scriptRelease = loadScript("release", "held", "wake")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")

@@ -189,9 +189,9 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 
 // giveBack releases the parts an attempt took, each with the token it was
 // taken with, on a context that outlives ctx's cancellation but is bounded
-// in time. Unlike cleanup it matches the owner too, since the attempt is
-// known to have taken them: a name the attempt re-entered gets its count
-// back, rather than being left counted once too often.
+// in time. The release finds the attempt's acquisition by its request
+// token: a name the attempt re-entered gets its count back, and no other
+// acquisition's.
 func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) error {
 	if len(parts) == 0 {
 		return nil
@@ -200,7 +200,7 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	defer cancel()
 	calls := make([]*Call, len(parts))
 	for i, p := range parts {
-		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: l.releaseArgs(tokens[i])}
+		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: l.releaseArgs(tokens[i], newReleaseID())}
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
 	for i, call := range calls {

@@ -10,10 +10,17 @@
 -- ARGV[7] how long a waiter's registration lasts, in ms
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
--- released), 'req' (the request token of its last acquire), 'owner',
--- 'count' (re-entries), 'meta', 'fence', 'since' (ms, server clock), 'rel'
+-- released), 'req' (the request token of the acquire that made the hold,
+-- '' once that acquisition was released), 'owner', 'count' (acquisitions
+-- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
 -- (the id of its last release, see release) and 'w' (set once a client
--- registered as its waiter, so that a release looks for waiters only then).
+-- registered as its waiter, so that a release looks for waiters only
+-- then). Each re-entry by the owner adds a field 'h:' .. its request token,
+-- whose value is the token it joined. So every acquisition is known by its
+-- own request token: a release or a clean-up undoes exactly that one, once,
+-- and an acquire sent again after its reply was lost finds itself. A
+-- record whose value is not the current token is left from an earlier
+-- holder and counts for nothing.
 -- A released lock keeps its hash for a minute, free, so that the next
 -- holder finds its fence and a repeated release its id in one read.
 --
@@ -23,13 +30,16 @@
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
--- same owner or repeats an acquire whose reply was lost.
+-- same owner or repeats an acquire whose reply was lost. A lock held more
+-- than once is only ever extended (see expire), never shortened.
 -- Returns {0, pttl, i} when KEYS[i] is held by another holder.
 -- Fails with DLOCK_WRONGTYPE i or DLOCK_KIND i when KEYS[i] holds data that
 -- is not an exclusive lock; nothing is written then.
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
+
+local hold = 'h:' .. req
 
 local function now()
   local t = redis.call('TIME')
@@ -40,10 +50,12 @@ end
 local marked = {}
 
 -- waits registers the waiting client in the waiter set of KEYS[i] and marks
--- the lock as waited for.
+-- the lock as waited for; false when the waiter set's key holds other data
+-- (then nothing is written).
 local function waits(i, now_ms)
-  register(KEYS[n + i], waiter, now_ms, lease)
+  if not register(KEYS[n + i], waiter, now_ms, lease) then return false end
   if not marked[i] then redis.call('HSET', KEYS[i], 'w', '1') end
+  return true
 end
 
 -- First look at every key, so that a refusal leaves everything untouched.
@@ -52,7 +64,7 @@ end
 -- fence.
 local state, last, token = {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w')
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold)
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   marked[i] = cur[6]
   if not cur[1] then
@@ -61,12 +73,14 @@ for i = 1, n do
     return redis.error_reply('DLOCK_KIND ' .. i)
   elseif not cur[2] or cur[2] == '' then
     state[i], last[i] = 'free', tonumber(cur[5])
-  elseif cur[3] == req then
+  elseif cur[3] == req or cur[7] == cur[2] then
     state[i], token = 'repeat', cur[2]
   elseif owner ~= '' and cur[4] == owner then
     state[i], token = 'reenter', cur[2]
   else
-    if waiter ~= '' then waits(i, math.floor(now() / 1000)) end
+    if waiter ~= '' and not waits(i, math.floor(now() / 1000)) then
+      return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
+    end
     return {0, redis.call('PTTL', KEYS[i]), i}
   end
 end
@@ -92,17 +106,22 @@ for i = 1, n do
   local k = KEYS[i]
   if state[i] == 'reenter' then
     redis.call('HINCRBY', k, 'count', 1)
-    redis.call('HSET', k, 'req', req)
-  elseif state[i] ~= 'repeat' then
+    redis.call('HSET', k, hold, token)
+    expire(k, ttl, true)
+  elseif state[i] == 'repeat' then
+    expire(k, ttl, true)
+  else
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', 1,
       'meta', meta, 'fence', texts[i], 'since', string.format('%.0f', now_us / 1000))
+    redis.call('PEXPIRE', k, ttl)
   end
-  redis.call('PEXPIRE', k, ttl)
   if waiter ~= '' then
+    -- A waiter set holding other data is left alone: the lock is obtained,
+    -- and this client's other callers wake by their timers.
     if more == '1' then
       waits(i, math.floor(now_us / 1000))
     else
-      redis.call('ZREM', KEYS[n + i], waiter)
+      redis.pcall('ZREM', KEYS[n + i], waiter)
       -- A new hash has lost the mark: others may still wait.
       if not marked[i] then redis.call('HSET', k, 'w', '1') end
     end

@@ -3,23 +3,38 @@
 --
 -- read_lock(k, ...) reads the exclusive lock hash k: 'kind', 'token',
 -- 'owner', 'count', then the fields named; nil when k is no lock hash.
+-- (See acquire for the fields.)
 local function read_lock(k, ...)
   local cur = redis.pcall('HMGET', k, 'kind', 'token', 'owner', 'count', ...)
   if type(cur) ~= 'table' or cur.err or cur[1] ~= 'lock' then return nil end
   return cur
 end
 
--- holds reports whether the lock read as cur is held by the caller: its
--- token, or its non-empty owner id, matches. A released lock's hash has an
--- empty token: no one holds it.
-local function holds(cur, token, owner)
-  return cur[2] and cur[2] ~= '' and (cur[2] == token or (owner ~= '' and cur[3] == owner))
+-- holds reports whether the lock read as cur is held with token. A released
+-- lock's hash has an empty token: no one holds it.
+local function holds(cur, token)
+  return cur[2] and cur[2] ~= '' and cur[2] == token
 end
 
--- held(k, token, owner) reports whether the exclusive lock k is held by the
--- caller and, if so, its re-entry count.
-local function held(k, token, owner)
-  local cur = read_lock(k)
-  if cur and holds(cur, token, owner) then return true, tonumber(cur[4]) end
+-- held(k, token, req) reports whether the exclusive lock k is held by the
+-- caller and, if so, its hold count. The caller is a Lock: it holds k when
+-- k is held with its token, or when its acquisition, known by its request
+-- token req, is one of the current hold's (see acquire; the parts of a
+-- lock on several slots may be held with different tokens). Owner ids play
+-- no part: a Lock of an earlier hold of the same owner, since released,
+-- must not act on the next.
+local function held(k, token, req)
+  local cur = read_lock(k, 'req', 'h:' .. req)
+  if not cur or not cur[2] or cur[2] == '' then return false end
+  if cur[2] == token or cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]) end
   return false
+end
+
+-- expire sets the TTL of lock k to ttl ms; when shared (held by several
+-- acquisitions of its owner, or asked for again with its token), it only
+-- extends it: each Lock was promised its own TTL, and one must not cut
+-- another's short.
+local function expire(k, ttl, shared)
+  if shared and redis.call('PTTL', k) >= tonumber(ttl) then return end
+  redis.call('PEXPIRE', k, ttl)
 end

@@ -1,45 +1,48 @@
--- release: give up the exclusive locks KEYS[1..n] held with a token.
+-- release: give up one acquisition of the exclusive locks KEYS[1..n].
 --
 -- KEYS[n+1..2n]  the locks' waiter sets (see wake)
--- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] this release's id
--- ('' for the cleanup after a failed acquire)
+-- ARGV[1] the request token of the acquisition given up, ARGV[2] this
+-- release's id ('' for the clean-up after a failed acquire)
 --
--- A held key whose re-entry count is above one is decremented; otherwise it
--- is freed: its hash stays for a minute with an empty token (see acquire),
--- and its next waiter is woken. Keys not held by the caller are left alone.
--- The hash's 'rel' is the id of its last release: a release whose id it
--- already holds ran before (its reply was lost and the client sent it
--- again), changes nothing and counts as done. Returns the number of keys
--- that were not held by the caller.
-local token, owner, id = ARGV[1], ARGV[2], ARGV[3]
+-- The acquisition is found by its request token (see acquire): the one
+-- that made the current hold ('req') or a re-entry into it ('h:' .. request
+-- token, valued the current token). So the caller needs no token (a
+-- clean-up does not know it, and the parts of a lock on several slots may
+-- be held with different tokens), and can give up only its own
+-- acquisition. It is taken away once; a lock with no acquisition left is
+-- freed: its hash stays for a minute with an empty token, and its next
+-- waiter is woken. Keys the acquisition does not hold are left alone. The
+-- hash's 'rel' is the id of its last release: a release whose id it still
+-- holds ran before (its reply was lost and the client sent it again),
+-- changes nothing and counts as done. Returns the number of keys that were
+-- not held by the acquisition.
+local req, id = ARGV[1], ARGV[2]
+local hold = 'h:' .. req
 local n = #KEYS / 2
 local missing = 0
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'rel', 'w', 'req')
-  if not cur then
+  local cur = read_lock(k, 'rel', 'w', 'req', hold)
+  local live = cur and cur[2] and cur[2] ~= ''
+  local first = live and cur[7] == req
+  local again = live and not first and cur[8] == cur[2]
+  if cur and id ~= '' and cur[5] == id then
+    -- Ran before: done.
+  elseif not first and not again then
     missing = missing + 1
-  elseif id == '' or cur[5] ~= id then
-    -- Without an id, this is the cleanup after an acquire whose outcome is
-    -- unknown, sent with its request token: if that acquire re-entered an
-    -- owner's lock ('req' names it), its count goes, once.
-    local mine = holds(cur, token, owner)
-    local taken = holds(cur, cur[2], '') -- held by anyone
-    local rejoined = not mine and taken and id == '' and cur[7] == token
-    if not mine and not rejoined then
-      missing = missing + 1
-    elseif tonumber(cur[4]) > 1 then
-      redis.call('HINCRBY', k, 'count', -1)
-      if rejoined then
-        redis.call('HSET', k, 'req', '')
-      elseif id ~= '' then
-        redis.call('HSET', k, 'rel', id)
-      end
+  elseif tonumber(cur[4]) > 1 then
+    redis.call('HINCRBY', k, 'count', -1)
+    if first then
+      redis.call('HSET', k, 'req', '', 'rel', id)
     else
-      redis.call('HSET', k, 'token', '', 'owner', '', 'meta', '', 'rel', id)
-      redis.call('PEXPIRE', k, 60000)
-      if cur[6] then wake(KEYS[n + i], k, true) end
+      redis.call('HDEL', k, hold)
+      if id ~= '' then redis.call('HSET', k, 'rel', id) end
     end
+  else
+    if again then redis.call('HDEL', k, hold) end
+    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', 0, 'rel', id)
+    redis.call('PEXPIRE', k, 60000)
+    if cur[6] then wake(KEYS[n + i], k, true) end
   end
 end
 return missing

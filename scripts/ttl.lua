@@ -1,13 +1,21 @@
 -- ttl: what the holder of the exclusive locks KEYS[1..n] knows of them.
 --
--- ARGV[1] token, ARGV[2] owner id ('' for none)
+-- ARGV[1] token, ARGV[2] request token of the caller's acquisition (see
+-- held), ARGV[3] an owner id to find the hold by instead ('' for none: only
+-- Attach with WithOwner sends one)
 --
--- Returns {pttl, metadata, fence_1, ..., fence_n} with the smallest
--- remaining TTL in ms, or {-2} when any key is not held by the caller.
-local token, owner = ARGV[1], ARGV[2]
+-- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
+-- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
+-- key is not held by the caller.
+local token, req, owner = ARGV[1], ARGV[2], ARGV[3] or ''
 local least = -1
 for i = 1, #KEYS do
-  if not held(KEYS[i], token, owner) then return {-2} end
+  local ok = held(KEYS[i], token, req)
+  if not ok and owner ~= '' then
+    local cur = read_lock(KEYS[i])
+    ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner
+  end
+  if not ok then return {-2} end
   local p = redis.call('PTTL', KEYS[i])
   if least < 0 or p < least then least = p end
 end
@@ -15,4 +23,5 @@ local out = {least, redis.call('HGET', KEYS[1], 'meta')}
 for i = 1, #KEYS do
   out[#out + 1] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
 end
+out[#out + 1] = redis.call('HGET', KEYS[1], 'token')
 return out

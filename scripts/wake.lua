@@ -3,6 +3,8 @@
 --
 -- A lock k has a waiter set wk: a sorted set of the waiting clients'
 -- channels, scored by when their registration expires (ms, server clock).
+-- A waiter set's key that holds other data is never written: a waiting
+-- client is refused (see register), and a release wakes no one there.
 -- A client that listens on shard channels (on a Redis Cluster) registers as
 -- 's|' and its id: its channel for k is k .. ':w:' .. id, in k's own slot,
 -- and it is told by SPUBLISH, which reaches only the shard that owns it.
@@ -19,10 +21,13 @@ local function tell(member, k)
 end
 
 -- register puts a waiting client, known by its channel, at the back of
--- waiter set wk for lease ms from now_ms.
+-- waiter set wk for lease ms from now_ms. It returns false, having written
+-- nothing, when wk holds data that is not a sorted set.
 local function register(wk, channel, now_ms, lease)
-  redis.call('ZADD', wk, now_ms + lease, channel)
+  local r = redis.pcall('ZADD', wk, now_ms + lease, channel)
+  if type(r) == 'table' and r.err then return false end
   redis.call('PEXPIRE', wk, lease)
+  return true
 end
 
 -- wake tells the next client waiting for lock k that it may be free: the
@@ -34,8 +39,8 @@ local function wake(wk, k, marked)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local next = redis.call('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
-  if next[1] then tell(next[1], k) end
+  local next = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
+  if next[1] and not next.err then tell(next[1], k) end
 end
 
 -- wake_all tells every client waiting for k that it may be free: for the
@@ -45,7 +50,9 @@ local function wake_all(wk, k)
   if redis.call('EXISTS', wk) == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, ch in ipairs(redis.call('ZRANGEBYSCORE', wk, now, '+inf')) do
+  local all = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf')
+  if all.err then return end
+  for _, ch in ipairs(all) do
     tell(ch, k)
   end
 end

@@ -42,11 +42,13 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		// The scripts are told apart by their numbers of keys and
 		// arguments: acquire has 3 keys per name and 4 arguments (7 when
 		// waiting), the first the request token; release has a lock key
-		// and a waiter set, and the token, owner and release id.
+		// and a waiter set, and the request token of the acquisition it
+		// gives up (the token of the hold it made: the fault suite uses no
+		// owners) and the release id.
 		switch argv := args[3+n:]; {
 		case n > 0 && n%3 == 0 && (len(argv) == 4 || len(argv) == 7):
 			s.script, s.token = "acquire", argv[0]
-		case n == 2 && len(argv) == 3:
+		case n == 2 && len(argv) == 2:
 			s.script, s.token = "release", argv[0]
 		}
 		return

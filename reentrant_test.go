@@ -1,0 +1,255 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// Re-entrant holds (WithOwner) share one key. These tests check that each
+// acquisition of such a hold acts only for itself: it cannot cut the
+// others' TTL short, and its release, repeated or late, takes away its own
+// count and no one else's.
+
+// pttl returns the remaining TTL of the lock called name, from the server.
+func (e *env) pttl(t *testing.T, name string) time.Duration {
+	t.Helper()
+	ms, err := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{"+name+"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// expectHeld fails t unless another client is refused the lock called name
+// and l still reports it held.
+func (e *env) expectHeld(t *testing.T, name string, l *dlock.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	if got, err := e.newClient(t).TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+		if got != nil {
+			_ = got.Release(ctx)
+		}
+		t.Fatalf("another client: err = %v, want ErrNotObtained while %s holds", err, l.Token())
+	}
+	if _, err := l.TTL(ctx); err != nil {
+		t.Fatalf("TTL of the hold that should still be there: %v", err)
+	}
+}
+
+func TestAReentryNeverShortensTheHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	long, err := e.c.TryLock(ctx, "nest", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := e.c.TryLock(ctx, "nest", own, dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := e.pttl(t, "nest"); left < 50*time.Second {
+		t.Errorf("TTL after a re-entry with 50ms: %v, want the first hold's minute", left)
+	}
+	// A refresh by either acquisition does not shorten the shared hold.
+	if err := short.Refresh(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.pttl(t, "nest"); left < 50*time.Second {
+		t.Errorf("TTL after a refresh to 50ms of a hold held twice: %v, want the minute", left)
+	}
+	// It extends it.
+	if err := short.Refresh(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.pttl(t, "nest"); left < 110*time.Second {
+		t.Errorf("TTL after a refresh to 2 minutes: %v", left)
+	}
+	// Held once again, its holder may shorten it.
+	if err := short.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Refresh(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.pttl(t, "nest"); left > 10*time.Second {
+		t.Errorf("TTL after the only hold's refresh to 10s: %v", left)
+	}
+	e.expectHeld(t, "nest", long)
+}
+
+func TestAnAcquireRepeatedWithItsTokenNeverShortensTheHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, err := e.c.TryLock(ctx, "again", dlock.WithToken("t-1"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.TryLock(ctx, "again", dlock.WithToken("t-1"), dlock.WithTTL(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.pttl(t, "again"); left < 50*time.Second {
+		t.Errorf("TTL after the same token's acquire with 50ms: %v, want the minute", left)
+	}
+	e.expectHeld(t, "again", a)
+}
+
+func TestALockOfAnEarlierHoldCannotTouchTheNext(t *testing.T) {
+	// The owner's first hold is released; the owner then takes the name
+	// again, with a new token. A Lock value of the first hold that missed
+	// the release (here attached with its token) must not refresh or
+	// release the second.
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	first, err := e.c.TryLock(ctx, "gen", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := e.newClient(t).Attach(ctx, "gen", first.Token(), own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.newClient(t).TryLock(ctx, "gen", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stale.Refresh(ctx, 50*time.Millisecond); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the earlier hold's Refresh: err = %v, want ErrNotHeld", err)
+	}
+	if left := e.pttl(t, "gen"); left < 50*time.Second {
+		t.Errorf("TTL of the second hold after the earlier hold's refresh: %v", left)
+	}
+	if err := stale.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the earlier hold's Release: err = %v, want ErrNotHeld", err)
+	}
+	e.expectHeld(t, "gen", second)
+}
+
+func TestReleaseCalledAgainAfterALostReplyCountsOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	var holds [3]*dlock.Lock
+	for i := range holds {
+		l, err := e.c.TryLock(ctx, "twice", own, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds[i] = l
+	}
+	// The first release runs, its reply is lost: the caller calls Release
+	// again, which is the same release and counts as done.
+	e.drv.loseReplies(1)
+	if err := holds[0].Release(ctx); err == nil {
+		t.Fatal("Release with its reply lost returned nil")
+	}
+	if err := holds[0].Release(ctx); err != nil {
+		t.Fatalf("Release called again: %v, want nil: the first one ran", err)
+	}
+	if err := holds[0].Err(); err != nil {
+		t.Errorf("Err after the release: %v", err)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{twice}", "count"); got != "2" {
+		t.Errorf("count %s after one release of three holds, want 2", got)
+	}
+	// Again, with another hold's release between the two calls: the
+	// repeated call must not take the third hold's count.
+	e.drv.loseReplies(1)
+	if err := holds[1].Release(ctx); err == nil {
+		t.Fatal("Release with its reply lost returned nil")
+	}
+	extra, err := e.c.TryLock(ctx, "twice", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := extra.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = holds[1].Release(ctx) // ran before; the id it knows was overwritten: not held, or done
+	if got := e.srv.Do(t, "HGET", "dlock:{twice}", "count"); got != "1" {
+		t.Errorf("count %s with one hold left, want 1", got)
+	}
+	e.expectHeld(t, "twice", holds[2])
+	if err := holds[2].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{twice}") {
+		t.Error("the last hold's release did not free the lock")
+	}
+}
+
+func TestALostReentryIsTakenBackThoughAnotherCameBetween(t *testing.T) {
+	// The owner's second acquisition runs but its reply is lost; before the
+	// cleanup runs, a third acquisition re-enters. The cleanup takes back
+	// the second's count, not the third's, and the lock is free once the
+	// first and third are released.
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	first, err := e.c.TryLock(ctx, "between", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var third *dlock.Lock
+	var thirdErr error
+	e.drv.loseReplyThen(func() {
+		third, thirdErr = e.newClient(t).TryLock(ctx, "between", own, dlock.WithTTL(time.Minute))
+	})
+	if _, err := e.c.TryLock(ctx, "between", own); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want the transport error", err)
+	}
+	if thirdErr != nil {
+		t.Fatal(thirdErr)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{between}", "count"); got != "2" {
+		t.Errorf("count %s after the lost re-entry was cleaned up, want 2 (first and third)", got)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.expectHeld(t, "between", third)
+	if err := third.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{between}") {
+		t.Error("the lock is still held after every acquisition was released")
+	}
+}
+
+func TestAttachByOwnerActsWithTheHoldsToken(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	l, err := e.c.TryLock(ctx, "heir", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heir, err := e.newClient(t).Attach(ctx, "heir", "unknown", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heir.Token() != l.Token() {
+		t.Errorf("attached by owner with token %q, want the hold's %q", heir.Token(), l.Token())
+	}
+	if err := heir.Refresh(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := heir.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{heir}") {
+		t.Error("the heir's release did not free the lock")
+	}
+	if _, err := e.newClient(t).Attach(ctx, "heir", "unknown", own); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach by owner to a free name: err = %v, want ErrNotHeld", err)
+	}
+}
