@@ -118,6 +118,7 @@ func TestParseTarget(t *testing.T) {
 		{connFlags{url: "redis-sentinel://s1/m", sentinelMaster: "other"}, "--sentinel-master says"},
 		{connFlags{url: "redis-sentinel://s1/m", cluster: true}, "exclude each other"},
 		{connFlags{url: "unix:///s", cluster: true}, "single server"},
+		{connFlags{url: "unix://h/s"}, "names no host"},
 		{connFlags{url: "redis://h", tlsCA: "ca.pem"}, "not a TLS URL"},
 		{connFlags{url: "rediss://h", tlsCA: "/nonexistent/ca.pem"}, "--tls-ca"},
 		{connFlags{url: "rediss://h", tlsKey: "k.pem"}, "--tls-key needs --tls-cert"},
@@ -371,5 +372,61 @@ func writeCerts(t *testing.T, dir string) certFiles {
 		ca:         write("ca.crt", "CERTIFICATE", caDER),
 		serverCert: write("server.crt", "CERTIFICATE", srvDER), serverKey: writeKey("server.key", srvKey),
 		clientCert: write("client.crt", "CERTIFICATE", cliDER), clientKey: writeKey("client.key", cliKey),
+	}
+}
+
+// No error about a URL shows its password: not when go-redis cannot parse
+// it (its errors quote the whole URL), nor when the password holds a
+// character that should have been percent-encoded, which moves where the
+// user information seems to end.
+func TestURLErrorsHidePassword(t *testing.T) {
+	for _, tc := range []struct {
+		raw, pw string
+		flags   connFlags
+	}{
+		{raw: "redis://u:s3cr%t@h:1", pw: "s3cr%t"},
+		{raw: "redis://u:secret@h:port", pw: "secret"},
+		{raw: "redis://u:secret@my host:1", pw: "secret"},
+		{raw: "redis://u:a/b-secret@h:1", pw: "a/b-secret"},
+		{raw: "redis://u:a?b-secret@h:1", pw: "a?b-secret"},
+		{raw: "redis://u:a#b-secret@h:1", pw: "a#b-secret"},
+		{raw: "redis://u:1/b-secret@h:1", pw: "1/b-secret"},
+		{raw: "redis://u:1?b-secret@h:1", pw: "1?b-secret"},
+		{raw: "redis://u:a]b/secret@h", pw: "a]b/secret"},
+		{raw: "redis-sentinel://u:12/cdefgh@h:1", pw: "12/cdefgh"},
+		{raw: "redis://u:12/0#cdefgh@h:1", pw: "12/0#cdefgh"},
+		{raw: "redis://u:secret@h:1/x", pw: "secret"},
+		{raw: "redis://u:secret@h:1?bogus=1", pw: "secret"},
+		{raw: "redis://u:se%zzcret@h:1", pw: "se%zzcret"},
+		{raw: "unix://u:a/b-secret@/run/redis.sock", pw: "a/b-secret"},
+		{raw: "unix://u:s3cr%t@/run/redis.sock", pw: "s3cr%t"},
+		{raw: "unix://u:1/b-secret@/run/redis.sock", pw: "1/b-secret"},
+		{raw: "unix://u:p@ss/w0rd@/run/redis.sock", pw: "p@ss/w0rd"},
+		{raw: "unix://u:@/secret@/run/redis.sock", pw: "@/secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=secret", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel%5Fpassword=secret", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=secret&bogus=1", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=se%zzcret", pw: "se%zzcret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=p@ssword&bogus=1", pw: "p@ssword"},
+		{raw: "u:secret@h:1", pw: "secret"},
+		{raw: "//:secret@h", pw: "secret"},
+		{raw: "redis://u:secret@h:1", pw: "secret", flags: connFlags{tlsCA: "ca.pem"}},
+		{raw: "redis://u:secret@h:1/2", pw: "secret", flags: connFlags{cluster: true}},
+	} {
+		f := tc.flags
+		f.url = tc.raw
+		tg, err := f.target(env())
+		if err == nil {
+			if strings.Contains(tg.display, tc.pw) {
+				t.Errorf("%q: display %q shows the password", tc.raw, tg.display)
+			}
+			continue
+		}
+		if strings.Contains(err.Error(), tc.pw) {
+			t.Errorf("%q: the error shows the password: %v", tc.raw, err)
+		}
+		if !strings.HasPrefix(err.Error(), "bad Redis URL ") && !strings.Contains(err.Error(), "not a TLS URL") {
+			t.Errorf("%q: err = %v", tc.raw, err)
+		}
 	}
 }
