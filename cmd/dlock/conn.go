@@ -335,7 +335,9 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 			Username: o.Username, Password: o.Password, DB: o.DB, Protocol: o.Protocol, ClientName: o.ClientName,
 			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+			PoolFIFO: o.PoolFIFO, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
+			MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns, MaxActiveConns: o.MaxActiveConns,
+			ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime, TLSConfig: o.TLSConfig,
 		}
 	case cluster || len(addrs) > 1:
 		if o.DB != 0 {
@@ -345,7 +347,9 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 			Addrs: addrs, Username: o.Username, Password: o.Password, Protocol: o.Protocol, ClientName: o.ClientName,
 			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+			PoolFIFO: o.PoolFIFO, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
+			MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns, MaxActiveConns: o.MaxActiveConns,
+			ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime, TLSConfig: o.TLSConfig,
 		}
 	default:
 		t.single = o

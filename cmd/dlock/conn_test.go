@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -428,5 +429,48 @@ func TestURLErrorsHidePassword(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), "bad Redis URL ") && !strings.Contains(err.Error(), "not a TLS URL") {
 			t.Errorf("%q: err = %v", tc.raw, err)
 		}
+	}
+}
+
+// Every option go-redis reads from a URL's query reaches a cluster's and a
+// sentinel setup's options, as it does a single server's.
+func TestQueryOptionsReachEveryKind(t *testing.T) {
+	const query = "?protocol=2&client_name=cli&max_retries=4&min_retry_backoff=5ms&max_retry_backoff=6ms" +
+		"&dial_timeout=7s&read_timeout=8s&write_timeout=9s&pool_fifo=true&pool_size=11&pool_timeout=12s" +
+		"&min_idle_conns=13&max_idle_conns=14&max_active_conns=15&conn_max_idle_time=16s&conn_max_lifetime=17s"
+	single, err := (&connFlags{url: "redis://u:pw@h1:7000" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := (&connFlags{url: "redis://u:pw@h1:7000,h2:7001" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinel, err := (&connFlags{url: "redis-sentinel://u:pw@s1/mymaster" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := reflect.ValueOf(*single.single)
+	for i := range o.NumField() {
+		f := o.Type().Field(i)
+		if !f.IsExported() || o.Field(i).IsZero() || f.Name == "Network" || f.Name == "Addr" {
+			continue
+		}
+		for kind, v := range map[string]reflect.Value{
+			"cluster":  reflect.ValueOf(*cluster.cluster),
+			"sentinel": reflect.ValueOf(*sentinel.failover),
+		} {
+			got := v.FieldByName(f.Name)
+			if !got.IsValid() {
+				t.Errorf("%s options have no field %s", kind, f.Name)
+				continue
+			}
+			if !reflect.DeepEqual(got.Interface(), o.Field(i).Interface()) {
+				t.Errorf("%s options: %s = %v, want %v as for a single server", kind, f.Name, got.Interface(), o.Field(i).Interface())
+			}
+		}
+	}
+	if !single.single.PoolFIFO || single.single.ConnMaxLifetime != 17*time.Second {
+		t.Errorf("the single server's options lack the query's: %+v", single.single)
 	}
 }
