@@ -77,7 +77,7 @@ Flags:
                        defaults are host, pid, user and cmd
   --shared             take a read lock: shared with other --shared runs, exclusive
                        of plain ones
-  --semaphore N        take one of N permits: up to N runs at once
+  --semaphore N        take one of N permits (N at least 1): up to N runs at once
   --quiet, -q          do not report waiting; errors are still reported
 
 Examples:
@@ -112,7 +112,14 @@ Examples:
 				return nil
 			})
 			fs.BoolVar(&o.kind.shared, "shared", false, "")
-			fs.IntVar(&o.kind.permits, "semaphore", 0, "")
+			fs.Func("semaphore", "", func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return fmt.Errorf("%q is not a whole number of permits", s)
+				}
+				o.kind.permits, o.semaphore = n, true
+				return nil
+			})
 			fs.BoolVar(&o.quiet, "quiet", false, "")
 			fs.BoolVar(&o.quiet, "q", false, "")
 			return func(a *app, args []string) error { return a.run(args, &o) }
@@ -125,6 +132,7 @@ type runOptions struct {
 	noWait, quiet    bool
 	meta             [][2]string
 	kind             kind
+	semaphore        bool // --semaphore was given, whatever its number
 }
 
 // check validates the options that flag parsing could not.
@@ -136,9 +144,10 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--ttl %v is too short; it must be at least %v", o.ttl, minTTL)
 	case o.grace < 0:
 		return usage(runCommand, "--grace %v must not be negative", o.grace)
-	case o.kind.permits < 0:
-		return usage(runCommand, "--semaphore %d must be a positive number of permits", o.kind.permits)
-	case o.kind.shared && o.kind.permits > 0:
+	case o.semaphore && o.kind.permits < 1:
+		// 0 would be no semaphore at all: an exclusive lock.
+		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)
+	case o.kind.shared && o.semaphore:
 		return usage(runCommand, "--shared and --semaphore exclude each other")
 	}
 	return nil

@@ -329,6 +329,8 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--metadata", "novalue", "job", "--", helperBin}, "write KEY=VALUE"},
 		{[]string{"run", "--bogus", "job", "--", helperBin}, "flag provided but not defined: --bogus"},
 		{[]string{"run", "--semaphore", "-1", "job", "--", helperBin}, "must be a positive number of permits"},
+		{[]string{"run", "--semaphore", "0", "job", "--", helperBin}, "--semaphore 0 must be a positive number of permits"},
+		{[]string{"run", "--semaphore", "two", "job", "--", helperBin}, `"two" is not a whole number of permits`},
 		{[]string{"run", "--shared", "--semaphore", "3", "job", "--", helperBin}, "--shared and --semaphore exclude each other"},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
