@@ -54,10 +54,11 @@ The lock is refreshed every third of --ttl while the command runs. The command
 gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE in its environment; pass the fence
 to the resource you protect so that it can refuse a holder whose lock has
 passed to another. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
-dlock are passed on to the command. Without a controlling terminal (cron,
-systemd, CI) the command runs in a process group of its own and signals go to
-the whole group; at a terminal it shares dlock's group, so that Ctrl-C reaches
-it directly from the terminal, once.
+dlock are passed on to the command; a SIGHUP or SIGINT ignored when dlock
+starts (under nohup, say) stays ignored, by dlock and by the command. Without
+a controlling terminal (cron, systemd, CI) the command runs in a process group
+of its own and signals go to the whole group; at a terminal it shares dlock's
+group, so that Ctrl-C reaches it directly from the terminal, once.
 
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
@@ -209,8 +210,10 @@ func (a *app) run(args []string, o *runOptions) error {
 	}
 
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+	if caught := notIgnored(forwarded); len(caught) > 0 {
+		signal.Notify(sigs, caught...)
+		defer signal.Stop(sigs)
+	}
 
 	l, c, err := a.obtain(name, argv, o, sigs)
 	if err != nil {
@@ -218,6 +221,21 @@ func (a *app) run(args []string, o *runOptions) error {
 	}
 	defer c.close()
 	return a.runHolding(l, name, path, argv, o, sigs)
+}
+
+// notIgnored returns the signals of sigs that were not ignored when dlock
+// started. One that was (nohup's SIGHUP, say) must stay ignored: catching
+// it would undo that for the command too, which starts with the default
+// disposition of every signal dlock catches, and inherits those dlock
+// ignores.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			out = append(out, sig)
+		}
+	}
+	return out
 }
 
 // obtain connects and obtains the lock; a stopping signal received

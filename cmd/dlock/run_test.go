@@ -235,6 +235,22 @@ func TestRunForwardsSignals(t *testing.T) {
 	}
 }
 
+// A signal ignored when dlock starts stays ignored, by dlock and by the
+// command: under nohup a hangup neither ends the run nor kills the command.
+func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
+	t.Parallel()
+	name, file := lockName(t), filepath.Join(t.TempDir(), "timeline")
+	argv := append([]string{"-c", `trap "" HUP; exec "$@"`, "sh", dlockBin}, runArgs(nil, name, "job", file, "1500")...)
+	p := startProc(t, nil, "sh", argv...)
+	waitForLine(t, file, "start ")
+	p.signal(t, syscall.SIGHUP) // the shell exec'd dlock: the pid is dlock's
+	r := p.wait(t)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and nothing: the command must outlive the ignored SIGHUP", r.code, r.stderr)
+	}
+	waitForLine(t, file, "end ")
+}
+
 // A run that is interrupted while waiting gives up with 128+N and never
 // runs the command.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
