@@ -62,7 +62,10 @@ group, so that Ctrl-C reaches it directly from the terminal, once.
 
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
-command SIGTERM, then SIGKILL after --grace, and exits with code 74. If dlock
+command SIGTERM, then SIGKILL after --grace, and exits with code 74. Without a
+controlling terminal both go to the command's process group, and dlock exits
+only once the group is empty or, after --grace, killed: a process of it that
+ignores SIGTERM does not outlive dlock by outliving the command. If dlock
 itself is killed, the command gets SIGTERM (on Linux) and the lock expires
 after its TTL.
 
@@ -406,13 +409,27 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		close(exited)
 	}()
 
+	// Once the lock is lost, the command's group is stopped as a whole: a
+	// process of it that ignores SIGTERM may outlive the command itself,
+	// so its end does not end the grace, unless the group is gone.
 	var lost error
-	var kill <-chan time.Time
-	done := l.Done()
+	var kill, poll <-chan time.Time
+	killed := false // SIGKILL was sent
+	done, leader := l.Done(), (<-chan struct{})(exited)
 	for running := true; running; {
 		select {
-		case <-exited:
-			running = false
+		case <-leader:
+			leader = nil
+			if lost == nil || !ownGroup || killed || !groupAlive(cmd.Process.Pid) {
+				running = false
+				continue
+			}
+			// Nothing says when the group empties: look now and then.
+			ticker := time.NewTicker(groupPoll)
+			defer ticker.Stop()
+			poll = ticker.C
+		case <-poll:
+			running = groupAlive(cmd.Process.Pid)
 		case sig := <-sigs:
 			if !ownGroup && fromTerminal(sig) && inForeground() {
 				continue // the terminal sent it to the command as well
@@ -423,16 +440,21 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			if lost = l.Err(); lost == nil {
 				continue
 			}
-			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to pid %d, SIGKILL in %v\n",
-				quote(name), lossReason(lost), cmd.Process.Pid, o.grace)
+			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to %s, SIGKILL in %v\n",
+				quote(name), lossReason(lost), whom(cmd.Process.Pid, ownGroup), o.grace)
 			_ = signalChild(cmd.Process, ownGroup, termSignal)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
-			kill = nil
-			fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			kill, killed = nil, true
+			if leader != nil {
+				fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			} else {
+				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes of its group (%d) are still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			}
 			_ = signalChild(cmd.Process, ownGroup, killSignal)
+			running = leader != nil // once the command is gone, its group is killed
 		}
 	}
 	code := exitStatus(cmd.ProcessState)
@@ -447,6 +469,18 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		return nil
 	}
 	return exitCode(code)
+}
+
+// groupPoll is how often run looks whether the command's process group
+// has emptied, after the command exited with the lock lost.
+const groupPoll = 20 * time.Millisecond
+
+// whom names what run signals: the command, or its process group.
+func whom(pid int, ownGroup bool) string {
+	if ownGroup {
+		return fmt.Sprintf("the command's process group (%d)", pid)
+	}
+	return fmt.Sprintf("pid %d", pid)
 }
 
 // release gives the lock up after the command; unless quiet, a failure
