@@ -462,6 +462,12 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		_ = a.release(l, name, true) // frees it if Redis still has it; a failure is no news
 		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(code))
 	}
+	if lost = l.Err(); lost != nil {
+		// Lost as the command ended: by its local deadline, say, which
+		// Redis cannot confirm if it cannot be reached.
+		_ = a.release(l, name, true)
+		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(lost), describeStatus(code))
+	}
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
 		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(code))
 	}
