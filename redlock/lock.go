@@ -104,10 +104,12 @@ func (rd *round) succeeded() int {
 // measured on the monotonic clock from before the first request, less the
 // time the round took and an allowance for clock drift (1% of the TTL +
 // 2ms), has not run out. Otherwise the lock is released on every node that
-// granted it, also on nodes that answer after the node timeout, and the
-// error joins dlock.ErrNotObtained with a *NodeError for every node that
-// did not grant it, and with ErrNoQuorum when fewer than a quorum answered
-// without an error. Bad options come back before any request, matching
+// granted it, also on nodes that answer after the node timeout: each
+// release has 2s, whatever the node timeout, and those still under way
+// when TryLock returns (after the node timeout) go on in the background,
+// which Locker.Close waits for. The error joins dlock.ErrNotObtained with
+// a *NodeError for every node that did not grant it, and with ErrNoQuorum
+// when fewer than a quorum answered without an error. Bad options come back before any request, matching
 // dlock.ErrInvalidArgument.
 func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o, err := r.options(ctx, opts)
@@ -180,8 +182,9 @@ func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return errors.Join(err, lost)
 }
 
-// cleanupTimeout bounds the release of a lock obtained on a node after the
-// acquisition was given up, and the release at the end of Do.
+// cleanupTimeout bounds the release of a lock obtained on a node for an
+// acquisition that failed or was given up, and the release at the end of
+// Do.
 const cleanupTimeout = 2 * time.Second
 
 // attempt makes one round of requests for the lock.
@@ -215,7 +218,12 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	}
 	l.mu.Unlock()
 	l.end(err)
-	l.releaseAll(context.WithoutCancel(ctx))
+	// Give each grant back with cleanupTimeout, not the node timeout: a
+	// client that honours its context would drop a slower release, and
+	// leave the grant there until its TTL. The attempt returns after the
+	// node timeout; the releases still under way go on, owned by the
+	// Locker (Close waits for them).
+	l.releaseAll(context.WithoutCancel(ctx), cleanupTimeout)
 	return nil, err
 }
 
@@ -379,10 +387,11 @@ func joined(err error) []error {
 	return []error{err}
 }
 
-// releaseAll releases the lock on every node that holds it or may, and
-// returns the outcomes; nodes whose request to obtain it is still under
-// way give it back themselves.
-func (l *Lock) releaseAll(ctx context.Context) *round {
+// releaseAll releases the lock on every node that holds it or may, each
+// request bounded by timeout, and returns the outcomes once all have
+// returned or the node timeout has passed; nodes whose request to obtain
+// it is still under way give it back themselves.
+func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	l.mu.Lock()
 	var idx []int
 	locks := make([]*dlock.Lock, len(l.nodes))
@@ -394,7 +403,7 @@ func (l *Lock) releaseAll(ctx context.Context) *round {
 	}
 	rd := newRound(len(l.nodes), idx)
 	l.mu.Unlock()
-	l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
+	l.r.fanOutFor(ctx, idx, timeout, func(ctx context.Context, i int) {
 		err := locks[i].Release(ctx)
 		l.mu.Lock()
 		rd.errs[i] = err
@@ -430,7 +439,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.released, l.stopped = true, true
 	l.mu.Unlock()
 
-	rd := l.releaseAll(ctx)
+	rd := l.releaseAll(ctx, l.r.timeout)
 	l.mu.Lock()
 	var err error
 	if rd.succeeded() < l.r.quorum {
