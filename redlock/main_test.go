@@ -144,15 +144,21 @@ func (d *countingDriver) Subscribe(context.Context, func(string, string)) (dlock
 }
 
 // slowDriver delays the calls of one script by delay, as a node under load
-// would, and honours the context meanwhile as rueidis does: a call whose
-// context ends first is not sent, and fails with the context's error.
+// would. If honour is set, it honours the context meanwhile as rueidis
+// does: a call whose context ends first is not sent, and fails with the
+// context's error. Otherwise it ignores the context's end, as go-redis
+// does on an open connection.
 type slowDriver struct {
 	dlock.Driver
 	script string
 	delay  time.Duration
+	honour bool
 }
 
 func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if !d.honour {
+		ctx = context.WithoutCancel(ctx)
+	}
 	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == d.script }) {
 		t := time.NewTimer(d.delay)
 		defer t.Stop()
@@ -169,14 +175,14 @@ func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 }
 
 // newSlowLocker returns a Locker over the servers whose nodes' clients take
-// delay for every call of script, and honour the context meanwhile.
-func newSlowLocker(t testing.TB, srvs []*redistest.Server, script string, delay time.Duration) *redlock.Locker {
+// delay for every call of script (see slowDriver).
+func newSlowLocker(t testing.TB, srvs []*redistest.Server, script string, delay time.Duration, honour bool) *redlock.Locker {
 	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(&slowDriver{Driver: goredis.New(rdb), script: script, delay: delay})
+		c := dlock.New(&slowDriver{Driver: goredis.New(rdb), script: script, delay: delay, honour: honour})
 		t.Cleanup(func() { _ = c.Close() })
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
 	}
