@@ -65,9 +65,13 @@ could not be reached to refresh it before its TTL ran out), dlock sends the
 command SIGTERM, then SIGKILL after --grace, and exits with code 74. Without a
 controlling terminal both go to the command's process group, and dlock exits
 only once the group is empty or, after --grace, killed: a process of it that
-ignores SIGTERM does not outlive dlock by outliving the command. If dlock
-itself is killed, the command gets SIGTERM (on Linux) and the lock expires
-after its TTL.
+ignores SIGTERM does not outlive dlock by outliving the command. At a
+terminal, where the command shares dlock's group, they go to the command's
+process alone: processes it started that do not end with it (a script's
+children, say) keep running, unlocked, after dlock exits. Such a command must
+pass SIGTERM on to them itself, or run without a terminal (setsid -w dlock
+run ..., which gives up Ctrl-C). If dlock itself is killed, the command gets
+SIGTERM (on Linux) and the lock expires after its TTL.
 
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
@@ -81,7 +85,7 @@ Flags:
                        defaults are host, pid, user and cmd
   --shared             take a read lock: shared with other --shared runs, exclusive
                        of plain ones
-  --semaphore N        take one of N permits (N at least 1): up to N runs at once
+  --semaphore N        take one of N permits (N > 0): up to N runs at once
   --quiet, -q          do not report waiting; errors are still reported
 
 Examples:
