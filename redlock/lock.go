@@ -62,7 +62,10 @@ type nodeLock struct {
 
 // round collects the outcome of one request to each node; guarded by the
 // lock's mutex, because a request may record it after the round is over.
-type round struct{ errs []error }
+type round struct {
+	errs []error
+	cut  bool // the caller's context ended before the node timeout
+}
 
 // Outcomes of a node in a round, besides nil (done) and its error.
 var (
@@ -71,6 +74,7 @@ var (
 	errGivenBack = errors.New("granted after the round was over, and given back")
 	errBusy      = fmt.Errorf("%w: an earlier request to it is still under way", ErrNodeTimeout)
 	errNotThere  = errors.New("never held there")
+	errCutShort  = errors.New("no answer yet when the caller's context ended")
 )
 
 // newRound starts a round of requests to the nodes in idx, out of n.
@@ -104,10 +108,15 @@ func (rd *round) succeeded() int {
 // measured on the monotonic clock from before the first request, less the
 // time the round took and an allowance for clock drift (1% of the TTL +
 // 2ms), has not run out. Otherwise the lock is released on every node that
-// granted it, also on nodes that answer after the node timeout, and the
-// error joins dlock.ErrNotObtained with a *NodeError for every node that
-// did not grant it, and with ErrNoQuorum when fewer than a quorum answered
-// without an error. Bad options come back before any request, matching
+// granted it, also on nodes that answer after the node timeout: each
+// release has 2s, whatever the node timeout, and those still under way
+// when TryLock returns (after the node timeout) go on in the background,
+// which Locker.Close waits for. The error joins dlock.ErrNotObtained with
+// a *NodeError for every node that did not grant it, and with ErrNoQuorum
+// when fewer than a quorum answered without an error. When ctx ends before
+// the node timeout, the nodes that had not answered are not blamed: their
+// *NodeError says that the context ended, the error joins ctx.Err(), and
+// ErrNoQuorum only if the quorum was out of reach even with them. Bad options come back before any request, matching
 // dlock.ErrInvalidArgument.
 func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o, err := r.options(ctx, opts)
@@ -180,8 +189,9 @@ func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return errors.Join(err, lost)
 }
 
-// cleanupTimeout bounds the release of a lock obtained on a node after the
-// acquisition was given up, and the release at the end of Do.
+// cleanupTimeout bounds the release of a lock obtained on a node for an
+// acquisition that failed or was given up, and the release at the end of
+// Do.
 const cleanupTimeout = 2 * time.Second
 
 // attempt makes one round of requests for the lock.
@@ -196,9 +206,10 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	rd := newRound(len(r.nodes), all)
 	start := time.Now()
 	valid := start.Add(o.ttl - drift(o.ttl))
-	r.fanOut(ctx, all, func(ctx context.Context, i int) { l.take(ctx, i, o.ttl, rd) })
+	cut := r.fanOut(ctx, all, func(ctx context.Context, i int) { l.take(ctx, i, o.ttl, rd) })
 
 	l.mu.Lock()
+	rd.cut = cut
 	now := time.Now()
 	if l.live >= r.quorum && now.Before(valid) {
 		l.held, l.acquired = true, start
@@ -215,7 +226,12 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	}
 	l.mu.Unlock()
 	l.end(err)
-	l.releaseAll(context.WithoutCancel(ctx))
+	// Give each grant back with cleanupTimeout, not the node timeout: a
+	// client that honours its context would drop a slower release, and
+	// leave the grant there until its TTL. The attempt returns after the
+	// node timeout; the releases still under way go on, owned by the
+	// Locker (Close waits for them).
+	l.releaseAll(context.WithoutCancel(ctx), cleanupTimeout)
 	return nil, err
 }
 
@@ -308,9 +324,15 @@ func (l *Lock) endLost() {
 // failure builds the error of a round that did not reach a quorum, from
 // the nodes' outcomes in rd; l.mu must be held.
 func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
-	answered, got := 0, 0
+	answered, got, cutShort := 0, 0, 0
 	var errs []error
 	for i, err := range rd.errs {
+		if rd.cut && (err == errPending || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// Not the node's failure: the caller's context ended first.
+			cutShort++
+			errs = append(errs, l.nodeError(i, errCutShort))
+			continue
+		}
 		switch err {
 		case errPending:
 			err = fmt.Errorf("%w (%v)", ErrNodeTimeout, l.r.timeout)
@@ -335,11 +357,14 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
 	switch did {
 	case "obtained":
 		top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, did, got, len(l.nodes), l.r.quorum)
-		if answered < l.r.quorum {
+		if answered+cutShort < l.r.quorum { // not even with the nodes cut short
 			top = fmt.Errorf("%w; %w (%d of %d)", top, ErrNoQuorum, answered, len(l.nodes))
 		}
 	default:
 		top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
+	}
+	if cutShort > 0 {
+		top = fmt.Errorf("%w; the caller's context ended before %d of them answered", top, cutShort)
 	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
@@ -379,10 +404,11 @@ func joined(err error) []error {
 	return []error{err}
 }
 
-// releaseAll releases the lock on every node that holds it or may, and
-// returns the outcomes; nodes whose request to obtain it is still under
-// way give it back themselves.
-func (l *Lock) releaseAll(ctx context.Context) *round {
+// releaseAll releases the lock on every node that holds it or may, each
+// request bounded by timeout, and returns the outcomes once all have
+// returned or the node timeout has passed; nodes whose request to obtain
+// it is still under way give it back themselves.
+func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	l.mu.Lock()
 	var idx []int
 	locks := make([]*dlock.Lock, len(l.nodes))
@@ -394,12 +420,15 @@ func (l *Lock) releaseAll(ctx context.Context) *round {
 	}
 	rd := newRound(len(l.nodes), idx)
 	l.mu.Unlock()
-	l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
+	cut := l.r.fanOutFor(ctx, idx, timeout, func(ctx context.Context, i int) {
 		err := locks[i].Release(ctx)
 		l.mu.Lock()
 		rd.errs[i] = err
 		l.mu.Unlock()
 	})
+	l.mu.Lock()
+	rd.cut = cut
+	l.mu.Unlock()
 	return rd
 }
 
@@ -430,7 +459,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.released, l.stopped = true, true
 	l.mu.Unlock()
 
-	rd := l.releaseAll(ctx)
+	rd := l.releaseAll(ctx, l.r.timeout)
 	l.mu.Lock()
 	var err error
 	if rd.succeeded() < l.r.quorum {
@@ -504,7 +533,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Unlock()
 
-	l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
+	cut := l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
 		nl := locks[i]
 		if nl == nil {
 			l.take(ctx, i, ttl, rd)
@@ -527,6 +556,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	})
 
 	l.mu.Lock()
+	rd.cut = cut
 	if rd.succeeded() >= l.r.quorum {
 		l.ttl = ttl
 		l.mu.Unlock()

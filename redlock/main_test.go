@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +141,55 @@ func (d *countingDriver) Eval(_ context.Context, calls ...*dlock.Call) {
 func (d *countingDriver) Subscribe(context.Context, func(string, string)) (dlock.Subscription, error) {
 	d.calls.Add(1)
 	return nil, dlock.ErrUnsupported
+}
+
+// slowDriver delays the calls of one script by delay, as a node under load
+// would. If honour is set, it honours the context meanwhile as rueidis
+// does: a call whose context ends first is not sent, and fails with the
+// context's error. Otherwise it ignores the context's end, as go-redis
+// does on an open connection.
+type slowDriver struct {
+	dlock.Driver
+	script string
+	delay  time.Duration
+	honour bool
+}
+
+func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if !d.honour {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == d.script }) {
+		t := time.NewTimer(d.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			for _, c := range calls {
+				c.Err = ctx.Err()
+			}
+			return
+		}
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// newSlowLocker returns a Locker over the servers whose nodes' clients take
+// delay for every call of script (see slowDriver).
+func newSlowLocker(t testing.TB, srvs []*redistest.Server, script string, delay time.Duration, honour bool) *redlock.Locker {
+	t.Helper()
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(&slowDriver{Driver: goredis.New(rdb), script: script, delay: delay, honour: honour})
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }

@@ -172,7 +172,8 @@ func (r *Locker) Nodes() []string {
 // Close stops refreshing the Locker's locks (they run out at their
 // deadlines, and their Done channels close then) and waits for the
 // requests still under way to nodes that did not answer in time, which
-// can take as long as the nodes' clients wait for a reply. Locks still
+// can take as long as the nodes' clients wait for a reply, and for the
+// releases of failed attempts, each bounded by 2s. Locks still
 // held are not released. After Close, locks can still be obtained,
 // refreshed and released, but not refreshed automatically (ErrClosed), and
 // each call then waits for all of its requests. Close does not close the
@@ -212,22 +213,33 @@ func (r *Locker) goOwned(f func()) bool {
 // fanOut sends one request to each node in idx at once, each on its own
 // goroutine with a context that ends after the node timeout, and waits
 // until all have returned, the node timeout has passed, or ctx has ended,
-// whichever comes first. The requests record their own outcomes (under
-// the lock's mutex), also when they come late: a request that has not
-// returned when fanOut does goes on in the background, owned by the
-// Locker. Node clients need not honour context deadlines (go-redis, for
+// whichever comes first. It is fanOutFor with the node timeout for each
+// request.
+func (r *Locker) fanOut(ctx context.Context, idx []int, req func(ctx context.Context, i int)) (cut bool) {
+	return r.fanOutFor(ctx, idx, r.timeout, req)
+}
+
+// fanOutFor sends one request to each node in idx at once, each on its
+// own goroutine with a context that ends after timeout, and waits until
+// all have returned, the node timeout has passed, or ctx has ended,
+// whichever comes first; cut reports that ctx ended before the node
+// timeout passed, cutting short the wait or the requests, whose failures
+// are then the caller's, not the nodes'. The requests record their own
+// outcomes (under the lock's mutex), also when they come late: a request
+// that has not returned when fanOut does goes on in the background, owned
+// by the Locker. Node clients need not honour context deadlines (go-redis, for
 // one, ignores them unless ContextTimeoutEnabled is set), so the timeout
 // is kept here, not left to them. After Close nothing may outlive the
 // call: fanOut then waits for every request.
-func (r *Locker) fanOut(ctx context.Context, idx []int, req func(ctx context.Context, i int)) {
+func (r *Locker) fanOutFor(ctx context.Context, idx []int, timeout time.Duration, req func(ctx context.Context, i int)) (cut bool) {
 	if len(idx) == 0 {
-		return
+		return false
 	}
 	done := make(chan struct{}, len(idx)) // buffered: late requests never block
 	var joined sync.WaitGroup
 	for _, i := range idx {
 		run := func() {
-			nctx, cancel := context.WithTimeout(ctx, r.timeout)
+			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			req(nctx, i)
 			done <- struct{}{}
@@ -247,11 +259,12 @@ func (r *Locker) fanOut(ctx context.Context, idx []int, req func(ctx context.Con
 		select {
 		case <-done:
 		case <-timer.C:
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return true
 		}
 	}
+	return ctx.Err() != nil
 }
 
 // Defaults of the lock options.

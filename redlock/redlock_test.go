@@ -310,6 +310,70 @@ func TestReleaseAfterAFailedAttemptLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestFailedAttemptReleasesOnSlowNodes: the nodes take longer than the node
+// timeout to release, and their clients honour the context. A failed
+// attempt returns after the node timeout all the same, and its grants are
+// released in the background, which Close waits for.
+func TestFailedAttemptReleasesOnSlowNodes(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	const delay = 6 * testNodeTimeout // above the node timeout, within the cleanup's 2s
+	r := newSlowLocker(t, srvs, "release", delay, true)
+	ctx := context.Background()
+	for _, srv := range srvs[:3] {
+		if _, err := newClient(t, srv).TryLock(ctx, "split", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, err := r.TryLock(ctx, "split", redlock.WithTTL(time.Minute))
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "obtained on 2 of 5 nodes") {
+		t.Fatalf("err = %v, want ErrNotObtained, obtained on 2 of 5", err)
+	}
+	if took >= delay {
+		t.Errorf("the failed TryLock took %v: it waited for the slow releases (%v each)", took, delay)
+	}
+	if err := r.Close(); err != nil { // waits for the releases under way
+		t.Fatal(err)
+	}
+	if n := heldOn(t, srvs[3:], "split"); n != 0 {
+		t.Errorf("%d of the 2 nodes that granted the failed attempt still hold it after Close", n)
+	}
+	if n := heldOn(t, srvs[:3], "split"); n != 3 {
+		t.Errorf("the other holder's lock is gone from %d nodes", 3-n)
+	}
+}
+
+// TestCancelledAttemptBlamesTheContext: an attempt whose context ends
+// before the node timeout says so, and blames no node for answering late,
+// whether the nodes' clients honour the context or not.
+func TestCancelledAttemptBlamesTheContext(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	for _, honour := range []bool{true, false} {
+		t.Run(fmt.Sprintf("honour=%v", honour), func(t *testing.T) {
+			r := newSlowLocker(t, srvs, "acquire", 2*testNodeTimeout, honour)
+			ctx, cancel := context.WithTimeout(context.Background(), testNodeTimeout/5)
+			defer cancel()
+			_, err := r.TryLock(ctx, t.Name())
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want ErrNotObtained and the context's error", err)
+			}
+			if errors.Is(err, redlock.ErrNodeTimeout) || errors.Is(err, redlock.ErrNoQuorum) {
+				t.Errorf("err = %v: it blames the nodes, though the context ended first", err)
+			}
+			if !strings.Contains(err.Error(), "the caller's context ended before 3 of them answered") {
+				t.Errorf("err = %v, want it to say the caller's context ended", err)
+			}
+			if err := r.Close(); err != nil { // waits for late grants to be given back
+				t.Fatal(err)
+			}
+			if n := heldOn(t, srvs, t.Name()); n != 0 {
+				t.Errorf("%d nodes hold the cancelled attempt's lock", n)
+			}
+		})
+	}
+}
+
 // TestHeldLockBelowQuorum takes nodes away from a lock that is refreshed
 // automatically: Done closes at the next refresh when the nodes say the
 // lock is gone, and at the nodes' deadlines when they are unreachable.

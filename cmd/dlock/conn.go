@@ -148,7 +148,7 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 	}
 	t, err := parseTarget(raw, f.cluster, or(f.sentinelMaster, getenv("DLOCK_SENTINEL_MASTER")), getenv)
 	if err != nil {
-		return nil, fmt.Errorf("bad Redis URL %q (from %s): %w", redactURL(raw), from, err)
+		return nil, fmt.Errorf("bad Redis URL %q (from %s): %w", redactBadURL(raw), from, err)
 	}
 	t.prefix = dlock.DefaultPrefix
 	if f.prefixSet {
@@ -169,22 +169,48 @@ func or(a, b string) string {
 	return b
 }
 
+// errUnclearUserinfo is the error of a URL that has an '@' after where its
+// authority seems to end: a password holding an unencoded '/', '?' or '#'
+// looks like that, so the error quotes none of the URL.
+var errUnclearUserinfo = errors.New("an '@' after the host; if it ends a user name or password, percent-encode any '/', '?', '#', '@' or '%' in them (as %2F, %3F, %23, %40, %25)")
+
+// errWithheld replaces the error of a URL that could not be parsed when
+// the error might quote part of its password (see errUnclearUserinfo).
+var errWithheld = errors.New("cannot be parsed (the details are withheld: with an '@' after the host they could show part of a password); percent-encode any '/', '?', '#', '@' or '%' in the user name and password (as %2F, %3F, %23, %40, %25)")
+
 // parseTarget parses a Redis URL: redis://, rediss://, unix://, several
 // comma-separated addresses for a cluster, or redis-sentinel:// and
 // rediss-sentinel:// (MASTER as the first path segment).
+//
+// Its errors never quote the URL's password. The user information ends at
+// the last '@' of the authority, which ends at the first '/', '?' or '#'; a
+// password holding one of those unencoded would end it early and put part
+// of the password where a host, a path or a query is expected. So an '@'
+// in the path or the fragment is refused, and when the query holds one,
+// every error is replaced by errWithheld.
 func parseTarget(raw string, cluster bool, master string, getenv func(string) string) (*target, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil, errors.New("not a URL; write it as redis://HOST:PORT")
 	}
+	authority, tail := splitAuthority(rest)
 	switch scheme {
 	case "unix":
 		if cluster || master != "" {
 			return nil, errors.New("a unix:// socket is a single server; drop --cluster and --sentinel-master")
 		}
+		// A unix:// URL has no host: one there is more likely a password
+		// cut short by a '/'. A socket's path may hold an '@', but not
+		// after a user name or password, where it may be the password's.
+		if host := authority[strings.LastIndex(authority, "@")+1:]; host != "" && host != "localhost" {
+			return nil, errors.New("a unix:// URL names no host; write unix:///path/to/socket, or unix://USER:PASSWORD@/path/to/socket with any '/', '?', '#', '@' or '%' in the user name and password percent-encoded (as %2F, %3F, %23, %40, %25)")
+		}
+		if strings.Contains(authority, "@") && strings.Contains(tail, "@") {
+			return nil, errUnclearUserinfo
+		}
 		o, err := redis.ParseURL(raw)
 		if err != nil {
-			return nil, cleanParseError(err)
+			return nil, parseError(err)
 		}
 		o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
 		return &target{single: o, display: redactURL(raw)}, nil
@@ -192,24 +218,50 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 	default:
 		return nil, fmt.Errorf("unsupported scheme %q; use redis://, rediss://, unix://, redis-sentinel:// or rediss-sentinel://", scheme)
 	}
-	sentinel := strings.HasSuffix(scheme, "-sentinel")
-	base := strings.TrimSuffix(scheme, "-sentinel")
+	path, query, _ := strings.Cut(tail, "?")
+	path, frag, _ := strings.Cut(path, "#")
+	_, qfrag, _ := strings.Cut(query, "#")
+	if strings.Contains(path+frag+qfrag, "@") {
+		return nil, errUnclearUserinfo
+	}
+	t, err := parseNetTarget(scheme, authority, tail, cluster, master, getenv)
+	if err != nil {
+		if hasStrayAt(tail) {
+			return nil, errWithheld
+		}
+		return nil, err
+	}
+	t.display = redactURL(raw)
+	return t, nil
+}
 
-	// Split the authority by hand: net/url does not take several hosts.
+// splitAuthority splits what follows "scheme://" into the authority, up
+// to the first '/', '?' or '#', and the rest.
+func splitAuthority(rest string) (authority, tail string) {
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	authority, tail := rest[:end], rest[end:]
+	return rest[:end], rest[end:]
+}
+
+// parseNetTarget parses a URL of a scheme other than unix://, split into
+// its authority and what follows it.
+func parseNetTarget(scheme, authority, tail string, cluster bool, master string, getenv func(string) string) (*target, error) {
+	sentinel := strings.HasSuffix(scheme, "-sentinel")
+	base := strings.TrimSuffix(scheme, "-sentinel")
+
+	// Split the authority by hand: net/url does not take several hosts.
 	userinfo, hosts := "", authority
 	if i := strings.LastIndex(authority, "@"); i >= 0 {
 		userinfo, hosts = authority[:i+1], authority[i+1:]
 	}
 	path, query, _ := strings.Cut(tail, "?")
+	path, _, _ = strings.Cut(path, "#") // a fragment means nothing here
 	query, _, _ = strings.Cut(query, "#")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return nil, fmt.Errorf("bad query: %v", err)
+		return nil, fmt.Errorf("bad query: %w", parseError(err))
 	}
 	sentinelUser, sentinelPass := takeQuery(q, "sentinel_username"), takeQuery(q, "sentinel_password")
 
@@ -265,7 +317,7 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 	}
 	o, err := redis.ParseURL(one)
 	if err != nil {
-		return nil, cleanParseError(err)
+		return nil, parseError(err)
 	}
 	o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
 	if o.TLSConfig != nil {
@@ -274,7 +326,7 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 		// one's name would be wrong for the others.
 		o.TLSConfig.ServerName = ""
 	}
-	t := &target{display: redactURL(raw)}
+	t := &target{}
 	switch {
 	case master != "":
 		t.failover = &redis.FailoverOptions{
@@ -283,7 +335,9 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 			Username: o.Username, Password: o.Password, DB: o.DB, Protocol: o.Protocol, ClientName: o.ClientName,
 			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+			PoolFIFO: o.PoolFIFO, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
+			MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns, MaxActiveConns: o.MaxActiveConns,
+			ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime, TLSConfig: o.TLSConfig,
 		}
 	case cluster || len(addrs) > 1:
 		if o.DB != 0 {
@@ -293,7 +347,9 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 			Addrs: addrs, Username: o.Username, Password: o.Password, Protocol: o.Protocol, ClientName: o.ClientName,
 			MaxRetries: o.MaxRetries, MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout, TLSConfig: o.TLSConfig,
+			PoolFIFO: o.PoolFIFO, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
+			MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns, MaxActiveConns: o.MaxActiveConns,
+			ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime, TLSConfig: o.TLSConfig,
 		}
 	default:
 		t.single = o
@@ -308,30 +364,83 @@ func takeQuery(q url.Values, name string) string {
 	return v
 }
 
-// cleanParseError drops go-redis's "redis: " prefix.
-func cleanParseError(err error) error {
+// parseError turns an error of go-redis's ParseURL, or of net/url, into
+// dlock's words: without "redis: ", without the whole URL (password and
+// all) that net/url quotes, and without the text of a bad %-escape, which
+// may be in the password.
+func parseError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ee url.EscapeError
+	if errors.As(err, &ee) {
+		return errors.New("a '%' that does not start a %-escape; write a '%' as %25")
+	}
 	return errors.New(strings.TrimPrefix(err.Error(), "redis: "))
 }
 
-// redactURL hides the password of a URL, for messages.
-func redactURL(raw string) string {
+// redactURL hides the passwords of a URL that parsed, for messages: the
+// one in its user information, which ends at the last '@' of the
+// authority, and the sentinel_password of its query.
+func redactURL(raw string) string { return redact(raw, false) }
+
+// redactBadURL hides the passwords of a URL that did not parse, whose
+// password may hold an unencoded '/', '?' or '#', and so reach past where
+// the authority seems to end: it hides all from the first ':' after the
+// scheme to the last '@'.
+func redactBadURL(raw string) string { return redact(raw, true) }
+
+func redact(raw string, loose bool) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+	start := len(scheme) + len("://")
+	if !ok { // not a URL, but perhaps one without its scheme
+		rest, start = raw, 0
 	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	hidden := make([]bool, len(raw))
+	hide := func(from, to int) {
+		for i := from; i < to; i++ {
+			hidden[i] = true
+		}
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
+	authority, tail := splitAuthority(rest)
+	at := strings.LastIndex(authority, "@")
+	if loose {
+		at = strings.LastIndex(rest, "@")
 	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return raw
+	if colon := strings.IndexByte(rest, ':'); at >= 0 && colon >= 0 && colon < at {
+		hide(start+colon+1, start+at)
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	// The values of sentinel_password, and of keys that do not unescape.
+	if q := strings.IndexByte(tail, '?'); q >= 0 {
+		off := start + len(authority) + q + 1
+		query, _, _ := strings.Cut(tail[q+1:], "#")
+		for _, p := range strings.Split(query, "&") {
+			k, v, _ := strings.Cut(p, "=")
+			if key, err := url.QueryUnescape(k); (err != nil || key == "sentinel_password") && v != "" {
+				hide(off+len(k)+1, off+len(p))
+			}
+			off += len(p) + 1
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(raw); i++ {
+		if !hidden[i] {
+			b.WriteByte(raw[i])
+			continue
+		}
+		b.WriteString("xxxxx")
+		for i+1 < len(raw) && hidden[i+1] {
+			i++
+		}
+	}
+	return b.String()
+}
+
+// hasStrayAt reports whether tail, the part of a URL after its authority,
+// holds an '@' outside the values of sentinel_password.
+func hasStrayAt(tail string) bool {
+	return strings.Contains(redact("x://"+tail, false), "@")
 }
 
 // applyTLS adds the CA and client certificate to a TLS connection.

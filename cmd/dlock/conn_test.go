@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +119,7 @@ func TestParseTarget(t *testing.T) {
 		{connFlags{url: "redis-sentinel://s1/m", sentinelMaster: "other"}, "--sentinel-master says"},
 		{connFlags{url: "redis-sentinel://s1/m", cluster: true}, "exclude each other"},
 		{connFlags{url: "unix:///s", cluster: true}, "single server"},
+		{connFlags{url: "unix://h/s"}, "names no host"},
 		{connFlags{url: "redis://h", tlsCA: "ca.pem"}, "not a TLS URL"},
 		{connFlags{url: "rediss://h", tlsCA: "/nonexistent/ca.pem"}, "--tls-ca"},
 		{connFlags{url: "rediss://h", tlsKey: "k.pem"}, "--tls-key needs --tls-cert"},
@@ -371,5 +373,104 @@ func writeCerts(t *testing.T, dir string) certFiles {
 		ca:         write("ca.crt", "CERTIFICATE", caDER),
 		serverCert: write("server.crt", "CERTIFICATE", srvDER), serverKey: writeKey("server.key", srvKey),
 		clientCert: write("client.crt", "CERTIFICATE", cliDER), clientKey: writeKey("client.key", cliKey),
+	}
+}
+
+// No error about a URL shows its password: not when go-redis cannot parse
+// it (its errors quote the whole URL), nor when the password holds a
+// character that should have been percent-encoded, which moves where the
+// user information seems to end.
+func TestURLErrorsHidePassword(t *testing.T) {
+	for _, tc := range []struct {
+		raw, pw string
+		flags   connFlags
+	}{
+		{raw: "redis://u:s3cr%t@h:1", pw: "s3cr%t"},
+		{raw: "redis://u:secret@h:port", pw: "secret"},
+		{raw: "redis://u:secret@my host:1", pw: "secret"},
+		{raw: "redis://u:a/b-secret@h:1", pw: "a/b-secret"},
+		{raw: "redis://u:a?b-secret@h:1", pw: "a?b-secret"},
+		{raw: "redis://u:a#b-secret@h:1", pw: "a#b-secret"},
+		{raw: "redis://u:1/b-secret@h:1", pw: "1/b-secret"},
+		{raw: "redis://u:1?b-secret@h:1", pw: "1?b-secret"},
+		{raw: "redis://u:a]b/secret@h", pw: "a]b/secret"},
+		{raw: "redis-sentinel://u:12/cdefgh@h:1", pw: "12/cdefgh"},
+		{raw: "redis://u:12/0#cdefgh@h:1", pw: "12/0#cdefgh"},
+		{raw: "redis://u:secret@h:1/x", pw: "secret"},
+		{raw: "redis://u:secret@h:1?bogus=1", pw: "secret"},
+		{raw: "redis://u:se%zzcret@h:1", pw: "se%zzcret"},
+		{raw: "unix://u:a/b-secret@/run/redis.sock", pw: "a/b-secret"},
+		{raw: "unix://u:s3cr%t@/run/redis.sock", pw: "s3cr%t"},
+		{raw: "unix://u:1/b-secret@/run/redis.sock", pw: "1/b-secret"},
+		{raw: "unix://u:p@ss/w0rd@/run/redis.sock", pw: "p@ss/w0rd"},
+		{raw: "unix://u:@/secret@/run/redis.sock", pw: "@/secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=secret", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel%5Fpassword=secret", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=secret&bogus=1", pw: "secret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=se%zzcret", pw: "se%zzcret"},
+		{raw: "redis-sentinel://s1/m?sentinel_password=p@ssword&bogus=1", pw: "p@ssword"},
+		{raw: "u:secret@h:1", pw: "secret"},
+		{raw: "//:secret@h", pw: "secret"},
+		{raw: "redis://u:secret@h:1", pw: "secret", flags: connFlags{tlsCA: "ca.pem"}},
+		{raw: "redis://u:secret@h:1/2", pw: "secret", flags: connFlags{cluster: true}},
+	} {
+		f := tc.flags
+		f.url = tc.raw
+		tg, err := f.target(env())
+		if err == nil {
+			if strings.Contains(tg.display, tc.pw) {
+				t.Errorf("%q: display %q shows the password", tc.raw, tg.display)
+			}
+			continue
+		}
+		if strings.Contains(err.Error(), tc.pw) {
+			t.Errorf("%q: the error shows the password: %v", tc.raw, err)
+		}
+		if !strings.HasPrefix(err.Error(), "bad Redis URL ") && !strings.Contains(err.Error(), "not a TLS URL") {
+			t.Errorf("%q: err = %v", tc.raw, err)
+		}
+	}
+}
+
+// Every option go-redis reads from a URL's query reaches a cluster's and a
+// sentinel setup's options, as it does a single server's.
+func TestQueryOptionsReachEveryKind(t *testing.T) {
+	const query = "?protocol=2&client_name=cli&max_retries=4&min_retry_backoff=5ms&max_retry_backoff=6ms" +
+		"&dial_timeout=7s&read_timeout=8s&write_timeout=9s&pool_fifo=true&pool_size=11&pool_timeout=12s" +
+		"&min_idle_conns=13&max_idle_conns=14&max_active_conns=15&conn_max_idle_time=16s&conn_max_lifetime=17s"
+	single, err := (&connFlags{url: "redis://u:pw@h1:7000" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := (&connFlags{url: "redis://u:pw@h1:7000,h2:7001" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinel, err := (&connFlags{url: "redis-sentinel://u:pw@s1/mymaster" + query}).target(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := reflect.ValueOf(*single.single)
+	for i := range o.NumField() {
+		f := o.Type().Field(i)
+		if !f.IsExported() || o.Field(i).IsZero() || f.Name == "Network" || f.Name == "Addr" {
+			continue
+		}
+		for kind, v := range map[string]reflect.Value{
+			"cluster":  reflect.ValueOf(*cluster.cluster),
+			"sentinel": reflect.ValueOf(*sentinel.failover),
+		} {
+			got := v.FieldByName(f.Name)
+			if !got.IsValid() {
+				t.Errorf("%s options have no field %s", kind, f.Name)
+				continue
+			}
+			if !reflect.DeepEqual(got.Interface(), o.Field(i).Interface()) {
+				t.Errorf("%s options: %s = %v, want %v as for a single server", kind, f.Name, got.Interface(), o.Field(i).Interface())
+			}
+		}
+	}
+	if !single.single.PoolFIFO || single.single.ConnMaxLifetime != 17*time.Second {
+		t.Errorf("the single server's options lack the query's: %+v", single.single)
 	}
 }

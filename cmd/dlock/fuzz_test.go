@@ -25,23 +25,69 @@ func FuzzParseTarget(f *testing.F) {
 	f.Add("redis://s:26379", false, "mymaster")
 	f.Fuzz(func(t *testing.T, raw string, cluster bool, master string) {
 		tg, err := parseTarget(raw, cluster, master, func(string) string { return "" })
-		if err != nil {
-			if tg != nil {
-				t.Fatalf("parseTarget(%q) returned a target and %v", raw, err)
-			}
-			return
+		if err != nil && tg != nil {
+			t.Fatalf("parseTarget(%q) returned a target and %v", raw, err)
 		}
-		if tg.single == nil && tg.cluster == nil && tg.failover == nil {
+		if err == nil && tg.single == nil && tg.cluster == nil && tg.failover == nil {
 			t.Fatalf("parseTarget(%q) returned an empty target", raw)
 		}
-		if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if u, uerr := url.Parse(raw); uerr == nil && u.User != nil {
 			pw, _ := u.User.Password()
-			if len(pw) >= 6 && strings.Count(raw, pw) == 1 && strings.Contains(tg.display, pw) {
-				t.Fatalf("display %q of %q shows the password", tg.display, raw)
-			}
+			checkHidden(t, raw, pw, cluster, master)
 		}
 	})
 }
+
+// FuzzURLPassword: whatever a URL's password holds, characters that should
+// have been percent-encoded included, neither the error about the URL nor
+// the text dlock shows for it holds the password. The password is what
+// lies between the user name's ':' and the '@' that follows it, as a
+// person writing the URL means it.
+func FuzzURLPassword(f *testing.F) {
+	for _, s := range [][2]string{
+		{"s3cr%t", "h:1"}, {"secret", "h:port"}, {"secret", "my host:1"}, {"a/b-secret", "h:1"},
+		{"a?b-secret", "h:1"}, {"a#b-secret", "h:1"}, {"1/b-secret", "h:1/0"}, {"12/cdefgh", "h:1"},
+		{"p@ss/word", "h:1?client_name=a@b"}, {"secret", "h1:1,h2:2/3"}, {"secret", "/run/redis.sock"},
+	} {
+		f.Add(uint8(0), "u", s[0], s[1], false, "")
+	}
+	f.Add(uint8(2), "", "a/b-secret", "s1,s2/m/1", false, "")
+	f.Add(uint8(4), "u", "secret12", "/tmp/s", false, "")
+	f.Add(uint8(0), "u", "secret12", "h:1/x", true, "m")
+	schemes := []string{"redis", "rediss", "redis-sentinel", "rediss-sentinel", "unix"}
+	f.Fuzz(func(t *testing.T, scheme uint8, user, pw, rest string, cluster bool, master string) {
+		if strings.ContainsAny(user, ":@/?#") {
+			return
+		}
+		raw := schemes[int(scheme)%len(schemes)] + "://" + user + ":" + pw + "@" + rest
+		checkHidden(t, raw, pw, cluster, master)
+	})
+}
+
+// checkHidden checks that neither the error about raw nor the text shown
+// for it holds pw, its password. A message whose fixed text holds pw
+// would seem to show it: such a message holds pw just as well when the
+// password in raw is another.
+func checkHidden(t *testing.T, raw, pw string, cluster bool, master string) {
+	t.Helper()
+	if len(pw) < 6 || strings.Count(raw, pw) != 1 || strings.Contains(master, pw) || !verbatim(raw) || !verbatim(master) {
+		return
+	}
+	msg := func(raw string) string {
+		tg, err := (&connFlags{url: raw, cluster: cluster, sentinelMaster: master}).target(func(string) (string, bool) { return "", false })
+		if err != nil {
+			return err.Error()
+		}
+		return tg.display
+	}
+	if m := msg(raw); strings.Contains(m, pw) && !strings.Contains(msg(strings.Replace(raw, pw, strings.Repeat("Q", len(pw)), 1)), pw) {
+		t.Fatalf("the message about %q shows the password: %s", raw, m)
+	}
+}
+
+// verbatim reports whether %q leaves s as it is, so that a password is
+// found in a message as it was given, and no escape makes it up.
+func verbatim(s string) bool { return strconv.Quote(s) == `"`+s+`"` }
 
 // FuzzRunFlags: whatever run's flags say, dlock either refuses them with
 // the usage exit code and a one-line message, or takes the lock and starts

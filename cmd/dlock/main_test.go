@@ -198,8 +198,15 @@ func baseEnv() []string {
 // session of its own, with no controlling terminal, as under cron.
 func startDlock(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startProc(t, env, dlockBin, args...)
+}
+
+// startProc starts a program as startDlock starts dlock: one that execs
+// dlock in the end, such as a shell that sets dispositions first.
+func startProc(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(dlockBin, args...)
+	p.cmd = exec.Command(name, args...)
 	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -16,6 +16,7 @@ func inForeground() bool                                     { return false }
 func termWidth(*os.File) int                                 { return 0 }
 func childAttr(bool) *syscall.SysProcAttr                    { return nil }
 func signalChild(p *os.Process, _ bool, sig os.Signal) error { return p.Signal(sig) }
+func groupAlive(int) bool                                    { return false }
 
 var (
 	termSignal os.Signal = os.Kill

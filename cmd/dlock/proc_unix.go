@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -52,6 +53,11 @@ func signalChild(p *os.Process, ownGroup bool, sig os.Signal) error {
 		}
 	}
 	return p.Signal(sig)
+}
+
+// groupAlive reports whether the process group pgid still has a process.
+func groupAlive(pgid int) bool {
+	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
 }
 
 // killSignal and termSignal are what run sends when the lock is lost.

@@ -54,16 +54,24 @@ The lock is refreshed every third of --ttl while the command runs. The command
 gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE in its environment; pass the fence
 to the resource you protect so that it can refuse a holder whose lock has
 passed to another. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
-dlock are passed on to the command. Without a controlling terminal (cron,
-systemd, CI) the command runs in a process group of its own and signals go to
-the whole group; at a terminal it shares dlock's group, so that Ctrl-C reaches
-it directly from the terminal, once.
+dlock are passed on to the command; a SIGHUP or SIGINT ignored when dlock
+starts (under nohup, say) stays ignored, by dlock and by the command. Without
+a controlling terminal (cron, systemd, CI) the command runs in a process group
+of its own and signals go to the whole group; at a terminal it shares dlock's
+group, so that Ctrl-C reaches it directly from the terminal, once.
 
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
-command SIGTERM, then SIGKILL after --grace, and exits with code 74. If dlock
-itself is killed, the command gets SIGTERM (on Linux) and the lock expires
-after its TTL.
+command SIGTERM, then SIGKILL after --grace, and exits with code 74. Without a
+controlling terminal both go to the command's process group, and dlock exits
+only once the group is empty or, after --grace, killed: a process of it that
+ignores SIGTERM does not outlive dlock by outliving the command. At a
+terminal, where the command shares dlock's group, they go to the command's
+process alone: processes it started that do not end with it (a script's
+children, say) keep running, unlocked, after dlock exits. Such a command must
+pass SIGTERM on to them itself, or run without a terminal (setsid -w dlock
+run ..., which gives up Ctrl-C). If dlock itself is killed, the command gets
+SIGTERM (on Linux) and the lock expires after its TTL.
 
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
@@ -77,7 +85,7 @@ Flags:
                        defaults are host, pid, user and cmd
   --shared             take a read lock: shared with other --shared runs, exclusive
                        of plain ones
-  --semaphore N        take one of N permits: up to N runs at once
+  --semaphore N        take one of N permits (N > 0): up to N runs at once
   --quiet, -q          do not report waiting; errors are still reported
 
 Examples:
@@ -112,7 +120,14 @@ Examples:
 				return nil
 			})
 			fs.BoolVar(&o.kind.shared, "shared", false, "")
-			fs.IntVar(&o.kind.permits, "semaphore", 0, "")
+			fs.Func("semaphore", "", func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return fmt.Errorf("%q is not a whole number of permits", s)
+				}
+				o.kind.permits, o.semaphore = n, true
+				return nil
+			})
 			fs.BoolVar(&o.quiet, "quiet", false, "")
 			fs.BoolVar(&o.quiet, "q", false, "")
 			return func(a *app, args []string) error { return a.run(args, &o) }
@@ -125,6 +140,7 @@ type runOptions struct {
 	noWait, quiet    bool
 	meta             [][2]string
 	kind             kind
+	semaphore        bool // --semaphore was given, whatever its number
 }
 
 // check validates the options that flag parsing could not.
@@ -136,9 +152,10 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--ttl %v is too short; it must be at least %v", o.ttl, minTTL)
 	case o.grace < 0:
 		return usage(runCommand, "--grace %v must not be negative", o.grace)
-	case o.kind.permits < 0:
-		return usage(runCommand, "--semaphore %d must be a positive number of permits", o.kind.permits)
-	case o.kind.shared && o.kind.permits > 0:
+	case o.semaphore && o.kind.permits < 1:
+		// 0 would be no semaphore at all: an exclusive lock.
+		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)
+	case o.kind.shared && o.semaphore:
 		return usage(runCommand, "--shared and --semaphore exclude each other")
 	}
 	return nil
@@ -200,8 +217,10 @@ func (a *app) run(args []string, o *runOptions) error {
 	}
 
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+	if caught := notIgnored(forwarded); len(caught) > 0 {
+		signal.Notify(sigs, caught...)
+		defer signal.Stop(sigs)
+	}
 
 	l, c, err := a.obtain(name, argv, o, sigs)
 	if err != nil {
@@ -209,6 +228,21 @@ func (a *app) run(args []string, o *runOptions) error {
 	}
 	defer c.close()
 	return a.runHolding(l, name, path, argv, o, sigs)
+}
+
+// notIgnored returns the signals of sigs that were not ignored when dlock
+// started. One that was (nohup's SIGHUP, say) must stay ignored: catching
+// it would undo that for the command too, which starts with the default
+// disposition of every signal dlock catches, and inherits those dlock
+// ignores.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			out = append(out, sig)
+		}
+	}
+	return out
 }
 
 // obtain connects and obtains the lock; a stopping signal received
@@ -379,13 +413,27 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		close(exited)
 	}()
 
+	// Once the lock is lost, the command's group is stopped as a whole: a
+	// process of it that ignores SIGTERM may outlive the command itself,
+	// so its end does not end the grace, unless the group is gone.
 	var lost error
-	var kill <-chan time.Time
-	done := l.Done()
+	var kill, poll <-chan time.Time
+	killed := false // SIGKILL was sent
+	done, leader := l.Done(), (<-chan struct{})(exited)
 	for running := true; running; {
 		select {
-		case <-exited:
-			running = false
+		case <-leader:
+			leader = nil
+			if lost == nil || !ownGroup || killed || !groupAlive(cmd.Process.Pid) {
+				running = false
+				continue
+			}
+			// Nothing says when the group empties: look now and then.
+			ticker := time.NewTicker(groupPoll)
+			defer ticker.Stop()
+			poll = ticker.C
+		case <-poll:
+			running = groupAlive(cmd.Process.Pid)
 		case sig := <-sigs:
 			if !ownGroup && fromTerminal(sig) && inForeground() {
 				continue // the terminal sent it to the command as well
@@ -396,22 +444,33 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			if lost = l.Err(); lost == nil {
 				continue
 			}
-			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to pid %d, SIGKILL in %v\n",
-				quote(name), lossReason(lost), cmd.Process.Pid, o.grace)
+			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to %s, SIGKILL in %v\n",
+				quote(name), lossReason(lost), whom(cmd.Process.Pid, ownGroup), o.grace)
 			_ = signalChild(cmd.Process, ownGroup, termSignal)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
-			kill = nil
-			fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			kill, killed = nil, true
+			if leader != nil {
+				fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			} else {
+				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes of its group (%d) are still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			}
 			_ = signalChild(cmd.Process, ownGroup, killSignal)
+			running = leader != nil // once the command is gone, its group is killed
 		}
 	}
 	code := exitStatus(cmd.ProcessState)
 	if lost != nil {
 		_ = a.release(l, name, true) // frees it if Redis still has it; a failure is no news
 		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(code))
+	}
+	if lost = l.Err(); lost != nil {
+		// Lost as the command ended: by its local deadline, say, which
+		// Redis cannot confirm if it cannot be reached.
+		_ = a.release(l, name, true)
+		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(lost), describeStatus(code))
 	}
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
 		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(code))
@@ -420,6 +479,18 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		return nil
 	}
 	return exitCode(code)
+}
+
+// groupPoll is how often run looks whether the command's process group
+// has emptied, after the command exited with the lock lost.
+const groupPoll = 20 * time.Millisecond
+
+// whom names what run signals: the command, or its process group.
+func whom(pid int, ownGroup bool) string {
+	if ownGroup {
+		return fmt.Sprintf("the command's process group (%d)", pid)
+	}
+	return fmt.Sprintf("pid %d", pid)
 }
 
 // release gives the lock up after the command; unless quiet, a failure

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -235,6 +236,22 @@ func TestRunForwardsSignals(t *testing.T) {
 	}
 }
 
+// A signal ignored when dlock starts stays ignored, by dlock and by the
+// command: under nohup a hangup neither ends the run nor kills the command.
+func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
+	t.Parallel()
+	name, file := lockName(t), filepath.Join(t.TempDir(), "timeline")
+	argv := append([]string{"-c", `trap "" HUP; exec "$@"`, "sh", dlockBin}, runArgs(nil, name, "job", file, "1500")...)
+	p := startProc(t, nil, "sh", argv...)
+	waitForLine(t, file, "start ")
+	p.signal(t, syscall.SIGHUP) // the shell exec'd dlock: the pid is dlock's
+	r := p.wait(t)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and nothing: the command must outlive the ignored SIGHUP", r.code, r.stderr)
+	}
+	waitForLine(t, file, "end ")
+}
+
 // A run that is interrupted while waiting gives up with 128+N and never
 // runs the command.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
@@ -311,6 +328,65 @@ func TestRunLockLost(t *testing.T) {
 	})
 }
 
+// Without a terminal, a lost lock stops the command's whole process group:
+// a process of it that ignores SIGTERM is killed after --grace even when
+// the command itself obeyed SIGTERM and exited, and run exits 74 only then.
+func TestRunLockLostStopsTheGroup(t *testing.T) {
+	t.Parallel()
+	name, dir := lockName(t), t.TempDir()
+	pidfile := filepath.Join(dir, "pidfile")
+	script := `sh -c "trap \"\" TERM; echo \$\$ > pidfile.tmp; mv pidfile.tmp pidfile; sleep 20"; echo after`
+	p := startDlock(t, nil, "run", "--ttl", "600ms", "--grace", "300ms", name, "--", "sh", "-c", "cd "+dir+" && "+script)
+	var pid int
+	waitFor(t, "the inner shell's pid", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("run ended early: %s", p.stderr.String())
+		default:
+		}
+		data, err := os.ReadFile(pidfile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil && pid > 0
+	})
+	t.Cleanup(func() { // should run fail to, not to leave the group behind
+		if pgid, err := syscall.Getpgid(pid); err == nil && alive(pid) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t)
+	if r.code != exitLost {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, exitLost, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "processes of its group") || !strings.Contains(r.stderr, "sending SIGKILL") {
+		t.Errorf("stderr does not say the group was killed:\n%s", r.stderr)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d of the command's group still runs after run exited %d", pid, exitLost)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// alive reports whether pid runs: it exists and is not a zombie waiting
+// for its parent (an orphan's new parent reaps it in its own time).
+func alive(pid int) bool {
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) || runtime.GOOS != "linux"
+	}
+	// The state follows the command's name, which is in parentheses.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) == 0 || fields[0] != "Z"
+}
+
 // Bad usage is code 64 with one line naming the mistake.
 func TestRunUsage(t *testing.T) {
 	t.Parallel()
@@ -329,6 +405,8 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--metadata", "novalue", "job", "--", helperBin}, "write KEY=VALUE"},
 		{[]string{"run", "--bogus", "job", "--", helperBin}, "flag provided but not defined: --bogus"},
 		{[]string{"run", "--semaphore", "-1", "job", "--", helperBin}, "must be a positive number of permits"},
+		{[]string{"run", "--semaphore", "0", "job", "--", helperBin}, "--semaphore 0 must be a positive number of permits"},
+		{[]string{"run", "--semaphore", "two", "job", "--", helperBin}, `"two" is not a whole number of permits`},
 		{[]string{"run", "--shared", "--semaphore", "3", "job", "--", helperBin}, "--shared and --semaphore exclude each other"},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
