@@ -16,7 +16,7 @@ demo: redis
 # count, unlike a duration, cannot end in the fuzzing engine's spurious
 # "context deadline exceeded" at the deadline (fixed in Go 1.27).
 FUZZ_TARGETS := FuzzKeys=30000x FuzzGlob=20000x FuzzOptions=40000x FuzzRetry=40000x FuzzModel=400x
-CLI_FUZZ_TARGETS := FuzzParseTarget=30000x FuzzRunFlags=10000x
+CLI_FUZZ_TARGETS := FuzzParseTarget=30000x FuzzRunFlags=10000x FuzzURLPassword=20000x
 
 # Modules of their own, so that their dependencies stay out of the core's.
 NESTED := rueidis redigo bench reliability otel
