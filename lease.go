@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,11 +22,15 @@ type lease struct {
 	repl   replication // confirm acquire and refreshes on replicas
 	hook   *hooked     // the client's hooks; nil when it has none, or for an attached lock
 
+	// interval is the auto-refresh period, a time.Duration; zero when off.
+	// It is written under mu, and read by the watchdog without it: under
+	// its own lock, as it orders its heap.
+	interval atomic.Int64
+
 	mu       sync.Mutex
 	ttl      time.Duration
 	acquired time.Time     // when the acquire request was sent
 	deadline time.Time     // local validity, on the monotonic clock
-	interval time.Duration // auto-refresh period; zero when off
 	maxHold  time.Duration // zero when unbounded
 	capped   bool          // the max hold stopped the refreshing
 	released bool          // Release was called and succeeded
@@ -59,9 +64,13 @@ type leaseHolder interface {
 
 func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 	s.c, s.holder, s.repl = c, holder, o.repl
-	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
+	s.ttl, s.maxHold = o.ttl, o.maxHold
+	s.interval.Store(int64(o.refreshInterval()))
 	s.index = -1
 }
+
+// every returns the auto-refresh period; zero when off.
+func (s *lease) every() time.Duration { return time.Duration(s.interval.Load()) }
 
 // start begins the lease once obtained, and hands it to the watchdog if
 // it refreshes automatically. The deadline timer is armed only when
@@ -71,7 +80,7 @@ func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 func (s *lease) start(acquired, deadline time.Time) {
 	s.mu.Lock()
 	s.acquired, s.deadline, s.started = acquired, deadline, true
-	auto := s.interval > 0
+	auto := s.every() > 0
 	if auto || s.hook != nil || s.c.log.Enabled(context.Background(), slog.LevelWarn) {
 		s.arm()
 	}
@@ -295,8 +304,9 @@ func (s *lease) autoRefresh(o *options) error {
 		s.mu.Unlock()
 		return err
 	}
-	already := s.interval > 0
-	s.interval, s.maxHold = o.refreshInterval(), o.maxHold
+	already := s.every() > 0
+	s.interval.Store(int64(o.refreshInterval()))
+	s.maxHold = o.maxHold
 	s.arm()
 	s.mu.Unlock()
 	if !already {

@@ -399,3 +399,61 @@ func BenchmarkRefresh(b *testing.B) {
 		})
 	}
 }
+
+// hookDriver calls a test's functions around every Eval: before with the
+// calls before they are sent, after with their replies before Eval hands
+// them back. Either may block, to hold a request back or delay its reply,
+// and so put the two sides of a race in a chosen order.
+type hookDriver struct {
+	dlock.Driver
+	before, after func(calls []*dlock.Call)
+}
+
+func (d *hookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.before != nil {
+		d.before(calls)
+	}
+	d.Driver.Eval(ctx, calls...)
+	if d.after != nil {
+		d.after(calls)
+	}
+}
+
+// isRefresh reports whether calls are a refresh of an exclusive lock.
+func isRefresh(calls []*dlock.Call) bool { return calls[0].Script.Name == "refresh" }
+
+// TestAutoRefreshAgainWhileRefreshed changes the refresh interval of a lock
+// the watchdog refreshes every few milliseconds, over and over: under -race,
+// the watchdog's reads of the interval must not race with the changes.
+func TestAutoRefreshAgainWhileRefreshed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	refreshed := make(chan struct{}, 1)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			select {
+			case refreshed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "again", dlock.WithTTL(time.Second), dlock.WithRefreshInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := l.AutoRefresh(dlock.WithRefreshInterval(time.Duration(4+i%3) * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-refreshed:
+		case <-l.Done():
+			t.Fatalf("lost: %v", l.Err())
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -52,7 +52,7 @@ func newWatchdog(c *Client) *watchdog {
 // add schedules a lease's first refresh one interval after it was obtained.
 func (w *watchdog) add(s *lease) {
 	s.mu.Lock()
-	next := s.acquired.Add(s.interval)
+	next := s.acquired.Add(s.every())
 	s.mu.Unlock()
 	w.mu.Lock()
 	s.next = next
@@ -110,7 +110,7 @@ func (w *watchdog) takeDue(now time.Time) []*lease {
 	var due []*lease
 	for len(w.leases) > 0 {
 		s := w.leases[0]
-		if s.next.After(now.Add(s.interval / earlyFraction)) {
+		if s.next.After(now.Add(s.every() / earlyFraction)) {
 			break
 		}
 		due = append(due, heap.Pop(&w.leases).(*lease))
@@ -172,13 +172,13 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
 			}
 			if !lasts[i] {
-				w.schedule(s, now.Add(s.interval))
+				w.schedule(s, now.Add(s.every()))
 			}
 		case errors.Is(err, ErrNotHeld):
 			s.end(fmt.Errorf("%w: %w", ErrLost, err))
 		default:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
-			w.schedule(s, time.Now().Add(min(s.interval/4, maxRetryDelay)))
+			w.schedule(s, time.Now().Add(min(s.every()/4, maxRetryDelay)))
 		}
 	}
 }
