@@ -43,6 +43,13 @@ type lease struct {
 	timer    *time.Timer // fires at the deadline
 	onEnd    map[*int]func()
 
+	// Refreshes of one lease, by Refresh or by the watchdog, go one at a
+	// time (see takeTurn), so that its deadline follows the refresh the
+	// server ran last: two in flight at once could have their replies
+	// come back in the other order.
+	inFlight bool          // a refresh is under way
+	turn     chan struct{} // made by a Refresh that waits for it; closed when it ends
+
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
 	index int       // position in the watchdog's heap; -1 when not in it
@@ -105,7 +112,58 @@ func (s *lease) watch() {
 	}
 }
 
-// extend records a successful refresh sent at sent with ttl.
+// takeTurn waits until no refresh of the lease is under way, or ctx ends,
+// and then marks one under way, for Refresh: it must call endTurn when done.
+// It returns why the lease cannot be refreshed if it ended meanwhile.
+func (s *lease) takeTurn(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.inFlight {
+		if s.turn == nil {
+			s.turn = make(chan struct{})
+		}
+		turn := s.turn
+		s.mu.Unlock()
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	if err := s.aliveLocked(); err != nil {
+		return err
+	}
+	s.inFlight = true
+	return nil
+}
+
+// tryTurn marks a refresh under way, for the watchdog, unless one is
+// already: the watchdog then tries again later rather than wait.
+func (s *lease) tryTurn() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight {
+		return false
+	}
+	s.inFlight = true
+	return true
+}
+
+// endTurn ends the refresh under way and wakes a Refresh waiting for it.
+func (s *lease) endTurn() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight = false
+	if s.turn != nil {
+		close(s.turn)
+		s.turn = nil
+	}
+}
+
+// extend records a successful refresh sent at sent with ttl. The caller
+// holds the refresh turn, so no later refresh can have been sent.
 func (s *lease) extend(sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,6 +257,11 @@ func (s *lease) ended() bool { return s.over }
 func (s *lease) alive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.aliveLocked()
+}
+
+// aliveLocked is alive with s.mu held.
+func (s *lease) aliveLocked() error {
 	if s.released {
 		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())
 	}

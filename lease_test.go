@@ -457,3 +457,67 @@ func TestAutoRefreshAgainWhileRefreshed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRefreshesOfOneLockGoOneAtATime: a Refresh(10s) runs on the server but
+// its reply is held back; a Refresh(500ms) of the same lock is sent
+// meanwhile. Had the second run on the server before the first's reply came
+// back, the first's late reply would set the deadline 10s out while the
+// server keeps the lock for 500ms. The second waits for the first instead,
+// so the deadline follows the refresh the server ran last.
+func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	executed := make(chan struct{})    // the long refresh ran on the server
+	letReply := make(chan struct{})    // its reply may come back
+	shortRan := make(chan struct{}, 1) // the short refresh ran on the server
+	d := &hookDriver{Driver: e.newDriver(t)}
+	d.after = func(calls []*dlock.Call) {
+		if !isRefresh(calls) {
+			return
+		}
+		switch calls[0].Args[2] {
+		case int64(10000):
+			close(executed)
+			<-letReply
+		case int64(500):
+			shortRan <- struct{}{}
+		}
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "reordered", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := make(chan error, 1)
+	go func() { long <- l.Refresh(ctx, 10*time.Second) }()
+	<-executed
+	short := make(chan error, 1)
+	go func() { short <- l.Refresh(ctx, 500*time.Millisecond) }()
+	// Before the long refresh's reply comes back, the short one either runs
+	// on the server or waits for the long one.
+	for waiting := false; !waiting; {
+		select {
+		case <-shortRan:
+			waiting = true
+		default:
+			waiting = dlock.RefreshWaiting(l)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(letReply)
+	if err := <-long; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-short; err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{reordered}"))
+	expiry := time.Now().Add(time.Duration(pttl+1) * time.Millisecond) // at the latest
+	if err != nil || pttl < 0 {
+		t.Fatalf("PTTL = %d, %v: the lock is gone", pttl, err)
+	}
+	if dl := l.Deadline(); dl.After(expiry) {
+		t.Errorf("Deadline is %v past the server's expiry", dl.Sub(expiry))
+	}
+}

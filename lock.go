@@ -547,6 +547,10 @@ func (l *Lock) release(ctx context.Context) error {
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
 // ErrNotHeld once the lock has been lost, and then closes Done.
+//
+// Refreshes of one lock go one at a time: a Refresh called while another,
+// or the automatic refresh, is under way waits for it (or for ctx to end),
+// so that Deadline follows the refresh the server ran last.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -554,9 +558,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if err := l.alive(); err != nil {
+	if err := l.takeTurn(ctx); err != nil {
 		return err
 	}
+	defer l.endTurn()
 	start := time.Now()
 	calls := l.refreshCalls(ttl)
 	l.c.evalWith(ctx, l.repl, calls...)

@@ -139,15 +139,24 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		if !s.refreshing() {
 			continue
 		}
-		if d := s.Deadline(); !now.Before(d) {
+		d := s.Deadline()
+		if !now.Before(d) {
 			s.expire() // too late to refresh: never extend a lock that may have expired
 			continue
-		} else if d.Before(deadline) {
-			deadline = d
+		}
+		if !s.tryTurn() {
+			// A Refresh is under way: its reply settles the deadline. Try
+			// again soon, in case it fails.
+			w.schedule(s, now.Add(retryDelay(s)))
+			continue
 		}
 		ttl, last, ok := s.nextRefresh(now)
 		if !ok {
+			s.endTurn()
 			continue // the max hold allows no more: the deadline timer ends it
+		}
+		if d.Before(deadline) {
+			deadline = d
 		}
 		calls = append(calls, s.holder.refreshCalls(ttl))
 		sent, ttls, lasts = append(sent, s), append(ttls, ttl), append(lasts, last)
@@ -178,10 +187,15 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			s.end(fmt.Errorf("%w: %w", ErrLost, err))
 		default:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
-			w.schedule(s, time.Now().Add(min(s.every()/4, maxRetryDelay)))
+			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
+		s.endTurn()
 	}
 }
+
+// retryDelay is how long the watchdog waits before it tries again to
+// refresh a lease it could not refresh.
+func retryDelay(s *lease) time.Duration { return min(s.every()/4, maxRetryDelay) }
 
 // send sends the leases' refresh calls in one pipeline, but for the leases
 // that confirm on replicas, which go in one pipeline for each setting.
