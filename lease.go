@@ -47,8 +47,9 @@ type lease struct {
 	// time (see takeTurn), so that its deadline follows the refresh the
 	// server ran last: two in flight at once could have their replies
 	// come back in the other order.
-	inFlight bool          // a refresh is under way
-	turn     chan struct{} // made by a Refresh that waits for it; closed when it ends
+	inFlight    bool          // a refresh is under way
+	inFlightTTL time.Duration // the TTL a Refresh under way asks for; zero for the watchdog's
+	turn        chan struct{} // made by a Refresh that waits for it; closed when it ends
 
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
@@ -113,9 +114,12 @@ func (s *lease) watch() {
 }
 
 // takeTurn waits until no refresh of the lease is under way, or ctx ends,
-// and then marks one under way, for Refresh: it must call endTurn when done.
-// It returns why the lease cannot be refreshed if it ended meanwhile.
-func (s *lease) takeTurn(ctx context.Context) error {
+// and then marks one to ttl under way, for Refresh: it must call endTurn
+// when done. It returns why the lease cannot be refreshed if it ended
+// meanwhile, and ErrInvalidTTL if the lease is refreshed automatically and
+// ttl is not longer than the interval: the watchdog would come back only
+// after the lock had run out.
+func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.inFlight {
@@ -135,7 +139,10 @@ func (s *lease) takeTurn(ctx context.Context) error {
 	if err := s.aliveLocked(); err != nil {
 		return err
 	}
-	s.inFlight = true
+	if every := s.every(); every > 0 && ttl <= every {
+		return fmt.Errorf("%w: %v is not longer than the auto-refresh interval %v", ErrInvalidTTL, ttl, every)
+	}
+	s.inFlight, s.inFlightTTL = true, ttl
 	return nil
 }
 
@@ -155,7 +162,7 @@ func (s *lease) tryTurn() bool {
 func (s *lease) endTurn() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inFlight = false
+	s.inFlight, s.inFlightTTL = false, 0
 	if s.turn != nil {
 		close(s.turn)
 		s.turn = nil
@@ -363,9 +370,16 @@ func (s *lease) autoRefresh(o *options) error {
 		return err
 	}
 	s.mu.Lock()
-	if err := o.checkLease(s.ttl); err != nil {
-		s.mu.Unlock()
-		return err
+	// The options must fit the TTL, and that of a Refresh under way, which
+	// the lease has once it succeeds.
+	for _, ttl := range []time.Duration{s.ttl, s.inFlightTTL} {
+		if ttl == 0 {
+			continue
+		}
+		if err := o.checkLease(ttl); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 	}
 	already := s.every() > 0
 	s.interval.Store(int64(o.refreshInterval()))

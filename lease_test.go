@@ -521,3 +521,38 @@ func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
 		t.Errorf("Deadline is %v past the server's expiry", dl.Sub(expiry))
 	}
 }
+
+// TestRefreshShorterThanTheRefreshIntervalIsRefused: the watchdog would come
+// back only after such a TTL had run out, so an auto-refreshed lock refuses
+// it (as WithRefreshInterval refuses an interval not shorter than the TTL);
+// a lock without auto-refresh takes it, and then refuses an AutoRefresh
+// whose interval it does not fit.
+func TestRefreshShorterThanTheRefreshIntervalIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "auto", dlock.WithTTL(time.Second), dlock.WithRefreshInterval(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{200 * time.Millisecond, 300 * time.Millisecond} {
+		if err := l.Refresh(ctx, ttl); !errors.Is(err, dlock.ErrInvalidTTL) {
+			t.Errorf("Refresh(%v) with a 300ms interval: err = %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+	if err := l.Refresh(ctx, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	manual, err := e.c.TryLock(ctx, "manual", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := manual.Refresh(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := manual.AutoRefresh(dlock.WithRefreshInterval(300 * time.Millisecond)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("AutoRefresh with an interval above the TTL: err = %v, want ErrInvalidOption", err)
+	}
+}

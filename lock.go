@@ -546,7 +546,11 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
-// ErrNotHeld once the lock has been lost, and then closes Done.
+// ErrNotHeld once the lock has been lost, and then closes Done. The
+// automatic refresh goes on with ttl, so a lock that is refreshed
+// automatically refuses a ttl that is not longer than its refresh interval
+// (ErrInvalidTTL), as WithRefreshInterval and AutoRefresh refuse an interval
+// that is not shorter than the TTL.
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -558,7 +562,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if err := l.takeTurn(ctx); err != nil {
+	if err := l.takeTurn(ctx, ttl); err != nil {
 		return err
 	}
 	defer l.endTurn()
@@ -585,7 +589,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an
 // attached one, say), as WithAutoRefresh would have: opts may hold
 // WithRefreshInterval and WithMaxHold. It returns ErrNotHeld if the lock was
-// released or lost, and ErrClosed after Client.Close.
+// released or lost, ErrClosed after Client.Close, and ErrInvalidOption if
+// the options do not fit the lock's TTL: the one it was obtained or last
+// refreshed with, and that of a Refresh under way. Called again on a lock
+// it already refreshes, it changes the interval and the max hold.
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
 	if o.err != nil {
