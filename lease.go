@@ -250,6 +250,21 @@ func (s *lease) end(err error) {
 	}
 }
 
+// lose ends the lease as lost after a refresh found the lock not held
+// (err), unless Release was called before the refresh's reply came back:
+// the refresh may then have reached the server after the release, and it
+// is the release's reply that tells whether the lock was lost or released.
+// Release is called before its request is sent, so a refresh whose reply
+// came back before the call ran before the release: the loss was real.
+func (s *lease) lose(err error) {
+	s.mu.Lock()
+	letGo := s.letGo
+	s.mu.Unlock()
+	if !letGo {
+		s.end(fmt.Errorf("%w: %w", ErrLost, err))
+	}
+}
+
 // heldFor returns how long the lease has been held.
 func (s *lease) heldFor() time.Duration {
 	s.mu.Lock()

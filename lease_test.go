@@ -556,3 +556,68 @@ func TestRefreshShorterThanTheRefreshIntervalIsRefused(t *testing.T) {
 		t.Errorf("AutoRefresh with an interval above the TTL: err = %v, want ErrInvalidOption", err)
 	}
 }
+
+// TestARefreshThatMeetsTheReleaseDoesNotReportALoss: a refresh (by the
+// watchdog, or by Refresh) is held back until Release has run on the server;
+// it then finds the lock gone. Release succeeded all the same, so the lock
+// was released, not lost: Err stays nil.
+func TestARefreshThatMeetsTheReleaseDoesNotReportALoss(t *testing.T) {
+	for _, by := range []string{"watchdog", "Refresh"} {
+		t.Run(by, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			var held sync.Once
+			refreshHeld, letRefresh := make(chan struct{}), make(chan struct{})
+			releaseRan, letRelease := make(chan struct{}), make(chan struct{})
+			d := &hookDriver{Driver: e.newDriver(t)}
+			d.before = func(calls []*dlock.Call) {
+				if isRefresh(calls) {
+					held.Do(func() {
+						close(refreshHeld)
+						<-letRefresh
+					})
+				}
+			}
+			d.after = func(calls []*dlock.Call) {
+				if calls[0].Script.Name == "release" {
+					close(releaseRan)
+					<-letRelease
+				}
+			}
+			c := dlock.New(d)
+			defer c.Close()
+			opts := []dlock.Option{dlock.WithTTL(time.Second)}
+			if by == "watchdog" {
+				opts = append(opts, dlock.WithRefreshInterval(20*time.Millisecond))
+			}
+			l, err := c.TryLock(ctx, "released", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refreshed := make(chan error, 1)
+			if by == "Refresh" {
+				go func() { refreshed <- l.Refresh(ctx, time.Second) }()
+			}
+			<-refreshHeld
+			released := make(chan error, 1)
+			go func() { released <- l.Release(ctx) }()
+			<-releaseRan
+			close(letRefresh) // the refresh reaches the server after the release
+			if by == "Refresh" {
+				if err := <-refreshed; !errors.Is(err, dlock.ErrNotHeld) {
+					t.Errorf("Refresh = %v, want ErrNotHeld", err)
+				}
+			} else {
+				dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+			}
+			close(letRelease)
+			if err := <-released; err != nil {
+				t.Fatalf("Release = %v", err)
+			}
+			waitDone(t, l, time.Second)
+			if err := l.Err(); err != nil {
+				t.Errorf("Err after a successful Release = %v, want nil", err)
+			}
+		})
+	}
+}

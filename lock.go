@@ -546,7 +546,9 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
-// ErrNotHeld once the lock has been lost, and then closes Done. The
+// ErrNotHeld once the lock has been lost, and then closes Done, unless
+// Release was called meanwhile: the refresh may have run after the release,
+// so Release's outcome decides whether the lock was released or lost. The
 // automatic refresh goes on with ttl, so a lock that is refreshed
 // automatically refuses a ttl that is not longer than its refresh interval
 // (ErrInvalidTTL), as WithRefreshInterval and AutoRefresh refuse an interval
@@ -575,7 +577,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			l.end(fmt.Errorf("%w: %w", ErrLost, err))
+			l.lose(err)
 		}
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -184,7 +183,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 				w.schedule(s, now.Add(s.every()))
 			}
 		case errors.Is(err, ErrNotHeld):
-			s.end(fmt.Errorf("%w: %w", ErrLost, err))
+			s.lose(err)
 		default:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
 			w.schedule(s, time.Now().Add(retryDelay(s)))
