@@ -621,3 +621,46 @@ func TestARefreshThatMeetsTheReleaseDoesNotReportALoss(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoRefreshOfAnAttachedLockWithLittleLeft: the lock is attached with
+// 500ms of its 3s TTL left. Its first refresh must come before those 500ms
+// run out, not one interval (1s) after the attach.
+func TestAutoRefreshOfAnAttachedLockWithLittleLeft(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "handed", dlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "PEXPIRE", "dlock:{handed}", "500") // as if 2.5s had passed
+	refreshed := make(chan struct{}, 1)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && calls[0].Err == nil && calls[0].Val == int64(0) {
+			select {
+			case refreshed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	heir, err := c.Attach(ctx, "handed", l.Token(), dlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := heir.AutoRefresh(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-refreshed:
+	case <-heir.Done():
+		t.Fatalf("lost before its first refresh: %v", heir.Err())
+	}
+	dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+	if err := heir.Err(); err != nil {
+		t.Fatalf("Err = %v", err)
+	}
+	if left := time.Until(heir.Deadline()); left < 2*time.Second {
+		t.Errorf("the refresh left the deadline %v away, want about 3s", left)
+	}
+}

@@ -138,7 +138,11 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // process (or a later run of this one) can refresh or release a lock it was
 // handed. It checks in one round trip that the lock is held with that token
 // and returns ErrNotHeld if not. WithOwner attaches by owner id instead of
-// token; other options are ignored.
+// token. WithTTL sets the TTL its refreshes give it (DefaultTTL if not
+// given), whatever it was obtained with; WithAutoRefresh and the options
+// that go with it refresh it automatically from the start, the first time
+// soon enough to keep it however little of its TTL it has left. Options
+// that only matter to an acquire are ignored.
 func (c *Client) Attach(ctx context.Context, name, token string, opts ...Option) (*Lock, error) {
 	return c.AttachMulti(ctx, []string{name}, token, opts...)
 }
@@ -593,8 +597,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // WithRefreshInterval and WithMaxHold. It returns ErrNotHeld if the lock was
 // released or lost, ErrClosed after Client.Close, and ErrInvalidOption if
 // the options do not fit the lock's TTL: the one it was obtained or last
-// refreshed with, and that of a Refresh under way. Called again on a lock
-// it already refreshes, it changes the interval and the max hold.
+// refreshed with, and that of a Refresh under way. The first refresh comes
+// one interval after the lock was obtained, or sooner when its deadline is
+// nearer (an attached lock may have little of its TTL left), at once if
+// need be. Called again on a lock it already refreshes, it changes the
+// interval and the max hold.
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
 	if o.err != nil {
