@@ -664,3 +664,22 @@ func TestAutoRefreshOfAnAttachedLockWithLittleLeft(t *testing.T) {
 		t.Errorf("the refresh left the deadline %v away, want about 3s", left)
 	}
 }
+
+// TestDoReleasesWhenTheFunctionPanics: the panic goes on to the caller, and
+// the lock is released on its way, not left held and refreshed for good by a
+// caller that recovers it.
+func TestDoReleasesWhenTheFunctionPanics(t *testing.T) {
+	e := newEnv(t)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the function's panic", p)
+			}
+		}()
+		_ = e.c.Do(context.Background(), "panicky", func(context.Context) error { panic("boom") },
+			dlock.WithTTL(time.Second), dlock.WithRefreshInterval(20*time.Millisecond))
+	}()
+	if e.locked(t, "dlock:{panicky}") {
+		t.Error("the lock is still held after the function panicked")
+	}
+}
