@@ -46,7 +46,7 @@ func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 	sub, got := shardedOn(t, newDriver, c)
 	paused, other := c.Nodes[0], c.Nodes[1]
 	subscribeShard(t, sub, c.ChannelOn(t, other, "warm")) // the other primary's connection is up
-	t.Cleanup(func() { paused.Resume(t) }) // after a failure while paused
+	t.Cleanup(func() { paused.Resume(t) })                // after a failure while paused
 	for round, connected := range []bool{false, true} {
 		slow := c.ChannelOn(t, paused, "slow"+strconv.Itoa(round)+"-")
 		fast := c.ChannelOn(t, other, "fast"+strconv.Itoa(round)+"-")
