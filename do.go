@@ -10,7 +10,8 @@ import (
 // lock as Lock does (waiting as opts say), refreshes it automatically,
 // runs fn with a context that is cancelled the moment the lock is lost,
 // and releases the lock when fn returns. It returns fn's error, joined with
-// the loss (matching ErrLost) if the lock was lost while fn ran.
+// the loss (matching ErrLost) if the lock was lost while fn ran. If fn
+// panics, Do releases the lock and lets the panic go on.
 //
 // opts are those of Lock; WithAutoRefresh is implied.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
@@ -21,7 +22,19 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or called runtime.Goexit): release now, or a
+			// caller that recovers the panic (net/http does) would leave
+			// the lock held and refreshed for good.
+			if err := l.releaseAfter(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				c.log.WarnContext(ctx, "dlock: could not release after the function panicked; the lock expires with its TTL", "names", l.names, "err", err)
+			}
+		}
+	}()
 	err = fn(l.Context(ctx))
+	returned = true
 	lost := l.Err()
 	if rerr := l.releaseAfter(ctx); rerr != nil && lost == nil {
 		lost = rerr

@@ -54,7 +54,10 @@
 // alive until released. Done closes the moment the lock is known lost, or
 // its local Deadline passes without a refresh, and Err says why (ErrLost);
 // Context returns a context cancelled then. Do runs a function under a
-// lock that is refreshed, with such a context, and releases it after.
+// lock that is refreshed, with such a context, and releases it after, also
+// when the function panics. Refreshes of one lock, by Refresh or the
+// watchdog, go one at a time, so that Deadline follows the last one the
+// server ran.
 // WithMaxHold caps how long refreshing may keep a lock.
 //
 // # Several names at once

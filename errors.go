@@ -49,7 +49,9 @@ var (
 	ErrNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)
 	// ErrDuplicateKey means a multi-key call named the same key twice.
 	ErrDuplicateKey = fmt.Errorf("%w: duplicate key", ErrInvalidArgument)
-	// ErrInvalidTTL means a TTL was under one millisecond.
+	// ErrInvalidTTL means a TTL was under 3ms, within its own allowance for
+	// clock drift, or given to Refresh of a lock refreshed automatically
+	// and not longer than its refresh interval.
 	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
 	// ErrInvalidToken means a token given with WithToken or Attach was empty.
 	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)

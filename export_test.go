@@ -39,3 +39,11 @@ func ShardListeners(c *Client, name string) (n int, ok bool) {
 	n, ok = h.shards[h.shardChannel(c.RedisKey(name))]
 	return n, ok
 }
+
+// RefreshWaiting reports whether a Refresh of l waits for another refresh
+// of it under way.
+func RefreshWaiting(l *Lock) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.turn != nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,11 +22,15 @@ type lease struct {
 	repl   replication // confirm acquire and refreshes on replicas
 	hook   *hooked     // the client's hooks; nil when it has none, or for an attached lock
 
+	// interval is the auto-refresh period, a time.Duration; zero when off.
+	// It is written under mu, and read by the watchdog without it: under
+	// its own lock, as it orders its heap.
+	interval atomic.Int64
+
 	mu       sync.Mutex
 	ttl      time.Duration
 	acquired time.Time     // when the acquire request was sent
 	deadline time.Time     // local validity, on the monotonic clock
-	interval time.Duration // auto-refresh period; zero when off
 	maxHold  time.Duration // zero when unbounded
 	capped   bool          // the max hold stopped the refreshing
 	released bool          // Release was called and succeeded
@@ -37,6 +42,14 @@ type lease struct {
 	err      error
 	timer    *time.Timer // fires at the deadline
 	onEnd    map[*int]func()
+
+	// Refreshes of one lease, by Refresh or by the watchdog, go one at a
+	// time (see takeTurn), so that its deadline follows the refresh the
+	// server ran last: two in flight at once could have their replies
+	// come back in the other order.
+	inFlight    bool          // a refresh is under way
+	inFlightTTL time.Duration // the TTL a Refresh under way asks for; zero for the watchdog's
+	turn        chan struct{} // made by a Refresh that waits for it; closed when it ends
 
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
@@ -59,9 +72,13 @@ type leaseHolder interface {
 
 func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 	s.c, s.holder, s.repl = c, holder, o.repl
-	s.ttl, s.interval, s.maxHold = o.ttl, o.refreshInterval(), o.maxHold
+	s.ttl, s.maxHold = o.ttl, o.maxHold
+	s.interval.Store(int64(o.refreshInterval()))
 	s.index = -1
 }
+
+// every returns the auto-refresh period; zero when off.
+func (s *lease) every() time.Duration { return time.Duration(s.interval.Load()) }
 
 // start begins the lease once obtained, and hands it to the watchdog if
 // it refreshes automatically. The deadline timer is armed only when
@@ -71,7 +88,7 @@ func (s *lease) init(c *Client, holder leaseHolder, o *options) {
 func (s *lease) start(acquired, deadline time.Time) {
 	s.mu.Lock()
 	s.acquired, s.deadline, s.started = acquired, deadline, true
-	auto := s.interval > 0
+	auto := s.every() > 0
 	if auto || s.hook != nil || s.c.log.Enabled(context.Background(), slog.LevelWarn) {
 		s.arm()
 	}
@@ -96,7 +113,64 @@ func (s *lease) watch() {
 	}
 }
 
-// extend records a successful refresh sent at sent with ttl.
+// takeTurn waits until no refresh of the lease is under way, or ctx ends,
+// and then marks one to ttl under way, for Refresh: it must call endTurn
+// when done. It returns why the lease cannot be refreshed if it ended
+// meanwhile, and ErrInvalidTTL if the lease is refreshed automatically and
+// ttl is not longer than the interval: the watchdog would come back only
+// after the lock had run out.
+func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.inFlight {
+		if s.turn == nil {
+			s.turn = make(chan struct{})
+		}
+		turn := s.turn
+		s.mu.Unlock()
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	if err := s.aliveLocked(); err != nil {
+		return err
+	}
+	if every := s.every(); every > 0 && ttl <= every {
+		return fmt.Errorf("%w: %v is not longer than the auto-refresh interval %v", ErrInvalidTTL, ttl, every)
+	}
+	s.inFlight, s.inFlightTTL = true, ttl
+	return nil
+}
+
+// tryTurn marks a refresh under way, for the watchdog, unless one is
+// already: the watchdog then tries again later rather than wait.
+func (s *lease) tryTurn() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight {
+		return false
+	}
+	s.inFlight = true
+	return true
+}
+
+// endTurn ends the refresh under way and wakes a Refresh waiting for it.
+func (s *lease) endTurn() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight, s.inFlightTTL = false, 0
+	if s.turn != nil {
+		close(s.turn)
+		s.turn = nil
+	}
+}
+
+// extend records a successful refresh sent at sent with ttl. The caller
+// holds the refresh turn, so no later refresh can have been sent.
 func (s *lease) extend(sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,6 +250,21 @@ func (s *lease) end(err error) {
 	}
 }
 
+// lose ends the lease as lost after a refresh found the lock not held
+// (err), unless Release was called before the refresh's reply came back:
+// the refresh may then have reached the server after the release, and it
+// is the release's reply that tells whether the lock was lost or released.
+// Release is called before its request is sent, so a refresh whose reply
+// came back before the call ran before the release: the loss was real.
+func (s *lease) lose(err error) {
+	s.mu.Lock()
+	letGo := s.letGo
+	s.mu.Unlock()
+	if !letGo {
+		s.end(fmt.Errorf("%w: %w", ErrLost, err))
+	}
+}
+
 // heldFor returns how long the lease has been held.
 func (s *lease) heldFor() time.Duration {
 	s.mu.Lock()
@@ -190,6 +279,11 @@ func (s *lease) ended() bool { return s.over }
 func (s *lease) alive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.aliveLocked()
+}
+
+// aliveLocked is alive with s.mu held.
+func (s *lease) aliveLocked() error {
 	if s.released {
 		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())
 	}
@@ -291,12 +385,20 @@ func (s *lease) autoRefresh(o *options) error {
 		return err
 	}
 	s.mu.Lock()
-	if err := o.checkLease(s.ttl); err != nil {
-		s.mu.Unlock()
-		return err
+	// The options must fit the TTL, and that of a Refresh under way, which
+	// the lease has once it succeeds.
+	for _, ttl := range []time.Duration{s.ttl, s.inFlightTTL} {
+		if ttl == 0 {
+			continue
+		}
+		if err := o.checkLease(ttl); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 	}
-	already := s.interval > 0
-	s.interval, s.maxHold = o.refreshInterval(), o.maxHold
+	already := s.every() > 0
+	s.interval.Store(int64(o.refreshInterval()))
+	s.maxHold = o.maxHold
 	s.arm()
 	s.mu.Unlock()
 	if !already {

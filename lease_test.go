@@ -399,3 +399,287 @@ func BenchmarkRefresh(b *testing.B) {
 		})
 	}
 }
+
+// hookDriver calls a test's functions around every Eval: before with the
+// calls before they are sent, after with their replies before Eval hands
+// them back. Either may block, to hold a request back or delay its reply,
+// and so put the two sides of a race in a chosen order.
+type hookDriver struct {
+	dlock.Driver
+	before, after func(calls []*dlock.Call)
+}
+
+func (d *hookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.before != nil {
+		d.before(calls)
+	}
+	d.Driver.Eval(ctx, calls...)
+	if d.after != nil {
+		d.after(calls)
+	}
+}
+
+// isRefresh reports whether calls are a refresh of an exclusive lock.
+func isRefresh(calls []*dlock.Call) bool { return calls[0].Script.Name == "refresh" }
+
+// TestAutoRefreshAgainWhileRefreshed changes the refresh interval of a lock
+// the watchdog refreshes every few milliseconds, over and over: under -race,
+// the watchdog's reads of the interval must not race with the changes.
+func TestAutoRefreshAgainWhileRefreshed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	refreshed := make(chan struct{}, 1)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			select {
+			case refreshed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "again", dlock.WithTTL(time.Second), dlock.WithRefreshInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := l.AutoRefresh(dlock.WithRefreshInterval(time.Duration(4+i%3) * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-refreshed:
+		case <-l.Done():
+			t.Fatalf("lost: %v", l.Err())
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRefreshesOfOneLockGoOneAtATime: a Refresh(10s) runs on the server but
+// its reply is held back; a Refresh(500ms) of the same lock is sent
+// meanwhile. Had the second run on the server before the first's reply came
+// back, the first's late reply would set the deadline 10s out while the
+// server keeps the lock for 500ms. The second waits for the first instead,
+// so the deadline follows the refresh the server ran last.
+func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	executed := make(chan struct{})    // the long refresh ran on the server
+	letReply := make(chan struct{})    // its reply may come back
+	shortRan := make(chan struct{}, 1) // the short refresh ran on the server
+	d := &hookDriver{Driver: e.newDriver(t)}
+	d.after = func(calls []*dlock.Call) {
+		if !isRefresh(calls) {
+			return
+		}
+		switch calls[0].Args[2] {
+		case int64(10000):
+			close(executed)
+			<-letReply
+		case int64(500):
+			shortRan <- struct{}{}
+		}
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "reordered", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := make(chan error, 1)
+	go func() { long <- l.Refresh(ctx, 10*time.Second) }()
+	<-executed
+	short := make(chan error, 1)
+	go func() { short <- l.Refresh(ctx, 500*time.Millisecond) }()
+	// Before the long refresh's reply comes back, the short one either runs
+	// on the server or waits for the long one.
+	for waiting := false; !waiting; {
+		select {
+		case <-shortRan:
+			waiting = true
+		default:
+			waiting = dlock.RefreshWaiting(l)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(letReply)
+	if err := <-long; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-short; err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{reordered}"))
+	expiry := time.Now().Add(time.Duration(pttl+1) * time.Millisecond) // at the latest
+	if err != nil || pttl < 0 {
+		t.Fatalf("PTTL = %d, %v: the lock is gone", pttl, err)
+	}
+	if dl := l.Deadline(); dl.After(expiry) {
+		t.Errorf("Deadline is %v past the server's expiry", dl.Sub(expiry))
+	}
+}
+
+// TestRefreshShorterThanTheRefreshIntervalIsRefused: the watchdog would come
+// back only after such a TTL had run out, so an auto-refreshed lock refuses
+// it (as WithRefreshInterval refuses an interval not shorter than the TTL);
+// a lock without auto-refresh takes it, and then refuses an AutoRefresh
+// whose interval it does not fit.
+func TestRefreshShorterThanTheRefreshIntervalIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "auto", dlock.WithTTL(time.Second), dlock.WithRefreshInterval(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{200 * time.Millisecond, 300 * time.Millisecond} {
+		if err := l.Refresh(ctx, ttl); !errors.Is(err, dlock.ErrInvalidTTL) {
+			t.Errorf("Refresh(%v) with a 300ms interval: err = %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+	if err := l.Refresh(ctx, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	manual, err := e.c.TryLock(ctx, "manual", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := manual.Refresh(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := manual.AutoRefresh(dlock.WithRefreshInterval(300 * time.Millisecond)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("AutoRefresh with an interval above the TTL: err = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestARefreshThatMeetsTheReleaseDoesNotReportALoss: a refresh (by the
+// watchdog, or by Refresh) is held back until Release has run on the server;
+// it then finds the lock gone. Release succeeded all the same, so the lock
+// was released, not lost: Err stays nil.
+func TestARefreshThatMeetsTheReleaseDoesNotReportALoss(t *testing.T) {
+	for _, by := range []string{"watchdog", "Refresh"} {
+		t.Run(by, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			var held sync.Once
+			refreshHeld, letRefresh := make(chan struct{}), make(chan struct{})
+			releaseRan, letRelease := make(chan struct{}), make(chan struct{})
+			d := &hookDriver{Driver: e.newDriver(t)}
+			d.before = func(calls []*dlock.Call) {
+				if isRefresh(calls) {
+					held.Do(func() {
+						close(refreshHeld)
+						<-letRefresh
+					})
+				}
+			}
+			d.after = func(calls []*dlock.Call) {
+				if calls[0].Script.Name == "release" {
+					close(releaseRan)
+					<-letRelease
+				}
+			}
+			c := dlock.New(d)
+			defer c.Close()
+			opts := []dlock.Option{dlock.WithTTL(time.Second)}
+			if by == "watchdog" {
+				opts = append(opts, dlock.WithRefreshInterval(20*time.Millisecond))
+			}
+			l, err := c.TryLock(ctx, "released", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refreshed := make(chan error, 1)
+			if by == "Refresh" {
+				go func() { refreshed <- l.Refresh(ctx, time.Second) }()
+			}
+			<-refreshHeld
+			released := make(chan error, 1)
+			go func() { released <- l.Release(ctx) }()
+			<-releaseRan
+			close(letRefresh) // the refresh reaches the server after the release
+			if by == "Refresh" {
+				if err := <-refreshed; !errors.Is(err, dlock.ErrNotHeld) {
+					t.Errorf("Refresh = %v, want ErrNotHeld", err)
+				}
+			} else {
+				dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+			}
+			close(letRelease)
+			if err := <-released; err != nil {
+				t.Fatalf("Release = %v", err)
+			}
+			waitDone(t, l, time.Second)
+			if err := l.Err(); err != nil {
+				t.Errorf("Err after a successful Release = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestAutoRefreshOfAnAttachedLockWithLittleLeft: the lock is attached with
+// 500ms of its 3s TTL left. Its first refresh must come before those 500ms
+// run out, not one interval (1s) after the attach.
+func TestAutoRefreshOfAnAttachedLockWithLittleLeft(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "handed", dlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "PEXPIRE", "dlock:{handed}", "500") // as if 2.5s had passed
+	refreshed := make(chan struct{}, 1)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && calls[0].Err == nil && calls[0].Val == int64(0) {
+			select {
+			case refreshed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	heir, err := c.Attach(ctx, "handed", l.Token(), dlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := heir.AutoRefresh(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-refreshed:
+	case <-heir.Done():
+		t.Fatalf("lost before its first refresh: %v", heir.Err())
+	}
+	dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+	if err := heir.Err(); err != nil {
+		t.Fatalf("Err = %v", err)
+	}
+	if left := time.Until(heir.Deadline()); left < 2*time.Second {
+		t.Errorf("the refresh left the deadline %v away, want about 3s", left)
+	}
+}
+
+// TestDoReleasesWhenTheFunctionPanics: the panic goes on to the caller, and
+// the lock is released on its way, not left held and refreshed for good by a
+// caller that recovers it.
+func TestDoReleasesWhenTheFunctionPanics(t *testing.T) {
+	e := newEnv(t)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the function's panic", p)
+			}
+		}()
+		_ = e.c.Do(context.Background(), "panicky", func(context.Context) error { panic("boom") },
+			dlock.WithTTL(time.Second), dlock.WithRefreshInterval(20*time.Millisecond))
+	}()
+	if e.locked(t, "dlock:{panicky}") {
+		t.Error("the lock is still held after the function panicked")
+	}
+}

@@ -139,7 +139,11 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // process (or a later run of this one) can refresh or release a lock it was
 // handed. It checks in one round trip that the lock is held with that token
 // and returns ErrNotHeld if not. WithOwner attaches by owner id instead of
-// token; other options are ignored.
+// token. WithTTL sets the TTL its refreshes give it (DefaultTTL if not
+// given), whatever it was obtained with; WithAutoRefresh and the options
+// that go with it refresh it automatically from the start, the first time
+// soon enough to keep it however little of its TTL it has left. Options
+// that only matter to an acquire are ignored.
 func (c *Client) Attach(ctx context.Context, name, token string, opts ...Option) (*Lock, error) {
 	return c.AttachMulti(ctx, []string{name}, token, opts...)
 }
@@ -553,9 +557,19 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's TTL to ttl, if it is still held. It returns
-// ErrNotHeld once the lock has been lost, and then closes Done. An exclusive
-// lock held more than once (WithOwner) is only extended: a ttl shorter than
-// what it has left leaves it as it is.
+// ErrNotHeld once the lock has been lost, and then closes Done, unless
+// Release was called meanwhile: the refresh may have run after the release,
+// so Release's outcome decides whether the lock was released or lost. The
+// automatic refresh goes on with ttl, so a lock that is refreshed
+// automatically refuses a ttl that is not longer than its refresh interval
+// (ErrInvalidTTL), as WithRefreshInterval and AutoRefresh refuse an interval
+// that is not shorter than the TTL. An exclusive lock held more than once
+// (WithOwner) is only extended: a ttl shorter than what it has left leaves
+// it as it is.
+//
+// Refreshes of one lock go one at a time: a Refresh called while another,
+// or the automatic refresh, is under way waits for it (or for ctx to end),
+// so that Deadline follows the refresh the server ran last.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -563,9 +577,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if err := l.alive(); err != nil {
+	if err := l.takeTurn(ctx, ttl); err != nil {
 		return err
 	}
+	defer l.endTurn()
 	start := time.Now()
 	calls := l.refreshCalls(ttl)
 	l.c.evalWith(ctx, l.repl, calls...)
@@ -575,7 +590,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			l.end(fmt.Errorf("%w: %w", ErrLost, err))
+			l.lose(err)
 		}
 		return err
 	}
@@ -589,7 +604,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an
 // attached one, say), as WithAutoRefresh would have: opts may hold
 // WithRefreshInterval and WithMaxHold. It returns ErrNotHeld if the lock was
-// released or lost, and ErrClosed after Client.Close.
+// released or lost, ErrClosed after Client.Close, and ErrInvalidOption if
+// the options do not fit the lock's TTL: the one it was obtained or last
+// refreshed with, and that of a Refresh under way. The first refresh comes
+// one interval after the lock was obtained, or sooner when its deadline is
+// nearer (an attached lock may have little of its TTL left), at once if
+// need be. Called again on a lock it already refreshes, it changes the
+// interval and the max hold.
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
 	if o.err != nil {

@@ -990,3 +990,33 @@ func TestAReentryWhoseReplyWasLostIsTakenBack(t *testing.T) {
 		t.Error("the first acquisition's release did not free the lock")
 	}
 }
+
+// TestTTLsWithinTheDriftAllowanceAreRefused: a lock's deadline is its TTL
+// less 1% and 2ms for clock drift, so a TTL of 2ms or less would have its
+// deadline before the request that obtains it: no lock could ever be
+// obtained. Such TTLs are refused up front, with the minimum in the message.
+func TestTTLsWithinTheDriftAllowanceAreRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 2500 * time.Microsecond} {
+		_, err := e.c.TryLock(ctx, "brief", dlock.WithTTL(ttl))
+		if !errors.Is(err, dlock.ErrInvalidTTL) || !strings.Contains(err.Error(), "3ms") {
+			t.Errorf("WithTTL(%v): err = %v, want ErrInvalidTTL naming the 3ms minimum", ttl, err)
+		}
+	}
+	l, err := e.c.TryLock(ctx, "brief")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, 2*time.Millisecond); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("Refresh(2ms): err = %v, want ErrInvalidTTL", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 3ms passes: the attempt may still come back too late to count on a
+	// loaded machine, but it is made.
+	if _, err := e.c.TryLock(ctx, "brief", dlock.WithTTL(3*time.Millisecond)); errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("WithTTL(3ms): err = %v", err)
+	}
+}

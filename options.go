@@ -63,7 +63,8 @@ func (o *options) fail(err error) {
 }
 
 // WithTTL sets how long the lock lives unless refreshed; the default is
-// DefaultTTL (10s). It must be at least one millisecond; Redis keeps it with
+// DefaultTTL (10s). It must be at least 3ms, more than its allowance for
+// clock drift (1% and 2ms, see Lock.Deadline); Redis keeps it with
 // millisecond precision, so it is truncated to whole milliseconds.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
@@ -199,10 +200,16 @@ func (o *options) checkLease(ttl time.Duration) error {
 	return nil
 }
 
+// minTTL is the shortest TTL a lock may have. A lock's deadline is its
+// TTL less the drift allowance (see drift), 2ms and more, from when the
+// request that obtains it is sent, and Redis keeps TTLs in whole
+// milliseconds: 3ms is the least that leaves the deadline after the request.
+const minTTL = 3 * time.Millisecond
+
 // checkTTL validates a TTL given to WithTTL or Refresh.
 func checkTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is under 1ms", ErrInvalidTTL, ttl)
+	if ttl < minTTL {
+		return fmt.Errorf("%w: %v is under the minimum of %v (a lock's deadline is its TTL less 1%% and 2ms for clock drift)", ErrInvalidTTL, ttl, minTTL)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 // timeout, that enough replicas have the write that took or refreshed the
 // lock. An acquire that was not confirmed is released again and not
 // reported as held; a refresh that was not confirmed does not extend the
-// lock's deadline and is retried.
+// lock's deadline and is retried. An acquire the server refused, or a
+// refresh that found the lock gone, wrote nothing to confirm: it reports
+// ErrNotObtained or ErrNotHeld, whatever the replicas acknowledged.
 var ErrNotReplicated = errors.New("dlock: write not confirmed by enough replicas")
 
 // Replicator is implemented by drivers that can confirm writes on
@@ -46,7 +48,11 @@ func WithReplicas(n int, timeout time.Duration) Option {
 }
 
 // evalWith sends calls, confirming them on replicas when r asks for it:
-// calls whose writes were not confirmed fail with ErrNotReplicated.
+// calls whose writes were not confirmed fail with ErrNotReplicated (or with
+// the driver's error, when it could not tell). A call the server refused
+// keeps its reply: it took or kept no hold, so it wrote nothing that needs
+// confirming, and its caller must learn that the lock is held by another,
+// or was lost.
 func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	if r.replicas == 0 {
 		if len(calls) == 1 {
@@ -73,8 +79,26 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		return
 	}
 	for _, call := range calls {
-		if call.Err == nil {
+		if call.Err == nil && !refused(call.Val) {
 			call.Val, call.Err = nil, err
 		}
 	}
+}
+
+// refused reports whether a reply of a script that WithReplicas confirms
+// says it took or kept no hold: an acquire of a name held by another
+// answers {0, …}, a refresh of a hold it no longer has the position of the
+// name (1 or more).
+func refused(v any) bool {
+	switch v := v.(type) {
+	case int64:
+		return v > 0
+	case []any:
+		if len(v) == 0 {
+			return false
+		}
+		got, ok := v[0].(int64)
+		return ok && got == 0
+	}
+	return false
 }

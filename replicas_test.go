@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,5 +219,85 @@ func TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement(t *testing.T) {
 		f1, f2, f1, f1+1, f3, f3-f2)
 	if f3 <= f2 {
 		t.Errorf("fence went backwards across the failover: F2 = %d, then F3 = %d", f2, f3)
+	}
+}
+
+// ackDriver is a Replicator on a single server: EvalWait runs the calls and
+// reports as many replicas acknowledging them as the test says, without
+// asking the server, or fails before sending anything while down is set.
+// It counts the releases it runs.
+type ackDriver struct {
+	dlock.Driver
+	acked    atomic.Int64
+	down     atomic.Bool
+	releases atomic.Int64
+}
+
+var errDown = errors.New("connection refused")
+
+func (d *ackDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	for _, c := range calls {
+		if c.Script.Name == "release" {
+			d.releases.Add(1)
+		}
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+func (d *ackDriver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	if d.down.Load() {
+		return 0, errDown
+	}
+	d.Eval(ctx, calls...)
+	return int(d.acked.Load()), nil
+}
+
+// TestARefusalIsNotMistakenForAnUnconfirmedWrite: when too few replicas
+// acknowledge, only what the script did is in doubt. An acquire the server
+// refused took nothing: TryLock returns ErrNotObtained, with no cleanup. A
+// refresh that found the lock gone is a loss, not a transient error. A
+// successful acquire or refresh still fails with ErrNotReplicated, and a
+// call the driver could not send fails with its error.
+func TestARefusalIsNotMistakenForAnUnconfirmedWrite(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &ackDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	repl := dlock.WithReplicas(1, 10*time.Millisecond)
+
+	if _, err := e.c.TryLock(ctx, "taken"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "taken", repl); !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("TryLock of a held lock, unacknowledged: err = %v, want ErrNotObtained", err)
+	}
+	if n := d.releases.Load(); n != 0 {
+		t.Errorf("%d releases after an acquire that took nothing", n)
+	}
+	if _, err := c.TryLock(ctx, "free", repl); !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("TryLock of a free lock, unacknowledged: err = %v, want ErrNotReplicated", err)
+	}
+	d.down.Store(true)
+	if _, err := c.TryLock(ctx, "free", repl); !errors.Is(err, errDown) {
+		t.Errorf("TryLock through a driver that could not send: err = %v, want its error", err)
+	}
+	d.down.Store(false)
+
+	d.acked.Store(1)
+	l, err := c.TryLock(ctx, "gone", repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.acked.Store(0)
+	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("Refresh of a held lock, unacknowledged: err = %v, want ErrNotReplicated", err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{gone}")
+	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh of a deleted lock, unacknowledged: err = %v, want ErrNotHeld", err)
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -49,10 +48,18 @@ func newWatchdog(c *Client) *watchdog {
 	return w
 }
 
-// add schedules a lease's first refresh one interval after it was obtained.
+// add schedules a lease's first refresh one interval after it was
+// obtained, or sooner when its deadline is nearer than a fresh lease's: an
+// attached lock may have little of its TTL left. The refresh then comes as
+// long before the deadline as it would for a fresh lease (its TTL, less the
+// drift allowance, less the interval), or at once if that is past.
 func (w *watchdog) add(s *lease) {
 	s.mu.Lock()
-	next := s.acquired.Add(s.interval)
+	every := s.every()
+	next := s.acquired.Add(every)
+	if byDeadline := s.deadline.Add(-(s.ttl - drift(s.ttl) - every)); byDeadline.Before(next) {
+		next = byDeadline
+	}
 	s.mu.Unlock()
 	w.mu.Lock()
 	s.next = next
@@ -110,7 +117,7 @@ func (w *watchdog) takeDue(now time.Time) []*lease {
 	var due []*lease
 	for len(w.leases) > 0 {
 		s := w.leases[0]
-		if s.next.After(now.Add(s.interval / earlyFraction)) {
+		if s.next.After(now.Add(s.every() / earlyFraction)) {
 			break
 		}
 		due = append(due, heap.Pop(&w.leases).(*lease))
@@ -139,15 +146,24 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		if !s.refreshing() {
 			continue
 		}
-		if d := s.Deadline(); !now.Before(d) {
+		d := s.Deadline()
+		if !now.Before(d) {
 			s.expire() // too late to refresh: never extend a lock that may have expired
 			continue
-		} else if d.Before(deadline) {
-			deadline = d
+		}
+		if !s.tryTurn() {
+			// A Refresh is under way: its reply settles the deadline. Try
+			// again soon, in case it fails.
+			w.schedule(s, now.Add(retryDelay(s)))
+			continue
 		}
 		ttl, last, ok := s.nextRefresh(now)
 		if !ok {
+			s.endTurn()
 			continue // the max hold allows no more: the deadline timer ends it
+		}
+		if d.Before(deadline) {
+			deadline = d
 		}
 		calls = append(calls, s.holder.refreshCalls(ttl))
 		sent, ttls, lasts = append(sent, s), append(ttls, ttl), append(lasts, last)
@@ -172,16 +188,21 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
 			}
 			if !lasts[i] {
-				w.schedule(s, now.Add(s.interval))
+				w.schedule(s, now.Add(s.every()))
 			}
 		case errors.Is(err, ErrNotHeld):
-			s.end(fmt.Errorf("%w: %w", ErrLost, err))
+			s.lose(err)
 		default:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
-			w.schedule(s, time.Now().Add(min(s.interval/4, maxRetryDelay)))
+			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
+		s.endTurn()
 	}
 }
+
+// retryDelay is how long the watchdog waits before it tries again to
+// refresh a lease it could not refresh.
+func retryDelay(s *lease) time.Duration { return min(s.every()/4, maxRetryDelay) }
 
 // send sends the leases' refresh calls in one pipeline, but for the leases
 // that confirm on replicas, which go in one pipeline for each setting.
