@@ -8,10 +8,12 @@
 -- and f as strings), and per hold with an owner a field
 -- 'o:'..mode..':'..owner naming its token. The holds key hk is a sorted set
 -- of the holds' tokens scored by when each expires, in ms of the server's
--- clock: a hold is alive while its score is above the server's time. Every
--- key of a name lives, by its Redis TTL, as long as the longest-lived entry
--- written to it, so that a name whose holders all died disappears by
--- itself; the scripts forget dead holds as they meet them.
+-- clock: a hold is alive while its score is above the server's time, and
+-- only then (a field of the hash proves nothing). Every key of a name
+-- lives, by its Redis TTL, as long as the longest-lived entry written to
+-- it, and the holds key as long as the hash, so that a name whose holders
+-- all died disappears by itself; the scripts forget dead holds as they
+-- meet them.
 
 -- clock returns the server's time in ms and in µs.
 local function clock()
@@ -58,28 +60,48 @@ local function chunked(cmd, key, args)
   end
 end
 
--- prune forgets the holds of k that expired by now and returns the set of
--- their tokens, or nil when hk holds data dlock did not write.
+-- alive returns when hold tok of holds key hk expires, or nil when it is
+-- dead: expired, or gone from hk (forgotten, or hk itself expired).
+local function alive(hk, tok, now)
+  local exp = tonumber(redis.call('ZSCORE', hk, tok))
+  if exp and exp > now then return exp end
+end
+
+-- forget returns the fields of k that hold tok, decoded as d, leaves
+-- behind: its own, and its owner's and the writer's while they name it (a
+-- later hold may have taken them over). For HDEL.
+local function forget(k, tok, d)
+  local fields = {'h:' .. tok}
+  local of = owned(d.m, d.o)
+  local cur = redis.call('HMGET', k, of ~= '' and of or 'h:' .. tok, 'writer')
+  if of ~= '' and cur[1] == tok then fields[#fields + 1] = of end
+  if cur[2] == tok then fields[#fields + 1] = 'writer' end
+  return fields
+end
+
+-- prune forgets the holds of k that expired by now; it returns false when
+-- hk holds data dlock did not write.
 local function prune(k, hk, now)
   local dead = redis.pcall('ZRANGEBYSCORE', hk, '-inf', now)
-  if dead.err then return nil end
-  local set = {}
-  if #dead == 0 then return set end
+  if dead.err then return false end
+  if #dead == 0 then return true end
   local fields = {}
   for _, tok in ipairs(dead) do
-    set[tok] = true
-    local f = 'h:' .. tok
-    fields[#fields + 1] = f
-    local h = redis.call('HGET', k, f)
+    local h = redis.call('HGET', k, 'h:' .. tok)
     if h then
-      local d = cjson.decode(h)
-      if d.o ~= '' then fields[#fields + 1] = owned(d.m, d.o) end
-      if d.m == 'write' then fields[#fields + 1] = 'writer' end
+      for _, f in ipairs(forget(k, tok, cjson.decode(h))) do fields[#fields + 1] = f end
     end
   end
-  chunked('HDEL', k, fields)
+  if #fields > 0 then chunked('HDEL', k, fields) end
   redis.call('ZREMRANGEBYSCORE', hk, '-inf', now)
-  return set
+  return true
+end
+
+-- ghost forgets hold tok of k, decoded as d, that is dead but was never
+-- pruned: its fields outlived its entry in hk (hk expired before the
+-- hash, as happened before the scripts kept the two alive together).
+local function ghost(k, tok, d)
+  redis.call('HDEL', k, unpack(forget(k, tok, d)))
 end
 
 -- keep makes k, and the other keys given, live at least ttl ms more.
@@ -118,17 +140,27 @@ local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
   redis.call('HSET', k, unpack(fields))
 end
 
--- rejoin handles an acquire by a caller who already holds the name: the
--- same request again (its reply was lost) changes nothing, a re-entry by
--- the owner of a live hold in the same mode adds one to its count; both
--- renew its expiry. h is the hold of the request token and ot the token
--- the owner holds (false for none), as read before prune forgot the dead
--- ones. It returns the acquire's reply, an error reply when the request
--- token holds the name in another mode, or nil when the acquire is new.
-local function rejoin(k, hk, now, ttl, req, mode, h, ot, dead)
+-- rejoin handles an acquire by a caller who already holds the name, after
+-- prune: the same request again (its reply was lost) changes nothing, a
+-- re-entry by the owner of a live hold in the same mode adds one to its
+-- count; both renew its expiry. h is the hold of the request token and ot
+-- the token the owner holds (false for none), as read before prune; a hold
+-- that is not alive is not joined (and forgotten if prune did not). It
+-- returns the acquire's reply, an error reply when the request token holds
+-- the name in another mode, or nil when the acquire is new.
+local function rejoin(k, hk, now, ttl, req, mode, h, ot)
   local tok = req
-  if h and dead[req] then h = false end
-  if not h and ot and not dead[ot] then tok, h = ot, redis.call('HGET', k, 'h:' .. ot) end
+  if h and not alive(hk, req, now) then
+    ghost(k, req, cjson.decode(h))
+    h = false
+  end
+  if not h and ot and ot ~= req then
+    tok, h = ot, redis.call('HGET', k, 'h:' .. ot)
+    if h and not alive(hk, ot, now) then
+      ghost(k, ot, cjson.decode(h))
+      h = false
+    end
+  end
   if not h then return nil end
   local d = cjson.decode(h)
   if d.m ~= mode then return redis.error_reply('DLOCK_MODE 1') end
@@ -148,19 +180,14 @@ end
 local function held(k, hk, now, token, owner, mode)
   local cur = redis.pcall('HMGET', k, 'h:' .. token, owned(mode, owner))
   if cur.err then return nil end
-  local function alive(tok)
-    local exp = tonumber(redis.call('ZSCORE', hk, tok))
-    if exp and exp > now then return exp end
-  end
   local tok, h, exp = token, cur[1], nil
-  if h then exp = alive(tok) end
+  if h then exp = alive(hk, tok, now) end
   if not exp and cur[2] and cur[2] ~= token then
     tok, h = cur[2], redis.call('HGET', k, 'h:' .. cur[2])
-    if h then exp = alive(tok) end
+    if h then exp = alive(hk, tok, now) end
   end
   if not exp then return nil end
   local d = cjson.decode(h)
   if d.m ~= mode then return nil, redis.error_reply('DLOCK_MODE 1') end
   return tok, d, exp
 end
-

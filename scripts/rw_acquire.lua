@@ -63,9 +63,8 @@ if not cur[1] then
   return take({'kind', 'rwlock', 'fair', fair})
 end
 if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
-local dead = prune(k, hk, now)
-if not dead then return wrongtype() end
-local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], dead)
+if not prune(k, hk, now) then return wrongtype() end
+local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5])
 if again then
   if again[1] == 1 then settle(ck, channel, more, now, lease) end
   return again
@@ -121,7 +120,9 @@ if blocked then
       return wrongtype()
     end
     redis.call('ZADD', pk, str(now + ttl), member)
-    if fair == '1' then keep(k, ttl, pk, qk) else keep(k, ttl, pk) end
+    -- The holds key lives as long as the hash: a hash that outlived it
+    -- would keep the fields of holds it no longer knows.
+    if fair == '1' then keep(k, ttl, hk, pk, qk) else keep(k, ttl, hk, pk) end
     ms = math.min(ms, math.floor(ttl / 3))
   end
   if channel ~= '' then register(ck, channel, now, lease) end

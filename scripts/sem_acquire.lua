@@ -28,9 +28,8 @@ local fields = {'permits', permits}
 if not cur[1] then
   fields[3], fields[4] = 'kind', 'semaphore'
 else
-  local dead = prune(k, hk, now)
-  if not dead then return wrongtype() end
-  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], dead)
+  if not prune(k, hk, now) then return wrongtype() end
+  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3])
   if again then
     if again[1] == 1 then settle(ck, channel, more, now, lease) end
     return again

@@ -1,0 +1,146 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// The tests of this file check how the holds of read/write locks and
+// semaphores are counted, kept and given back: re-entries, repeated and
+// lost acquires, and what a hold's death leaves behind.
+
+// steppedWaiter is a waiting acquire on a goroutine and a client of its
+// own that does not subscribe. After each failed attempt it parks in its
+// OnRetry hook, handing the attempt's error to the test, until the test
+// lets it go on; it then waits delay and tries again.
+type steppedWaiter struct {
+	parked chan error
+	next   chan struct{}
+	done   chan stepResult
+}
+
+type stepResult struct {
+	l   *dlock.Lock
+	err error
+}
+
+// startStepped starts obtain on a client of its own over drv (which may
+// lose replies).
+func startStepped(ctx context.Context, drv *tapDriver, delay time.Duration,
+	obtain func(ctx context.Context, c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error), opts ...dlock.Option) *steppedWaiter {
+	w := &steppedWaiter{parked: make(chan error), next: make(chan struct{}), done: make(chan stepResult, 1)}
+	c := dlock.New(noSubscribe{drv})
+	opts = append(opts,
+		dlock.WithRetry(dlock.RetryFunc(func(int) (time.Duration, bool) { return delay, true })),
+		dlock.WithOnRetry(func(_ int, err error) {
+			select {
+			case w.parked <- err:
+				select {
+				case <-w.next:
+				case <-ctx.Done():
+				}
+			case <-ctx.Done():
+			}
+		}))
+	go func() {
+		defer c.Close()
+		l, err := obtain(ctx, c, opts...)
+		w.done <- stepResult{l, err}
+	}()
+	return w
+}
+
+// park waits for the waiter's next failed attempt and returns its error.
+func (w *steppedWaiter) park(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-w.parked:
+		return err
+	case r := <-w.done:
+		t.Fatalf("the waiter returned (%v) instead of failing an attempt", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter made no attempt for 10s")
+	}
+	return nil
+}
+
+// finish lets a parked waiter go on and waits for its acquire to return.
+func (w *steppedWaiter) finish(t *testing.T) (*dlock.Lock, error) {
+	t.Helper()
+	w.next <- struct{}{}
+	for {
+		select {
+		case r := <-w.done:
+			return r.l, r.err
+		case err := <-w.parked:
+			t.Errorf("the waiter failed again: %v", err)
+			w.next <- struct{}{}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not return within 10s")
+		}
+	}
+}
+
+// TestAnExpiredWriteHoldStaysDead: a write hold that expired while a
+// refused waiter kept the name's hash alive is not revived next to the
+// writer that came after it, neither by its owner's re-entry nor by its
+// own request token, and fences keep growing.
+func TestAnExpiredWriteHoldStaysDead(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := e.c.RWMutex("ghost").TryLock(ctx, dlock.WithOwner("job"), dlock.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer waits with a longer TTL: its refused attempt records
+	// it and keeps the name's keys alive for its TTL.
+	w := startStepped(ctx, e.newDriver(t), 20*time.Millisecond, func(ctx context.Context, c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+		return c.RWMutex("ghost").Lock(ctx, opts...)
+	}, dlock.WithTTL(10*time.Second))
+	if err := w.park(t); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the waiter's first attempt: %v", err)
+	}
+	base, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{ghost}"))
+	holds, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{ghost}:holds"))
+	if base < 5000 || holds < base-100 {
+		t.Errorf("after the waiter's record: PTTL %d ms of the hash, %d of the holds key; want the holds key to live as long", base, holds)
+	}
+	// a runs out; the waiter tries again some time after that.
+	for {
+		if _, err := a.TTL(ctx); errors.Is(err, dlock.ErrNotHeld) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("a never expired")
+		}
+		time.Sleep(5 * time.Millisecond) // no notice of an expiry to wait for
+	}
+	b, err := w.finish(t)
+	if err != nil {
+		t.Fatalf("the waiter after a expired: %v", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Errorf("fence %d after %d", b.Fence(), a.Fence())
+	}
+	other := e.newClient(t).RWMutex("ghost")
+	if l, err := other.TryLock(ctx, dlock.WithOwner("job")); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("the expired hold's owner re-entered it next to the live writer: err = %v, fence %d (live writer's %d)", err, l.Fence(), b.Fence())
+	}
+	if l, err := other.TryLock(ctx, dlock.WithToken(a.Token())); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("the expired hold's token repeated its acquire next to the live writer: err = %v, fence %d", err, l.Fence())
+	}
+	if info, err := e.c.Inspect(ctx, "ghost"); err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != b.Fence() {
+		t.Errorf("Inspect = %+v, %v; want the live writer alone", info, err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
