@@ -14,6 +14,67 @@ import (
 // semaphores are counted, kept and given back: re-entries, repeated and
 // lost acquires, and what a hold's death leaves behind.
 
+// holdKindCase is one kind of hold, obtained and contested on a name.
+type holdKindCase struct {
+	what string
+	// obtain gets the hold on name for c, waiting (RLock, Lock, Acquire)
+	// when wait is set.
+	obtain func(ctx context.Context, c *dlock.Client, name string, wait bool, opts ...dlock.Option) (*dlock.Lock, error)
+	// contest is a TryRLock, TryLock or TryAcquire that the hold keeps out.
+	contest func(ctx context.Context, c *dlock.Client, name string) error
+}
+
+var holdKindCases = []holdKindCase{
+	{"read", func(ctx context.Context, c *dlock.Client, name string, wait bool, opts ...dlock.Option) (*dlock.Lock, error) {
+		if wait {
+			return c.RWMutex(name).RLock(ctx, opts...)
+		}
+		return c.RWMutex(name).TryRLock(ctx, opts...)
+	}, func(ctx context.Context, c *dlock.Client, name string) error {
+		return tryAndRelease(ctx)(c.RWMutex(name).TryLock(ctx))
+	}},
+	{"write", func(ctx context.Context, c *dlock.Client, name string, wait bool, opts ...dlock.Option) (*dlock.Lock, error) {
+		if wait {
+			return c.RWMutex(name).Lock(ctx, opts...)
+		}
+		return c.RWMutex(name).TryLock(ctx, opts...)
+	}, func(ctx context.Context, c *dlock.Client, name string) error {
+		return tryAndRelease(ctx)(c.RWMutex(name).TryRLock(ctx))
+	}},
+	{"permit", func(ctx context.Context, c *dlock.Client, name string, wait bool, opts ...dlock.Option) (*dlock.Lock, error) {
+		if wait {
+			return c.Semaphore(name, 1).Acquire(ctx, opts...)
+		}
+		return c.Semaphore(name, 1).TryAcquire(ctx, opts...)
+	}, func(ctx context.Context, c *dlock.Client, name string) error {
+		return tryAndRelease(ctx)(c.Semaphore(name, 1).TryAcquire(ctx))
+	}},
+}
+
+// tryAndRelease returns a function that releases the hold a Try… obtained
+// and reports the Try…'s error.
+func tryAndRelease(ctx context.Context) func(*dlock.Lock, error) error {
+	return func(l *dlock.Lock, err error) error {
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return err
+	}
+}
+
+// holdCount is the count of the single hold Inspect reports on name.
+func holdCount(t *testing.T, ctx context.Context, c *dlock.Client, name string) int {
+	t.Helper()
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 1 {
+		t.Fatalf("Inspect %q: %d holders, want 1", name, len(info.Holders))
+	}
+	return info.Holders[0].Count
+}
+
 // steppedWaiter is a waiting acquire on a goroutine and a client of its
 // own that does not subscribe. After each failed attempt it parks in its
 // OnRetry hook, handing the attempt's error to the test, until the test
@@ -142,5 +203,78 @@ func TestAnExpiredWriteHoldStaysDead(t *testing.T) {
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAHoldReentryWhoseReplyWasLostIsTakenBack: an owner's re-entry that
+// ran but lost its reply is taken back by the cleanup that follows, once,
+// so that the first acquisition's release frees the name.
+func TestAHoldReentryWhoseReplyWasLostIsTakenBack(t *testing.T) {
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			first, err := k.obtain(ctx, e.c, "lost", false, dlock.WithOwner("o"), dlock.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.drv.loseReplies(1)
+			if _, err := k.obtain(ctx, e.c, "lost", false, dlock.WithOwner("o")); !errors.Is(err, errLostReply) {
+				t.Fatalf("re-entry with its reply lost: err = %v, want the transport error", err)
+			}
+			if n := holdCount(t, ctx, e.c, "lost"); n != 1 {
+				t.Errorf("count %d after the lost re-entry was taken back, want 1", n)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.contest(ctx, e.newClient(t), "lost"); err != nil {
+				t.Errorf("after the first acquisition's release: %v", err)
+			}
+		})
+	}
+}
+
+// TestAnInterleavedRetryOfAReentryCountsOnce: a waiting re-entry whose
+// reply was lost tries again with the same request after another re-entry
+// of the same owner: the retry joins nothing twice.
+func TestAnInterleavedRetryOfAReentryCountsOnce(t *testing.T) {
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			first, err := k.obtain(ctx, e.c, "retry", false, dlock.WithOwner("o"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			drv := e.newDriver(t)
+			drv.loseReplies(1)
+			w := startStepped(ctx, drv, 0, func(ctx context.Context, c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+				return k.obtain(ctx, c, "retry", true, opts...)
+			}, dlock.WithOwner("o"))
+			if err := w.park(t); !errors.Is(err, errLostReply) {
+				t.Fatalf("the waiter's first attempt: %v, want its reply lost", err)
+			}
+			second, err := k.obtain(ctx, e.c, "retry", false, dlock.WithOwner("o"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			third, err := w.finish(t)
+			if err != nil {
+				t.Fatalf("the waiter's retry: %v", err)
+			}
+			if n := holdCount(t, ctx, e.c, "retry"); n != 3 {
+				t.Errorf("count %d after three acquisitions, want 3", n)
+			}
+			for _, l := range []*dlock.Lock{third, second, first} {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := k.contest(ctx, e.newClient(t), "retry"); err != nil {
+				t.Errorf("after every acquisition's release: %v", err)
+			}
+		})
 	}
 }

@@ -451,7 +451,8 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	var args []any
 	if l.kind.modeArg {
 		// The request token, no owner, the mode, no release id (only a
-		// Release is ever sent twice), and: take back a pending acquire too.
+		// Release is ever sent twice), and: take back what the acquisition
+		// of that request token added (see holds), and its pending acquire.
 		args = append(l.kind.args(l.req, ""), "", "1")
 	} else {
 		args = []any{l.req, ""} // the acquisition, by its request token; no id

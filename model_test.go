@@ -38,7 +38,9 @@ type mHold struct {
 	mode, owner string
 	count       int
 	fence       uint64
-	lastReq     string // the request token of its last acquire
+	// recs are the request tokens of its recorded acquisitions, oldest
+	// first (see scripts/holds.lua).
+	recs []string
 }
 
 // mWaiter is a waiter a read/write lock records.
@@ -101,11 +103,15 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		}
 		return rejoined, req
 	}
-	if tok, h, _ := m.find("", owner, mode); h != nil {
-		if h.lastReq != req { // else the same re-entry again, its reply lost
-			h.count++
-			h.lastReq = req
+	if tok, h := m.recorder(req); h != nil { // the same re-entry again, its reply lost
+		if h.mode != mode {
+			return mismatch, ""
 		}
+		return rejoined, tok
+	}
+	if tok, h, _ := m.find("", owner, mode); h != nil {
+		h.count++
+		h.recs = append(h.recs, req)
 		return rejoined, tok
 	}
 	if m.blocked(req, mode, permits) {
@@ -115,7 +121,7 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		return refused, ""
 	}
 	m.dropWaiter(req)
-	m.holds[req] = &mHold{mode: mode, owner: owner, count: 1, lastReq: req}
+	m.holds[req] = &mHold{mode: mode, owner: owner, count: 1, recs: []string{req}}
 	m.exists = true
 	if m.kind == modelSem {
 		m.lastPermits = permits
@@ -151,17 +157,43 @@ func (m *model) dropWaiter(req string) {
 	m.waiters = slices.DeleteFunc(m.waiters, func(w mWaiter) bool { return w.req == req })
 }
 
-// cleanup is what a failed acquire takes back: the hold its request token
-// may have been granted unseen, and the waiter it may have recorded.
-func (m *model) cleanup(req string) {
-	if m.holds[req] != nil {
-		m.release(req)
+// recorder returns the hold that records the acquisition req, and its
+// token, if that joined a hold of another token.
+func (m *model) recorder(req string) (string, *mHold) {
+	for tok, h := range m.holds {
+		if tok != req && slices.Contains(h.recs, req) {
+			return tok, h
+		}
 	}
-	m.dropWaiter(req)
+	return "", nil
 }
 
-// release gives up one count of the hold tok.
+// cleanup is what a failed acquire in mode takes back: the waiter it may
+// have recorded, and the acquisition its request token may have made
+// unseen, if a hold still records it.
+func (m *model) cleanup(req, mode string) {
+	m.dropWaiter(req)
+	for tok, h := range m.holds {
+		if i := slices.Index(h.recs, req); i >= 0 && h.mode == mode {
+			h.recs = slices.Delete(h.recs, i, i+1)
+			m.drop(tok)
+			return
+		}
+	}
+}
+
+// release gives up one count of the hold tok; the hold forgets its oldest
+// records beyond the count left.
 func (m *model) release(tok string) {
+	h := m.holds[tok]
+	m.drop(tok)
+	if over := len(h.recs) - h.count; over > 0 {
+		h.recs = h.recs[over:]
+	}
+}
+
+// drop takes one count of the hold tok away.
+func (m *model) drop(tok string) {
 	h := m.holds[tok]
 	if h.count--; h.count > 0 {
 		return
@@ -369,7 +401,7 @@ func (r *modelRun) tryAcquire(req string, lose bool) {
 			r.t.Errorf("%s with its reply lost: err = %v", what, err)
 		}
 		r.lostGrant(want, tok, mode)
-		r.m.cleanup(req)
+		r.m.cleanup(req, mode)
 		return
 	}
 	l, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
@@ -456,7 +488,7 @@ func (r *modelRun) giveUp(w *waiter) {
 	if ev.parked || !errors.Is(ev.err, dlock.ErrNotObtained) && !errors.Is(ev.err, errLostReply) {
 		r.t.Errorf("%s: gave up with %+v", w.what, ev)
 	}
-	r.m.cleanup(w.req)
+	r.m.cleanup(w.req, w.mode)
 }
 
 // await takes a waiter's next event after an attempt.

@@ -3,17 +3,31 @@
 -- after wake.
 --
 -- The base key k of a name is a hash: 'kind', then per hold a field
--- 'h:'..token with the hold in JSON (m mode, r request token of its last
--- acquire, o owner id, c hold count, d metadata, s since in ms, f fence; s
--- and f as strings), and per hold with an owner a field
--- 'o:'..mode..':'..owner naming its token. The holds key hk is a sorted set
--- of the holds' tokens scored by when each expires, in ms of the server's
--- clock: a hold is alive while its score is above the server's time, and
--- only then (a field of the hash proves nothing). Every key of a name
--- lives, by its Redis TTL, as long as the longest-lived entry written to
--- it, and the holds key as long as the hash, so that a name whose holders
--- all died disappears by itself; the scripts forget dead holds as they
--- meet them.
+-- 'h:'..token with the hold in JSON (m mode, o owner id, c hold count, a
+-- the request tokens of its recorded acquisitions, oldest first, absent
+-- when none; d metadata, s since in ms, f fence; s and f as strings), per
+-- hold with an owner a field 'o:'..mode..':'..owner naming its token, and
+-- per recorded acquisition that joined a hold of another token (a
+-- re-entry) a field 'a:'..request token naming that token. The holds key
+-- hk is a sorted set of the holds' tokens scored by when each expires, in
+-- ms of the server's clock: a hold is alive while its score is above the
+-- server's time, and only then (a field of the hash proves nothing). Every
+-- key of a name lives, by its Redis TTL, as long as the longest-lived
+-- entry written to it, and the holds key as long as the hash, so that a
+-- name whose holders all died disappears by itself; the scripts forget
+-- dead holds as they meet them.
+--
+-- Every acquisition is recorded by its request token in the hold it made
+-- or joined, so that the same request sent again (its reply was lost) is
+-- known and changes nothing, and the cleanup after an acquire whose
+-- outcome is unknown takes back exactly what that acquire added (see
+-- holds_release). A release names a hold, not one of its acquisitions: it
+-- forgets the oldest records while the hold has more of them than the
+-- count left, as the acquisitions whose outcome a client may not know yet
+-- are the latest. (An acquisition still unknown while the same owner both
+-- took and released later ones of the hold can lose its record that way:
+-- its cleanup then finds nothing, and its count stays until the hold
+-- expires, as a crashed holder's would.)
 
 -- clock returns the server's time in ms and in µs.
 local function clock()
@@ -52,6 +66,33 @@ local function open(k, kind, ...)
   return cur
 end
 
+-- decode reads a hold's JSON. A hold written before acquisitions were
+-- recorded has no records, and 'r' (its last request token) instead.
+local function decode(h)
+  local d = cjson.decode(h)
+  if type(d.a) ~= 'table' then d.a = {} end
+  d.r = nil
+  return d
+end
+
+-- encode writes a hold's JSON. cjson writes an empty list as an object:
+-- a hold without records has no 'a'.
+local function encode(d)
+  local a = d.a
+  if #a == 0 then d.a = nil end
+  local h = cjson.encode(d)
+  d.a = a
+  return h
+end
+
+-- recorded returns where hold d records the acquisition with request token
+-- req, or nil.
+local function recorded(d, req)
+  for i, r in ipairs(d.a) do
+    if r == req then return i end
+  end
+end
+
 -- chunked runs a variadic command on key with args, a few at a time, as
 -- Lua's unpack cannot take a long list at once.
 local function chunked(cmd, key, args)
@@ -68,14 +109,19 @@ local function alive(hk, tok, now)
 end
 
 -- forget returns the fields of k that hold tok, decoded as d, leaves
--- behind: its own, and its owner's and the writer's while they name it (a
--- later hold may have taken them over). For HDEL.
-local function forget(k, tok, d)
+-- behind, for HDEL: its own, its records', and its owner's and the
+-- writer's. Those two are checked to still name it (a later hold may have
+-- taken them over) unless live is set: a live hold has them.
+local function forget(k, tok, d, live)
   local fields = {'h:' .. tok}
+  for _, r in ipairs(d.a) do
+    if r ~= tok then fields[#fields + 1] = 'a:' .. r end
+  end
   local of = owned(d.m, d.o)
-  local cur = redis.call('HMGET', k, of ~= '' and of or 'h:' .. tok, 'writer')
+  local cur = {tok, tok}
+  if not live then cur = redis.call('HMGET', k, of ~= '' and of or 'h:' .. tok, 'writer') end
   if of ~= '' and cur[1] == tok then fields[#fields + 1] = of end
-  if cur[2] == tok then fields[#fields + 1] = 'writer' end
+  if d.m == 'write' and cur[2] == tok then fields[#fields + 1] = 'writer' end
   return fields
 end
 
@@ -89,7 +135,7 @@ local function prune(k, hk, now)
   for _, tok in ipairs(dead) do
     local h = redis.call('HGET', k, 'h:' .. tok)
     if h then
-      for _, f in ipairs(forget(k, tok, cjson.decode(h))) do fields[#fields + 1] = f end
+      for _, f in ipairs(forget(k, tok, decode(h))) do fields[#fields + 1] = f end
     end
   end
   if #fields > 0 then chunked('HDEL', k, fields) end
@@ -130,7 +176,7 @@ end
 -- dlock did not write; nothing is written then.
 local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
   if type(redis.pcall('ZADD', hk, str(now + ttl), req)) == 'table' then return wrongtype() end
-  local h = cjson.encode({m = mode, r = req, o = owner, c = 1, d = meta, s = str(now), f = str(fence)})
+  local h = cjson.encode({m = mode, o = owner, c = 1, a = {req}, d = meta, s = str(now), f = str(fence)})
   fields[#fields + 1] = 'h:' .. req
   fields[#fields + 1] = h
   if owner ~= '' then
@@ -141,36 +187,56 @@ local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
 end
 
 -- rejoin handles an acquire by a caller who already holds the name, after
--- prune: the same request again (its reply was lost) changes nothing, a
--- re-entry by the owner of a live hold in the same mode adds one to its
--- count; both renew its expiry. h is the hold of the request token and ot
--- the token the owner holds (false for none), as read before prune; a hold
--- that is not alive is not joined (and forgotten if prune did not). It
--- returns the acquire's reply, an error reply when the request token holds
--- the name in another mode, or nil when the acquire is new.
-local function rejoin(k, hk, now, ttl, req, mode, h, ot)
-  local tok = req
-  if h and not alive(hk, req, now) then
-    ghost(k, req, cjson.decode(h))
-    h = false
+-- prune. The same request again (its reply was lost: its token is a
+-- hold's, or a hold records it) changes nothing; a re-entry by the owner
+-- of a live hold in the same mode adds one to its count and records the
+-- request. Both renew the hold's expiry. h is the hold of the request
+-- token, at the token of a hold that records the request and ot the token
+-- the owner holds (false for none), as read before prune; a hold that is
+-- not alive is not joined (and forgotten, if prune did not). It returns the
+-- acquire's reply, an error reply when the request token holds the name in
+-- another mode, or nil when the acquire is new.
+local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
+  -- live decodes hold tok (h, or read now) if it is alive.
+  local function live(tok, h)
+    h = h or redis.call('HGET', k, 'h:' .. tok)
+    if not h then return nil end
+    local d = decode(h)
+    if alive(hk, tok, now) then return d end
+    ghost(k, tok, d)
   end
-  if not h and ot and ot ~= req then
-    tok, h = ot, redis.call('HGET', k, 'h:' .. ot)
-    if h and not alive(hk, ot, now) then
-      ghost(k, ot, cjson.decode(h))
-      h = false
-    end
+  local tok, d = req, h and live(req, h)
+  if not d and at then
+    tok, d = at, live(at)
+    if d and not recorded(d, req) then d = nil end
   end
-  if not h then return nil end
-  local d = cjson.decode(h)
+  local again = d and true
+  if not again and ot and ot ~= req then tok, d = ot, live(ot) end
+  if not d then return nil end
   if d.m ~= mode then return redis.error_reply('DLOCK_MODE 1') end
-  if tok ~= req and d.r ~= req then
-    d.c, d.r = d.c + 1, req
-    redis.call('HSET', k, 'h:' .. tok, cjson.encode(d))
+  if not again then
+    d.c = d.c + 1
+    d.a[#d.a + 1] = req
+    redis.call('HSET', k, 'h:' .. tok, encode(d), 'a:' .. req, tok)
   end
   redis.call('ZADD', hk, str(now + ttl), tok)
   keep(k, ttl, hk)
   return {1, tok, tonumber(d.f)}
+end
+
+-- acquisition finds the live hold that records the acquisition in mode
+-- with request token req. It returns its token, the decoded hold and where
+-- it records req; nil when none does.
+local function acquisition(k, hk, now, req, mode)
+  local cur = redis.pcall('HMGET', k, 'h:' .. req, 'a:' .. req)
+  if cur.err then return nil end
+  local tok, h = req, cur[1]
+  if not h and cur[2] then tok, h = cur[2], redis.call('HGET', k, 'h:' .. cur[2]) end
+  if not h or not alive(hk, tok, now) then return nil end
+  local d = decode(h)
+  local i = recorded(d, req)
+  if not i or d.m ~= mode then return nil end
+  return tok, d, i
 end
 
 -- held finds the live hold of token, or else of owner in mode. It returns
@@ -187,7 +253,7 @@ local function held(k, hk, now, token, owner, mode)
     if h then exp = alive(hk, tok, now) end
   end
   if not exp then return nil end
-  local d = cjson.decode(h)
+  local d = decode(h)
   if d.m ~= mode then return nil, redis.error_reply('DLOCK_MODE 1') end
   return tok, d, exp
 end

@@ -1,4 +1,5 @@
--- holds_release: give up a hold of a read/write lock or a semaphore.
+-- holds_release: give up a hold of a read/write lock or a semaphore, or
+-- take back an acquisition whose outcome its client does not know.
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
 -- waiting clients (see wake); for a read/write lock also KEYS[4] pending
@@ -7,25 +8,30 @@
 -- when each is forgotten
 -- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode, ARGV[4] this
 -- release's id ('' for none), ARGV[5] '1' when an acquire that failed takes
--- back what it may have left: then ARGV[1] is its request token, and a
--- pending acquire it recorded goes too
+-- back what it may have left: then ARGV[1] is its request token, and what
+-- goes is the acquisition recorded by it (see holds), in whichever hold it
+-- made or joined, and the pending acquire it recorded
 --
--- A hold whose count is above one is decremented; otherwise it is removed,
--- with the name's keys once nothing live is left in them (but the waiter
--- set, which expires with its registrations). A freed permit wakes the
--- next waiting client; a read/write lock left without holders wakes every
--- waiting client, as several may get in. A pending acquire taken back
--- wakes every waiting client too, as it may have kept them out. A plain
--- release never touches pending acquires: another Lock may share the token
--- of a waiter's grant (a re-entry into a grant whose reply was lost). A
--- release whose id the marker holds ran before (its reply was lost and the
--- client sent it again): it changes nothing and counts as done.
--- Returns 0 when released, 1 when the caller held nothing. Fails with
--- DLOCK_MODE 1 when the token holds the name in another mode, having
--- changed nothing.
+-- A release gives up one count of the live hold of the token, or else of
+-- the owner, in the mode: the hold's count goes down by one, and it
+-- forgets its oldest records beyond that count (see holds). A taken-back
+-- acquisition gives up the count it added, and its record. A hold whose
+-- count reaches zero is removed, with the name's keys once nothing live
+-- is left in them (but the waiter set, which expires with its
+-- registrations). A freed permit wakes the next waiting client; a
+-- read/write lock left without holders wakes every waiting client, as
+-- several may get in. A pending acquire taken back wakes every waiting
+-- client too, as it may have kept them out. A plain release never touches
+-- pending acquires: another Lock may share the token of a waiter's grant
+-- (a re-entry into a grant whose reply was lost). A release whose id the
+-- marker holds ran before (its reply was lost and the client sent it
+-- again): it changes nothing and counts as done.
+-- Returns 0 when released or taken back, 1 when the caller held nothing.
+-- A release fails with DLOCK_MODE 1 when the token holds the name in
+-- another mode, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, owner, mode = ARGV[1], ARGV[2], ARGV[3]
-local id, marker, rw = ARGV[4], KEYS[#KEYS], #KEYS > 4
+local id, marker, rw, undo = ARGV[4], KEYS[#KEYS], #KEYS > 4, ARGV[5] == '1'
 local now = clock()
 if id ~= '' then
   local until_ = redis.pcall('ZSCORE', marker, id)
@@ -41,28 +47,46 @@ local function remember()
   redis.call('ZADD', marker, now + 60000, id)
   redis.call('PEXPIRE', marker, 60000)
 end
-local tok, d = held(k, hk, now, token, owner, mode)
+-- unqueue takes back the pending acquire of a failed acquire; it reports
+-- whether there was one.
+local function unqueue()
+  if not undo or not rw then return false end
+  local member = string.sub(mode, 1, 1) .. token
+  if redis.pcall('ZREM', KEYS[4], member) ~= 1 then return false end
+  redis.call('ZREM', KEYS[5], member)
+  return true
+end
+local tok, d, at
+if undo then
+  tok, d, at = acquisition(k, hk, now, token, mode)
+else
+  tok, d = held(k, hk, now, token, owner, mode)
+  if not tok and d then return d end
+end
+local queued = unqueue()
 if not tok then
-  if d then return d end
-  if ARGV[5] == '1' and rw then
-    local member = string.sub(mode, 1, 1) .. token
-    if redis.pcall('ZREM', KEYS[4], member) == 1 then
-      redis.call('ZREM', KEYS[5], member)
-      wake_all(KEYS[3], k)
-    end
-  end
+  if queued then wake_all(KEYS[3], k) end
   return 1
 end
 if d.c > 1 then
   d.c = d.c - 1
-  redis.call('HSET', k, 'h:' .. tok, cjson.encode(d))
+  local gone = {}
+  if undo then
+    table.remove(d.a, at)
+    if token ~= tok then gone[1] = 'a:' .. token end
+  else
+    while #d.a > d.c do
+      local r = table.remove(d.a, 1)
+      if r ~= tok then gone[#gone + 1] = 'a:' .. r end
+    end
+  end
+  redis.call('HSET', k, 'h:' .. tok, encode(d))
+  if #gone > 0 then redis.call('HDEL', k, unpack(gone)) end
   remember()
+  if queued then wake_all(KEYS[3], k) end
   return 0
 end
-local fields = {'h:' .. tok}
-if d.o ~= '' then fields[2] = owned(d.m, d.o) end
-if d.m == 'write' then fields[#fields + 1] = 'writer' end
-redis.call('HDEL', k, unpack(fields))
+redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
 redis.call('ZREM', hk, tok)
 local after = '(' .. now
 local free = redis.call('ZCOUNT', hk, after, '+inf') == 0
@@ -72,7 +96,7 @@ end
 remember()
 if not rw then
   wake(KEYS[3], k)
-elseif free then
+elseif free or queued then
   wake_all(KEYS[3], k)
 end
 return 0

@@ -38,7 +38,7 @@ local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, waits, fair = ARGV[8], ARGV[9] == '1', ARGV[10]
 local now, now_us = clock()
-local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, owned(mode, owner))
+local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local member = string.sub(mode, 1, 1) .. req
 local records = waits and (fair == '1' or mode == 'write')
@@ -64,7 +64,7 @@ if not cur[1] then
 end
 if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
 if not prune(k, hk, now) then return wrongtype() end
-local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5])
+local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6])
 if again then
   if again[1] == 1 then settle(ck, channel, more, now, lease) end
   return again

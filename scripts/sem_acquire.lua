@@ -22,14 +22,14 @@ local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, permits = ARGV[8], ARGV[9]
 local now = clock()
-local cur, err = open(k, 'semaphore', 'h:' .. req, owned(mode, owner))
+local cur, err = open(k, 'semaphore', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local fields = {'permits', permits}
 if not cur[1] then
   fields[3], fields[4] = 'kind', 'semaphore'
 else
   if not prune(k, hk, now) then return wrongtype() end
-  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3])
+  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], cur[4])
   if again then
     if again[1] == 1 then settle(ck, channel, more, now, lease) end
     return again
