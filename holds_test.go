@@ -278,3 +278,80 @@ func TestAnInterleavedRetryOfAReentryCountsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestAWaiterThatReentersLeavesNoRecord: a waiter recorded in a read/write
+// lock that gets in by joining its owner's hold takes its record back, so
+// that it keeps no one out once the hold is released.
+func TestAWaiterThatReentersLeavesNoRecord(t *testing.T) {
+	for _, tc := range []struct {
+		what  string
+		opts  []dlock.RWOption
+		write bool // the waiter's mode
+	}{
+		{"writer", nil, true},
+		{"fair reader", []dlock.RWOption{dlock.Fair()}, false},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m := e.c.RWMutex("rejoin", tc.opts...)
+			// The name is held in the mode that keeps the waiter out.
+			var blocker *dlock.Lock
+			var err error
+			if tc.write {
+				blocker, err = m.TryRLock(ctx)
+			} else {
+				blocker, err = m.TryLock(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := startStepped(ctx, e.newDriver(t), 0, func(ctx context.Context, c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+				if tc.write {
+					return c.RWMutex("rejoin", tc.opts...).Lock(ctx, opts...)
+				}
+				return c.RWMutex("rejoin", tc.opts...).RLock(ctx, opts...)
+			}, dlock.WithOwner("o"), dlock.WithTTL(time.Minute))
+			if err := w.park(t); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatalf("the waiter's first attempt: %v", err)
+			}
+			if err := blocker.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The owner gets in by another call; the waiter joins it.
+			var held *dlock.Lock
+			if tc.write {
+				held, err = m.TryLock(ctx, dlock.WithOwner("o"))
+			} else {
+				held, err = m.TryRLock(ctx, dlock.WithOwner("o"))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined, err := w.finish(t)
+			if err != nil {
+				t.Fatalf("the waiter: %v", err)
+			}
+			if joined.Token() != held.Token() {
+				t.Errorf("the waiter got token %q, the owner's hold is %q", joined.Token(), held.Token())
+			}
+			if info, err := e.c.Inspect(ctx, "rejoin"); err != nil || info.Waiters != 0 || info.WriterWaiting {
+				t.Errorf("Inspect = %+v, %v; want no waiter recorded", info, err)
+			}
+			for _, l := range []*dlock.Lock{joined, held} {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Released: nobody waits, so anyone gets in at once.
+			contest := m.TryRLock
+			if !tc.write {
+				contest = m.TryLock
+			}
+			if err := tryAndRelease(ctx)(contest(ctx)); err != nil {
+				t.Errorf("after the re-entered hold's release: %v", err)
+			}
+		})
+	}
+}

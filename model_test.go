@@ -101,18 +101,18 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		if h.mode != mode {
 			return mismatch, ""
 		}
-		return rejoined, req
+		return m.rejoined(req, wait), req
 	}
 	if tok, h := m.recorder(req); h != nil { // the same re-entry again, its reply lost
 		if h.mode != mode {
 			return mismatch, ""
 		}
-		return rejoined, tok
+		return m.rejoined(req, wait), tok
 	}
 	if tok, h, _ := m.find("", owner, mode); h != nil {
 		h.count++
 		h.recs = append(h.recs, req)
-		return rejoined, tok
+		return m.rejoined(req, wait), tok
 	}
 	if m.blocked(req, mode, permits) {
 		if wait && m.kind == modelRW && (m.fair || mode == dlock.ModeWrite) && !m.waiting(req) {
@@ -127,6 +127,15 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		m.lastPermits = permits
 	}
 	return granted, req
+}
+
+// rejoined is the outcome of an attempt that joins a hold: a waiter takes
+// back the waiter it recorded.
+func (m *model) rejoined(req string, wait bool) outcome {
+	if wait {
+		m.dropWaiter(req)
+	}
+	return rejoined
 }
 
 func (m *model) blocked(req, mode string, permits int) bool {

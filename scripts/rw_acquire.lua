@@ -23,7 +23,9 @@
 --
 -- A waiting client that is refused registers in the waiter set, so that a
 -- release wakes it. Once it obtains a hold, it leaves the set, or, when
--- more of its callers wait, registers again at the back.
+-- more of its callers wait, registers again at the back; a caller that
+-- obtains one, also by joining a hold it re-enters or by repeating an
+-- acquire, takes back its pending acquire.
 --
 -- Returns {1, token, fence} when obtained (fence 0 for a read hold), the
 -- token being the request token, or the held one when the request repeats
@@ -66,7 +68,15 @@ if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
 if not prune(k, hk, now) then return wrongtype() end
 local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6])
 if again then
-  if again[1] == 1 then settle(ck, channel, more, now, lease) end
+  if again[1] == 1 then
+    if records then
+      -- A waiter that joined a hold takes back its pending acquire. Nobody
+      -- is woken: a hold keeps out whoever a waiter of its mode did.
+      redis.pcall('ZREM', pk, member)
+      if fair == '1' then redis.pcall('ZREM', qk, member) end
+    end
+    settle(ck, channel, more, now, lease)
+  end
   return again
 end
 
