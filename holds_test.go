@@ -355,3 +355,47 @@ func TestAWaiterThatReentersLeavesNoRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestAShorterReentryDoesNotCutTheHoldShort: a hold acquired several times
+// lives as long as the longest of its acquisitions' TTLs and refreshes;
+// once held by one acquisition, a refresh may shorten it again.
+func TestAShorterReentryDoesNotCutTheHoldShort(t *testing.T) {
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			first, err := k.obtain(ctx, e.c, "short", false, dlock.WithOwner("o"), dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := k.obtain(ctx, e.newClient(t), "short", false, dlock.WithOwner("o"), dlock.WithTTL(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left, err := first.TTL(ctx); err != nil || left < 50*time.Second {
+				t.Errorf("TTL after a re-entry with 1s = %v, %v; want the first's minute", left, err)
+			}
+			if err := second.Refresh(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := first.TTL(ctx); err != nil || left < 50*time.Second {
+				t.Errorf("TTL after a refresh with 1s = %v, %v; want the first's minute", left, err)
+			}
+			if pttl, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{short}")); pttl < 50_000 {
+				t.Errorf("base key PTTL = %d ms, shorter than the hold", pttl)
+			}
+			if err := second.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Refresh(ctx, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := first.TTL(ctx); err != nil || left > 2*time.Second {
+				t.Errorf("TTL of a hold held once, refreshed to 2s = %v, %v", left, err)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -39,11 +39,14 @@ import "context"
 //
 // WithOwner makes holds re-entrant per owner and mode: an owner that holds
 // a read hold and asks for a read hold again gets the same hold with its
-// count raised, and likewise for the write hold. An owner that holds one
-// mode and asks for the other waits like anyone else; so does a reader
-// without an owner that asks for a second read hold while a writer waits
-// for its first. Both wait until they give up: use WithOwner for nested
-// reads, and release a read hold before asking for the write hold.
+// count raised, and likewise for the write hold. A hold counted more than
+// once lives until the latest expiry any of its acquisitions and refreshes
+// asked for: a re-entry or Refresh with a shorter TTL never cuts it short
+// (once counted once again, a Refresh may). An owner that holds one mode
+// and asks for the other waits like anyone else; so does a reader without
+// an owner that asks for a second read hold while a writer waits for its
+// first. Both wait until they give up: use WithOwner for nested reads, and
+// release a read hold before asking for the write hold.
 type RWMutex struct {
 	c    *Client
 	name string

@@ -28,7 +28,10 @@ import (
 //
 // WithOwner makes permits re-entrant per owner: an owner that holds a
 // permit and acquires again gets the same permit with its count raised,
-// not a second permit.
+// not a second permit. A permit counted more than once lives until the
+// latest expiry any of its acquisitions and refreshes asked for: a
+// re-entry or Refresh with a shorter TTL never cuts it short (once counted
+// once again, a Refresh may).
 type Semaphore struct {
 	c       *Client
 	name    string

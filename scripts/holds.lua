@@ -158,6 +158,16 @@ local function keep(k, ttl, ...)
   for _, key in ipairs({...}) do redis.call('PEXPIRE', key, env) end
 end
 
+-- extend sets the expiry of hold tok of hk, counted count times and alive
+-- until exp, to ttl ms from now. A hold counted more than once is only
+-- ever extended: each of its acquisitions was promised its own TTL, and
+-- one must not cut the others' short. A hold counted once may be
+-- shortened.
+local function extend(hk, tok, now, ttl, count, exp)
+  if count > 1 and exp >= now + ttl then return end
+  redis.call('ZADD', hk, str(now + ttl), tok)
+end
+
 -- settle is what a waiting client does once it obtained a hold: leave the
 -- waiter set ck, or, when more of its callers wait (more is '1'), register
 -- again at the back. channel is '' for a caller that did not register.
@@ -190,28 +200,33 @@ end
 -- prune. The same request again (its reply was lost: its token is a
 -- hold's, or a hold records it) changes nothing; a re-entry by the owner
 -- of a live hold in the same mode adds one to its count and records the
--- request. Both renew the hold's expiry. h is the hold of the request
+-- request. Both extend the hold (see extend). h is the hold of the request
 -- token, at the token of a hold that records the request and ot the token
 -- the owner holds (false for none), as read before prune; a hold that is
 -- not alive is not joined (and forgotten, if prune did not). It returns the
 -- acquire's reply, an error reply when the request token holds the name in
 -- another mode, or nil when the acquire is new.
 local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
-  -- live decodes hold tok (h, or read now) if it is alive.
+  -- live decodes hold tok (h, or read now) and returns its expiry if it
+  -- is alive.
   local function live(tok, h)
     h = h or redis.call('HGET', k, 'h:' .. tok)
     if not h then return nil end
-    local d = decode(h)
-    if alive(hk, tok, now) then return d end
+    local d, exp = decode(h), alive(hk, tok, now)
+    if exp then return d, exp end
     ghost(k, tok, d)
   end
-  local tok, d = req, h and live(req, h)
+  local tok, d, exp = req, nil, nil
+  if h then d, exp = live(req, h) end
   if not d and at then
-    tok, d = at, live(at)
+    tok, d, exp = at, live(at)
     if d and not recorded(d, req) then d = nil end
   end
   local again = d and true
-  if not again and ot and ot ~= req then tok, d = ot, live(ot) end
+  if not again and ot and ot ~= req then
+    tok = ot
+    d, exp = live(ot)
+  end
   if not d then return nil end
   if d.m ~= mode then return redis.error_reply('DLOCK_MODE 1') end
   if not again then
@@ -219,7 +234,7 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
     d.a[#d.a + 1] = req
     redis.call('HSET', k, 'h:' .. tok, encode(d), 'a:' .. req, tok)
   end
-  redis.call('ZADD', hk, str(now + ttl), tok)
+  extend(hk, tok, now, ttl, d.c, exp)
   keep(k, ttl, hk)
   return {1, tok, tonumber(d.f)}
 end

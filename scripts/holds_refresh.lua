@@ -5,17 +5,18 @@
 -- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] TTL in ms,
 -- ARGV[4] mode
 --
--- Returns 0 when the caller held it and it got the new TTL, 1 when the
--- caller held nothing. Fails with DLOCK_MODE 1 when the token holds the
+-- Returns 0 when the caller held it and it got the new TTL (a hold counted
+-- more than once is only extended, see extend), 1 when the caller held
+-- nothing. Fails with DLOCK_MODE 1 when the token holds the
 -- name in another mode, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, owner, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now = clock()
-local tok, d = held(k, hk, now, token, owner, mode)
+local tok, d, exp = held(k, hk, now, token, owner, mode)
 if not tok then
   if d then return d end
   return 1
 end
-redis.call('ZADD', hk, str(now + ttl), tok)
+extend(hk, tok, now, ttl, d.c, exp)
 keep(k, ttl, hk)
 return 0
