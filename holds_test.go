@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // The tests of this file check how the holds of read/write locks and
@@ -397,5 +399,88 @@ func TestAShorterReentryDoesNotCutTheHoldShort(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone: a release whose
+// release marker key holds data dlock did not write fails with
+// ErrWrongType, changing nothing; the string marker an exclusive lock of
+// an older dlock left there (it expires within a minute) is replaced.
+func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const marker = "dlock:{marked}:released"
+	for _, tc := range []struct {
+		what, typ string
+		write     func()
+		dump      []string // the command that reads it back, after the key
+	}{
+		{"string", "string", func() { e.srv.Do(t, "SET", marker, "user data") }, []string{"GET"}},
+		{"hash", "hash", func() { e.srv.Do(t, "HSET", marker, "f", "v") }, []string{"HGETALL"}},
+		{"sorted set without expiry", "zset", func() { e.srv.Do(t, "ZADD", marker, "1", "m") },
+			[]string{"ZRANGE", "", "0", "-1", "WITHSCORES"}},
+		{"sorted set expiring after a minute", "zset", func() {
+			e.srv.Do(t, "ZADD", marker, "1", "m")
+			e.srv.Do(t, "EXPIRE", marker, "3600")
+		}, []string{"ZRANGE", "", "0", "-1", "WITHSCORES"}},
+	} {
+		// read returns the marker's type and, while it is still tc's, its
+		// content.
+		read := func() string {
+			typ := e.srv.Do(t, "TYPE", marker)
+			if typ != tc.typ {
+				return typ
+			}
+			args := append([]string{tc.dump[0], marker}, tc.dump[min(2, len(tc.dump)):]...)
+			return typ + " " + e.srv.Do(t, args...)
+		}
+		for _, k := range holdKindCases {
+			e.srv.Do(t, "DEL", marker)
+			tc.write()
+			before := read()
+			if _, err := k.obtain(ctx, e.c, "marked", false, dlock.WithOwner("o")); err != nil {
+				t.Fatalf("%s, %s: %v", tc.what, k.what, err)
+			}
+			inner, err := k.obtain(ctx, e.c, "marked", false, dlock.WithOwner("o"))
+			if err != nil {
+				t.Fatalf("%s, %s: %v", tc.what, k.what, err)
+			}
+			if err := inner.Release(ctx); !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("%s at the marker, %s: Release err = %v, want ErrWrongType", tc.what, k.what, err)
+			}
+			if after := read(); after != before {
+				t.Errorf("%s at the marker, %s: %q became %q", tc.what, k.what, before, after)
+			}
+			if n := holdCount(t, ctx, e.c, "marked"); n != 2 {
+				t.Errorf("%s at the marker, %s: count %d after a refused release, want 2", tc.what, k.what, n)
+			}
+			if _, err := e.c.ForceRelease(ctx, "marked"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// An older dlock's exclusive release marker: a string that expires
+	// within a minute. A client limited to dlock's commands replaces it.
+	e.srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, aclRules...)...)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), Username: "locker", Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	limited := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = limited.Close() })
+	for _, k := range holdKindCases {
+		e.srv.Do(t, "SET", marker, "13377331", "PX", "60000")
+		l, err := k.obtain(ctx, limited, "marked", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: release beside an old exclusive marker: %v", k.what, err)
+		}
+		if typ := e.srv.Do(t, "TYPE", marker); typ != "zset" {
+			t.Errorf("%s: the marker is a %s, want the release's sorted set", k.what, typ)
+		}
+		if e.exists(t, "dlock:{marked}") {
+			t.Errorf("%s: the name's hash is left: %s", k.what, e.srv.Do(t, "KEYS", "*"))
+		}
 	}
 }

@@ -77,7 +77,7 @@ func TestUncontendedHoldsCostTwoRoundTrips(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		acquire  func() (*dlock.Lock, error)
-		commands int // redis.calls of both scripts, at most (4 of them keep the release marker)
+		commands int // redis.calls of both scripts, at most (up to 5 of them keep the release marker)
 	}{
 		{"read", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryRLock(ctx) }, 24},
 		{"write", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryLock(ctx) }, 24},

@@ -25,26 +25,44 @@
 -- pending acquires: another Lock may share the token of a waiter's grant
 -- (a re-entry into a grant whose reply was lost). A release whose id the
 -- marker holds ran before (its reply was lost and the client sent it
--- again): it changes nothing and counts as done.
+-- again): it changes nothing and counts as done. The marker is kept for a
+-- minute after each release; a string there that expires within a minute
+-- is the marker of an exclusive lock of an older dlock, which this one
+-- replaces. Any other data there, which dlock did not write, is left
+-- alone: the release fails.
 -- Returns 0 when released or taken back, 1 when the caller held nothing.
 -- A release fails with DLOCK_MODE 1 when the token holds the name in
--- another mode, having changed nothing.
+-- another mode, and with DLOCK_WRONGTYPE 1 when the marker holds data
+-- dlock did not write, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, owner, mode = ARGV[1], ARGV[2], ARGV[3]
 local id, marker, rw, undo = ARGV[4], KEYS[#KEYS], #KEYS > 4, ARGV[5] == '1'
 local now = clock()
+local marked = false -- what the marker is: 'ids' (this script's), 'old' (see above), false for none
 if id ~= '' then
-  local until_ = redis.pcall('ZSCORE', marker, id)
-  if type(until_) == 'string' and tonumber(until_) > now then return 0 end
+  local left = redis.call('PTTL', marker)
+  if left ~= -2 then
+    if left < 0 or left > 60000 then return wrongtype() end -- -1: no expiry
+    local until_ = redis.pcall('ZSCORE', marker, id)
+    if type(until_) == 'table' then -- not a sorted set
+      if type(redis.pcall('GET', marker)) ~= 'string' then return wrongtype() end -- nor a string
+      marked = 'old'
+    elseif until_ and tonumber(until_) > now then
+      return 0
+    else
+      marked = 'ids'
+    end
+  end
 end
 -- remember records this release's id for a minute.
 local function remember()
   if id == '' then return end
-  local r = redis.pcall('ZREMRANGEBYSCORE', marker, '-inf', now)
-  if type(r) == 'table' and r.err then
-    redis.call('DEL', marker) -- an exclusive lock's marker, from an earlier use of the name
+  if marked == 'old' then
+    redis.call('DEL', marker)
+  elseif marked == 'ids' then
+    redis.call('ZREMRANGEBYSCORE', marker, '-inf', now)
   end
-  redis.call('ZADD', marker, now + 60000, id)
+  redis.call('ZADD', marker, str(now + 60000), id)
   redis.call('PEXPIRE', marker, 60000)
 end
 -- unqueue takes back the pending acquire of a failed acquire; it reports
@@ -86,12 +104,15 @@ if d.c > 1 then
   if queued then wake_all(KEYS[3], k) end
   return 0
 end
-redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
-redis.call('ZREM', hk, tok)
+-- The last count: the hold goes, and with it the name's keys when no other
+-- hold is alive (this one is) and, for a read/write lock, nobody waits.
 local after = '(' .. now
-local free = redis.call('ZCOUNT', hk, after, '+inf') == 0
+local free = redis.call('ZCOUNT', hk, after, '+inf') <= 1
 if free and (not rw or redis.call('ZCOUNT', KEYS[4], after, '+inf') == 0) then
   redis.call('DEL', k, hk, unpack(KEYS, 4, #KEYS - 1))
+else
+  redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
+  redis.call('ZREM', hk, tok)
 end
 remember()
 if not rw then
