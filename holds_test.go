@@ -484,3 +484,54 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestAnExpiredHoldCannotTouchItsOwnersNext: a Lock whose read hold, write
+// hold or permit expired cannot release, refresh or read the hold its
+// owner took after it: a hold is found by its token alone, never by its
+// owner.
+func TestAnExpiredHoldCannotTouchItsOwnersNext(t *testing.T) {
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			old, err := k.obtain(ctx, e.c, "next", false, dlock.WithOwner("o"), dlock.WithTTL(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if _, err := old.TTL(ctx); errors.Is(err, dlock.ErrNotHeld) {
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if ctx.Err() != nil {
+					t.Fatal("the first hold never expired")
+				}
+				time.Sleep(5 * time.Millisecond) // no notice of an expiry to wait for
+			}
+			next, err := k.obtain(ctx, e.newClient(t), "next", false, dlock.WithOwner("o"), dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := old.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("TTL of the expired hold: err = %v, want ErrNotHeld", err)
+			}
+			if err := old.Refresh(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Refresh of the expired hold: err = %v, want ErrNotHeld", err)
+			}
+			if err := old.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Release of the expired hold: err = %v, want ErrNotHeld", err)
+			}
+			if err := k.contest(ctx, e.newClient(t), "next"); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("the owner's next hold was given up by the expired one's Lock: err = %v", err)
+			}
+			if left, err := next.TTL(ctx); err != nil || left < 50*time.Second {
+				t.Errorf("TTL of the next hold = %v, %v", left, err)
+			}
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -48,10 +48,10 @@ type mWaiter struct{ req, mode string }
 
 // mValue is a *dlock.Lock the test holds, with what the model knows of it.
 type mValue struct {
-	l                  *dlock.Lock
-	token, mode, owner string
-	released           bool // Release reached the server: the next is refused locally
-	ended              bool // its lease ended: Refresh is refused locally
+	l           *dlock.Lock
+	token, mode string
+	released    bool // Release reached the server: the next is refused locally
+	ended       bool // its lease ended: Refresh is refused locally
 }
 
 // model is the in-memory model of one name.
@@ -75,23 +75,30 @@ const (
 	mismatch // the request token holds the other mode
 )
 
-// find returns the live hold a Lock with token and owner acts on in mode,
-// as the scripts look it up: by token, else by owner.
-func (m *model) find(token, owner, mode string) (tok string, h *mHold, mis bool) {
+// held returns the live hold a Lock with token acts on in mode, as the
+// scripts look it up: by its token alone; mis is set when the token holds
+// the other mode.
+func (m *model) held(token, mode string) (h *mHold, mis bool) {
 	if h := m.holds[token]; h != nil {
 		if h.mode != mode {
-			return "", nil, true
+			return nil, true
 		}
-		return token, h, false
+		return h, false
 	}
+	return nil, false
+}
+
+// ownedBy returns the live hold of owner in mode, which its acquires
+// re-enter, and its token.
+func (m *model) ownedBy(owner, mode string) (string, *mHold) {
 	if owner != "" {
 		for tok, h := range m.holds {
 			if h.owner == owner && h.mode == mode {
-				return tok, h, false
+				return tok, h
 			}
 		}
 	}
-	return "", nil, false
+	return "", nil
 }
 
 // attempt applies one acquire attempt to the model and returns its outcome
@@ -109,7 +116,7 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		}
 		return m.rejoined(req, wait), tok
 	}
-	if tok, h, _ := m.find("", owner, mode); h != nil {
+	if tok, h := m.ownedBy(owner, mode); h != nil {
 		h.count++
 		h.recs = append(h.recs, req)
 		return m.rejoined(req, wait), tok
@@ -414,7 +421,7 @@ func (r *modelRun) tryAcquire(req string, lose bool) {
 		return
 	}
 	l, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
-	r.check(what, want, tok, mode, owner, l, err)
+	r.check(what, want, tok, mode, l, err)
 }
 
 // waiter is an RLock, Lock or Acquire on a goroutine and a client of its
@@ -505,7 +512,7 @@ func (r *modelRun) await(w *waiter) {
 	ev := r.event(w)
 	switch {
 	case !ev.parked:
-		r.check(w.what, w.want, w.tok, w.mode, w.owner, ev.l, ev.err)
+		r.check(w.what, w.want, w.tok, w.mode, ev.l, ev.err)
 		return
 	case w.lost:
 		if !errors.Is(ev.err, errLostReply) {
@@ -543,7 +550,7 @@ func (r *modelRun) unpark(w *waiter) {
 }
 
 // check compares an acquire's result with the model's outcome.
-func (r *modelRun) check(what string, want outcome, tok, mode, owner string, l *dlock.Lock, err error) {
+func (r *modelRun) check(what string, want outcome, tok, mode string, l *dlock.Lock, err error) {
 	r.t.Helper()
 	switch want {
 	case refused:
@@ -574,7 +581,7 @@ func (r *modelRun) check(what string, want outcome, tok, mode, owner string, l *
 	case l.Fence() != h.fence:
 		r.t.Errorf("%s: fence %d, the hold's is %d", what, l.Fence(), h.fence)
 	}
-	r.values = append(r.values, &mValue{l: l, token: l.Token(), mode: mode, owner: owner})
+	r.values = append(r.values, &mValue{l: l, token: l.Token(), mode: mode})
 }
 
 func (r *modelRun) value() *mValue {
@@ -623,10 +630,10 @@ func (r *modelRun) release() {
 		r.wantLocal(what+" (released before)", err)
 		return
 	}
-	tok, h, mis := r.m.find(v.token, v.owner, v.mode)
+	h, mis := r.m.held(v.token, v.mode)
 	r.wantHeld(what, err, h, mis)
 	if h != nil {
-		r.m.release(tok)
+		r.m.release(v.token)
 	}
 	v.released, v.ended = true, true
 }
@@ -642,7 +649,7 @@ func (r *modelRun) refresh() {
 		r.wantLocal(what+" (ended before)", err)
 		return
 	}
-	_, h, mis := r.m.find(v.token, v.owner, v.mode)
+	h, mis := r.m.held(v.token, v.mode)
 	r.wantHeld(what, err, h, mis)
 	v.ended = h == nil
 }
@@ -653,7 +660,7 @@ func (r *modelRun) ttl() {
 		return
 	}
 	left, err := v.l.TTL(r.ctx)
-	_, h, mis := r.m.find(v.token, v.owner, v.mode)
+	h, mis := r.m.held(v.token, v.mode)
 	if mis {
 		if !errors.Is(err, dlock.ErrModeMismatch) {
 			r.t.Errorf("TTL of %s: err = %v, model: the token holds the other mode", v.token, err)

@@ -254,21 +254,18 @@ local function acquisition(k, hk, now, req, mode)
   return tok, d, i
 end
 
--- held finds the live hold of token, or else of owner in mode. It returns
--- its token, the decoded hold and its expiry; nil when the caller holds
--- nothing; nil and an error reply when token holds the name in another
--- mode.
-local function held(k, hk, now, token, owner, mode)
-  local cur = redis.pcall('HMGET', k, 'h:' .. token, owned(mode, owner))
-  if cur.err then return nil end
-  local tok, h, exp = token, cur[1], nil
-  if h then exp = alive(hk, tok, now) end
-  if not exp and cur[2] and cur[2] ~= token then
-    tok, h = cur[2], redis.call('HGET', k, 'h:' .. cur[2])
-    if h then exp = alive(hk, tok, now) end
-  end
+-- held finds the live hold of token in mode. It returns its token, the
+-- decoded hold and its expiry; nil when the caller holds nothing; nil and
+-- an error reply when token holds the name in another mode. The token
+-- alone decides, never the owner: every acquisition of a hold has its
+-- token (a re-entry is granted the held one), and a Lock whose hold
+-- expired must not act on the next hold of the same owner.
+local function held(k, hk, now, token, mode)
+  local h = redis.pcall('HGET', k, 'h:' .. token)
+  if type(h) ~= 'string' then return nil end -- none, or k holds other data
+  local exp = alive(hk, token, now)
   if not exp then return nil end
   local d = decode(h)
   if d.m ~= mode then return nil, redis.error_reply('DLOCK_MODE 1') end
-  return tok, d, exp
+  return token, d, exp
 end

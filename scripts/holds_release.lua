@@ -6,36 +6,36 @@
 -- acquires and KEYS[5] arrival queue (see rw_acquire); last, the name's
 -- release marker: a sorted set of the ids of its recent releases, scored by
 -- when each is forgotten
--- ARGV[1] token, ARGV[2] owner id ('' for none), ARGV[3] mode, ARGV[4] this
--- release's id ('' for none), ARGV[5] '1' when an acquire that failed takes
--- back what it may have left: then ARGV[1] is its request token, and what
--- goes is the acquisition recorded by it (see holds), in whichever hold it
--- made or joined, and the pending acquire it recorded
+-- ARGV[1] token, ARGV[2] owner id (unused: see held), ARGV[3] mode,
+-- ARGV[4] this release's id ('' for none), ARGV[5] '1' when an acquire
+-- that failed takes back what it may have left: then ARGV[1] is its
+-- request token, and what goes is the acquisition recorded by it (see
+-- holds), in whichever hold it made or joined, and the pending acquire it
+-- recorded
 --
--- A release gives up one count of the live hold of the token, or else of
--- the owner, in the mode: the hold's count goes down by one, and it
--- forgets its oldest records beyond that count (see holds). A taken-back
--- acquisition gives up the count it added, and its record. A hold whose
--- count reaches zero is removed, with the name's keys once nothing live
--- is left in them (but the waiter set, which expires with its
--- registrations). A freed permit wakes the next waiting client; a
--- read/write lock left without holders wakes every waiting client, as
--- several may get in. A pending acquire taken back wakes every waiting
--- client too, as it may have kept them out. A plain release never touches
--- pending acquires: another Lock may share the token of a waiter's grant
--- (a re-entry into a grant whose reply was lost). A release whose id the
--- marker holds ran before (its reply was lost and the client sent it
--- again): it changes nothing and counts as done. The marker is kept for a
--- minute after each release; a string there that expires within a minute
--- is the marker of an exclusive lock of an older dlock, which this one
--- replaces. Any other data there, which dlock did not write, is left
--- alone: the release fails.
+-- A release gives up one count of the live hold of the token in the mode:
+-- the hold's count goes down by one, and it forgets its oldest records
+-- beyond that count (see holds). A taken-back acquisition gives up the
+-- count it added, and its record. A hold whose count reaches zero is
+-- removed, with the name's keys once nothing live is left in them (but the
+-- waiter set, which expires with its registrations). A freed permit wakes
+-- the next waiting client; a read/write lock left without holders wakes
+-- every waiting client, as several may get in. A pending acquire taken
+-- back wakes every waiting client too, as it may have kept them out. A
+-- plain release never touches pending acquires: another Lock may share the
+-- token of a waiter's grant (a re-entry into a grant whose reply was
+-- lost). A release whose id the marker holds ran before (its reply was
+-- lost and the client sent it again): it changes nothing and counts as
+-- done. The marker is kept for a minute after each release; a string there
+-- that expires within a minute is the marker of an exclusive lock of an
+-- older dlock, which this one replaces. Any other data there, which dlock
+-- did not write, is left alone: the release fails.
 -- Returns 0 when released or taken back, 1 when the caller held nothing.
 -- A release fails with DLOCK_MODE 1 when the token holds the name in
 -- another mode, and with DLOCK_WRONGTYPE 1 when the marker holds data
 -- dlock did not write, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
-local token, owner, mode = ARGV[1], ARGV[2], ARGV[3]
+local token, mode = ARGV[1], ARGV[3]
 local id, marker, rw, undo = ARGV[4], KEYS[#KEYS], #KEYS > 4, ARGV[5] == '1'
 local now = clock()
 local marked = false -- what the marker is: 'ids' (this script's), 'old' (see above), false for none
@@ -78,7 +78,7 @@ local tok, d, at
 if undo then
   tok, d, at = acquisition(k, hk, now, token, mode)
 else
-  tok, d = held(k, hk, now, token, owner, mode)
+  tok, d = held(k, hk, now, token, mode)
   if not tok and d then return d end
 end
 local queued = unqueue()
