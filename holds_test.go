@@ -535,3 +535,48 @@ func TestAnExpiredHoldCannotTouchItsOwnersNext(t *testing.T) {
 		})
 	}
 }
+
+// TestAWaiterSetOfOtherDataIsLeftAlone: a read/write lock's or a
+// semaphore's waiter set that holds data dlock did not write is never
+// written, as an exclusive lock's is not: a waiting caller that obtains the
+// hold gets it, and one that is refused fails with ErrWrongType at once,
+// having recorded nothing.
+func TestAWaiterSetOfOtherDataIsLeftAlone(t *testing.T) {
+	contenders := map[string]func(ctx context.Context, c *dlock.Client) error{ // waiting, refused by the hold
+		"read": func(ctx context.Context, c *dlock.Client) error {
+			return tryAndRelease(ctx)(c.RWMutex("busy").Lock(ctx))
+		},
+		"write": func(ctx context.Context, c *dlock.Client) error {
+			return tryAndRelease(ctx)(c.RWMutex("busy").RLock(ctx))
+		},
+		"permit": func(ctx context.Context, c *dlock.Client) error {
+			return tryAndRelease(ctx)(c.Semaphore("busy", 1).Acquire(ctx))
+		},
+	}
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			e.srv.Do(t, "SET", "dlock:{busy}:waiters", "user data")
+			l, err := k.obtain(ctx, e.c, "busy", true)
+			if err != nil {
+				t.Fatalf("waiting on a free name: %v", err)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer wcancel()
+			if err := contenders[k.what](wctx, e.newClient(t)); !errors.Is(err, dlock.ErrWrongType) || wctx.Err() != nil {
+				t.Errorf("waiting while held: err = %v, want ErrWrongType before the context ends", err)
+			}
+			if info, err := e.c.Inspect(ctx, "busy"); err != nil || info.Waiters != 0 || len(info.Holders) != 1 {
+				t.Errorf("Inspect = %+v, %v; want the hold alone, no waiter recorded", info, err)
+			}
+			if got := e.srv.Do(t, "GET", "dlock:{busy}:waiters"); got != "user data" {
+				t.Errorf("the waiter set's data changed to %q", got)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -170,13 +170,15 @@ end
 
 -- settle is what a waiting client does once it obtained a hold: leave the
 -- waiter set ck, or, when more of its callers wait (more is '1'), register
--- again at the back. channel is '' for a caller that did not register.
+-- again at the back. channel is '' for a caller that did not register. A
+-- waiter set holding data dlock did not write is left alone: the hold is
+-- obtained, and the client's other callers wake by their timers.
 local function settle(ck, channel, more, now, lease)
   if channel == '' then return end
   if more == '1' then
     register(ck, channel, now, lease)
   else
-    redis.call('ZREM', ck, channel)
+    redis.pcall('ZREM', ck, channel)
   end
 end
 

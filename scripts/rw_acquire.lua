@@ -34,7 +34,10 @@
 -- less when the caller's pending acquire needs renewing, and queued is 1
 -- when the caller has one. Fails with DLOCK_WRONGTYPE 1, DLOCK_KIND 1
 -- (another kind, or the other fairness) or DLOCK_MODE 1 (the request token
--- holds the other mode), having changed nothing.
+-- holds the other mode), having changed nothing; a waiting caller that is
+-- refused fails with DLOCK_WRONGTYPE 1 too when its waiter set holds data
+-- dlock did not write (a caller that obtains a hold leaves such a set
+-- alone).
 local k, hk, ck, pk, qk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
@@ -123,19 +126,20 @@ end
 
 if blocked then
   local ms = math.max(tonumber(blocked) - now, 0)
+  if records and fair ~= '1' and type(redis.pcall('ZREMRANGEBYSCORE', pk, '-inf', now)) == 'table' then
+    return wrongtype()
+  end
+  -- A waiter set holding other data refuses a waiting caller before
+  -- anything is recorded: it could not be told of a release.
+  if channel ~= '' and not register(ck, channel, now, lease) then return wrongtype() end
   if records then
-    if fair == '1' then
-      if not queued then redis.call('ZADD', qk, redis.call('HINCRBY', k, 'seq', 1), member) end
-    elseif type(redis.pcall('ZREMRANGEBYSCORE', pk, '-inf', now)) == 'table' then
-      return wrongtype()
-    end
+    if fair == '1' and not queued then redis.call('ZADD', qk, redis.call('HINCRBY', k, 'seq', 1), member) end
     redis.call('ZADD', pk, str(now + ttl), member)
     -- The holds key lives as long as the hash: a hash that outlived it
     -- would keep the fields of holds it no longer knows.
     if fair == '1' then keep(k, ttl, hk, pk, qk) else keep(k, ttl, hk, pk) end
     ms = math.min(ms, math.floor(ttl / 3))
   end
-  if channel ~= '' then register(ck, channel, now, lease) end
   if records then return {0, ms, 1, 1} end
   return {0, ms, 1, 0}
 end

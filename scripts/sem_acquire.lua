@@ -16,7 +16,9 @@
 -- or the held one when the request repeats an acquire or re-enters a
 -- permit of the same owner. Returns {0, ms, 1} when every permit is taken,
 -- ms being how long until the first of them expires. Fails with
--- DLOCK_WRONGTYPE 1 or DLOCK_KIND 1, having changed nothing.
+-- DLOCK_WRONGTYPE 1 or DLOCK_KIND 1, having changed nothing; a waiting
+-- caller that is refused fails with DLOCK_WRONGTYPE 1 too when its waiter
+-- set holds data dlock did not write (see rw_acquire).
 local k, hk, ck = KEYS[1], KEYS[2], KEYS[3]
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
@@ -36,7 +38,7 @@ else
   end
   if redis.call('ZCARD', hk) >= tonumber(permits) then
     local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
-    if channel ~= '' then register(ck, channel, now, lease) end
+    if channel ~= '' and not register(ck, channel, now, lease) then return wrongtype() end
     return {0, math.max(tonumber(first[2]) - now, 0), 1}
   end
 end
