@@ -237,6 +237,58 @@ func TestAHoldReentryWhoseReplyWasLostIsTakenBack(t *testing.T) {
 	}
 }
 
+// TestALostHoldReentryIsTakenBackThoughOthersCameAndWent: a re-entry's
+// reply is lost, and before its clean-up runs the owner takes and releases
+// two more acquisitions of the hold. Each release forgets its own record,
+// not the oldest: the clean-up still finds the lost one's and takes its
+// count back, and the first acquisition's release frees the name.
+func TestALostHoldReentryIsTakenBackThoughOthersCameAndWent(t *testing.T) {
+	for _, k := range holdKindCases {
+		t.Run(k.what, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			own := dlock.WithOwner("o")
+			first, err := k.obtain(ctx, e.c, "came", false, own, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var meanwhile error
+			e.drv.loseReplyThen(func() {
+				other := e.newClient(t)
+				var later []*dlock.Lock
+				for range 2 {
+					l, err := k.obtain(ctx, other, "came", false, own, dlock.WithTTL(time.Minute))
+					if err != nil {
+						meanwhile = err
+						return
+					}
+					later = append(later, l)
+				}
+				for _, l := range later {
+					if err := l.Release(ctx); err != nil {
+						meanwhile = err
+					}
+				}
+			})
+			if _, err := k.obtain(ctx, e.c, "came", false, own); !errors.Is(err, errLostReply) {
+				t.Fatalf("re-entry with its reply lost: err = %v, want the transport error", err)
+			}
+			if meanwhile != nil {
+				t.Fatal(meanwhile)
+			}
+			if n := holdCount(t, ctx, e.c, "came"); n != 1 {
+				t.Errorf("count %d after the lost re-entry was taken back, want 1", n)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.contest(ctx, e.newClient(t), "came"); err != nil {
+				t.Errorf("after the first acquisition's release: %v", err)
+			}
+		})
+	}
+}
+
 // TestAnInterleavedRetryOfAReentryCountsOnce: a waiting re-entry whose
 // reply was lost tries again with the same request after another re-entry
 // of the same owner: the retry joins nothing twice.

@@ -782,7 +782,7 @@ func (l *Lock) nameKeys() []string {
 
 // releaseArgs returns the arguments of a release with token and id: for an
 // exclusive lock the request token that names this acquisition and the id;
-// for the other kinds the token, the owner, the mode and the id. The id is
+// for the other kinds the token, that request token, the mode and the id. The id is
 // the Lock's, the same for every Release call: a client library may send
 // the request again after a lost reply, and so may the caller; the id lets
 // the script tell the repeat from a second release.
@@ -798,7 +798,7 @@ func (l *Lock) releaseArgs(token string, id any) []any {
 	if token == l.req && l.reqArg != nil {
 		tok = l.reqArg
 	}
-	return append(l.kind.args(append(make([]any, 0, 4), tok, l.owner)...), id) // room for the mode and the id
+	return append(l.kind.args(append(make([]any, 0, 4), tok, l.req)...), id) // room for the mode and the id
 }
 
 func (l *Lock) describe() string {

@@ -48,10 +48,10 @@ type mWaiter struct{ req, mode string }
 
 // mValue is a *dlock.Lock the test holds, with what the model knows of it.
 type mValue struct {
-	l           *dlock.Lock
-	token, mode string
-	released    bool // Release reached the server: the next is refused locally
-	ended       bool // its lease ended: Refresh is refused locally
+	l                *dlock.Lock
+	token, req, mode string
+	released         bool // Release reached the server: the next is refused locally
+	ended            bool // its lease ended: Refresh is refused locally
 }
 
 // model is the in-memory model of one name.
@@ -198,11 +198,15 @@ func (m *model) cleanup(req, mode string) {
 	}
 }
 
-// release gives up one count of the hold tok; the hold forgets its oldest
-// records beyond the count left.
-func (m *model) release(tok string) {
+// release gives up one count of the hold tok by the Lock of request token
+// req; the hold forgets that Lock's record, then its oldest records beyond
+// the count left.
+func (m *model) release(tok, req string) {
 	h := m.holds[tok]
 	m.drop(tok)
+	if i := slices.Index(h.recs, req); i >= 0 {
+		h.recs = slices.Delete(h.recs, i, i+1)
+	}
 	if over := len(h.recs) - h.count; over > 0 {
 		h.recs = h.recs[over:]
 	}
@@ -421,7 +425,7 @@ func (r *modelRun) tryAcquire(req string, lose bool) {
 		return
 	}
 	l, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
-	r.check(what, want, tok, mode, l, err)
+	r.check(what, want, req, tok, mode, l, err)
 }
 
 // waiter is an RLock, Lock or Acquire on a goroutine and a client of its
@@ -512,7 +516,7 @@ func (r *modelRun) await(w *waiter) {
 	ev := r.event(w)
 	switch {
 	case !ev.parked:
-		r.check(w.what, w.want, w.tok, w.mode, ev.l, ev.err)
+		r.check(w.what, w.want, w.req, w.tok, w.mode, ev.l, ev.err)
 		return
 	case w.lost:
 		if !errors.Is(ev.err, errLostReply) {
@@ -550,7 +554,7 @@ func (r *modelRun) unpark(w *waiter) {
 }
 
 // check compares an acquire's result with the model's outcome.
-func (r *modelRun) check(what string, want outcome, tok, mode string, l *dlock.Lock, err error) {
+func (r *modelRun) check(what string, want outcome, req, tok, mode string, l *dlock.Lock, err error) {
 	r.t.Helper()
 	switch want {
 	case refused:
@@ -581,7 +585,7 @@ func (r *modelRun) check(what string, want outcome, tok, mode string, l *dlock.L
 	case l.Fence() != h.fence:
 		r.t.Errorf("%s: fence %d, the hold's is %d", what, l.Fence(), h.fence)
 	}
-	r.values = append(r.values, &mValue{l: l, token: l.Token(), mode: mode})
+	r.values = append(r.values, &mValue{l: l, token: l.Token(), req: req, mode: mode})
 }
 
 func (r *modelRun) value() *mValue {
@@ -633,7 +637,7 @@ func (r *modelRun) release() {
 	h, mis := r.m.held(v.token, v.mode)
 	r.wantHeld(what, err, h, mis)
 	if h != nil {
-		r.m.release(v.token)
+		r.m.release(v.token, v.req)
 	}
 	v.released, v.ended = true, true
 }

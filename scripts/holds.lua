@@ -21,13 +21,11 @@
 -- or joined, so that the same request sent again (its reply was lost) is
 -- known and changes nothing, and the cleanup after an acquire whose
 -- outcome is unknown takes back exactly what that acquire added (see
--- holds_release). A release names a hold, not one of its acquisitions: it
--- forgets the oldest records while the hold has more of them than the
--- count left, as the acquisitions whose outcome a client may not know yet
--- are the latest. (An acquisition still unknown while the same owner both
--- took and released later ones of the hold can lose its record that way:
--- its cleanup then finds nothing, and its count stays until the hold
--- expires, as a crashed holder's would.)
+-- holds_release). A release names its Lock's acquisition by its request
+-- token and forgets that record; then, while the hold has more records
+-- than the count left (a hold's records from before they were kept, or a
+-- Lock attached by token), the oldest, as the acquisitions whose outcome a
+-- client may not know yet are the latest.
 
 -- clock returns the server's time in ms and in µs.
 local function clock()

@@ -6,7 +6,8 @@
 -- acquires and KEYS[5] arrival queue (see rw_acquire); last, the name's
 -- release marker: a sorted set of the ids of its recent releases, scored by
 -- when each is forgotten
--- ARGV[1] token, ARGV[2] owner id (unused: see held), ARGV[3] mode,
+-- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (''
+-- for a clean-up), ARGV[3] mode,
 -- ARGV[4] this release's id ('' for none), ARGV[5] '1' when an acquire
 -- that failed takes back what it may have left: then ARGV[1] is its
 -- request token, and what goes is the acquisition recorded by it (see
@@ -14,9 +15,9 @@
 -- recorded
 --
 -- A release gives up one count of the live hold of the token in the mode:
--- the hold's count goes down by one, and it forgets its oldest records
--- beyond that count (see holds). A taken-back acquisition gives up the
--- count it added, and its record. A hold whose count reaches zero is
+-- the hold's count goes down by one, and it forgets the releasing Lock's
+-- record, then its oldest records beyond that count (see holds). A
+-- taken-back acquisition gives up the count it added, and its record. A hold whose count reaches zero is
 -- removed, with the name's keys once nothing live is left in them (but the
 -- waiter set, which expires with its registrations). A freed permit wakes
 -- the next waiting client; a read/write lock left without holders wakes
@@ -35,7 +36,7 @@
 -- another mode, and with DLOCK_WRONGTYPE 1 when the marker holds data
 -- dlock did not write, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
-local token, mode = ARGV[1], ARGV[3]
+local token, req, mode = ARGV[1], ARGV[2], ARGV[3]
 local id, marker, rw, undo = ARGV[4], KEYS[#KEYS], #KEYS > 4, ARGV[5] == '1'
 local now = clock()
 local marked = false -- what the marker is: 'ids' (this script's), 'old' (see above), false for none
@@ -93,6 +94,14 @@ if d.c > 1 then
     table.remove(d.a, at)
     if token ~= tok then gone[1] = 'a:' .. token end
   else
+    -- This Lock's own record goes; then, so that the records never
+    -- outnumber the count, the oldest (a hold written before records
+    -- were kept has fewer).
+    local own = req ~= '' and recorded(d, req)
+    if own then
+      table.remove(d.a, own)
+      if req ~= tok then gone[1] = 'a:' .. req end
+    end
     while #d.a > d.c do
       local r = table.remove(d.a, 1)
       if r ~= tok then gone[#gone + 1] = 'a:' .. r end
