@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,7 +175,9 @@ func TestReleaseCalledAgainAfterALostReplyCountsOnce(t *testing.T) {
 	if err := extra.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = holds[1].Release(ctx) // ran before; the id it knows was overwritten: not held, or done
+	if err := holds[1].Release(ctx); err != nil {
+		t.Errorf("Release called again after another hold's release: %v, want nil: the first one ran", err)
+	}
 	if got := e.srv.Do(t, "HGET", "dlock:{twice}", "count"); got != "1" {
 		t.Errorf("count %s with one hold left, want 1", got)
 	}
@@ -251,5 +254,22 @@ func TestAttachByOwnerActsWithTheHoldsToken(t *testing.T) {
 	}
 	if _, err := e.newClient(t).Attach(ctx, "heir", "unknown", own); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Attach by owner to a free name: err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for range 20 {
+		l, err := e.c.TryLock(ctx, "churn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids := strings.Fields(e.srv.Do(t, "HGET", "dlock:{churn}", "rel")); len(ids) != 8 {
+		t.Errorf("release ids kept after 20 releases: %d (%q), want the last 8", len(ids), ids)
 	}
 }

@@ -13,7 +13,7 @@
 -- released), 'req' (the request token of the acquire that made the hold,
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
--- (the id of its last release, see release) and 'w' (set once a client
+-- (the ids of its last releases, see release) and 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
 -- then). Each re-entry by the owner adds a field 'h:' .. its request token,
 -- whose value is the token it joined. So every acquisition is known by its

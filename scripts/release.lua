@@ -12,12 +12,33 @@
 -- acquisition. It is taken away once; a lock with no acquisition left is
 -- freed: its hash stays for a minute with an empty token, and its next
 -- waiter is woken. Keys the acquisition does not hold are left alone. The
--- hash's 'rel' is the id of its last release: a release whose id it still
--- holds ran before (its reply was lost and the client sent it again),
--- changes nothing and counts as done. Returns the number of keys that were
--- not held by the acquisition.
+-- hash's 'rel' holds the ids of its last releases (see released): a
+-- release whose id it holds ran before (its reply was lost and the client
+-- sent it again), changes nothing and counts as done. Returns the number
+-- of keys that were not held by the acquisition.
 local req, id = ARGV[1], ARGV[2]
 local hold = 'h:' .. req
+
+-- kept_ids is how many release ids a hash keeps: enough that the releases
+-- of other holders made while a lost reply is sent again do not push this
+-- one's out.
+local kept_ids = 8
+
+-- released reports whether the ids rel (space-separated, latest last)
+-- include id.
+local function released(rel)
+  return id ~= '' and rel and string.find(' ' .. rel .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+
+-- record returns rel with id added and the oldest ids beyond kept_ids
+-- dropped.
+local function record(rel)
+  if id == '' then return rel or '' end
+  local ids = {}
+  for x in string.gmatch(rel or '', '%S+') do ids[#ids + 1] = x end
+  ids[#ids + 1] = id
+  return table.concat(ids, ' ', math.max(1, #ids - kept_ids + 1))
+end
 local n = #KEYS / 2
 local missing = 0
 for i = 1, n do
@@ -26,21 +47,21 @@ for i = 1, n do
   local live = cur and cur[2] and cur[2] ~= ''
   local first = live and cur[7] == req
   local again = live and not first and cur[8] == cur[2]
-  if cur and id ~= '' and cur[5] == id then
+  if cur and released(cur[5]) then
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
   elseif tonumber(cur[4]) > 1 then
     redis.call('HINCRBY', k, 'count', -1)
     if first then
-      redis.call('HSET', k, 'req', '', 'rel', id)
+      redis.call('HSET', k, 'req', '', 'rel', record(cur[5]))
     else
       redis.call('HDEL', k, hold)
-      if id ~= '' then redis.call('HSET', k, 'rel', id) end
+      if id ~= '' then redis.call('HSET', k, 'rel', record(cur[5])) end
     end
   else
     if again then redis.call('HDEL', k, hold) end
-    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', 0, 'rel', id)
+    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', 0, 'rel', record(cur[5]))
     redis.call('PEXPIRE', k, 60000)
     if cur[6] then wake(KEYS[n + i], k, true) end
   end
