@@ -208,6 +208,16 @@ func linWorker(id int, addr, prefix string, until time.Time, h *history, r *mran
 	locks, closeClient := newLockClientRetries(addr, prefix, -1)
 	defer closeClient()
 	held := map[string]*dlock.Lock{}
+	// Every Release of one Lock is the same request (it carries the Lock's
+	// release id): one called again after an unknown outcome is recorded
+	// as "release again", which may answer ok because the first ran.
+	releasing := map[*dlock.Lock]bool{}
+	releaseOp := func(l *dlock.Lock) string {
+		if releasing[l] {
+			return "release again"
+		}
+		return "release"
+	}
 	for n := 0; n < linMaxOps && time.Now().Before(until); n++ {
 		name := linNames[r.IntN(len(linNames))]
 		ctx, cancel := context.WithTimeout(context.Background(), between(r, [2]time.Duration{100 * time.Millisecond, 600 * time.Millisecond}))
@@ -216,14 +226,15 @@ func linWorker(id int, addr, prefix string, until time.Time, h *history, r *mran
 			call := h.now()
 			var err error
 			if r.IntN(3) == 0 {
-				in.Op = "release"
+				in.Op = releaseOp(l)
 				err = l.Release(ctx)
+				releasing[l] = true
 			} else {
 				err = l.Refresh(ctx, linTTL)
 			}
 			ret := h.now()
 			out := lockOutput{Result: releaseResult(err)}
-			if out.Result == "not held" || out.Result == "ok" && in.Op == "release" {
+			if out.Result == "not held" || out.Result == "ok" && isRelease(in.Op) {
 				delete(held, name)
 			}
 			h.add(in, call, out, ret)
@@ -253,7 +264,7 @@ func linWorker(id int, addr, prefix string, until time.Time, h *history, r *mran
 	// release was lost remain.
 	for name, l := range held {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		in := lockInput{Op: "release", Name: name, Token: l.Token(), Client: id}
+		in := lockInput{Op: releaseOp(l), Name: name, Token: l.Token(), Client: id}
 		call := h.now()
 		err := l.Release(ctx)
 		ret := h.now()

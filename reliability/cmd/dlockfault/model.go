@@ -11,7 +11,9 @@ import (
 // lower bound of the newest fence it has handed out. An acquire succeeds
 // only on a free lock, with a fence above every fence handed out before;
 // it is refused only while another token holds the lock; release and
-// refresh succeed only for the holder. Locks do not expire: the runs use
+// refresh succeed only for the holder, but a release called again after
+// one whose outcome is unknown also succeeds, changing nothing, when that
+// one ran (it is the same request). Locks do not expire: the runs use
 // TTLs far longer than a round.
 //
 // An operation that returned an error may or may not have taken effect,
@@ -27,7 +29,7 @@ type lockState struct {
 }
 
 type lockInput struct {
-	Op     string `json:"op"` // acquire, release, refresh, cleanup
+	Op     string `json:"op"` // acquire, release, release again, refresh, cleanup
 	Name   string `json:"name"`
 	Token  string `json:"token"`
 	Client int    `json:"client"`
@@ -63,6 +65,25 @@ func stepLock(state, input, output any) []any {
 			if s.holder == in.Token {
 				return []any{lockState{fence: s.fence}}
 			}
+		case "not held":
+			if s.holder != in.Token {
+				return []any{s}
+			}
+		case "unknown":
+			if s.holder == in.Token {
+				return []any{s, lockState{fence: s.fence}}
+			}
+			return []any{s}
+		}
+	case "release again":
+		// The same release as an earlier one whose outcome is unknown: it
+		// answers ok, changing nothing, when that one ran.
+		switch out.Result {
+		case "ok":
+			if s.holder == in.Token {
+				return []any{lockState{fence: s.fence}}
+			}
+			return []any{s}
 		case "not held":
 			if s.holder != in.Token {
 				return []any{s}

@@ -96,7 +96,7 @@ func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Oper
 	releases := map[string]*group{}
 	for _, op := range ops {
 		in, o := op.Input.(lockInput), op.Output.(lockOutput)
-		if in.Op != "release" && in.Op != "cleanup" {
+		if !isRelease(in.Op) && in.Op != "cleanup" {
 			continue
 		}
 		g := releases[in.Token]
@@ -118,7 +118,7 @@ func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Oper
 		switch {
 		case in.Op == "acquire" && o.Result == "ok" && (!acquired || fence != o.Fence):
 			contradicts = append(contradicts, fmt.Sprintf("TryLock of %q returned fence %d, but the server wrote no lock with its token (or another fence)", in.Name, o.Fence))
-		case in.Op == "release" && o.Result == "ok" && deleted == 0:
+		case isRelease(in.Op) && o.Result == "ok" && deleted == 0:
 			contradicts = append(contradicts, fmt.Sprintf("Release of %q returned nil, but the server never deleted the lock held with its token", in.Name))
 		case o.Result != "unknown" || in.Op == "refresh":
 		case in.Op == "acquire":
@@ -127,7 +127,7 @@ func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Oper
 				continue
 			}
 			op.Output = lockOutput{Result: "ok", Fence: fence}
-		case in.Op == "release" || in.Op == "cleanup":
+		case isRelease(in.Op) || in.Op == "cleanup":
 			g := releases[in.Token]
 			switch {
 			case deleted == 0 || g.known > 0:
@@ -142,3 +142,7 @@ func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Oper
 	}
 	return out, resolved, contradicts
 }
+
+// isRelease reports whether op is a Release: the first, or one called again
+// on the same Lock.
+func isRelease(op string) bool { return op == "release" || op == "release again" }
