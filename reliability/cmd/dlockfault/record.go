@@ -104,10 +104,12 @@ func resolve(ops []porcupine.Operation, rec *serverRecord) (out []porcupine.Oper
 			g = &group{}
 			releases[in.Token] = g
 		}
-		switch o.Result {
-		case "ok":
+		switch {
+		case o.Result == "ok" && in.Op != "release again":
+			// A release called again may answer ok because the first ran:
+			// it does not tell that it took effect itself.
 			g.known++
-		case "unknown":
+		case o.Result == "unknown":
 			g.unknown++
 		}
 	}
