@@ -117,8 +117,9 @@ func (s *lease) watch() {
 // and then marks one to ttl under way, for Refresh: it must call endTurn
 // when done. It returns why the lease cannot be refreshed if it ended
 // meanwhile, and ErrInvalidTTL if the lease is refreshed automatically and
-// ttl is not longer than the interval: the watchdog would come back only
-// after the lock had run out.
+// the deadline ttl gives (ttl less the drift allowance) does not come after
+// the interval: the watchdog would come back only after the lock had run
+// out.
 func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,8 +140,8 @@ func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
 	if err := s.aliveLocked(); err != nil {
 		return err
 	}
-	if every := s.every(); every > 0 && ttl <= every {
-		return fmt.Errorf("%w: %v is not longer than the auto-refresh interval %v", ErrInvalidTTL, ttl, every)
+	if every := s.every(); every > 0 && !refreshesInTime(every, ttl) {
+		return fmt.Errorf("%w: %v less %v for clock drift is not longer than the auto-refresh interval %v", ErrInvalidTTL, ttl, drift(ttl), every)
 	}
 	s.inFlight, s.inFlightTTL = true, ttl
 	return nil

@@ -683,3 +683,20 @@ func TestDoReleasesWhenTheFunctionPanics(t *testing.T) {
 		t.Error("the lock is still held after the function panicked")
 	}
 }
+
+func TestARefreshWhoseDeadlineComesBeforeTheNextAutoRefreshIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "soon", dlock.WithTTL(time.Second), dlock.WithRefreshInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// 51ms less 2.51ms for clock drift ends before the next refresh.
+	if err := l.Refresh(ctx, 51*time.Millisecond); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("Refresh(51ms) of a lock refreshed every 50ms: err = %v, want ErrInvalidTTL", err)
+	}
+	if err := l.Refresh(ctx, 60*time.Millisecond); err != nil {
+		t.Errorf("Refresh(60ms): %v", err)
+	}
+}

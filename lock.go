@@ -565,9 +565,9 @@ func (l *Lock) release(ctx context.Context) error {
 // Release was called meanwhile: the refresh may have run after the release,
 // so Release's outcome decides whether the lock was released or lost. The
 // automatic refresh goes on with ttl, so a lock that is refreshed
-// automatically refuses a ttl that is not longer than its refresh interval
-// (ErrInvalidTTL), as WithRefreshInterval and AutoRefresh refuse an interval
-// that is not shorter than the TTL. An exclusive lock held more than once
+// automatically refuses a ttl whose deadline (ttl less 1% and 2ms for clock
+// drift) does not come after its refresh interval (ErrInvalidTTL), as
+// WithRefreshInterval and AutoRefresh refuse such an interval. An exclusive lock held more than once
 // (WithOwner) is only extended: a ttl shorter than what it has left leaves
 // it as it is.
 //

@@ -608,6 +608,11 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"empty owner", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithOwner("")); return err }, dlock.ErrInvalidOption},
 		{"nil retry", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
 		{"zero max wait", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
+		{"refresh interval past the deadline", func() error {
+			// The deadline is 100ms less 3ms for clock drift.
+			_, err := e.c.TryLock(ctx, "k", dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(98*time.Millisecond))
+			return err
+		}, dlock.ErrInvalidOption},
 		{"attach empty token", func() error { _, err := e.c.Attach(ctx, "k", ""); return err }, dlock.ErrInvalidToken},
 		{"attach nil context", func() error { _, err := e.c.Attach(nilCtx, "k", "t"); return err }, dlock.ErrNilContext},
 	}

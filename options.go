@@ -155,7 +155,8 @@ func WithAutoRefresh() Option {
 }
 
 // WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
-// every d instead of every third of its TTL. d must be shorter than the TTL.
+// every d instead of every third of its TTL. d must be shorter than the
+// TTL less the drift allowance (1% of it and 2ms), the lock's deadline.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -189,10 +190,16 @@ func (o *options) refreshInterval() time.Duration {
 	}
 }
 
+// refreshesInTime reports whether refreshes every interval keep a lock of
+// ttl alive: each must come before its deadline, the TTL less the drift
+// allowance.
+func refreshesInTime(interval, ttl time.Duration) bool { return interval < ttl-drift(ttl) }
+
 // checkLease validates the lease options against a TTL.
 func (o *options) checkLease(ttl time.Duration) error {
-	if o.auto && o.refreshInterval() >= ttl {
-		return fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", ErrInvalidOption, o.refreshInterval(), ttl)
+	if o.auto && !refreshesInTime(o.refreshInterval(), ttl) {
+		return fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v less %v for clock drift",
+			ErrInvalidOption, o.refreshInterval(), ttl, drift(ttl))
 	}
 	if o.maxHold > 0 && o.maxHold < ttl {
 		return fmt.Errorf("%w: max hold %v is shorter than the TTL %v", ErrInvalidOption, o.maxHold, ttl)
