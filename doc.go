@@ -82,6 +82,8 @@
 //
 // WithOwner makes a lock re-entrant for an explicit owner id: the owner may
 // obtain it again while holding it, and it is freed after as many releases.
+// Each Lock's release takes away its own acquisition, once, and a lock held
+// more than once is only ever extended, never cut short by one of them.
 //
 // # Read/write locks
 //
