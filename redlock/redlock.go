@@ -356,7 +356,7 @@ func WithAutoRefresh() Option {
 
 // WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
 // every d instead of every third of its TTL. d must be shorter than the
-// TTL.
+// TTL less the drift allowance (1% of it and 2ms).
 func WithRefreshInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -395,8 +395,9 @@ func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
 	if o.ttl <= r.timeout {
 		return nil, fmt.Errorf("%w: the TTL %v is not longer than the node timeout %v", dlock.ErrInvalidOption, o.ttl, r.timeout)
 	}
-	if o.auto && o.refreshInterval() >= o.ttl {
-		return nil, fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", dlock.ErrInvalidOption, o.refreshInterval(), o.ttl)
+	if o.auto && o.refreshInterval() >= o.ttl-drift(o.ttl) {
+		return nil, fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v less %v for clock drift",
+			dlock.ErrInvalidOption, o.refreshInterval(), o.ttl, drift(o.ttl))
 	}
 	if o.maxHold > 0 && o.maxHold < o.ttl {
 		return nil, fmt.Errorf("%w: max hold %v is shorter than the TTL %v", dlock.ErrInvalidOption, o.maxHold, o.ttl)
