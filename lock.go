@@ -29,7 +29,7 @@ type Lock struct {
 	// Cluster hash slots on a cluster (see split): each script then runs
 	// once for each part, not once on keys, held and rel.
 	parts []part
-	req   string // this acquisition's request token
+	req   string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
 	owner string
 	// reqArg is req as a script argument, boxed once for the acquire
 	// attempts and the release: set by the first acquireArgs, on the
@@ -60,9 +60,6 @@ type holdKind struct {
 	// modeArg is set for the kinds whose hold scripts take the mode after
 	// the common arguments (they are shared by several modes).
 	modeArg bool
-	// releaseID is set for the kinds whose release script takes an id
-	// that makes a repeated request harmless.
-	releaseID bool
 }
 
 // The modes of a hold, as Holder.Mode and Lock.Mode report them.
@@ -73,7 +70,7 @@ const (
 	ModePermit    = "permit"    // a permit of a Semaphore
 )
 
-var exclusiveHold = &holdKind{mode: ModeExclusive, releaseID: true,
+var exclusiveHold = &holdKind{mode: ModeExclusive,
 	acquire: scriptAcquire, release: scriptRelease, refresh: scriptRefresh, ttl: scriptTTL}
 
 // args returns the arguments of a script on a hold of the kind.
@@ -567,9 +564,9 @@ func (l *Lock) release(ctx context.Context) error {
 // automatic refresh goes on with ttl, so a lock that is refreshed
 // automatically refuses a ttl whose deadline (ttl less 1% and 2ms for clock
 // drift) does not come after its refresh interval (ErrInvalidTTL), as
-// WithRefreshInterval and AutoRefresh refuse such an interval. An exclusive lock held more than once
-// (WithOwner) is only extended: a ttl shorter than what it has left leaves
-// it as it is.
+// WithRefreshInterval and AutoRefresh refuse such an interval. An exclusive
+// lock held more than once (WithOwner) is only extended: a ttl shorter than
+// what it has left leaves it as it is.
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -785,23 +782,29 @@ func (l *Lock) nameKeys() []string {
 
 // releaseArgs returns the arguments of a release with token and id: for an
 // exclusive lock the request token that names this acquisition and the id;
-// for the other kinds the token, that request token, the mode and the id. The id is
-// the Lock's, the same for every Release call: a client library may send
-// the request again after a lost reply, and so may the caller; the id lets
-// the script tell the repeat from a second release.
+// for the other kinds the token, that request token, the mode and the id.
+// The id is the Lock's, the same for every Release call: a client library
+// may send the request again after a lost reply, and so may the caller; the
+// id lets the script tell the repeat from a second release.
 func (l *Lock) releaseArgs(token string, id any) []any {
+	req := l.reqValue()
 	if !l.kind.modeArg {
-		var req any = l.req
-		if l.reqArg != nil {
-			req = l.reqArg
-		}
 		return []any{req, id}
 	}
 	var tok any = token
-	if token == l.req && l.reqArg != nil {
-		tok = l.reqArg
+	if token == l.req {
+		tok = req
 	}
-	return append(l.kind.args(append(make([]any, 0, 4), tok, l.req)...), id) // room for the mode and the id
+	return append(l.kind.args(append(make([]any, 0, 4), tok, req)...), id) // room for the mode and the id
+}
+
+// reqValue returns the request token as a script argument: boxed once when
+// an acquire has boxed it.
+func (l *Lock) reqValue() any {
+	if l.reqArg != nil {
+		return l.reqArg
+	}
+	return l.req
 }
 
 func (l *Lock) describe() string {

@@ -105,9 +105,9 @@ func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
 }
 
 var (
-	readHold = &holdKind{mode: ModeRead, modeArg: true, releaseID: true,
+	readHold = &holdKind{mode: ModeRead, modeArg: true,
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
-	writeHold = &holdKind{mode: ModeWrite, modeArg: true, releaseID: true,
+	writeHold = &holdKind{mode: ModeWrite, modeArg: true,
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
 )
 

@@ -10,12 +10,6 @@ local function read_lock(k, ...)
   return cur
 end
 
--- holds reports whether the lock read as cur is held with token. A released
--- lock's hash has an empty token: no one holds it.
-local function holds(cur, token)
-  return cur[2] and cur[2] ~= '' and cur[2] == token
-end
-
 -- held(k, token, req) reports whether the exclusive lock k is held by the
 -- caller and, if so, its hold count. The caller is a Lock: it holds k when
 -- k is held with its token, or when its acquisition, known by its request

@@ -59,31 +59,17 @@ func stepLock(state, input, output any) []any {
 			}
 			return []any{s}
 		}
-	case "release", "cleanup":
+	case "release", "release again", "cleanup":
 		switch out.Result {
 		case "ok":
 			if s.holder == in.Token {
 				return []any{lockState{fence: s.fence}}
 			}
-		case "not held":
-			if s.holder != in.Token {
+			if in.Op == "release again" {
+				// The same request as an earlier release whose outcome is
+				// unknown: it answers ok, changing nothing, when that one ran.
 				return []any{s}
 			}
-		case "unknown":
-			if s.holder == in.Token {
-				return []any{s, lockState{fence: s.fence}}
-			}
-			return []any{s}
-		}
-	case "release again":
-		// The same release as an earlier one whose outcome is unknown: it
-		// answers ok, changing nothing, when that one ran.
-		switch out.Result {
-		case "ok":
-			if s.holder == in.Token {
-				return []any{lockState{fence: s.fence}}
-			}
-			return []any{s}
 		case "not held":
 			if s.holder != in.Token {
 				return []any{s}
