@@ -22,7 +22,9 @@
 -- record whose value is not the current token is left from an earlier
 -- holder and counts for nothing.
 -- A released lock keeps its hash for a minute, free, so that the next
--- holder finds its fence and a repeated release its id in one read.
+-- holder finds its fence and a repeated release its id in one read. A
+-- free hash has an empty owner and metadata (see release), so a holder
+-- with neither writes only the fields that change.
 --
 -- A waiting client that is refused registers in the blocking lock's waiter
 -- set, so that the release wakes it. Once it obtains the locks, it leaves
@@ -41,9 +43,10 @@ local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
 
 local hold = 'h:' .. req
 
+-- now returns the server's clock in microseconds, as a number and as text.
 local function now()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
 end
 
 -- marked[i] is set when the hash of KEYS[i] already says a client waits.
@@ -85,7 +88,8 @@ for i = 1, n do
   end
 end
 
-local now_us = now()
+local now_us, now_text = now()
+local since = string.sub(now_text, 1, -4) -- ms
 
 -- Fences next (see next_fence), so that a fence counter holding other data
 -- stops the acquire before any lock is written (skipping a number is
@@ -96,7 +100,7 @@ for i = 1, n do
   if state[i] == 'repeat' or state[i] == 'reenter' then
     fences[i] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
   else
-    fences[i], texts[i] = next_fence(KEYS[2 * n + i], now_us, last[i])
+    fences[i], texts[i] = next_fence(KEYS[2 * n + i], now_us, last[i], now_text)
     if not fences[i] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   end
 end
@@ -105,14 +109,17 @@ local out = {1, token}
 for i = 1, n do
   local k = KEYS[i]
   if state[i] == 'reenter' then
-    redis.call('HINCRBY', k, 'count', 1)
+    redis.call('HINCRBY', k, 'count', '1')
     redis.call('HSET', k, hold, token)
     expire(k, ttl, true)
   elseif state[i] == 'repeat' then
     expire(k, ttl, true)
+  elseif state[i] == 'free' and owner == '' and meta == '' then
+    redis.call('HSET', k, 'token', token, 'req', req, 'count', '1', 'fence', texts[i], 'since', since)
+    redis.call('PEXPIRE', k, ttl)
   else
-    redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', 1,
-      'meta', meta, 'fence', texts[i], 'since', string.format('%.0f', now_us / 1000))
+    redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
+      'meta', meta, 'fence', texts[i], 'since', since)
     redis.call('PEXPIRE', k, ttl)
   end
   if waiter ~= '' then

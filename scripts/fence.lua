@@ -1,19 +1,21 @@
 -- fence: shared by the scripts that issue fencing tokens; dlock puts it in
 -- front of each of them.
 --
--- next_fence(fk, now_us, last) returns the next fence of the counter fk, as a
--- number and as a string, or nil when fk holds data dlock did not write (then fk is left untouched).
--- last is the counter's value when the caller already knows it (a released
--- lock keeps its fence), or nil to read it. A fence never goes backwards:
+-- next_fence(fk, now_us, last, now_text) returns the next fence of the
+-- counter fk, as a number and as a string, or nil when fk holds data dlock
+-- did not write (then fk is left untouched). last is the counter's value
+-- when the caller already knows it (a released lock keeps its fence), or
+-- nil to read it; now_text is now_us as text when the caller has it, which
+-- spares formatting a number that large. A fence never goes backwards:
 -- one more than the last, and at least the server's clock in microseconds,
 -- so that increments a failover or restart lost are still overtaken. The
 -- counter is kept for a day after the name's last fence: after that the
 -- clock alone is ahead of every fence issued, unless the server's clock was
 -- set back by more than that day.
-local fence_keep_ms = 86400000
+local fence_keep_ms = '86400000'
 
-local function next_fence(fk, now_us, last)
-  local f = string.format('%.0f', now_us)
+local function next_fence(fk, now_us, last, now_text)
+  local f = now_text or string.format('%.0f', now_us)
   if not last then
     -- A name without a counter takes one command: SET NX GET (Redis 7)
     -- sets the clock and reports a counter that was there instead. Before

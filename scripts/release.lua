@@ -12,33 +12,48 @@
 -- acquisition. It is taken away once; a lock with no acquisition left is
 -- freed: its hash stays for a minute with an empty token, and its next
 -- waiter is woken. Keys the acquisition does not hold are left alone. The
--- hash's 'rel' holds the ids of its last releases (see released): a
+-- hash's 'rel' holds the ids of its last releases (see record): a
 -- release whose id it holds ran before (its reply was lost and the client
 -- sent it again), changes nothing and counts as done. Returns the number
 -- of keys that were not held by the acquisition.
 local req, id = ARGV[1], ARGV[2]
 local hold = 'h:' .. req
 
--- kept_ids is how many release ids a hash keeps: enough that the releases
--- of other holders made while a lost reply is sent again do not push this
--- one's out.
-local kept_ids = 8
+-- kept is how much of 'rel' a release keeps: room for the last eight ids
+-- (64-bit numbers in decimal, up to 20 digits, and a space between), so
+-- that the releases of other holders made while a lost reply is sent again
+-- do not push this one's out.
+local kept = 8 * 21 - 1
 
 -- released reports whether the ids rel (space-separated, latest last)
 -- include id.
 local function released(rel)
-  return id ~= '' and rel and string.find(' ' .. rel .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+  if id == '' or not rel then return false end
+  local at = 1
+  while true do
+    local i, j = string.find(rel, id, at, true)
+    if not i then return false end
+    if (i == 1 or string.byte(rel, i - 1) == 32) and (j == #rel or string.byte(rel, j + 1) == 32) then
+      return true
+    end
+    at = i + 1
+  end
 end
 
--- record returns rel with id added and the oldest ids beyond kept_ids
--- dropped.
+-- record returns rel with id added, less the oldest ids when they no
+-- longer fit in kept: it cuts at the first space from the end's kept
+-- characters on, so at least the last eight ids stay.
 local function record(rel)
   if id == '' then return rel or '' end
-  local ids = {}
-  for x in string.gmatch(rel or '', '%S+') do ids[#ids + 1] = x end
-  ids[#ids + 1] = id
-  return table.concat(ids, ' ', math.max(1, #ids - kept_ids + 1))
+  if not rel or rel == '' then return id end
+  rel = rel .. ' ' .. id
+  if #rel > kept then
+    local cut = string.find(rel, ' ', #rel - kept, true)
+    rel = cut and string.sub(rel, cut + 1) or id
+  end
+  return rel
 end
+
 local n = #KEYS / 2
 local missing = 0
 for i = 1, n do
@@ -61,8 +76,8 @@ for i = 1, n do
     end
   else
     if again then redis.call('HDEL', k, hold) end
-    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', 0, 'rel', record(cur[5]))
-    redis.call('PEXPIRE', k, 60000)
+    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', record(cur[5]))
+    redis.call('PEXPIRE', k, '60000')
     if cur[6] then wake(KEYS[n + i], k, true) end
   end
 end
