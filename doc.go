@@ -31,7 +31,10 @@
 // Lock waits without polling: the script that frees a lock publishes a
 // notice to one waiting client, whose first waiting caller then tries
 // again, so a release costs one attempt, however many wait. Callers of one
-// client queue in arrival order. A waiter also wakes when the holder's lock
+// client queue in arrival order. A Lock on one name (without WithReplicas)
+// leaves its request with its attempt, and the release grants it the lock
+// at once: the notice then says it is held, and its deadline counts from
+// before that attempt, moved on by the time the grant came after it. A waiter also wakes when the holder's lock
 // is due to expire and at least twice a second, so a lost notice or a dead
 // holder delays it briefly, never for good. The RLock and Lock of an
 // RWMutex and the Acquire of a Semaphore wait alike; a change that may let

@@ -21,6 +21,9 @@ func Waiting(c *Client, name string) int {
 // WaitBeat is how long a registered waiter sleeps at most between attempts.
 const WaitBeat = waitBeat
 
+// Member returns c's name in waiter sets.
+func Member(c *Client) string { return c.hub().member() }
+
 // KeepIdleShardChannels sets how many shard channels no caller listens on
 // c stays subscribed to (256 by default).
 func KeepIdleShardChannels(c *Client, n int) {

@@ -41,8 +41,13 @@ type Lock struct {
 	extra func() []any
 	// enqueued is set when a refused attempt recorded the caller as a
 	// waiter, which must be taken back if it gives up. Only the acquiring
-	// goroutine uses it.
+	// goroutine uses it, and the next two.
 	enqueued bool
+	// asked is the client channel of the attempts that asked to be granted
+	// the lock (see grant.go), whose request a clean-up takes back.
+	asked string
+	// sent is when the latest attempts that asked were sent.
+	sent []sent
 
 	// Guarded by lease.mu.
 	relID  any    // the id every Release of this Lock carries; set by the first
@@ -332,7 +337,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), o, try, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), o, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -348,8 +353,15 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) {
 	start := time.Now()
 	ttl := l.currentTTL()
+	if wa.channel != "" && l.asksGrant() {
+		wa.attempt = l.nextAttempt(start, ttl)
+		l.asked = wa.channel
+	}
 	token, fences, holderTTL, err := l.take(ctx, ttl, wa)
 	if err != nil {
+		if wa.attempt != "" && errors.Is(err, ErrNotObtained) {
+			l.enqueued = true // its request must go if it gives up
+		}
 		return holderTTL, err
 	}
 	deadline := start.Add(ttl - drift(ttl))
@@ -391,6 +403,8 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
 	if l.extra != nil {
 		args = append(args, l.extra()...)
+	} else if wa.attempt != "" {
+		args = append(args, wa.attempt)
 	}
 	return args
 }
@@ -455,7 +469,9 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 		// of that request token added (see holds), and its pending acquire.
 		args = append(l.kind.args(l.req, ""), "", "1")
 	} else {
-		args = []any{l.req, ""} // the acquisition, by its request token; no id
+		// The acquisition, by its request token; no id; and the client
+		// channel whose request the acquisition may have left for a grant.
+		args = []any{l.req, "", l.asked}
 	}
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}

@@ -13,7 +13,7 @@ var scriptFiles embed.FS
 // are put in front of the scripts that use them.
 var (
 	scriptAcquire = loadScript("acquire", "wake", "fence", "held")
-	scriptRelease = loadScript("release", "held", "wake")
+	scriptRelease = loadScript("release", "held", "wake", "fence", "grant")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 

@@ -87,11 +87,12 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 
 // exclusiveKeys returns the script keys of an exclusive lock from keys,
 // its lock keys, then their waiter sets, then their fence counters:
-// acquire's (all of them), refresh's and ttl's (the locks), and release's
-// (the locks and their waiter sets), each list the start of the one before.
+// acquire's and release's (all of them; a release may grant the lock to a
+// waiter, with a fence), and refresh's and ttl's (the locks), the start of
+// the others.
 func exclusiveKeys(keys []string) (acquire, held, rel []string) {
 	n := len(keys) / 3
-	return keys, keys[:n:n], keys[: 2*n : 2*n]
+	return keys, keys[:n:n], keys
 }
 
 // split divides an exclusive lock's names by hash slot: one part for each

@@ -16,7 +16,8 @@ import (
 // arrival order and only the first of them makes attempts; the others take
 // their turn as it leaves. A lock on several names queues by its first
 // name, and a notice about any of its names wakes it: the attempt it
-// refused registers at the name that was held. Notices can be lost and
+// refused registers at the name that was held. A release may grant the
+// lock to the first waiter instead of telling it to try (see grant.go). Notices can be lost and
 // holders can die, so a waiter also wakes at the holder's expiry and at
 // least every waitBeat.
 
@@ -69,6 +70,9 @@ const maxIdleShardChannels = 256
 type waiter struct {
 	wake      chan struct{} // a notice came, or it became first in line
 	listening bool          // sharded: counted in the hub's shards
+	req       string        // the caller's request token
+	grant     grantNotice   // a grant the caller was told of, when hasGrant
+	hasGrant  bool
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -307,10 +311,22 @@ func (h *waitHub) open(ctx context.Context) (sub Subscription, sharded bool, err
 // notify passes a notice that lock key may be free to the first caller
 // waiting for it, and to the callers waiting for locks on several names of
 // which key is one. (Only the first in line of those acts on it; the others
-// look whether they are first and sleep again.)
-func (h *waitHub) notify(_, key string) {
+// look whether they are first and sleep again.) The notice of a grant goes
+// to the caller it was granted to, if it still waits; one that gave up
+// has given the grant back (see Lock.cleanup), or will.
+func (h *waitHub) notify(_, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if n, key, ok := parseGrant(payload); ok {
+		for _, w := range h.queues[key] {
+			if w.req == n.req {
+				w.grant, w.hasGrant = n, true
+				w.signal()
+			}
+		}
+		return
+	}
+	key := payload
 	if q := h.queues[key]; len(q) > 0 {
 		q[0].signal()
 	}
@@ -320,9 +336,10 @@ func (h *waitHub) notify(_, key string) {
 }
 
 // join puts a caller in line for the lock whose keys are keys: in the
-// queue of the first, and told of notices about the others.
-func (h *waitHub) join(keys []string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+// queue of the first, and told of notices about the others. req is its
+// request token, by which the notice of a grant names it.
+func (h *waitHub) join(keys []string, req string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), req: req}
 	h.mu.Lock()
 	h.queues[keys[0]] = append(h.queues[keys[0]], w)
 	if len(h.queues[keys[0]]) == 1 {
@@ -333,6 +350,15 @@ func (h *waitHub) join(keys []string) *waiter {
 	}
 	h.mu.Unlock()
 	return w
+}
+
+// granted returns the grant w was told of, if any, and forgets it.
+func (h *waitHub) granted(w *waiter) (grantNotice, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, ok := w.grant, w.hasGrant
+	w.grant, w.hasGrant = grantNotice{}, false
+	return n, ok
 }
 
 // first reports whether w is first in line for key, and whether others
@@ -428,6 +454,7 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
 type waitArgs struct {
 	channel string // the client's channel; "" when not registering
 	more    bool   // more callers of this client wait for the lock
+	attempt string // set by an exclusive Lock's attempt that asks for a grant: its number
 }
 
 // attempt is one try at obtaining a primitive: nil when obtained, an error
@@ -435,12 +462,20 @@ type waitArgs struct {
 // held, any other error when the outcome is unknown or final.
 type attempt func(ctx context.Context, wa waitArgs) (holderTTL time.Duration, err error)
 
+// grantee is a waiting caller as a release may grant it the lock (see
+// grant.go): its request token, and what takes a grant.
+type grantee struct {
+	req   string
+	claim func(ctx context.Context, n grantNotice) bool
+}
+
 // waitFor makes attempts until one obtains the lock whose keys (one a
 // name) are keys, as Lock describes: woken by notices when the driver can
 // subscribe, by the retry strategy's waits otherwise, and always at the
-// holder's expiry. abandon is called with the last error when it gives up;
-// uncertain tells it whether an attempt may have taken the lock unseen.
-func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try attempt, abandon func(uncertain bool, err error) error) error {
+// holder's expiry; or until g claims a lock a release granted it. abandon
+// is called with the last error when it gives up; uncertain tells it
+// whether an attempt may have taken the lock unseen.
+func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -448,7 +483,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		defer cancel()
 	}
 	hub := c.hub()
-	w := hub.join(keys)
+	w := hub.join(keys, g.req)
 	registered, obtained := false, false
 	defer func() {
 		// The attempt that obtains the lock also leaves the waiter sets.
@@ -464,6 +499,10 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 			if err := w.sleep(ctx, time.Hour); err != nil {
 				return abandon(uncertain, errors.Join(ErrNotObtained, err))
 			}
+		}
+		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
+			obtained = true
+			return nil
 		}
 		w.drain() // a signal from before this attempt is answered by it
 		notices := hub.subscribed(ctx)

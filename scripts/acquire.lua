@@ -7,16 +7,19 @@
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),
 -- ARGV[5] the waiting client's channel ('' or absent when not waiting),
 -- ARGV[6] '1' when more of that client's callers wait for these locks,
--- ARGV[7] how long a waiter's registration lasts, in ms
+-- ARGV[7] how long a waiter's registration lasts, in ms,
+-- ARGV[8] the attempt's number when the waiting caller asks to be granted
+-- the lock (see grant; one name only), '' or absent when not
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
 -- released), 'req' (the request token of the acquire that made the hold,
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
--- (the ids of its last releases, see release) and 'w' (set once a client
+-- (the ids of its last releases, see release), 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
--- then). Each re-entry by the owner adds a field 'h:' .. its request token,
--- whose value is the token it joined. So every acquisition is known by its
+-- then), and the requests waiting clients left (see grant). Each re-entry
+-- by the owner adds a field 'h:' .. its request token, whose value is the
+-- token it joined. So every acquisition is known by its
 -- own request token: a release or a clean-up undoes exactly that one, once,
 -- and an acquire sent again after its reply was lost finds itself. A
 -- record whose value is not the current token is left from an earlier
@@ -27,8 +30,10 @@
 -- with neither writes only the fields that change.
 --
 -- A waiting client that is refused registers in the blocking lock's waiter
--- set, so that the release wakes it. Once it obtains the locks, it leaves
--- the sets, or, when more of its callers wait, registers again at the back.
+-- set, so that the release wakes it, and leaves its request there when it
+-- asks to be granted the lock, or clears the one it left before. Once it
+-- obtains the locks, it leaves the sets, or, when more of its callers
+-- wait, registers again at the back, and clears its request.
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
@@ -40,6 +45,7 @@
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
+local attempt = ARGV[8] or ''
 
 local hold = 'h:' .. req
 
@@ -49,15 +55,29 @@ local function now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
 end
 
--- marked[i] is set when the hash of KEYS[i] already says a client waits.
-local marked = {}
+-- marked[i] is set when the hash of KEYS[i] already says a client waits;
+-- left[i] when it holds a request the waiting client left (see grant).
+local marked, left = {}, {}
+local grant = 'g:' .. waiter
 
 -- waits registers the waiting client in the waiter set of KEYS[i] and marks
 -- the lock as waited for; false when the waiter set's key holds other data
--- (then nothing is written).
-local function waits(i, now_ms)
-  if not register(KEYS[n + i], waiter, now_ms, lease) then return false end
-  if not marked[i] then redis.call('HSET', KEYS[i], 'w', '1') end
+-- (then nothing is written). With ask, it leaves the caller's request
+-- (see grant), made at now_us; without, it clears the client's earlier one.
+local function waits(i, now_us, ask)
+  if not register(KEYS[n + i], waiter, math.floor(now_us / 1000), lease) then return false end
+  local k = KEYS[i]
+  if ask then
+    local g = cjson.encode({req, ttl, owner, meta, attempt, string.format('%.0f', now_us)})
+    if marked[i] then
+      redis.call('HSET', k, grant, g)
+    else
+      redis.call('HSET', k, 'w', '1', grant, g)
+    end
+    return true
+  end
+  if not marked[i] then redis.call('HSET', k, 'w', '1') end
+  if left[i] then redis.call('HDEL', k, grant) end
   return true
 end
 
@@ -67,9 +87,9 @@ end
 -- fence.
 local state, last, token = {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold)
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant)
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-  marked[i] = cur[6]
+  marked[i], left[i] = cur[6], cur[8]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   elseif cur[1] ~= 'lock' then
@@ -81,7 +101,7 @@ for i = 1, n do
   elseif owner ~= '' and cur[4] == owner then
     state[i], token = 'reenter', cur[2]
   else
-    if waiter ~= '' and not waits(i, math.floor(now() / 1000)) then
+    if waiter ~= '' and not waits(i, now(), attempt ~= '' and n == 1) then
       return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
     end
     return {0, redis.call('PTTL', KEYS[i]), i}
@@ -126,11 +146,12 @@ for i = 1, n do
     -- A waiter set holding other data is left alone: the lock is obtained,
     -- and this client's other callers wake by their timers.
     if more == '1' then
-      waits(i, math.floor(now_us / 1000))
+      waits(i, now_us, false)
     else
       redis.pcall('ZREM', KEYS[n + i], waiter)
       -- A new hash has lost the mark: others may still wait.
       if not marked[i] then redis.call('HSET', k, 'w', '1') end
+      if left[i] then redis.call('HDEL', k, grant) end
     end
   end
   out[#out + 1] = fences[i]

@@ -1,8 +1,11 @@
 -- release: give up one acquisition of the exclusive locks KEYS[1..n].
 --
 -- KEYS[n+1..2n]  the locks' waiter sets (see wake)
+-- KEYS[2n+1..3n] their fence counters (see grant)
 -- ARGV[1] the request token of the acquisition given up, ARGV[2] this
--- release's id ('' for the clean-up after a failed acquire)
+-- release's id ('' for the clean-up after a failed acquire), and for a
+-- clean-up ARGV[3] the client channel with which it may have left its
+-- request for a grant ('' or absent when not; see grant), which goes
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -11,12 +14,13 @@
 -- be held with different tokens), and can give up only its own
 -- acquisition. It is taken away once; a lock with no acquisition left is
 -- freed: its hash stays for a minute with an empty token, and its next
--- waiter is woken. Keys the acquisition does not hold are left alone. The
+-- waiter is woken, or granted the lock if it left its request (see
+-- grant). Keys the acquisition does not hold are left alone. The
 -- hash's 'rel' holds the ids of its last releases (see record): a
 -- release whose id it holds ran before (its reply was lost and the client
 -- sent it again), changes nothing and counts as done. Returns the number
 -- of keys that were not held by the acquisition.
-local req, id = ARGV[1], ARGV[2]
+local req, id, asked = ARGV[1], ARGV[2], ARGV[3] or ''
 local hold = 'h:' .. req
 
 -- kept is how much of 'rel' a release keeps: room for the last eight ids
@@ -54,11 +58,15 @@ local function record(rel)
   return rel
 end
 
-local n = #KEYS / 2
+local n = #KEYS / 3
 local missing = 0
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'rel', 'w', 'req', hold)
+  local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence')
+  if cur and asked ~= '' then
+    local g = redis.call('HGET', k, 'g:' .. asked)
+    if g and string.find(g, '"' .. req .. '"', 1, true) then redis.call('HDEL', k, 'g:' .. asked) end
+  end
   local live = cur and cur[2] and cur[2] ~= ''
   local first = live and cur[7] == req
   local again = live and not first and cur[8] == cur[2]
@@ -76,9 +84,11 @@ for i = 1, n do
     end
   else
     if again then redis.call('HDEL', k, hold) end
-    redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', record(cur[5]))
-    redis.call('PEXPIRE', k, '60000')
-    if cur[6] then wake(KEYS[n + i], k, true) end
+    local rel = record(cur[5])
+    if not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel)) then
+      redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
+      redis.call('PEXPIRE', k, '60000')
+    end
   end
 end
 return missing

@@ -4,8 +4,10 @@
 -- woken in its place, so that a notice it may have received and not used
 -- is not lost.
 --
--- ARGV[1] the client's channel
+-- ARGV[1] the client's channel. The request it may have left for a grant
+-- (see grant) goes too.
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.pcall('HDEL', KEYS[1], 'g:' .. ARGV[1])
 local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
 if cur.err then return 0 end
 if (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[1]) == 0) then

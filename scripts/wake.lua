@@ -9,14 +9,15 @@
 -- 's|' and its id: its channel for k is k .. ':w:' .. id, in k's own slot,
 -- and it is told by SPUBLISH, which reaches only the shard that owns it.
 
--- tell sends a waiting client the notice that lock k may be free. A
--- notice that cannot be sent (a server without SPUBLISH) is skipped: the
--- waiter also wakes by its timers, and the release must not fail for it.
-local function tell(member, k)
+-- tell sends a waiting client the notice that lock k may be free, or the
+-- message given (see grant). A notice that cannot be sent (a server without
+-- SPUBLISH) is skipped: the waiter also wakes by its timers, and the
+-- release must not fail for it.
+local function tell(member, k, message)
   if string.sub(member, 1, 2) == 's|' then
-    redis.pcall('SPUBLISH', k .. ':w:' .. string.sub(member, 3), k)
+    redis.pcall('SPUBLISH', k .. ':w:' .. string.sub(member, 3), message or k)
   else
-    redis.call('PUBLISH', member, k)
+    redis.call('PUBLISH', member, message or k)
   end
 end
 

@@ -41,35 +41,44 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		}
 		// The scripts are told apart by their numbers of keys and
 		// arguments: acquire has 3 keys per name and 4 arguments (7 when
-		// waiting), the first the request token; release has a lock key
-		// and a waiter set, and the request token of the acquisition it
-		// gives up (the token of the hold it made: the fault suite uses no
-		// owners) and the release id.
+		// waiting, 8 when it asks for a grant), the first the request
+		// token; release has a lock key, a waiter set and a fence counter,
+		// and the request token of the acquisition it gives up (the token
+		// of the hold it made: the fault suite uses no owners) and the
+		// release id (and, for a clean-up, the client channel).
 		switch argv := args[3+n:]; {
-		case n > 0 && n%3 == 0 && (len(argv) == 4 || len(argv) == 7):
+		case n > 0 && n%3 == 0 && (len(argv) == 4 || len(argv) == 7 || len(argv) == 8):
 			s.script, s.token = "acquire", argv[0]
-		case n == 2 && len(argv) == 2:
+		case n == 3 && (len(argv) == 2 || len(argv) == 3):
 			s.script, s.token = "release", argv[0]
 		}
 		return
 	}
-	switch {
-	case s.script == "acquire" && strings.EqualFold(args[0], "HSET"):
-		var token string
-		var fence uint64
-		for i := 2; i+1 < len(args); i += 2 {
-			switch args[i] {
-			case "token":
-				token = args[i+1]
-			case "fence":
-				fence, _ = strconv.ParseUint(args[i+1], 10, 64)
-			}
+	if !strings.EqualFold(args[0], "HSET") || s.script == "" {
+		return
+	}
+	var token string
+	var fence uint64
+	set := false
+	for i := 2; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case "token":
+			token, set = args[i+1], true
+		case "fence":
+			fence, _ = strconv.ParseUint(args[i+1], 10, 64)
 		}
-		if token == s.token {
+	}
+	switch {
+	case !set:
+	case s.script == "acquire" && token == s.token:
+		s.acquired[token] = fence
+	case s.script == "release":
+		// Freed: the hash stays, with an empty token; or granted to the
+		// waiter whose request token it is now held with.
+		s.deleted[s.token]++
+		if token != "" {
 			s.acquired[token] = fence
 		}
-	case s.script == "release" && strings.EqualFold(args[0], "HSET") && len(args) > 3 && args[2] == "token" && args[3] == "":
-		s.deleted[s.token]++ // freed: the hash stays, with an empty token
 	}
 }
 

@@ -1,0 +1,125 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A release may grant the lock to the next waiting client there and then
+// (see scripts/grant.lua), which saves the waiter the round trip of an
+// attempt of its own: the lock passes from one holder to the next in the
+// time the release's notice takes to arrive. A waiting caller asks for it
+// with each attempt that registers it, which leaves its request (token,
+// TTL, owner, metadata, the attempt's number and the server's clock when it
+// ran) in the lock's hash; the grant is held with the caller's request
+// token, and its notice names the attempt whose request it used and how
+// long after that attempt ran, by the server's clock, the grant came. The
+// caller counts the TTL from when it sent that attempt plus that time, less
+// the drift allowance on both: no later than the grant, so its deadline
+// never comes after the server's. A notice can be lost: the caller's next
+// attempt then finds the lock held with its own request token and takes it
+// as a repeated acquire.
+//
+// Only a caller of Lock on one name that waits with notices asks, without
+// WithReplicas: a grant is not written on the caller's connection, so WAIT
+// there would confirm nothing.
+
+// grantNotice is the notice that a release granted a lock to a waiting
+// caller: the request token it is held with, the number of the attempt
+// whose request it used, its fence, and how long after that attempt ran
+// the grant came, by the server's clock.
+type grantNotice struct {
+	req     string
+	attempt uint64
+	fence   uint64
+	elapsed time.Duration
+}
+
+// parseGrant reads the notice of a grant, "\x00" request token, attempt,
+// fence, elapsed microseconds and key, space-separated; ok is false for a
+// plain notice, whose payload is the key alone.
+func parseGrant(payload string) (n grantNotice, key string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "\x00")
+	if !ok {
+		return n, "", false
+	}
+	f := strings.SplitN(rest, " ", 5)
+	if len(f) != 5 {
+		return n, "", false
+	}
+	var err1, err2, err3 error
+	var us uint64
+	n.req = f[0]
+	n.attempt, err1 = strconv.ParseUint(f[1], 10, 64)
+	n.fence, err2 = strconv.ParseUint(f[2], 10, 64)
+	us, err3 = strconv.ParseUint(f[3], 10, 63)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return n, "", false
+	}
+	n.elapsed = time.Duration(us) * time.Microsecond
+	return n, f[4], true
+}
+
+// sentAttempts is how many of its latest attempts a waiting Lock remembers
+// the send time of: a grant uses the request of the latest attempt that
+// registered, or of one just before it whose successor failed unseen.
+const sentAttempts = 8
+
+// sent is when a Lock sent an attempt that asked for a grant, and with
+// which TTL.
+type sent struct {
+	attempt uint64
+	at      time.Time
+	ttl     time.Duration
+}
+
+// asksGrant reports whether an attempt that registers the caller as a
+// waiter asks to be granted the lock.
+func (l *Lock) asksGrant() bool {
+	return l.kind == exclusiveHold && len(l.names) == 1 && l.parts == nil && l.repl.replicas == 0
+}
+
+// nextAttempt numbers an attempt sent at with ttl that asks for a grant,
+// and remembers when it was sent.
+func (l *Lock) nextAttempt(at time.Time, ttl time.Duration) string {
+	n := uint64(1)
+	if len(l.sent) > 0 {
+		n = l.sent[len(l.sent)-1].attempt + 1
+	}
+	if len(l.sent) == sentAttempts {
+		l.sent = append(l.sent[:0], l.sent[1:]...)
+	}
+	l.sent = append(l.sent, sent{attempt: n, at: at, ttl: ttl})
+	return strconv.FormatUint(n, 10)
+}
+
+// claim takes a lock a release granted this Lock: with the deadline the
+// send time of the attempt the notice names gives, moved on by the time
+// the grant came after it (both less the drift allowance). A grant that
+// cannot be used (its attempt is forgotten, or the deadline has passed) is
+// given back, and the caller goes on waiting.
+func (l *Lock) claim(ctx context.Context, n grantNotice) bool {
+	var s *sent
+	for i := range l.sent {
+		if l.sent[i].attempt == n.attempt {
+			s = &l.sent[i]
+		}
+	}
+	if s == nil || n.req != l.req {
+		l.cleanup(ctx, false)
+		return false
+	}
+	at := s.at.Add(n.elapsed - n.elapsed/100)
+	deadline := at.Add(s.ttl - drift(s.ttl))
+	if !time.Now().Before(deadline) {
+		l.cleanup(ctx, false)
+		return false
+	}
+	l.mu.Lock()
+	l.token, l.fences = l.req, []uint64{n.fence}
+	l.mu.Unlock()
+	l.start(at, deadline)
+	return true
+}

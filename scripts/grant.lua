@@ -1,0 +1,56 @@
+-- grant: shared by the scripts that free an exclusive lock; dlock puts it
+-- in front of each of them, after wake and fence.
+--
+-- A waiting client may leave its request with its registration: the lock
+-- hash's field 'g:' .. its channel holds the request of its first waiting
+-- caller, as JSON {request token, TTL in ms, owner, metadata, attempt,
+-- server clock in microseconds when the attempt ran} (see acquire). Every
+-- registering attempt sets or clears that field, so it always belongs to
+-- the client's latest one. A request that does not read as one is not
+-- granted; its client is only told. When the lock is freed and
+-- the next waiting client left a request, the lock is granted to it there
+-- and then: held with the request token as its token, and the client is
+-- told so; the caller needs no round trip of its own to take it. A client
+-- that left none is only told that the lock may be free.
+--
+-- The notice of a grant is "\0" .. request token .. " " .. attempt .. " "
+-- .. fence .. " " .. elapsed .. " " .. k, where elapsed is how long, in
+-- microseconds of the server's clock, the grant came after the attempt
+-- that left the request ran. The caller counts the TTL from when it sent
+-- that attempt, plus elapsed: no later than the grant.
+
+-- pass hands lock k, being freed, to its next waiter: the client
+-- registered longest ago in waiter set wk that has not expired. If it left
+-- a request, pass grants it the lock, writing the hash (with rel as the
+-- ids of its releases, see release) and its TTL, and returns true. If not,
+-- pass tells it the lock may be free and returns false: the caller frees
+-- the hash. fk is the lock's fence counter and fence the last fence the
+-- hash holds.
+local function pass(k, wk, fk, fence, rel)
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local next = redis.pcall('ZRANGEBYSCORE', wk, now_ms, '+inf', 'LIMIT', 0, 1)
+  if next.err or not next[1] then return false end
+  local m = next[1]
+  local rec = redis.call('HGET', k, 'g:' .. m)
+  local ok, g = false, nil
+  if rec then ok, g = pcall(cjson.decode, rec) end
+  local f, text
+  if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
+      and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
+    local now_us, now_text = tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
+    f, text = next_fence(fk, now_us, tonumber(fence), now_text)
+    if f then
+      redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
+        'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel)
+      redis.call('HDEL', k, 'g:' .. m)
+      redis.call('PEXPIRE', k, g[2])
+      redis.call('ZREM', wk, m)
+      local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
+      tell(m, k, '\0' .. g[1] .. ' ' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. k)
+      return true
+    end
+  end
+  tell(m, k)
+  return false
+end
