@@ -17,10 +17,15 @@ import (
 // token, and its notice names the attempt whose request it used and how
 // long after that attempt ran, by the server's clock, the grant came. The
 // caller counts the TTL from when it sent that attempt plus that time, less
-// the drift allowance on both: no later than the grant, so its deadline
-// never comes after the server's. A notice can be lost: the caller's next
-// attempt then finds the lock held with its own request token and takes it
-// as a repeated acquire.
+// the drift allowance on both, and never from later than the notice's
+// arrival (which bounds what a step of the server's clock could add): no
+// later than the grant, so its deadline never comes after the server's. A
+// notice can be lost: the caller's next attempt then finds the lock held
+// with its own request token and takes it as a repeated acquire. A notice
+// that cannot be used (it came too late, or names an attempt the caller no
+// longer remembers) is only dropped, never acted on: the lock the caller's
+// request token holds may be a later grant than the one it tells of, and
+// the next attempt learns which.
 //
 // Only a caller of Lock on one name that waits with notices asks, without
 // WithReplicas: a grant is not written on the caller's connection, so WAIT
@@ -28,38 +33,41 @@ import (
 
 // grantNotice is the notice that a release granted a lock to a waiting
 // caller: the request token it is held with, the number of the attempt
-// whose request it used, its fence, and how long after that attempt ran
-// the grant came, by the server's clock.
+// whose request it used, its fence, how long after that attempt ran the
+// grant came, by the server's clock, and when the notice arrived.
 type grantNotice struct {
 	req     string
 	attempt uint64
 	fence   uint64
 	elapsed time.Duration
+	arrived time.Time
 }
 
-// parseGrant reads the notice of a grant, "\x00" request token, attempt,
-// fence, elapsed microseconds and key, space-separated; ok is false for a
-// plain notice, whose payload is the key alone.
-func parseGrant(payload string) (n grantNotice, key string, ok bool) {
-	rest, ok := strings.CutPrefix(payload, "\x00")
-	if !ok {
-		return n, "", false
+// parseGrant reads the payload of a notice. A grant's is "\x00", then the
+// attempt, the fence, the elapsed microseconds and the request token's
+// length, each followed by a space, then the request token and the key
+// (see grant.lua); a plain notice's is the key alone. isGrant is set for a
+// grant's, ok when it also reads.
+func parseGrant(payload string) (n grantNotice, key string, isGrant, ok bool) {
+	rest, isGrant := strings.CutPrefix(payload, "\x00")
+	if !isGrant {
+		return n, payload, false, false
 	}
-	f := strings.SplitN(rest, " ", 5)
-	if len(f) != 5 {
-		return n, "", false
+	var nums [4]uint64
+	for i := range nums {
+		f, r, found := strings.Cut(rest, " ")
+		v, err := strconv.ParseUint(f, 10, 63)
+		if !found || err != nil {
+			return n, "", true, false
+		}
+		nums[i], rest = v, r
 	}
-	var err1, err2, err3 error
-	var us uint64
-	n.req = f[0]
-	n.attempt, err1 = strconv.ParseUint(f[1], 10, 64)
-	n.fence, err2 = strconv.ParseUint(f[2], 10, 64)
-	us, err3 = strconv.ParseUint(f[3], 10, 63)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return n, "", false
+	if nums[3] == 0 || nums[3] > uint64(len(rest)) {
+		return n, "", true, false
 	}
-	n.elapsed = time.Duration(us) * time.Microsecond
-	return n, f[4], true
+	n.attempt, n.fence, n.elapsed = nums[0], nums[1], time.Duration(nums[2])*time.Microsecond
+	n.req, key = rest[:nums[3]], rest[nums[3]:]
+	return n, key, true, true
 }
 
 // sentAttempts is how many of its latest attempts a waiting Lock remembers
@@ -97,10 +105,12 @@ func (l *Lock) nextAttempt(at time.Time, ttl time.Duration) string {
 
 // claim takes a lock a release granted this Lock: with the deadline the
 // send time of the attempt the notice names gives, moved on by the time
-// the grant came after it (both less the drift allowance). A grant that
-// cannot be used (its attempt is forgotten, or the deadline has passed) is
-// given back, and the caller goes on waiting.
-func (l *Lock) claim(ctx context.Context, n grantNotice) bool {
+// the grant came after it (both less the drift allowance), but not past
+// the notice's arrival. A notice that cannot be used (its attempt is
+// forgotten, or the deadline has passed) is dropped, and the caller goes
+// on waiting: its next attempt takes the lock if it is still held with
+// its request token.
+func (l *Lock) claim(_ context.Context, n grantNotice) bool {
 	var s *sent
 	for i := range l.sent {
 		if l.sent[i].attempt == n.attempt {
@@ -108,13 +118,14 @@ func (l *Lock) claim(ctx context.Context, n grantNotice) bool {
 		}
 	}
 	if s == nil || n.req != l.req {
-		l.cleanup(ctx, false)
 		return false
 	}
 	at := s.at.Add(n.elapsed - n.elapsed/100)
+	if at.After(n.arrived) {
+		at = n.arrived
+	}
 	deadline := at.Add(s.ttl - drift(s.ttl))
 	if !time.Now().Before(deadline) {
-		l.cleanup(ctx, false)
 		return false
 	}
 	l.mu.Lock()

@@ -14,17 +14,21 @@ import (
 )
 
 // muteDriver is a tapDriver whose subscription can drop the notices of
-// grants before the client sees them, as a lost connection would.
+// grants before the client sees them, as a lost connection would, and
+// keep them to be passed on later, as a slow one would.
 type muteDriver struct {
 	*tapDriver
 	mute    atomic.Bool
-	dropped chan struct{} // gets a value for each notice dropped
+	dropped chan func() // gets, for each notice dropped, what passes it on
 }
 
 func (d *muteDriver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	return d.tapDriver.Subscribe(ctx, func(channel, payload string) {
 		if d.mute.Load() && strings.HasPrefix(payload, "\x00") {
-			d.dropped <- struct{}{}
+			select {
+			case d.dropped <- func() { notify(channel, payload) }:
+			default: // more than the test waits for: lost for good
+			}
 			return
 		}
 		notify(channel, payload)
@@ -32,7 +36,7 @@ func (d *muteDriver) Subscribe(ctx context.Context, notify func(channel, payload
 }
 
 func (e *env) newMuteClient(t *testing.T) (*dlock.Client, *muteDriver) {
-	d := &muteDriver{tapDriver: e.newDriver(t), dropped: make(chan struct{}, 8)}
+	d := &muteDriver{tapDriver: e.newDriver(t), dropped: make(chan func(), 8)}
 	c := dlock.New(d)
 	t.Cleanup(func() { _ = c.Close() })
 	return c, d
@@ -339,5 +343,237 @@ func TestARequestThatDoesNotReadIsNotGranted(t *testing.T) {
 	}
 	if pttl := e.srv.Do(t, "PTTL", "dlock:{junk}"); pttl == "-1" {
 		t.Error("the freed hash has no TTL")
+	}
+}
+
+// TestALateNoticeOfAnEarlierGrantLeavesTheNextOneAlone: the notice of a
+// first grant arrives after that grant ran out, another holder came and
+// went, and a second grant to the same caller was made, with a third
+// caller waiting behind. The late notice is dropped, not acted on: the
+// caller holds the lock by the second grant, and the third does not get
+// it.
+func TestALateNoticeOfAnEarlierGrantLeavesTheNextOneAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "late", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, d := e.newMuteClient(t)
+	d.mute.Store(true)
+	const ttl = 200 * time.Millisecond
+	refusals := make(chan int, 64)
+	got := make(chan lockResult, 1)
+	go func() {
+		// Bounded: a waiter that gave its grant away could wait for good.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := waiter.Lock(wctx, "late", dlock.WithTTL(ttl), dlock.WithOnRetry(func(n int, _ error) { refusals <- n }))
+		got <- lockResult{l, err}
+	}()
+	<-refusals
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-d.dropped // the first grant's notice, kept back
+	other := e.newClient(t)
+	between, err := other.Lock(ctx, "late", dlock.WithTTL(time.Minute)) // once the first grant ran out
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := <-refusals; n != 2 {
+		t.Fatalf("refusal %d, want the waiter's second", n)
+	}
+	// A third caller waits behind the waiter: a grant given back would go
+	// to it.
+	third := e.newClient(t)
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	thirdGot := lockWhenRefused(t, tctx, third, "late", dlock.WithTTL(time.Minute))
+	if err := between.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := <-d.dropped
+	first()
+	// The waiter drops the late notice and takes the lock by its next
+	// attempt; a waiter that gave the second grant away on the late
+	// notice would be refused instead, and then take the second notice.
+	var r lockResult
+	select {
+	case r = <-got:
+	case <-refusals:
+		second()
+		r = <-got
+	}
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	if tok := e.srv.Do(t, "HGET", "dlock:{late}", "token"); tok != r.l.Token() {
+		t.Errorf("lock held with %q, the waiter's Lock has %q", tok, r.l.Token())
+	}
+	cancel()
+	if tr := <-thirdGot; tr.err == nil {
+		t.Error("the third caller got the lock while the waiter held it")
+	}
+}
+
+// TestAGrantToATokenWithSpacesAndSlashes: a request token (WithToken) with
+// spaces and slashes, which JSON escapes, is granted and told as any other.
+// And a caller with such a token that gives up takes its request back
+// itself: here another caller of its client still waits for the name (a
+// lock on several names, registered there first), so the client stays
+// registered, and a request left behind would have the release grant the
+// lock to the caller that gave up instead of waking the other.
+func TestAGrantToATokenWithSpacesAndSlashes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "odd", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := e.newDriver(t)
+	waiter := dlock.New(wd)
+	t.Cleanup(func() { _ = waiter.Close() })
+	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer bcancel()
+	other := make(chan lockResult, 1)
+	refused := make(chan struct{})
+	go func() {
+		var once sync.Once
+		l, err := waiter.LockMulti(bctx, []string{"odd-first", "odd"},
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		other <- lockResult{l, err}
+	}()
+	<-refused
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := lockWhenRefused(t, wctx, waiter, "odd", dlock.WithToken("svc/job 1"))
+	cancel()
+	if r := <-gaveUp; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter: %v, want context.Canceled", r.err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-other
+	if r.err != nil {
+		t.Fatalf("the other caller: %v (the lock is held with %q)", r.err, e.srv.Do(t, "HGET", "dlock:{odd}", "token"))
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	held, err = e.c.TryLock(ctx, "odd", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockWhenRefused(t, ctx, waiter, "odd", dlock.WithToken("svc/job 2"))
+	trips := wd.trips.Load()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	if n := wd.trips.Load() - trips; n != 0 {
+		t.Errorf("the waiter made %d round trips after the release; a grant needs none", n)
+	}
+	if tok := e.srv.Do(t, "HGET", "dlock:{odd}", "token"); tok != "svc/job 2" {
+		t.Errorf("lock held with %q, want %q", tok, "svc/job 2")
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAnAcquireWithoutNoticesTakesBackTheRequestLeftBefore: a caller
+// whose earlier attempt asked for a grant, and whose client then lost its
+// notices, obtains the lock by an attempt that does not register: that
+// attempt takes the request back (it names the channel it asked with), so
+// that a later release does not grant the lock to it. The scripts run as
+// the client sends them, on a lock whose hash holds such a request.
+func TestAnAcquireWithoutNoticesTakesBackTheRequestLeftBefore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	scripts := map[string]*dlock.Script{}
+	for _, s := range dlock.Scripts() {
+		scripts[s.Name] = s
+	}
+	key, waiters, fence := "dlock:{quiet}", "dlock:{quiet}:waiters", "dlock:{quiet}:fence"
+	e.srv.Do(t, "HSET", key, "kind", "lock", "token", "", "req", "", "owner", "", "count", "0", "meta", "", "fence", "5",
+		"w", "1", "g:chan", `["req-1","60000","","","1","0"]`)
+	e.srv.Do(t, "ZADD", waiters, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "chan")
+	acquire := &dlock.Call{Script: scripts["acquire"], Keys: []string{key, waiters, fence},
+		Args: []any{"req-1", "60000", "", "", "", "", "1500", "", "chan"}}
+	e.drv.Eval(ctx, acquire)
+	if r, _ := acquire.Val.([]any); acquire.Err != nil || len(r) < 1 || r[0] != int64(1) {
+		t.Fatalf("acquire: %v %v", acquire.Val, acquire.Err)
+	}
+	if e.srv.Do(t, "HEXISTS", key, "g:chan") != "0" {
+		t.Error("the request is still there after its caller obtained the lock")
+	}
+	release := &dlock.Call{Script: scripts["release"], Keys: []string{key, waiters, fence}, Args: []any{"req-1", "id-1"}}
+	e.drv.Eval(ctx, release)
+	if release.Err != nil {
+		t.Fatal(release.Err)
+	}
+	if e.locked(t, key) {
+		t.Errorf("the release granted the lock to %q", e.srv.Do(t, "HGET", key, "token"))
+	}
+}
+
+// lateDriver sends a Lock's first acquire late, so that its reply comes
+// after its validity, and runs clean-ups (releases without an id) a while
+// after reporting their replies lost, as a slow connection would.
+type lateDriver struct {
+	*tapDriver
+	sendLate, runLate time.Duration
+	sent              atomic.Bool
+	wg                sync.WaitGroup
+}
+
+func (d *lateDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	for _, c := range calls {
+		switch {
+		case c.Script.Name == "acquire" && d.sent.CompareAndSwap(false, true):
+			time.Sleep(d.sendLate)
+		case c.Script.Name == "release" && len(c.Args) > 1 && c.Args[1] == "":
+			late := &dlock.Call{Script: c.Script, Keys: c.Keys, Args: c.Args}
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				time.Sleep(d.runLate)
+				d.tapDriver.Eval(context.Background(), late)
+			}()
+			c.Val, c.Err = nil, errLostReply
+			return
+		}
+	}
+	d.tapDriver.Eval(ctx, calls...)
+}
+
+// TestAWaiterWhoseGrantCameLateTakesItAgainWithoutGivingItBack: a waiting
+// caller's attempt obtains the lock, but its reply comes after its
+// validity. The caller does not give the lock back (a release sent then
+// could run after its next attempt took the lock again, and free it under
+// it); its next attempt, at once, takes it again with a fresh deadline.
+func TestAWaiterWhoseGrantCameLateTakesItAgainWithoutGivingItBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const ttl = time.Second
+	d := &lateDriver{tapDriver: e.newDriver(t), sendLate: ttl, runLate: ttl}
+	c := dlock.New(d)
+	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(d.wg.Wait)
+	l, err := c.Lock(ctx, "slow", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.wg.Wait() // a clean-up, had one been sent, has run
+	if tok := e.srv.Do(t, "HGET", "dlock:{slow}", "token"); tok != l.Token() {
+		t.Fatalf("lock held with %q, the caller's Lock has %q (deadline in %v)", tok, l.Token(), time.Until(l.Deadline()))
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -367,9 +367,18 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	deadline := start.Add(ttl - drift(ttl))
 	if !time.Now().Before(deadline) {
 		// The grant came back too late to be of use: it may already have
-		// expired and been taken by another. Give it back.
+		// expired and been taken by another.
+		err := fmt.Errorf("%w: the grant of %q arrived after its validity", ErrNotObtained, l.names[0])
+		if wa.waiting {
+			// Not given back: the caller's next attempt, at once, takes
+			// the lock again if it is still held with the request token,
+			// and a release sent now could run after that attempt (on
+			// another connection, or sent again by the client library) and
+			// free the lock under it. A caller that gives up cleans up.
+			return 0, fmt.Errorf("%w (%w)", errLate, err)
+		}
 		l.cleanup(ctx, false)
-		return 0, fmt.Errorf("%w: the grant of %q arrived after its validity", ErrNotObtained, l.names[0])
+		return 0, err
 	}
 	l.mu.Lock()
 	l.token, l.fences = token, fences
@@ -396,15 +405,20 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	if l.reqArg == nil {
 		l.reqArg = l.req
 	}
-	if wa.channel == "" && l.extra == nil {
+	if wa.channel == "" && l.extra == nil && l.asked == "" {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 	}
 	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
-	if l.extra != nil {
+	switch {
+	case l.extra != nil:
 		args = append(args, l.extra()...)
-	} else if wa.attempt != "" {
+	case wa.attempt != "":
 		args = append(args, wa.attempt)
+	case wa.channel == "":
+		// An earlier attempt asked for a grant with l.asked; this one
+		// does not register, and takes the request back if it obtains.
+		args = append(args, "", l.asked)
 	}
 	return args
 }

@@ -317,7 +317,12 @@ func (h *waitHub) open(ctx context.Context) (sub Subscription, sharded bool, err
 func (h *waitHub) notify(_, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if n, key, ok := parseGrant(payload); ok {
+	n, key, isGrant, ok := parseGrant(payload)
+	if isGrant {
+		if !ok {
+			return // not from a dlock script: the waiter's timers cover it
+		}
+		n.arrived = time.Now()
 		for _, w := range h.queues[key] {
 			if w.req == n.req {
 				w.grant, w.hasGrant = n, true
@@ -326,7 +331,6 @@ func (h *waitHub) notify(_, payload string) {
 		}
 		return
 	}
-	key := payload
 	if q := h.queues[key]; len(q) > 0 {
 		q[0].signal()
 	}
@@ -455,7 +459,13 @@ type waitArgs struct {
 	channel string // the client's channel; "" when not registering
 	more    bool   // more callers of this client wait for the lock
 	attempt string // set by an exclusive Lock's attempt that asks for a grant: its number
+	waiting bool   // set for every attempt of a waiting caller
 }
+
+// errLate is the error of an attempt whose grant came back after its
+// validity while its caller waits: the caller tries again at once, and
+// gives back whatever the attempt may hold only if it gives up.
+var errLate = errors.New("dlock: late grant")
 
 // attempt is one try at obtaining a primitive: nil when obtained, an error
 // matching ErrNotObtained (with how long the holder's lock has left) when
@@ -506,7 +516,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		}
 		w.drain() // a signal from before this attempt is answered by it
 		notices := hub.subscribed(ctx)
-		wa := waitArgs{}
+		wa := waitArgs{waiting: true}
 		if notices {
 			hub.listen(ctx, keys, w)
 			_, wa.more = hub.first(key, w)
@@ -520,7 +530,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		if isFinal(err) {
 			return abandon(uncertain, err)
 		}
-		notHeld := errors.Is(err, ErrNotObtained)
+		late := errors.Is(err, errLate)
+		notHeld := errors.Is(err, ErrNotObtained) && !late
 		uncertain = uncertain || !notHeld
 		registered = registered || (notHeld && notices)
 		failed++
@@ -533,6 +544,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 			return abandon(uncertain, err)
 		}
 		switch {
+		case late:
+			d = 0 // the lock may still be held with the request token: take it again
 		case notHeld && wa.channel != "":
 			// Registered: the release will say when to try again.
 			d = waitBeat

@@ -9,7 +9,9 @@
 -- ARGV[6] '1' when more of that client's callers wait for these locks,
 -- ARGV[7] how long a waiter's registration lasts, in ms,
 -- ARGV[8] the attempt's number when the waiting caller asks to be granted
--- the lock (see grant; one name only), '' or absent when not
+-- the lock (see grant; one name only), '' or absent when not,
+-- ARGV[9] the client channel with which an earlier attempt of the caller
+-- asked, when this one does not register ('' or absent when none)
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
 -- released), 'req' (the request token of the acquire that made the hold,
@@ -45,7 +47,7 @@
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
-local attempt = ARGV[8] or ''
+local attempt, asked = ARGV[8] or '', ARGV[9] or ''
 
 local hold = 'h:' .. req
 
@@ -153,6 +155,10 @@ for i = 1, n do
       if not marked[i] then redis.call('HSET', k, 'w', '1') end
       if left[i] then redis.call('HDEL', k, grant) end
     end
+  elseif asked ~= '' then
+    -- Obtained without registering (the client lost its notices) after
+    -- an attempt that asked: its request goes.
+    redis.call('HDEL', k, 'g:' .. asked)
   end
   out[#out + 1] = fences[i]
 end

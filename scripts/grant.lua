@@ -13,11 +13,12 @@
 -- told so; the caller needs no round trip of its own to take it. A client
 -- that left none is only told that the lock may be free.
 --
--- The notice of a grant is "\0" .. request token .. " " .. attempt .. " "
--- .. fence .. " " .. elapsed .. " " .. k, where elapsed is how long, in
--- microseconds of the server's clock, the grant came after the attempt
--- that left the request ran. The caller counts the TTL from when it sent
--- that attempt, plus elapsed: no later than the grant.
+-- The notice of a grant is "\0" .. attempt .. " " .. fence .. " " ..
+-- elapsed .. " " .. #token .. " " .. token .. k (a token or key may hold
+-- spaces), where elapsed is how long, in microseconds of the server's
+-- clock, the grant came after the attempt that left the request ran. The
+-- caller counts the TTL from when it sent that attempt, plus elapsed: no
+-- later than the grant.
 
 -- pass hands lock k, being freed, to its next waiter: the client
 -- registered longest ago in waiter set wk that has not expired. If it left
@@ -47,7 +48,7 @@ local function pass(k, wk, fk, fence, rel)
       redis.call('PEXPIRE', k, g[2])
       redis.call('ZREM', wk, m)
       local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
-      tell(m, k, '\0' .. g[1] .. ' ' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. k)
+      tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
       return true
     end
   end

@@ -65,7 +65,9 @@ for i = 1, n do
   local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence')
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
-    if g and string.find(g, '"' .. req .. '"', 1, true) then redis.call('HDEL', k, 'g:' .. asked) end
+    local ok, d = false, nil
+    if g then ok, d = pcall(cjson.decode, g) end
+    if ok and type(d) == 'table' and d[1] == req then redis.call('HDEL', k, 'g:' .. asked) end
   end
   local live = cur and cur[2] and cur[2] ~= ''
   local first = live and cur[7] == req

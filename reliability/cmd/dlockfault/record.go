@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,13 +42,14 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		}
 		// The scripts are told apart by their numbers of keys and
 		// arguments: acquire has 3 keys per name and 4 arguments (7 when
-		// waiting, 8 when it asks for a grant), the first the request
+		// waiting, 8 when it asks for a grant, 9 when it does not register
+		// after an attempt that asked), the first the request
 		// token; release has a lock key, a waiter set and a fence counter,
 		// and the request token of the acquisition it gives up (the token
 		// of the hold it made: the fault suite uses no owners) and the
 		// release id (and, for a clean-up, the client channel).
 		switch argv := args[3+n:]; {
-		case n > 0 && n%3 == 0 && (len(argv) == 4 || len(argv) == 7 || len(argv) == 8):
+		case n > 0 && n%3 == 0 && slices.Contains([]int{4, 7, 8, 9}, len(argv)):
 			s.script, s.token = "acquire", argv[0]
 		case n == 3 && (len(argv) == 2 || len(argv) == 3):
 			s.script, s.token = "release", argv[0]
