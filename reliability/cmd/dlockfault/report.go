@@ -116,6 +116,14 @@ func writeReport(path string, results []*result, env runEnv) error {
 	w("  black-hole round) when another holder's release of the name came between the two runs: the lock hash kept\n")
 	w("  only the last release's id. It now keeps the last eight (`TestReleaseCalledAgainAfterALostReplyCountsOnce`\n")
 	w("  in the core).\n")
+	w("- When releases began granting the lock to the next waiting `Lock` (the grant is held with the waiter's request\n")
+	w("  token), the black-hole round found three overlaps in one run: a waiter whose grant notice or acquire reply\n")
+	w("  came too late gave the lock back by its request token, and that release, run late, freed a later hold of\n")
+	w("  the same request token, which the waiter then took as its own while another caller held the lock. A waiting\n")
+	w("  caller now drops a notice it cannot use and never gives a lock back while it still waits; its next attempt\n")
+	w("  takes the lock again if it is still held with its request token\n")
+	w("  (`TestALateNoticeOfAnEarlierGrantLeavesTheNextOneAlone`,\n")
+	w("  `TestAWaiterWhoseGrantCameLateTakesItAgainWithoutGivingItBack` in the core).\n")
 
 	for _, r := range results {
 		w("\n## %s\n\n", r.title)
