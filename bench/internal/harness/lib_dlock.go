@@ -40,7 +40,7 @@ func dlockRow(name, client, conns string, open openDriver) Library {
 	return Library{
 		Name: name,
 		Setup: "dlock over its " + client + " driver (" + conns + "), as it comes: Lock woken by Redis " +
-			"(waiter sets and one notice per release), requests of one client coalesced into pipelines, " +
+			"(waiter sets and one notice per release, which grants the lock to the next waiter), requests of one client coalesced into pipelines, " +
 			"WithAutoRefresh for scenario 6",
 		New: func(cfg ClientConfig) (Locker, error) {
 			return newDlock(cfg, dlock.DefaultRetry(), open)
