@@ -435,4 +435,51 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Errorf("%d round trips for bad input, want 0", got)
 		}
 	})
+
+	// A waiting caller whose give-back's outcome is unknown stops waiting
+	// and cleans up: that release could run late, after its next attempt
+	// took the names again, and free them under it.
+	t.Run("AWaiterWhoseGiveBackIsUnknownStops", func(t *testing.T) {
+		d := &giveBackLoser{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		other, _ := e.newClient(t)
+		blocker, err := other.TryLock(ctx, mid, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = c.LockMulti(wctx, []string{low, mid, high})
+		if err == nil || errors.Is(err, dlock.ErrNotObtained) || wctx.Err() != nil {
+			t.Fatalf("err = %v (context: %v), want the give-back's error at once", err, wctx.Err())
+		}
+		if got := e.taken(t, low, high); len(got) > 0 {
+			t.Errorf("the waiter left %q taken", got)
+		}
+		if err := blocker.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// giveBackLoser is a tapDriver that loses the reply of the first release
+// with an id (a give-back of the names an attempt took, or a Release),
+// after it ran.
+type giveBackLoser struct {
+	*tapDriver
+	lost atomic.Bool
+}
+
+func (d *giveBackLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.tapDriver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if c.Script.Name == "release" && len(c.Args) > 1 && c.Args[1] != "" && d.lost.CompareAndSwap(false, true) {
+			c.Val, c.Err = nil, errLostReply
+		}
+	}
+}
+
+func (d *giveBackLoser) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
 }

@@ -17,9 +17,10 @@ import (
 // token, and its notice names the attempt whose request it used and how
 // long after that attempt ran, by the server's clock, the grant came. The
 // caller counts the TTL from when it sent that attempt plus that time, less
-// the drift allowance on both, and never from later than the notice's
-// arrival (which bounds what a step of the server's clock could add): no
-// later than the grant, so its deadline never comes after the server's. A
+// the drift allowance on both: no later than the grant, so its deadline
+// never comes after the server's. (When that comes out later than the
+// notice's arrival, the server's clock stepped, and the caller counts from
+// the attempt's send time alone.) A
 // notice can be lost: the caller's next attempt then finds the lock held
 // with its own request token and takes it as a repeated acquire. A notice
 // that cannot be used (it came too late, or names an attempt the caller no
@@ -105,8 +106,9 @@ func (l *Lock) nextAttempt(at time.Time, ttl time.Duration) string {
 
 // claim takes a lock a release granted this Lock: with the deadline the
 // send time of the attempt the notice names gives, moved on by the time
-// the grant came after it (both less the drift allowance), but not past
-// the notice's arrival. A notice that cannot be used (its attempt is
+// the grant came after it (both less the drift allowance), or from the
+// send time alone if that comes out later than the notice's arrival. A
+// notice that cannot be used (its attempt is
 // forgotten, or the deadline has passed) is dropped, and the caller goes
 // on waiting: its next attempt takes the lock if it is still held with
 // its request token.
@@ -122,7 +124,10 @@ func (l *Lock) claim(_ context.Context, n grantNotice) bool {
 	}
 	at := s.at.Add(n.elapsed - n.elapsed/100)
 	if at.After(n.arrived) {
-		at = n.arrived
+		// The server's clock puts the grant after the notice arrived: it
+		// stepped. Count from the attempt's send time, which the grant
+		// surely came after.
+		at = s.at
 	}
 	deadline := at.Add(s.ttl - drift(s.ttl))
 	if !time.Now().Before(deadline) {

@@ -577,3 +577,46 @@ func TestAWaiterWhoseGrantCameLateTakesItAgainWithoutGivingItBack(t *testing.T) 
 		t.Fatal(err)
 	}
 }
+
+// TestAGrantToALockThatEndedIsGivenBack: an attempt of a Lock that has
+// since been released runs late (as one held up on a slow connection, or
+// sent again by the client library, would) and leaves its request; the
+// next release grants the lock to it. No caller waits with that request
+// token any more, and the client gives the lock back instead of leaving it
+// held by nobody for its TTL.
+func TestAGrantToALockThatEndedIsGivenBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "ended", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	got := lockWhenRefused(t, ctx, waiter, "ended")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The late attempt, while another holds the lock.
+	if held, err = e.c.TryLock(ctx, "ended", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	member := dlock.Member(waiter)
+	e.srv.Do(t, "ZADD", "dlock:{ended}:waiters", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), member)
+	e.srv.Do(t, "HSET", "dlock:{ended}", "g:"+member,
+		`["`+r.l.Token()+`","60000","","","1","`+strconv.FormatInt(time.Now().UnixMicro(), 10)+`"]`)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.locked(t, "dlock:{ended}"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock granted to a released Lock's request is still held with %q", e.srv.Do(t, "HGET", "dlock:{ended}", "token"))
+		}
+	}
+}

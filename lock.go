@@ -132,7 +132,9 @@ func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Optio
 // LockMulti is TryLockMulti that waits as Lock does: a notice about any of
 // the names wakes it. Across cluster slots, an attempt that is refused
 // gives back what it took before it waits, so it holds nothing while it
-// waits, and tries again from the first slot.
+// waits, and tries again from the first slot. If Redis does not answer
+// that give-back, LockMulti stops waiting, cleans up and returns the error:
+// the give-back could still run after its next attempt and undo it.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive(names, false))
 }
@@ -466,7 +468,16 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 	if uncertain || l.enqueued {
 		l.cleanup(ctx, true)
 	}
+	l.ended()
 	return err
+}
+
+// ended tells the client's wait hub that a Lock that asked for grants
+// ended (see waitHub.forget).
+func (l *Lock) ended() {
+	if l.asked != "" {
+		l.c.hub().forget(l.req)
+	}
 }
 
 // cleanup releases what this acquisition's request token may hold, and
@@ -549,6 +560,7 @@ func (l *Lock) release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
+	l.ended()
 	args := l.releaseArgs(token, id)
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {

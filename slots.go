@@ -173,7 +173,8 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 			if gerr := l.giveBack(ctx, l.parts[:i], tokens); gerr != nil {
 				// Names may be left taken: the caller must not count the
 				// attempt as refused, and cleans up as after a lost reply.
-				err = fmt.Errorf("%w; the attempt had failed: %v", gerr, err)
+				// A waiting caller stops waiting (see errGiveBack).
+				err = fmt.Errorf("%w: %w; the attempt had failed: %v", errGiveBack, gerr, err)
 			}
 			return "", nil, holderTTL, err
 		}

@@ -59,6 +59,8 @@ type waitHub struct {
 	unsent  map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
 	idle    int                      // sharded: channels subscribed that no waiter listens on
+	ended   map[string]time.Time     // request tokens of Locks that asked for grants and ended, when (see forget)
+	givers  sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	maxIdle int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 }
 
@@ -79,7 +81,7 @@ func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{},
-		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels}
+		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]time.Time{}}
 }
 
 // member is the client's name in waiter sets.
@@ -327,7 +329,11 @@ func (h *waitHub) notify(_, payload string) {
 			if w.req == n.req {
 				w.grant, w.hasGrant = n, true
 				w.signal()
+				return
 			}
+		}
+		if _, ok := h.ended[n.req]; ok && !h.failed {
+			h.giveBack(key, n.req)
 		}
 		return
 	}
@@ -354,6 +360,55 @@ func (h *waitHub) join(keys []string, req string) *waiter {
 	}
 	h.mu.Unlock()
 	return w
+}
+
+// endedKeep is how long a client remembers the request token of a Lock
+// that ended (see forget), and endedMax how many it remembers at most.
+const (
+	endedKeep = time.Minute
+	endedMax  = 1024
+)
+
+// forget records that the Lock with request token req, which asked for
+// grants, ended (released, or gave up): no caller will act on req again.
+// An attempt of it that ran late (sent again by the client library, or
+// held up on a slow connection) can still leave its request with a lock
+// and be granted it; the notice of such a grant then comes to no waiter,
+// and the hub gives the lock back instead of leaving it held by nobody
+// for its TTL.
+func (h *waitHub) forget(req string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if len(h.ended) >= endedMax {
+		for r, at := range h.ended {
+			if now.Sub(at) > endedKeep || len(h.ended) >= endedMax {
+				delete(h.ended, r)
+			}
+		}
+	}
+	h.ended[req] = now
+}
+
+// giveBack releases, in the background, the lock key granted to the ended
+// request token req, as its Lock's clean-up would; h.mu must be held, and
+// the hub not closed (close waits for it).
+func (h *waitHub) giveBack(key, req string) {
+	member := h.channel
+	if h.sharded {
+		member = h.shardMember
+	}
+	h.givers.Add(1)
+	go func() {
+		defer h.givers.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence"}, Args: []any{req, "", member}}
+		h.c.evalWith(ctx, replication{}, call)
+		if call.Err != nil {
+			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "key", key, "err", call.Err)
+		}
+	}()
 }
 
 // granted returns the grant w was told of, if any, and forgets it.
@@ -420,6 +475,7 @@ func (h *waitHub) close() {
 	if sub != nil {
 		_ = sub.Close()
 	}
+	h.givers.Wait()
 }
 
 func (w *waiter) signal() {
@@ -462,6 +518,13 @@ type waitArgs struct {
 	waiting bool   // set for every attempt of a waiting caller
 }
 
+// errGiveBack is the error of an attempt across cluster slots that could
+// not tell whether it gave back the names it took: that release may still
+// run, late, after the caller's next attempt took those names again with
+// the same request token, and free them under it. So a waiting caller stops
+// waiting then, and cleans up.
+var errGiveBack = errors.New("dlock: giving back the names an attempt took failed")
+
 // errLate is the error of an attempt whose grant came back after its
 // validity while its caller waits: the caller tries again at once, and
 // gives back whatever the attempt may hold only if it gives up.
@@ -503,6 +566,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
+	retriedLate := false
 	for failed := 0; ; {
 		// Wait for our turn behind the callers of this client that came first.
 		for first, _ := hub.first(key, w); !first; first, _ = hub.first(key, w) {
@@ -530,6 +594,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		if isFinal(err) {
 			return abandon(uncertain, err)
 		}
+		if errors.Is(err, errGiveBack) {
+			return abandon(true, err)
+		}
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late
 		uncertain = uncertain || !notHeld
@@ -544,8 +611,11 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 			return abandon(uncertain, err)
 		}
 		switch {
-		case late:
-			d = 0 // the lock may still be held with the request token: take it again
+		case late && !retriedLate:
+			// The lock may still be held with the request token: take it
+			// again at once, once; replies that keep coming late follow
+			// the retry strategy.
+			d, retriedLate = 0, true
 		case notHeld && wa.channel != "":
 			// Registered: the release will say when to try again.
 			d = waitBeat
