@@ -59,7 +59,8 @@ type waitHub struct {
 	unsent  map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
 	idle    int                      // sharded: channels subscribed that no waiter listens on
-	ended   map[string]time.Time     // request tokens of Locks that asked for grants and ended, when (see forget)
+	ended   map[string]bool          // request tokens of Locks that asked for grants and ended (see forget)
+	endedAt []endedReq               // the same, oldest first
 	givers  sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	maxIdle int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 }
@@ -81,7 +82,7 @@ func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{},
-		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]time.Time{}}
+		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]bool{}}
 }
 
 // member is the client's name in waiter sets.
@@ -332,7 +333,7 @@ func (h *waitHub) notify(_, payload string) {
 				return
 			}
 		}
-		if _, ok := h.ended[n.req]; ok && !h.failed {
+		if h.ended[n.req] && !h.failed {
 			h.giveBack(key, n.req)
 		}
 		return
@@ -379,15 +380,25 @@ const (
 func (h *waitHub) forget(req string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
-	if len(h.ended) >= endedMax {
-		for r, at := range h.ended {
-			if now.Sub(at) > endedKeep || len(h.ended) >= endedMax {
-				delete(h.ended, r)
-			}
-		}
+	if h.ended[req] {
+		return
 	}
-	h.ended[req] = now
+	now := time.Now()
+	for len(h.endedAt) > 0 && (len(h.endedAt) >= endedMax || now.Sub(h.endedAt[0].at) > endedKeep) {
+		delete(h.ended, h.endedAt[0].req)
+		h.endedAt = h.endedAt[1:]
+	}
+	if len(h.endedAt) == 0 {
+		h.endedAt = nil // let the array go
+	}
+	h.ended[req] = true
+	h.endedAt = append(h.endedAt, endedReq{req, now})
+}
+
+// endedReq is a request token forget recorded, and when.
+type endedReq struct {
+	req string
+	at  time.Time
 }
 
 // giveBack releases, in the background, the lock key granted to the ended
