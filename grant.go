@@ -20,10 +20,9 @@ import (
 // the drift allowance on both: no later than the grant, so its deadline
 // never comes after the server's. (When that comes out later than the
 // notice's arrival, the server's clock stepped, and the caller counts from
-// the attempt's send time alone.) A
-// notice can be lost: the caller's next attempt then finds the lock held
-// with its own request token and takes it as a repeated acquire. A notice
-// that cannot be used (it came too late, or names an attempt the caller no
+// the attempt's send time alone.) A notice can be lost: the caller's next
+// attempt then finds the lock held with its own request token and takes it
+// as a repeated acquire. A notice that cannot be used (it came too late, or names an attempt the caller no
 // longer remembers) is only dropped, never acted on: the lock the caller's
 // request token holds may be a later grant than the one it tells of, and
 // the next attempt learns which.
@@ -108,10 +107,9 @@ func (l *Lock) nextAttempt(at time.Time, ttl time.Duration) string {
 // send time of the attempt the notice names gives, moved on by the time
 // the grant came after it (both less the drift allowance), or from the
 // send time alone if that comes out later than the notice's arrival. A
-// notice that cannot be used (its attempt is
-// forgotten, or the deadline has passed) is dropped, and the caller goes
-// on waiting: its next attempt takes the lock if it is still held with
-// its request token.
+// notice that cannot be used (its attempt is forgotten, or the deadline has
+// passed) is dropped, and the caller goes on waiting: its next attempt
+// takes the lock if it is still held with its request token.
 func (l *Lock) claim(_ context.Context, n grantNotice) bool {
 	var s *sent
 	for i := range l.sent {

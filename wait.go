@@ -17,9 +17,9 @@ import (
 // their turn as it leaves. A lock on several names queues by its first
 // name, and a notice about any of its names wakes it: the attempt it
 // refused registers at the name that was held. A release may grant the
-// lock to the first waiter instead of telling it to try (see grant.go). Notices can be lost and
-// holders can die, so a waiter also wakes at the holder's expiry and at
-// least every waitBeat.
+// lock to the first waiter instead of telling it to try (see grant.go).
+// Notices can be lost and holders can die, so a waiter also wakes at the
+// holder's expiry and at least every waitBeat.
 
 const (
 	// waitBeat bounds how long a waiter sleeps without trying again. It
@@ -334,7 +334,7 @@ func (h *waitHub) notify(_, payload string) {
 			}
 		}
 		if h.ended[n.req] && !h.failed {
-			h.giveBack(key, n.req)
+			h.returnGrant(key, n.req)
 		}
 		return
 	}
@@ -401,10 +401,10 @@ type endedReq struct {
 	at  time.Time
 }
 
-// giveBack releases, in the background, the lock key granted to the ended
+// returnGrant releases, in the background, the lock key granted to the ended
 // request token req, as its Lock's clean-up would; h.mu must be held, and
 // the hub not closed (close waits for it).
-func (h *waitHub) giveBack(key, req string) {
+func (h *waitHub) returnGrant(key, req string) {
 	member := h.channel
 	if h.sharded {
 		member = h.shardMember

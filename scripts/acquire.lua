@@ -53,8 +53,7 @@ local hold = 'h:' .. req
 
 -- now returns the server's clock in microseconds, as a number and as text.
 local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
+  return clock_us(redis.call('TIME'))
 end
 
 -- marked[i] is set when the hash of KEYS[i] already says a client waits;

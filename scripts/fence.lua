@@ -14,6 +14,12 @@
 -- set back by more than that day.
 local fence_keep_ms = '86400000'
 
+-- clock_us returns the server's clock from a TIME reply t in microseconds,
+-- as a number and as text (which spares formatting a number that large).
+local function clock_us(t)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
+end
+
 local function next_fence(fk, now_us, last, now_text)
   local f = now_text or string.format('%.0f', now_us)
   if not last then

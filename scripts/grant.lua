@@ -28,18 +28,15 @@
 -- the hash. fk is the lock's fence counter and fence the last fence the
 -- hash holds.
 local function pass(k, wk, fk, fence, rel)
-  local t = redis.call('TIME')
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local next = redis.pcall('ZRANGEBYSCORE', wk, now_ms, '+inf', 'LIMIT', 0, 1)
-  if next.err or not next[1] then return false end
-  local m = next[1]
+  local m, t = next_waiter(wk)
+  if not m then return false end
   local rec = redis.call('HGET', k, 'g:' .. m)
   local ok, g = false, nil
   if rec then ok, g = pcall(cjson.decode, rec) end
   local f, text
   if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
       and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-    local now_us, now_text = tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
+    local now_us, now_text = clock_us(t)
     f, text = next_fence(fk, now_us, tonumber(fence), now_text)
     if f then
       redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],

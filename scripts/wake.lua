@@ -31,6 +31,17 @@ local function register(wk, channel, now_ms, lease)
   return true
 end
 
+-- next_waiter returns the client registered longest ago in waiter set wk
+-- whose registration has not expired (nil when none), and the server's
+-- TIME reply it read.
+local function next_waiter(wk)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local next = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
+  if next.err then return nil, t end
+  return next[1], t
+end
+
 -- wake tells the next client waiting for lock k that it may be free: the
 -- one registered longest ago that has not expired gets a message on its
 -- channel naming k. One client is woken, not all of them; a client whose
@@ -38,10 +49,8 @@ end
 -- that clients registered (see acquire), which spares looking first.
 local function wake(wk, k, marked)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local next = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
-  if next[1] and not next.err then tell(next[1], k) end
+  local m = next_waiter(wk)
+  if m then tell(m, k) end
 end
 
 -- wake_all tells every client waiting for k that it may be free: for the
