@@ -50,3 +50,11 @@ func RefreshWaiting(l *Lock) bool {
 	defer l.mu.Unlock()
 	return l.turn != nil
 }
+
+// LeaseDropped reports whether c's watchdog let l go because its max hold
+// allowed no more refreshing.
+func LeaseDropped(l *Lock) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}

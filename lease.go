@@ -33,6 +33,7 @@ type lease struct {
 	deadline time.Time     // local validity, on the monotonic clock
 	maxHold  time.Duration // zero when unbounded
 	capped   bool          // the max hold stopped the refreshing
+	dropped  bool          // the watchdog let it go once the max hold allowed no more (see autoRefresh)
 	released bool          // Release was called and succeeded
 	letGo    bool          // Release was called: no longer refreshed, even if it failed
 	started  bool          // obtained: acquired and deadline are set
@@ -397,33 +398,55 @@ func (s *lease) autoRefresh(o *options) error {
 			return err
 		}
 	}
-	already := s.every() > 0
+	// A lease the watchdog let go at its max hold goes back to it: the new
+	// max hold may allow more. One it still has (or refreshes now) learns
+	// the new max hold at its next refresh.
+	rewatch := s.every() == 0 || s.dropped
 	s.interval.Store(int64(o.refreshInterval()))
-	s.maxHold = o.maxHold
+	s.maxHold, s.capped, s.dropped = o.maxHold, false, false
 	s.arm()
 	s.mu.Unlock()
-	if !already {
+	if rewatch {
 		s.watch()
 	}
 	return nil
 }
 
 // nextRefresh returns the TTL for a refresh sent now: the lease's TTL, or
-// less when WithMaxHold ends the lease sooner; last is true when this is the
-// final refresh the max hold allows, and ok false when it allows none.
-func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
+// less when WithMaxHold ends the lease sooner (the lease is then capped:
+// see again). ok is false when the max hold allows no refresh: the
+// watchdog lets the lease go, and AutoRefresh may hand it back.
+func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ttl = s.ttl
 	if s.maxHold <= 0 {
-		return ttl, false, true
+		return ttl, true
 	}
 	left := s.acquired.Add(s.maxHold).Sub(now)
 	if left <= ttl {
 		s.capped = true
-		return left, true, left >= time.Millisecond
+		if left < time.Millisecond {
+			s.dropped = true
+			return 0, false
+		}
+		return left, true
 	}
-	return ttl, false, true
+	return ttl, true
+}
+
+// again reports whether the watchdog refreshes the lease again after a
+// successful refresh: not when that refresh was capped by the max hold,
+// unless AutoRefresh has set another max hold since. When not, the
+// watchdog lets the lease go, and AutoRefresh may hand it back.
+func (s *lease) again() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capped {
+		s.dropped = true
+		return false
+	}
+	return true
 }
 
 // ErrLost is wrapped by Err, and by the errors of a lock that was lost: it

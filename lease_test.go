@@ -22,6 +22,22 @@ func waitDone(t *testing.T, l *dlock.Lock, limit time.Duration) {
 	}
 }
 
+// awaitCond waits until cond holds, looking every millisecond, and fails
+// the test if it does not within limit.
+func awaitCond(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	end := time.After(limit)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-end:
+			t.Fatalf("condition not met within %v", limit)
+		}
+	}
+}
+
 func TestAutoRefreshKeepsTheLockPastManyTTLs(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -134,6 +150,40 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	// Refreshed past its TTL, up to the cap.
 	if held := time.Since(start); held < 250*time.Millisecond {
 		t.Errorf("lock ended after %v, before its max hold", held)
+	}
+}
+
+func TestAutoRefreshResumesRefreshingThatTheMaxHoldStopped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const ttl, maxHold = 400 * time.Millisecond, 500 * time.Millisecond
+	start := time.Now()
+	l, err := e.c.TryLock(ctx, "recapped",
+		dlock.WithTTL(ttl), dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithMaxHold(maxHold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// The refresh that reaches the max hold is the last: the watchdog lets
+	// the lock go, to run out at the max hold.
+	awaitCond(t, 2*time.Second, func() bool { return dlock.LeaseDropped(l) })
+	if !l.Deadline().Before(start.Add(maxHold)) {
+		t.Fatalf("deadline %v after the max hold", l.Deadline().Sub(start))
+	}
+	// A longer max hold hands it back to the watchdog, which refreshes it
+	// past the old one.
+	if err := l.AutoRefresh(dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithMaxHold(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 2*time.Second, func() bool { return l.Deadline().After(start.Add(maxHold + 50*time.Millisecond)) })
+	if err := l.Err(); err != nil {
+		t.Fatalf("Err = %v, want held", err)
+	}
+	if !e.locked(t, e.c.RedisKey("recapped")) {
+		t.Fatal("the lock is no longer held on the server")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

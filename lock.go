@@ -653,7 +653,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // one interval after the lock was obtained, or sooner when its deadline is
 // nearer (an attached lock may have little of its TTL left), at once if
 // need be. Called again on a lock it already refreshes, it changes the
-// interval and the max hold.
+// interval and the max hold, and the max hold counts from when the lock
+// was obtained: refreshing that a max hold stopped resumes if the new one
+// allows more, while the lock is still held.
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
 	if o.err != nil {

@@ -140,7 +140,6 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	calls := make([][]*Call, 0, len(batch))
 	sent := make([]*lease, 0, len(batch))
 	ttls := make([]time.Duration, 0, len(batch))
-	lasts := make([]bool, 0, len(batch))
 	deadline := now.Add(time.Hour)
 	for _, s := range batch {
 		if !s.refreshing() {
@@ -157,7 +156,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			w.schedule(s, now.Add(retryDelay(s)))
 			continue
 		}
-		ttl, last, ok := s.nextRefresh(now)
+		ttl, ok := s.nextRefresh(now)
 		if !ok {
 			s.endTurn()
 			continue // the max hold allows no more: the deadline timer ends it
@@ -166,7 +165,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			deadline = d
 		}
 		calls = append(calls, s.holder.refreshCalls(ttl))
-		sent, ttls, lasts = append(sent, s), append(ttls, ttl), append(lasts, last)
+		sent, ttls = append(sent, s), append(ttls, ttl)
 	}
 	if len(calls) == 0 {
 		return
@@ -187,7 +186,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			if debug {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
 			}
-			if !lasts[i] {
+			if s.again() {
 				w.schedule(s, now.Add(s.every()))
 			}
 		case errors.Is(err, ErrNotHeld):
