@@ -205,11 +205,21 @@ func startDlock(t *testing.T, env []string, args ...string) *proc {
 // dlock in the end, such as a shell that sets dispositions first.
 func startProc(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
+	return startProcWith(t, env, &syscall.SysProcAttr{Setsid: true}, nil, name, args...)
+}
+
+// startProcWith starts a program as startProc does, with attr and stdin
+// (nil for none) of the caller's choosing.
+func startProcWith(t *testing.T, env []string, attr *syscall.SysProcAttr, stdin *os.File, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.Command(name, args...)
 	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	p.cmd.SysProcAttr = attr
+	if stdin != nil {
+		p.cmd.Stdin = stdin
+	}
 	p.cmd.WaitDelay = 5 * time.Second // a leftover child must not hold the pipes forever
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {

@@ -66,12 +66,12 @@ command SIGTERM, then SIGKILL after --grace, and exits with code 74. Without a
 controlling terminal both go to the command's process group, and dlock exits
 only once the group is empty or, after --grace, killed: a process of it that
 ignores SIGTERM does not outlive dlock by outliving the command. At a
-terminal, where the command shares dlock's group, they go to the command's
-process alone: processes it started that do not end with it (a script's
-children, say) keep running, unlocked, after dlock exits. Such a command must
-pass SIGTERM on to them itself, or run without a terminal (setsid -w dlock
-run ..., which gives up Ctrl-C). If dlock itself is killed, the command gets
-SIGTERM (on Linux) and the lock expires after its TTL.
+terminal, where the command shares dlock's group, they go to the command and
+to the processes descended from it (on Linux; elsewhere to the command
+alone), and dlock exits only once those are gone or killed; a process that
+detached itself from the command's tree before the loss is not found. If
+dlock itself is killed, the command gets SIGTERM (on Linux) and the lock
+expires after its TTL.
 
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
@@ -415,16 +415,27 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 
 	// Once the lock is lost, the command's group is stopped as a whole: a
 	// process of it that ignores SIGTERM may outlive the command itself,
-	// so its end does not end the grace, unless the group is gone.
+	// so its end does not end the grace, unless the group is gone. At a
+	// terminal, where the command shares dlock's group, the command and
+	// the processes descended from it (strays) are stopped alike.
+	pid := cmd.Process.Pid
 	var lost error
 	var kill, poll <-chan time.Time
+	var strays tree
 	killed := false // SIGKILL was sent
+	othersAlive := func() bool {
+		if ownGroup {
+			return groupAlive(pid)
+		}
+		strays.grow()
+		return strays.alive()
+	}
 	done, leader := l.Done(), (<-chan struct{})(exited)
 	for running := true; running; {
 		select {
 		case <-leader:
 			leader = nil
-			if lost == nil || !ownGroup || killed || !groupAlive(cmd.Process.Pid) {
+			if lost == nil || killed || !othersAlive() {
 				running = false
 				continue
 			}
@@ -433,7 +444,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			defer ticker.Stop()
 			poll = ticker.C
 		case <-poll:
-			running = groupAlive(cmd.Process.Pid)
+			running = othersAlive()
 		case sig := <-sigs:
 			if !ownGroup && fromTerminal(sig) && inForeground() {
 				continue // the terminal sent it to the command as well
@@ -444,21 +455,36 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			if lost = l.Err(); lost == nil {
 				continue
 			}
+			if !ownGroup {
+				strays.grow(pid)
+			}
 			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to %s, SIGKILL in %v\n",
-				quote(name), lossReason(lost), whom(cmd.Process.Pid, ownGroup), o.grace)
+				quote(name), lossReason(lost), whom(pid, ownGroup, len(strays.known)), o.grace)
 			_ = signalChild(cmd.Process, ownGroup, termSignal)
+			strays.signal(termSignal)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill, killed = nil, true
-			if leader != nil {
-				fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
-			} else {
-				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes of its group (%d) are still running %v after SIGTERM; sending SIGKILL\n", cmd.Process.Pid, o.grace)
+			switch {
+			case leader != nil:
+				fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", pid, o.grace)
+			case ownGroup:
+				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes of its group (%d) are still running %v after SIGTERM; sending SIGKILL\n", pid, o.grace)
+			default:
+				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes it started are still running %v after SIGTERM; sending SIGKILL\n", o.grace)
+			}
+			if !ownGroup {
+				if leader != nil {
+					strays.grow(pid)
+				} else {
+					strays.grow()
+				}
 			}
 			_ = signalChild(cmd.Process, ownGroup, killSignal)
-			running = leader != nil // once the command is gone, its group is killed
+			strays.signal(killSignal)
+			running = leader != nil // once the command is gone, the rest is killed
 		}
 	}
 	code := exitStatus(cmd.ProcessState)
@@ -485,10 +511,16 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 // has emptied, after the command exited with the lock lost.
 const groupPoll = 20 * time.Millisecond
 
-// whom names what run signals: the command, or its process group.
-func whom(pid int, ownGroup bool) string {
-	if ownGroup {
+// whom names what run signals: the command's process group, or the
+// command and the strays processes descended from it.
+func whom(pid int, ownGroup bool, strays int) string {
+	switch {
+	case ownGroup:
 		return fmt.Sprintf("the command's process group (%d)", pid)
+	case strays == 1:
+		return fmt.Sprintf("pid %d and the process it started", pid)
+	case strays > 1:
+		return fmt.Sprintf("pid %d and the %d processes it started", pid, strays)
 	}
 	return fmt.Sprintf("pid %d", pid)
 }
