@@ -32,8 +32,8 @@ type lease struct {
 	acquired time.Time     // when the acquire request was sent
 	deadline time.Time     // local validity, on the monotonic clock
 	maxHold  time.Duration // zero when unbounded
-	capped   bool          // the max hold stopped the refreshing
-	dropped  bool          // the watchdog let it go once the max hold allowed no more (see autoRefresh)
+	capped   bool          // the max hold stopped the refreshing (see extendAuto)
+	dropped  bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released bool          // Release was called and succeeded
 	letGo    bool          // Release was called: no longer refreshed, even if it failed
 	started  bool          // obtained: acquired and deadline are set
@@ -185,8 +185,12 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 	}
 }
 
-// expire ends the lease at its deadline.
-func (s *lease) expire() {
+// expire ends the lease at its deadline, for the deadline timer.
+func (s *lease) expire() { s.expireAt() }
+
+// expireAt ends the lease if its deadline has passed, and reports whether
+// it did: a refresh may have moved the deadline meanwhile.
+func (s *lease) expireAt() bool {
 	s.mu.Lock()
 	if left := time.Until(s.deadline); left > 0 {
 		// A refresh moved the deadline as the timer fired.
@@ -194,15 +198,16 @@ func (s *lease) expire() {
 			s.timer.Reset(left)
 		}
 		s.mu.Unlock()
-		return
+		return false
 	}
 	capped := s.capped
 	s.mu.Unlock()
 	if capped {
 		s.end(fmt.Errorf("%w: %s: %w", ErrLost, s.holder.describe(), ErrMaxHold))
-		return
+		return true
 	}
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
+	return true
 }
 
 // expireIfDue ends the lease at once if its deadline has passed, without
@@ -383,10 +388,15 @@ func (s *lease) Context(parent context.Context) context.Context {
 
 // autoRefresh starts refreshing a lease that was obtained without it.
 func (s *lease) autoRefresh(o *options) error {
-	if err := s.alive(); err != nil {
+	s.mu.Lock()
+	if err := s.aliveLocked(); err != nil {
+		s.mu.Unlock()
 		return err
 	}
-	s.mu.Lock()
+	if s.letGo {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %s: Release was called", ErrNotHeld, s.holder.describe())
+	}
 	// The options must fit the TTL, and that of a Refresh under way, which
 	// the lease has once it succeeds.
 	for _, ttl := range []time.Duration{s.ttl, s.inFlightTTL} {
@@ -412,10 +422,10 @@ func (s *lease) autoRefresh(o *options) error {
 	return nil
 }
 
-// nextRefresh returns the TTL for a refresh sent now: the lease's TTL, or
-// less when WithMaxHold ends the lease sooner (the lease is then capped:
-// see again). ok is false when the max hold allows no refresh: the
-// watchdog lets the lease go, and AutoRefresh may hand it back.
+// nextRefresh returns the TTL for the watchdog's refresh sent now: the
+// lease's TTL, or what is left of the max hold when that is less. ok is
+// false when the max hold allows no more refreshing: the watchdog lets the
+// lease go (it runs out at its deadline), and AutoRefresh may hand it back.
 func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -423,11 +433,9 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 	if s.maxHold <= 0 {
 		return ttl, true
 	}
-	left := s.acquired.Add(s.maxHold).Sub(now)
-	if left <= ttl {
-		s.capped = true
+	if left := s.acquired.Add(s.maxHold).Sub(now); left < ttl {
 		if left < time.Millisecond {
-			s.dropped = true
+			s.capped, s.dropped = true, true
 			return 0, false
 		}
 		return left, true
@@ -435,18 +443,42 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 	return ttl, true
 }
 
-// again reports whether the watchdog refreshes the lease again after a
-// successful refresh: not when that refresh was capped by the max hold,
-// unless AutoRefresh has set another max hold since. When not, the
-// watchdog lets the lease go, and AutoRefresh may hand it back.
-func (s *lease) again() bool {
+// extendAuto records the watchdog's successful refresh sent at sent with
+// ttl, which is the lease's TTL or less (see nextRefresh), and returns when
+// to refresh it next; ok is false when the max hold, as it is now (AutoRefresh
+// may have changed it while the refresh ran), allows no more: the lease is
+// then capped, and the watchdog lets it go. The caller holds the refresh turn.
+func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.capped {
-		s.dropped = true
-		return false
+	if s.ended() {
+		return time.Time{}, false
 	}
-	return true
+	s.deadline = sent.Add(ttl - drift(ttl))
+	if s.timer != nil {
+		s.timer.Reset(time.Until(s.deadline))
+	}
+	if s.maxHold > 0 && !s.acquired.Add(s.maxHold).After(sent.Add(ttl+time.Millisecond)) {
+		s.capped, s.dropped = true, true
+		return time.Time{}, false
+	}
+	return s.nextAt(), true
+}
+
+// refreshAt returns nextAt, for a lease whose deadline a Refresh moved.
+func (s *lease) refreshAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextAt()
+}
+
+// nextAt returns when the watchdog refreshes the lease next: as long
+// before its deadline as a full refresh sent now would leave, one interval
+// from now after a full refresh; sooner (at once, if that is past) when the
+// last refresh was capped by a max hold that AutoRefresh has raised since.
+// s.mu must be held.
+func (s *lease) nextAt() time.Time {
+	return s.deadline.Add(-(s.ttl - drift(s.ttl) - s.every()))
 }
 
 // ErrLost is wrapped by Err, and by the errors of a lock that was lost: it

@@ -135,6 +135,43 @@ func TestUnreachableRedisEndsTheLeaseAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A lock whose refreshes fail before its max hold is lost at its deadline,
+// not to the max hold, even when the refresh that failed was capped by it.
+func TestARefreshFailureBeforeTheMaxHoldIsNotTheMaxHold(t *testing.T) {
+	e := newEnv(t)
+	// The first refresh, at 600ms, asks for the 600ms left of the max hold.
+	l, err := e.c.TryLock(context.Background(), "unreachable-capped",
+		dlock.WithTTL(time.Second), dlock.WithRefreshInterval(600*time.Millisecond), dlock.WithMaxHold(1200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Kill(t)
+	waitDone(t, l, 5*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) || !strings.Contains(err.Error(), "deadline") {
+		t.Errorf("Err = %v, want ErrLost at the deadline, not ErrMaxHold", err)
+	}
+}
+
+// AutoRefresh after a Release that failed is refused: the lock is no longer
+// refreshed, so that a lock whose release was lost runs out.
+func TestAutoRefreshAfterAFailedReleaseIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "let-go", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Kill(t)
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := l.Release(rctx); err == nil {
+		t.Fatal("Release succeeded with Redis gone")
+	}
+	if err := l.AutoRefresh(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("AutoRefresh after a failed Release: err = %v, want ErrNotHeld", err)
+	}
+}
+
 func TestMaxHoldStopsRefreshing(t *testing.T) {
 	e := newEnv(t)
 	start := time.Now()
@@ -156,35 +193,57 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 func TestAutoRefreshResumesRefreshingThatTheMaxHoldStopped(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	const ttl, maxHold = 400 * time.Millisecond, 500 * time.Millisecond
-	start := time.Now()
-	l, err := e.c.TryLock(ctx, "recapped",
-		dlock.WithTTL(ttl), dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithMaxHold(maxHold))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	// The refresh that reaches the max hold is the last: the watchdog lets
-	// the lock go, to run out at the max hold.
-	awaitCond(t, 2*time.Second, func() bool { return dlock.LeaseDropped(l) })
-	if !l.Deadline().Before(start.Add(maxHold)) {
-		t.Fatalf("deadline %v after the max hold", l.Deadline().Sub(start))
-	}
-	// A longer max hold hands it back to the watchdog, which refreshes it
-	// past the old one.
-	if err := l.AutoRefresh(dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithMaxHold(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 2*time.Second, func() bool { return l.Deadline().After(start.Add(maxHold + 50*time.Millisecond)) })
-	if err := l.Err(); err != nil {
-		t.Fatalf("Err = %v, want held", err)
-	}
-	if !e.locked(t, e.c.RedisKey("recapped")) {
-		t.Fatal("the lock is no longer held on the server")
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// The first refresh, at 600ms, can extend the lock by only 400ms.
+	const ttl, every, maxHold = time.Second, 600 * time.Millisecond, time.Second
+	t.Run("after it stopped", func(t *testing.T) {
+		start := time.Now()
+		l, err := e.c.TryLock(ctx, "recapped", dlock.WithTTL(ttl), dlock.WithRefreshInterval(every), dlock.WithMaxHold(maxHold))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		// That refresh is the last: the watchdog lets the lock go, to run
+		// out at the max hold.
+		awaitCond(t, 3*time.Second, func() bool { return dlock.LeaseDropped(l) })
+		if !l.Deadline().Before(start.Add(maxHold)) {
+			t.Fatalf("deadline %v after the max hold", l.Deadline().Sub(start))
+		}
+		// A longer max hold hands it back to the watchdog, which refreshes
+		// it past the old one, with its own TTL, not what the capped
+		// refresh asked for.
+		if err := l.AutoRefresh(dlock.WithRefreshInterval(every), dlock.WithMaxHold(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		awaitCond(t, 3*time.Second, func() bool { return l.Deadline().After(start.Add(maxHold + 200*time.Millisecond)) })
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err = %v, want held", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("while the capped refresh runs", func(t *testing.T) {
+		start := time.Now()
+		l, err := e.c.TryLock(ctx, "recapped2", dlock.WithTTL(ttl), dlock.WithRefreshInterval(every), dlock.WithMaxHold(maxHold))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		raised := make(chan error, 1)
+		e.drv.runAfterNext(func() { raised <- l.AutoRefresh(dlock.WithRefreshInterval(every), dlock.WithMaxHold(time.Hour)) })
+		if err := <-raised; err != nil {
+			t.Fatal(err)
+		}
+		// The next refresh comes before the capped one's deadline, not an
+		// interval after it.
+		awaitCond(t, 3*time.Second, func() bool { return l.Deadline().After(start.Add(maxHold + 200*time.Millisecond)) })
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err = %v, want held", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestLeaseOptionsAreChecked(t *testing.T) {

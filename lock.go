@@ -647,9 +647,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an
 // attached one, say), as WithAutoRefresh would have: opts may hold
 // WithRefreshInterval and WithMaxHold. It returns ErrNotHeld if the lock was
-// released or lost, ErrClosed after Client.Close, and ErrInvalidOption if
+// released or lost, or Release was called (even if it failed: such a lock
+// is left to run out), ErrClosed after Client.Close, and ErrInvalidOption if
 // the options do not fit the lock's TTL: the one it was obtained or last
-// refreshed with, and that of a Refresh under way. The first refresh comes
+// refreshed with by Refresh (a refresh a max hold cut short leaves it), and
+// that of a Refresh under way. The first refresh comes
 // one interval after the lock was obtained, or sooner when its deadline is
 // nearer (an attached lock may have little of its TTL left), at once if
 // need be. Called again on a lock it already refreshes, it changes the

@@ -71,13 +71,15 @@ type tapDriver struct {
 	mu        sync.Mutex
 	loseNext  int    // how many of the next calls run but lose their reply
 	meanwhile func() // run once a call whose reply is lost has run
+	afterNext func() // run once the next call has run, before its caller has the reply
 }
 
 func (d *tapDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.trips.Add(1)
 	d.Driver.Eval(ctx, calls...)
 	d.mu.Lock()
-	var meanwhile func()
+	meanwhile := d.afterNext
+	d.afterNext = nil
 	for _, c := range calls {
 		if d.loseNext > 0 {
 			d.loseNext--
@@ -98,6 +100,14 @@ func (d *tapDriver) Scan(ctx context.Context, match, typ string, fn func(string)
 func (d *tapDriver) loseReplies(n int) {
 	d.mu.Lock()
 	d.loseNext = n
+	d.mu.Unlock()
+}
+
+// runAfterNext runs f once the next call has run on the server, before its
+// caller has the reply.
+func (d *tapDriver) runAfterNext(f func()) {
+	d.mu.Lock()
+	d.afterNext = f
 	d.mu.Unlock()
 }
 

@@ -147,7 +147,11 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		}
 		d := s.Deadline()
 		if !now.Before(d) {
-			s.expire() // too late to refresh: never extend a lock that may have expired
+			// Too late to refresh: never extend a lock that may have
+			// expired. A Refresh may have moved the deadline meanwhile.
+			if !s.expireAt() {
+				w.schedule(s, s.refreshAt())
+			}
 			continue
 		}
 		if !s.tryTurn() {
@@ -182,12 +186,12 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		}
 		switch {
 		case err == nil:
-			s.extend(now, ttls[i])
+			next, again := s.extendAuto(now, ttls[i])
 			if debug {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
 			}
-			if s.again() {
-				w.schedule(s, now.Add(s.every()))
+			if again {
+				w.schedule(s, next)
 			}
 		case errors.Is(err, ErrNotHeld):
 			s.lose(err)
