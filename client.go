@@ -77,7 +77,9 @@ func New(d Driver, opts ...ClientOption) *Client {
 	c := &Client{driver: d, prefix: DefaultPrefix, log: slog.New(slog.DiscardHandler)}
 	c.batch = batcher{driver: d, max: DefaultPipelines}
 	for _, o := range opts {
-		o(c)
+		if o != nil {
+			o(c)
+		}
 	}
 	return c
 }

@@ -159,6 +159,6 @@
 // arguments ErrInvalidArgument and its more specific children (ErrEmptyKey,
 // ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
 // is sent to Redis. Failures of Redis itself come as a
-// *ServerError. No input makes dlock panic, except calling methods on a nil
-// *Lock.
+// *ServerError. No input makes dlock panic, except a nil Driver given to
+// New and calling methods on a nil *Lock.
 package dlock

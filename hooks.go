@@ -64,7 +64,7 @@ type HookInfo struct {
 type AcquireResult struct {
 	Outcome  string        // OutcomeObtained, OutcomeNotObtained or OutcomeError
 	Wait     time.Duration // from AcquireStart to the outcome
-	Attempts int           // requests made to obtain the lock
+	Attempts int           // acquire requests sent; a lock a release granted to the waiter came with no request of its own
 	Fence    uint64        // the lock's fence, when obtained (see Lock.Fence)
 	Err      error         // nil when obtained
 }

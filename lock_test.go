@@ -607,6 +607,14 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"empty token", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithToken("")); return err }, dlock.ErrInvalidToken},
 		{"empty owner", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithOwner("")); return err }, dlock.ErrInvalidOption},
 		{"nil retry", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
+		{"limit of a nil retry", func() error {
+			_, err := e.c.Lock(ctx, "k", dlock.WithRetry(dlock.LimitRetry(nil, 3)))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"jitter of a nil retry", func() error {
+			_, err := e.c.Lock(ctx, "k", dlock.WithRetry(dlock.Jitter(dlock.LimitRetry(nil, 3), 0.5)))
+			return err
+		}, dlock.ErrInvalidOption},
 		{"zero max wait", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
 		{"refresh interval past the deadline", func() error {
 			// The deadline is 100ms less 3ms for clock drift.
@@ -1025,3 +1033,22 @@ func TestTTLsWithinTheDriftAllowanceAreRefused(t *testing.T) {
 		t.Errorf("WithTTL(3ms): err = %v", err)
 	}
 }
+
+// A nil ClientOption is skipped, as a nil Option is.
+func TestANilClientOptionIsSkipped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(e.drv, nil, dlock.WithPrefix("nilopt:"), nil)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.RedisKey("k"); !strings.HasPrefix(got, "nilopt:") {
+		t.Errorf("RedisKey = %q: the options after nil were not applied", got)
+	}
+}
+

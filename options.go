@@ -86,6 +86,9 @@ func WithRetry(s RetryStrategy) Option {
 		if s == nil {
 			o.fail(fmt.Errorf("%w: WithRetry(nil)", ErrInvalidOption))
 		}
+		if from, ok := s.(nilRetry); ok {
+			o.fail(fmt.Errorf("%w: WithRetry(%s(nil, …))", ErrInvalidOption, string(from)))
+		}
 		o.retry = s
 	}
 }

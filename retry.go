@@ -71,8 +71,15 @@ func Intervals(ds ...time.Duration) RetryStrategy {
 	})
 }
 
-// LimitRetry stops s after max attempts in all (the first included).
+// LimitRetry stops s after max attempts in all (the first included). A nil
+// s makes WithRetry fail with ErrInvalidOption.
 func LimitRetry(s RetryStrategy, max int) RetryStrategy {
+	if s == nil {
+		return nilRetry("LimitRetry")
+	}
+	if n, ok := s.(nilRetry); ok {
+		return n
+	}
 	return RetryFunc(func(failed int) (time.Duration, bool) {
 		if failed >= max {
 			return 0, false
@@ -83,8 +90,15 @@ func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 
 // Jitter randomises the waits of s: each becomes a uniformly random duration
 // in [(1-fraction)×d, d]. A fraction of 1 gives "full jitter"; fractions
-// outside [0, 1] are clamped.
+// outside [0, 1] are clamped. A nil s makes WithRetry fail with
+// ErrInvalidOption.
 func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
+	if s == nil {
+		return nilRetry("Jitter")
+	}
+	if n, ok := s.(nilRetry); ok {
+		return n
+	}
 	fraction = min(max(fraction, 0), 1)
 	return RetryFunc(func(failed int) (time.Duration, bool) {
 		d, ok := s.NextBackoff(failed)
@@ -106,3 +120,9 @@ func capped(d, limit time.Duration) time.Duration {
 	}
 	return max(d, 0)
 }
+
+// nilRetry is what a strategy built from a nil one is: WithRetry refuses
+// it, naming the function it came from.
+type nilRetry string
+
+func (nilRetry) NextBackoff(int) (time.Duration, bool) { return 0, false }
