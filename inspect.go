@@ -28,10 +28,16 @@ type Info struct {
 	Fence   uint64   // the newest fencing token issued for the name
 	// Permits is a semaphore's permit count, as its last acquire gave it.
 	Permits int
-	// Waiters counts the waiters a read/write lock records: writers
-	// waiting, and in a fair lock every waiter. Other waiters poll without
-	// leaving a trace and are not counted.
+	// Waiters counts the waiting callers a read/write lock records: writers
+	// waiting, and in a fair lock every waiter. Other waiters register only
+	// as clients (see WaitingClients) and are not counted here.
 	Waiters int
+	// WaitingClients counts the clients (one per Client, in any process)
+	// registered as waiting for the name, each for one caller or more, for
+	// every kind. A client registers once a waiting caller's attempt was
+	// refused, and leaves when its last waiting caller is done; the
+	// registration of a client that died lapses within 1.5 s.
+	WaitingClients int
 	// WriterWaiting is set when a writer waits for a read/write lock; new
 	// readers are then kept out.
 	WriterWaiting bool
@@ -99,14 +105,15 @@ func describeKeys(key string) []string {
 // parseInfo reads the reply of describe.lua.
 func parseInfo(name string, v any) (*Info, bool) {
 	r, _ := v.([]any)
-	const head, fields = 7, 7
+	const head, fields = 8, 7
 	if len(r) < head {
 		return nil, false
 	}
 	kind, _ := r[0].(string)
 	info := &Info{Name: name, Kind: Kind(kind), Fence: parseUint(r[1]), Permits: int(parseUint(r[2])),
-		Waiters: int(parseUint(r[3])), WriterWaiting: parseUint(r[4]) == 1, Fair: parseUint(r[5]) == 1}
-	n, _ := r[6].(int64)
+		Waiters: int(parseUint(r[3])), WriterWaiting: parseUint(r[4]) == 1, Fair: parseUint(r[5]) == 1,
+		WaitingClients: int(parseUint(r[6]))}
+	n, _ := r[7].(int64)
 	if len(r) != head+int(n)*fields {
 		return nil, false
 	}

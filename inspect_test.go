@@ -316,3 +316,55 @@ func TestForceReleaseRWMutexAndSemaphore(t *testing.T) {
 		t.Errorf("keys left: %q, want only the fence counter, the waiter set and the release marker", left)
 	}
 }
+
+// Inspect counts the clients waiting for a name, of every kind, and stops
+// counting them once their callers give up.
+func TestInspectCountsWaitingClients(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, kind := range []string{"lock", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			name := "waited-" + kind
+			take := func(ctx context.Context, c *dlock.Client) (*dlock.Lock, error) {
+				if kind == "lock" {
+					return c.Lock(ctx, name)
+				}
+				return c.Semaphore(name, 1).Acquire(ctx)
+			}
+			held, err := take(ctx, e.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release(ctx)
+			wctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			for range 2 {
+				c := e.newClient(t)
+				for range 2 { // two callers of one client count as one client
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if l, err := take(wctx, c); err == nil {
+							_ = l.Release(ctx)
+						}
+					}()
+				}
+			}
+			clients := func() int {
+				info, err := e.c.Inspect(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return info.WaitingClients
+			}
+			awaitCond(t, 5*time.Second, func() bool { return clients() == 2 })
+			// The last caller of each client to give up takes it out of the
+			// waiter set before it returns, though the first one registered.
+			cancel()
+			wg.Wait()
+			if n := clients(); n != 0 {
+				t.Errorf("%d clients still counted as waiting after their callers gave up", n)
+			}
+		})
+	}
+}

@@ -1051,4 +1051,3 @@ func TestANilClientOptionIsSkipped(t *testing.T) {
 		t.Errorf("RedisKey = %q: the options after nil were not applied", got)
 	}
 }
-

@@ -48,21 +48,22 @@ type waitHub struct {
 	shardMember string // the client's name in waiter sets when sharded
 	channel     string // the client's own channel, its name in waiter sets
 
-	mu      sync.Mutex
-	sub     Subscription  // nil until the first wait, or when unsupported
-	sharded bool          // sub is a ShardedSubscriber's
-	opening chan struct{} // closed when a Subscribe under way ends
-	failed  bool          // no notices for good (unsupported, or closed)
-	queues  map[string][]*waiter
-	others  map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
-	shards  map[string]int           // sharded: subscribed channels, by how many waiters listen on them
-	unsent  map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
-	pending map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
-	idle    int                      // sharded: channels subscribed that no waiter listens on
-	ended   map[string]bool          // request tokens of Locks that asked for grants and ended (see forget)
-	endedAt []endedReq               // the same, oldest first
-	givers  sync.WaitGroup           // the goroutines that give back grants to ended Locks
-	maxIdle int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
+	mu       sync.Mutex
+	sub      Subscription  // nil until the first wait, or when unsupported
+	sharded  bool          // sub is a ShardedSubscriber's
+	opening  chan struct{} // closed when a Subscribe under way ends
+	failed   bool          // no notices for good (unsupported, or closed)
+	queues   map[string][]*waiter
+	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
+	enrolled map[string]bool          // keys whose waiter set a caller's attempt registered the client in since they were last idle
+	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
+	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
+	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
+	idle     int                      // sharded: channels subscribed that no waiter listens on
+	ended    map[string]bool          // request tokens of Locks that asked for grants and ended (see forget)
+	endedAt  []endedReq               // the same, oldest first
+	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
+	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 }
 
 // maxIdleShardChannels bounds the shard channels a client stays subscribed
@@ -81,7 +82,7 @@ type waiter struct {
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, shards: map[string]int{}, unsent: map[string]bool{},
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
 		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]bool{}}
 }
 
@@ -440,10 +441,21 @@ func (h *waitHub) first(key string, w *waiter) (first, more bool) {
 	return len(q) > 0 && q[0] == w, len(q) > 1
 }
 
+// enroll records that an attempt for the lock whose keys are keys may have
+// registered the client in their waiter sets (it was refused, having asked).
+func (h *waitHub) enroll(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		h.enrolled[k] = true
+	}
+}
+
 // leave takes w out of line for the lock whose keys are keys and lets the
 // next caller try at once. It returns those of keys that no other caller
-// of the client waits for, first in line or not: the client's registration
-// in their waiter sets serves nobody now.
+// of the client waits for, first in line or not, and in whose waiter sets
+// an attempt of any of its callers registered the client (see enroll):
+// that registration serves nobody now.
 func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -462,7 +474,10 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 	}
 	for _, k := range keys {
 		if len(h.queues[k]) == 0 && len(h.others[k]) == 0 {
-			idle = append(idle, k)
+			if h.enrolled[k] {
+				idle = append(idle, k)
+			}
+			delete(h.enrolled, k)
 		}
 	}
 	return idle
@@ -568,10 +583,12 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 	}
 	hub := c.hub()
 	w := hub.join(keys, g.req)
-	registered, obtained := false, false
+	obtained := false
 	defer func() {
 		// The attempt that obtains the lock also leaves the waiter sets.
-		if idle := hub.leave(keys, w); len(idle) > 0 && registered && !obtained {
+		// The last caller of the client to give up leaves them for every
+		// caller that registered, itself or one before it.
+		if idle := hub.leave(keys, w); len(idle) > 0 && !obtained {
 			c.unwait(ctx, idle)
 		}
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
@@ -611,7 +628,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late
 		uncertain = uncertain || !notHeld
-		registered = registered || (notHeld && notices)
+		if notHeld && notices {
+			hub.enroll(keys)
+		}
 		failed++
 		if o.onRetry != nil {
 			o.onRetry(failed, err)

@@ -3,7 +3,7 @@
 -- which stays, so that fences keep growing; KEYS[4..6] are its holds,
 -- pending acquires and arrival queue, removed with the base key by the
 -- kinds that have them. Returns what was removed; see describe.
-local was = describe(KEYS[1], KEYS[2], KEYS[4], KEYS[5])
+local was = describe(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if was.err then return was end
 local kind = was[1]
 if kind == '' then return was end

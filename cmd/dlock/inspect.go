@@ -25,8 +25,9 @@ func init() {
 		help: `Shows the inspection record of the lock called NAME: its kind, its holders
 with their metadata (host, pid, user and command for locks taken by dlock run),
 how long each has held it and how long it has left unless refreshed, readers
-and waiters where the kind has them, and the newest fence issued. A free name
-is reported as kind "free" with no holders; that is not an error.
+where the kind has them, how many clients wait for it (processes, or dlock
+runs), and the newest fence issued. A free name is reported as kind "free"
+with no holders; that is not an error.
 
 Flags:
   --json    print the record as JSON, for scripts (the schema is in the README)

@@ -48,10 +48,10 @@ func holderMode(_ *dlock.Info, h dlock.Holder) string {
 	return h.Mode
 }
 
-// waiters returns how many clients are waiting for the name, and whether
-// that is known.
+// waiters returns how many clients (processes, or dlock runs) are waiting
+// for the name, of whatever kind, and whether that is known.
 func waiters(info *dlock.Info) (n int, known bool) {
-	return info.Waiters, true
+	return info.WaitingClients, true
 }
 
 // writerWaiting reports whether a writer waits for a read/write lock, and

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -140,6 +141,12 @@ func TestRunWaits(t *testing.T) {
 	}
 	p := startDlock(t, nil, runArgs(nil, name, "env")...)
 	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	// status counts the waiting run among the name's waiters.
+	waitFor(t, "status to count the waiting run", func() bool {
+		r := dlockRun(t, nil, "status", "--json", name)
+		var info infoJSON
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &info) == nil && info.Waiters != nil && *info.Waiters == 1
+	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
