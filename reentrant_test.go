@@ -273,3 +273,43 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 		t.Errorf("release ids kept after 20 releases: %d (%q), want the last 8", len(ids), ids)
 	}
 }
+
+// The acquisitions of one owner share the hold's token, but a released one
+// no longer acts on the hold with it: its refresh, sent before its release
+// and run after it, neither cuts the others' TTL short nor extends it. The
+// refresh script runs here as the client sends it.
+func TestAReleasedAcquisitionsLateRefreshLeavesTheOthersHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	first, err := e.c.TryLock(ctx, "late-refresh", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.c.TryLock(ctx, "late-refresh", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var refresh *dlock.Script
+	for _, s := range dlock.Scripts() {
+		if s.Name == "refresh" {
+			refresh = s
+		}
+	}
+	// The first acquisition's request token is its token: it made the hold.
+	call := &dlock.Call{Script: refresh, Keys: []string{"dlock:{late-refresh}"}, Args: []any{first.Token(), first.Token(), "50"}}
+	e.drv.Eval(ctx, call)
+	if call.Err != nil || call.Val != int64(1) {
+		t.Errorf("late refresh of the released acquisition: %v, %v; want 1 (not held)", call.Val, call.Err)
+	}
+	if left := e.pttl(t, "late-refresh"); left < 50*time.Second {
+		t.Fatalf("TTL after the released acquisition's late refresh: %v, want the remaining one's minute", left)
+	}
+	e.expectHeld(t, "late-refresh", second)
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

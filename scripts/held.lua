@@ -10,17 +10,19 @@ local function read_lock(k, ...)
   return cur
 end
 
--- held(k, token, req) reports whether the exclusive lock k is held by the
--- caller and, if so, its hold count. The caller is a Lock: it holds k when
--- k is held with its token, or when its acquisition, known by its request
--- token req, is one of the current hold's (see acquire; the parts of a
--- lock on several slots may be held with different tokens). Owner ids play
--- no part: a Lock of an earlier hold of the same owner, since released,
--- must not act on the next.
-local function held(k, token, req)
+-- held(k, req) reports whether the exclusive lock k is held by the caller
+-- and, if so, its hold count. The caller is a Lock: it holds k when its
+-- acquisition, known by its request token req, is one of the current
+-- hold's (see acquire; the parts of a lock on several slots may be held
+-- with different tokens). The token alone does not do: the acquisitions of
+-- one owner share it, and one that was released (its refresh sent before
+-- its release and run after it, say) must not act on the others' hold.
+-- Nor do owner ids: a Lock of an earlier hold of the same owner, since
+-- released, must not act on the next.
+local function held(k, req)
   local cur = read_lock(k, 'req', 'h:' .. req)
   if not cur or not cur[2] or cur[2] == '' then return false end
-  if cur[2] == token or cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]) end
+  if cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]) end
   return false
 end
 

@@ -1,16 +1,16 @@
 -- refresh: reset the TTL of the exclusive locks KEYS[1..n] held with a token,
 -- all or none.
 --
--- ARGV[1] token, ARGV[2] request token of the caller's acquisition (see
--- held), ARGV[3] TTL in ms
+-- ARGV[1] token (unused: see held), ARGV[2] request token of the caller's
+-- acquisition (see held), ARGV[3] TTL in ms
 --
 -- Returns 0 when every key was held by the caller and got the new TTL (a
 -- re-entered lock is only extended, see expire), or i when KEYS[i] was not
 -- (then nothing is changed).
-local token, req, ttl = ARGV[1], ARGV[2], ARGV[3]
+local req, ttl = ARGV[2], ARGV[3]
 local counts = {}
 for i = 1, #KEYS do
-  local ok, count = held(KEYS[i], token, req)
+  local ok, count = held(KEYS[i], req)
   if not ok then return i end
   counts[i] = count
 end

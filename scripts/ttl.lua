@@ -1,16 +1,16 @@
 -- ttl: what the holder of the exclusive locks KEYS[1..n] knows of them.
 --
--- ARGV[1] token, ARGV[2] request token of the caller's acquisition (see
--- held), ARGV[3] an owner id to find the hold by instead ('' for none: only
--- Attach with WithOwner sends one)
+-- ARGV[1] token (unused: see held), ARGV[2] request token of the caller's
+-- acquisition (see held), ARGV[3] an owner id to find the hold by instead
+-- ('' for none: only Attach with WithOwner sends one)
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
 -- key is not held by the caller.
-local token, req, owner = ARGV[1], ARGV[2], ARGV[3] or ''
+local req, owner = ARGV[2], ARGV[3] or ''
 local least = -1
 for i = 1, #KEYS do
-  local ok = held(KEYS[i], token, req)
+  local ok = held(KEYS[i], req)
   if not ok and owner ~= '' then
     local cur = read_lock(KEYS[i])
     ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner
