@@ -539,8 +539,8 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 
 // TestAnExpiredHoldCannotTouchItsOwnersNext: a Lock whose read hold, write
 // hold or permit expired cannot release, refresh or read the hold its
-// owner took after it: a hold is found by its token alone, never by its
-// owner.
+// owner took after it: a hold is found by its token, and must record the
+// Lock's own acquisition, never by its owner.
 func TestAnExpiredHoldCannotTouchItsOwnersNext(t *testing.T) {
 	for _, k := range holdKindCases {
 		t.Run(k.what, func(t *testing.T) {

@@ -679,14 +679,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // heldArgs returns the arguments of the refresh and ttl scripts for token,
-// followed by more: for an exclusive lock the token and the request token
-// of this acquisition, for the other kinds the token, the owner and, after
-// more, the mode.
+// followed by more: the token and the request token of this acquisition,
+// and for the kinds that take it, after more, the mode.
 func (l *Lock) heldArgs(token string, more ...any) []any {
-	if l.kind.modeArg {
-		return l.kind.args(append([]any{token, l.owner}, more...)...)
-	}
-	return append([]any{token, l.req}, more...)
+	return l.kind.args(append([]any{token, l.req}, more...)...)
 }
 
 // inspect asks the server what it knows of the lock: its TTL, metadata and

@@ -75,17 +75,27 @@ const (
 	mismatch // the request token holds the other mode
 )
 
-// held returns the live hold a Lock with token acts on in mode, as the
-// scripts look it up: by its token alone; mis is set when the token holds
-// the other mode.
-func (m *model) held(token, mode string) (h *mHold, mis bool) {
+// held returns the live hold a Lock with token and request token req acts
+// on in mode, as the scripts look it up: by its token, if the hold counts
+// the Lock's acquisition (see mine); mis is set when the token holds the
+// other mode.
+func (m *model) held(token, req, mode string) (h *mHold, mis bool) {
 	if h := m.holds[token]; h != nil {
 		if h.mode != mode {
 			return nil, true
 		}
+		if !h.mine(req) {
+			return nil, false
+		}
 		return h, false
 	}
 	return nil, false
+}
+
+// mine reports whether the hold counts the acquisition with request token
+// req: it records it, or records none.
+func (h *mHold) mine(req string) bool {
+	return len(h.recs) == 0 || slices.Contains(h.recs, req)
 }
 
 // ownedBy returns the live hold of owner in mode, which its acquires
@@ -105,6 +115,9 @@ func (m *model) ownedBy(owner, mode string) (string, *mHold) {
 // and the token of the hold it joins or makes.
 func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcome, string) {
 	if h := m.holds[req]; h != nil {
+		if !h.mine(req) { // the hold this request made, released and kept by re-entries
+			return refused, ""
+		}
 		if h.mode != mode {
 			return mismatch, ""
 		}
@@ -634,7 +647,7 @@ func (r *modelRun) release() {
 		r.wantLocal(what+" (released before)", err)
 		return
 	}
-	h, mis := r.m.held(v.token, v.mode)
+	h, mis := r.m.held(v.token, v.req, v.mode)
 	r.wantHeld(what, err, h, mis)
 	if h != nil {
 		r.m.release(v.token, v.req)
@@ -653,7 +666,7 @@ func (r *modelRun) refresh() {
 		r.wantLocal(what+" (ended before)", err)
 		return
 	}
-	h, mis := r.m.held(v.token, v.mode)
+	h, mis := r.m.held(v.token, v.req, v.mode)
 	r.wantHeld(what, err, h, mis)
 	v.ended = h == nil
 }
@@ -664,7 +677,7 @@ func (r *modelRun) ttl() {
 		return
 	}
 	left, err := v.l.TTL(r.ctx)
-	h, mis := r.m.held(v.token, v.mode)
+	h, mis := r.m.held(v.token, v.req, v.mode)
 	if mis {
 		if !errors.Is(err, dlock.ErrModeMismatch) {
 			r.t.Errorf("TTL of %s: err = %v, model: the token holds the other mode", v.token, err)

@@ -313,3 +313,90 @@ func TestAReleasedAcquisitionsLateRefreshLeavesTheOthersHold(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The holds of a read/write lock and of a semaphore re-entered by their
+// owner share one token too: an acquisition released while the others keep
+// the hold no longer acts on it with that token. Its release sent again
+// once the release marker forgot it, its late refresh and its acquire sent
+// again are each refused and leave the others' hold as it was, so that no
+// second writer, and no permit beyond the count, gets in. The scripts run
+// as the client sends them.
+func TestAReleasedAcquisitionOfASharedHoldCannotTouchIt(t *testing.T) {
+	scripts := map[string]*dlock.Script{}
+	for _, s := range dlock.Scripts() {
+		scripts[s.Name] = s
+	}
+	for _, kind := range []string{"write", "permit"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			name := "shared-" + kind
+			key := "dlock:{" + name + "}"
+			take := func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+				opts = append(opts, dlock.WithTTL(time.Minute))
+				if kind == "write" {
+					return c.RWMutex(name).TryLock(ctx, opts...)
+				}
+				return c.Semaphore(name, 1).TryAcquire(ctx, opts...)
+			}
+			own := dlock.WithOwner("job")
+			first, err := take(e.c, own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := take(e.c, own)
+			if err != nil || second.Token() != first.Token() {
+				t.Fatalf("re-entry: %v, token %q, want the first's %q", err, second.Token(), first.Token())
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tok, req := first.Token(), first.Token() // the first acquisition made the hold
+			expiry := func() string { return e.srv.Do(t, "ZSCORE", key+":holds", tok) }
+			before := expiry()
+
+			var release, acquire *dlock.Call
+			refresh := &dlock.Call{Script: scripts["holds_refresh"], Keys: []string{key, key + ":holds"}, Args: []any{tok, req, "50", kind}}
+			if kind == "write" {
+				release = &dlock.Call{Script: scripts["holds_release"], Args: []any{tok, req, kind, "another-id", ""},
+					Keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":released"}}
+				acquire = &dlock.Call{Script: scripts["rw_acquire"], Args: []any{req, "50", "", "job", "", "", "1500", kind, "0", "0"},
+					Keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}
+			} else {
+				release = &dlock.Call{Script: scripts["holds_release"], Args: []any{tok, req, kind, "another-id", ""},
+					Keys: []string{key, key + ":holds", key + ":waiters", key + ":released"}}
+				acquire = &dlock.Call{Script: scripts["sem_acquire"], Args: []any{req, "50", "", "job", "", "", "1500", kind, "1"},
+					Keys: []string{key, key + ":holds", key + ":waiters"}}
+			}
+			for _, c := range []struct {
+				what string
+				call *dlock.Call
+				ok   func(v any) bool
+			}{
+				{"release sent again", release, func(v any) bool { return v == int64(1) }},
+				{"late refresh", refresh, func(v any) bool { return v == int64(1) }},
+				{"acquire sent again", acquire, func(v any) bool { r, _ := v.([]any); return len(r) > 0 && r[0] == int64(0) }},
+			} {
+				e.drv.Eval(ctx, c.call)
+				if c.call.Err != nil || !c.ok(c.call.Val) {
+					t.Errorf("%s by the released acquisition: %v, %v; want refused", c.what, c.call.Val, c.call.Err)
+				}
+				if got := expiry(); got != before {
+					t.Errorf("%s by the released acquisition moved the hold's expiry from %s to %s", c.what, before, got)
+				}
+			}
+			if l, err := take(e.newClient(t)); !errors.Is(err, dlock.ErrNotObtained) {
+				if l != nil {
+					_ = l.Release(ctx)
+				}
+				t.Fatalf("another client: err = %v, want ErrNotObtained while the re-entry holds", err)
+			}
+			if _, err := second.TTL(ctx); err != nil {
+				t.Fatalf("the re-entry's TTL: %v", err)
+			}
+			if err := second.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

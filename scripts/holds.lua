@@ -91,6 +91,16 @@ local function recorded(d, req)
   end
 end
 
+-- mine reports whether hold d counts the acquisition with request token
+-- req among its own: it records it, or records none (a hold written before
+-- acquisitions were recorded). The acquisitions of one owner share the
+-- hold's token, so the token alone does not do: one that was released (its
+-- refresh sent before its release and run after it, its release sent again
+-- once the marker forgot it) must not act on the others' hold.
+local function mine(d, req)
+  return #d.a == 0 or recorded(d, req) ~= nil
+end
+
 -- chunked runs a variadic command on key with args, a few at a time, as
 -- Lua's unpack cannot take a long list at once.
 local function chunked(cmd, key, args)
@@ -204,8 +214,9 @@ end
 -- token, at the token of a hold that records the request and ot the token
 -- the owner holds (false for none), as read before prune; a hold that is
 -- not alive is not joined (and forgotten, if prune did not). It returns the
--- acquire's reply, an error reply when the request token holds the name in
--- another mode, or nil when the acquire is new.
+-- acquire's reply (a refusal, {0, ms, 1, 0}, when the hold the request made
+-- no longer counts it: see mine), an error reply when the request token
+-- holds the name in another mode, or nil when the acquire is new.
 local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
   -- live decodes hold tok (h, or read now) and returns its expiry if it
   -- is alive.
@@ -217,7 +228,12 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
     ghost(k, tok, d)
   end
   local tok, d, exp = req, nil, nil
-  if h then d, exp = live(req, h) end
+  if h then
+    d, exp = live(req, h)
+    -- The hold this request made, which no longer counts it: released, and
+    -- kept by re-entries of its owner. Refused, changing nothing.
+    if d and not mine(d, req) then return {0, math.max(exp - now, 0), 1, 0} end
+  end
   if not d and at then
     tok, d, exp = at, live(at)
     if d and not recorded(d, req) then d = nil end
@@ -254,18 +270,20 @@ local function acquisition(k, hk, now, req, mode)
   return tok, d, i
 end
 
--- held finds the live hold of token in mode. It returns its token, the
--- decoded hold and its expiry; nil when the caller holds nothing; nil and
--- an error reply when token holds the name in another mode. The token
--- alone decides, never the owner: every acquisition of a hold has its
--- token (a re-entry is granted the held one), and a Lock whose hold
+-- held finds the live hold of token in mode that counts the Lock's
+-- acquisition, with request token req, among its own (see mine). It
+-- returns its token, the decoded hold and its expiry; nil when the caller
+-- holds nothing; nil and an error reply when token holds the name in
+-- another mode. Owner ids play no part: every acquisition of a hold has
+-- its token (a re-entry is granted the held one), and a Lock whose hold
 -- expired must not act on the next hold of the same owner.
-local function held(k, hk, now, token, mode)
+local function held(k, hk, now, token, req, mode)
   local h = redis.pcall('HGET', k, 'h:' .. token)
   if type(h) ~= 'string' then return nil end -- none, or k holds other data
   local exp = alive(hk, token, now)
   if not exp then return nil end
   local d = decode(h)
   if d.m ~= mode then return nil, redis.error_reply('DLOCK_MODE 1') end
+  if not mine(d, req) then return nil end
   return token, d, exp
 end

@@ -2,17 +2,17 @@
 -- semaphore.
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds); more keys are ignored
--- ARGV[1] token, ARGV[2] owner id (unused: see held), ARGV[3] TTL in ms,
--- ARGV[4] mode
+-- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (see
+-- held), ARGV[3] TTL in ms, ARGV[4] mode
 --
 -- Returns 0 when the caller held it and it got the new TTL (a hold counted
 -- more than once is only extended, see extend), 1 when the caller held
 -- nothing. Fails with DLOCK_MODE 1 when the token holds the name in
 -- another mode, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
-local token, ttl, mode = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local token, req, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now = clock()
-local tok, d, exp = held(k, hk, now, token, mode)
+local tok, d, exp = held(k, hk, now, token, req, mode)
 if not tok then
   if d then return d end
   return 1

@@ -14,9 +14,11 @@
 -- holds), in whichever hold it made or joined, and the pending acquire it
 -- recorded
 --
--- A release gives up one count of the live hold of the token in the mode:
--- the hold's count goes down by one, and it forgets the releasing Lock's
--- record, then its oldest records beyond that count (see holds). A
+-- A release gives up one count of the live hold of the token in the mode
+-- that records the releasing Lock's acquisition (see held): the hold's
+-- count goes down by one, and it forgets that record, then its oldest
+-- records beyond that count (see holds; a hold written before records were
+-- kept has none). A
 -- taken-back acquisition gives up the count it added, and its record. A hold whose count reaches zero is
 -- removed, with the name's keys once nothing live is left in them (but the
 -- waiter set, which expires with its registrations). A freed permit wakes
@@ -79,7 +81,7 @@ local tok, d, at
 if undo then
   tok, d, at = acquisition(k, hk, now, token, mode)
 else
-  tok, d = held(k, hk, now, token, mode)
+  tok, d = held(k, hk, now, token, req, mode)
   if not tok and d then return d end
 end
 local queued = unqueue()

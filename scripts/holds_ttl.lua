@@ -2,12 +2,13 @@
 -- knows of it.
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds); more keys are ignored
--- ARGV[1] token, ARGV[2] owner id (unused: see held), ARGV[3] mode
+-- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (see
+-- held), ARGV[3] mode
 --
 -- Returns {pttl, metadata, fence}, or {-2} when the caller holds nothing.
 -- Fails with DLOCK_MODE 1 when the token holds the name in another mode.
 local now = clock()
-local tok, d, exp = held(KEYS[1], KEYS[2], now, ARGV[1], ARGV[3])
+local tok, d, exp = held(KEYS[1], KEYS[2], now, ARGV[1], ARGV[2], ARGV[3])
 if not tok then
   if d then return d end
   return {-2}
