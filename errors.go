@@ -51,7 +51,8 @@ var (
 	ErrDuplicateKey = fmt.Errorf("%w: duplicate key", ErrInvalidArgument)
 	// ErrInvalidTTL means a TTL was under 3ms, within its own allowance for
 	// clock drift, or given to Refresh of a lock refreshed automatically
-	// and not longer than its refresh interval.
+	// with a deadline (the TTL less that allowance) that does not come
+	// after its refresh interval.
 	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
 	// ErrInvalidToken means a token given with WithToken or Attach was empty.
 	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)

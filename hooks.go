@@ -24,9 +24,10 @@ type Hooks struct {
 	// the one the acquisition runs under and the one AcquireDone and Retry
 	// get.
 	AcquireStart func(ctx context.Context, h HookInfo) context.Context
-	// Retry is called after each failed attempt of a waiting acquisition
-	// that goes on: failed attempts so far, and why the last one failed
-	// (ErrNotObtained while the lock is held, or a Redis error).
+	// Retry is called after each failed attempt of a waiting acquisition,
+	// the last before it gives up included: failed attempts so far, and why
+	// the last one failed (ErrNotObtained while the lock is held, or a Redis
+	// error).
 	Retry func(ctx context.Context, h HookInfo, failed int, err error)
 	// AcquireDone is called when the acquisition ends, obtained or not.
 	AcquireDone func(ctx context.Context, h HookInfo, r AcquireResult)

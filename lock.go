@@ -143,7 +143,8 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // process (or a later run of this one) can refresh or release a lock it was
 // handed. It checks in one round trip that the lock is held with that token
 // and returns ErrNotHeld if not. WithOwner attaches by owner id instead of
-// token, and the Lock takes the token the lock is held with. The Lock
+// token (token must still not be empty; any text will do), and the Lock
+// takes the token the lock is held with. The Lock
 // stands for the acquisition that made the hold: its Release takes that one
 // away (a lock re-entered by its owner stays held by the other
 // acquisitions). WithTTL sets the TTL its refreshes give it (DefaultTTL if not
