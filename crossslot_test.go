@@ -461,6 +461,75 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// A waiting LockMulti whose part's reply was lost gives that part back
+	// with the others: while it waits for a name another took meanwhile,
+	// it holds nothing.
+	t.Run("AWaiterGivesBackAPartWhoseReplyWasLost", func(t *testing.T) {
+		other, _ := e.newClient(t)
+		blocked := make(chan *dlock.Lock, 1)
+		d := &partLoser{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}, key: dlock.DefaultPrefix + "{" + mid + "}"}
+		waiters := dlock.DefaultPrefix + "{" + low + "}:waiters"
+		registered := func(c *dlock.Client) bool {
+			return e.rdb.ZScore(ctx, waiters, dlock.Member(c)).Err() == nil
+		}
+		d.then = func() { // another waits for the first name, so that its give-back grants it there
+			go func() {
+				l, err := other.Lock(ctx, low, dlock.WithTTL(time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				blocked <- l
+			}()
+			awaitCond(t, 10*time.Second, func() bool { return registered(other) })
+		}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.LockMulti(wctx, []string{low, mid, high})
+			done <- err
+		}()
+		blocker := <-blocked
+		// Refused at the first name, the waiter registers there.
+		awaitCond(t, 10*time.Second, func() bool { return registered(c) })
+		if got := e.taken(t, mid, high); len(got) > 0 {
+			t.Errorf("while it waits, the waiter holds %q", got)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
+		}
+		if blocker != nil {
+			if err := blocker.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	// A refresh that finds one part lost gives back the parts it extended,
+	// rather than leave them taken, by nobody, for a TTL.
+	t.Run("ALostPartGivesBackTheRest", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		other, _ := e.newClient(t)
+		l, err := c.TryLockMulti(ctx, []string{low, mid, high}, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ForceRelease(ctx, mid); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Refresh: err = %v, want ErrNotHeld", err)
+		}
+		if got := e.taken(t, low, high); len(got) > 0 {
+			t.Errorf("the lost lock's other names are still taken: %q", got)
+		}
+		if !errors.Is(l.Err(), dlock.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+	})
 }
 
 // giveBackLoser is a tapDriver that loses the reply of the first release
@@ -481,5 +550,28 @@ func (d *giveBackLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
 }
 
 func (d *giveBackLoser) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
+}
+
+// partLoser is a tapDriver that loses the reply of the first acquire of
+// the lock key key, after it ran, and then runs then.
+type partLoser struct {
+	*tapDriver
+	key  string
+	then func()
+	lost atomic.Bool
+}
+
+func (d *partLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.tapDriver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if c.Script.Name == "acquire" && len(c.Keys) == 3 && c.Keys[0] == d.key && d.lost.CompareAndSwap(false, true) {
+			c.Val, c.Err = nil, errLostReply
+			d.then()
+		}
+	}
+}
+
+func (d *partLoser) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
 }

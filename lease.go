@@ -69,6 +69,9 @@ type leaseHolder interface {
 	refreshed(calls []*Call) error
 	// describe names the lock, for messages.
 	describe() string
+	// giveBackRest releases what is left of a lock a refresh found lost:
+	// the parts of a lock split by slot that the refresh extended.
+	giveBackRest(ctx context.Context)
 }
 
 func (s *lease) init(c *Client, holder leaseHolder, o *options) {
@@ -185,6 +188,25 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 	}
 }
 
+// unsure records a refresh sent at sent with ttl whose outcome is unknown
+// (its reply was lost, or it failed on some parts of a split lock): it may
+// have run, so the deadline moves to where that refresh would put it when
+// that is sooner. A refresh to a shorter TTL must not leave the holder
+// counting on the longer one. The caller holds the refresh turn.
+func (s *lease) unsure(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended() {
+		return
+	}
+	if d := sent.Add(ttl - drift(ttl)); d.Before(s.deadline) {
+		s.deadline = d
+		if s.timer != nil {
+			s.timer.Reset(time.Until(d))
+		}
+	}
+}
+
 // expire ends the lease at its deadline, for the deadline timer.
 func (s *lease) expire() { s.expireAt() }
 
@@ -263,13 +285,17 @@ func (s *lease) end(err error) {
 // is the release's reply that tells whether the lock was lost or released.
 // Release is called before its request is sent, so a refresh whose reply
 // came back before the call ran before the release: the loss was real.
-func (s *lease) lose(err error) {
+//
+// It reports whether it ended the lease.
+func (s *lease) lose(err error) bool {
 	s.mu.Lock()
-	letGo := s.letGo
+	letGo, over := s.letGo, s.ending
 	s.mu.Unlock()
-	if !letGo {
-		s.end(fmt.Errorf("%w: %w", ErrLost, err))
+	if letGo || over {
+		return false
 	}
+	s.end(fmt.Errorf("%w: %w", ErrLost, err))
+	return true
 }
 
 // heldFor returns how long the lease has been held.

@@ -172,6 +172,44 @@ func TestAutoRefreshAfterAFailedReleaseIsRefused(t *testing.T) {
 	}
 }
 
+// A Refresh to a shorter TTL whose outcome is unknown may have run: the
+// holder's deadline moves to where that TTL puts it, not the longer one it
+// had, as the lock may expire on the server then. A longer one leaves the
+// deadline as it was.
+func TestARefreshWhoseOutcomeIsUnknownCountsOnTheShorterTTL(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "unsure", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	before := l.Deadline()
+	e.drv.loseReplies(1)
+	if err := l.Refresh(ctx, 2*time.Minute); err == nil {
+		t.Fatal("Refresh with its reply lost succeeded")
+	}
+	if got := l.Deadline(); !got.Equal(before) {
+		t.Errorf("a longer refresh of unknown outcome moved the deadline by %v", got.Sub(before))
+	}
+	start := time.Now()
+	e.drv.loseReplies(1)
+	if err := l.Refresh(ctx, 200*time.Millisecond); err == nil {
+		t.Fatal("Refresh with its reply lost succeeded")
+	}
+	if got := l.Deadline(); got.After(time.Now().Add(200 * time.Millisecond)) {
+		t.Fatalf("deadline %v after a 200ms refresh of unknown outcome, begun %v ago", time.Until(got), time.Since(start))
+	}
+	// It may indeed have run: the server expires the lock then.
+	if left := e.pttl(t, "unsure"); left > 200*time.Millisecond {
+		t.Fatalf("PTTL %v after the refresh", left)
+	}
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost at the shorter deadline", l.Err())
+	}
+}
+
 func TestMaxHoldStopsRefreshing(t *testing.T) {
 	e := newEnv(t)
 	start := time.Now()

@@ -510,6 +510,17 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	}
 }
 
+// giveBackRest releases the parts of a split lock that a refresh found
+// lost: the refresh extended the parts still held, which would otherwise
+// stay taken, by nobody, for a TTL. It releases by the request token, as
+// cleanup does: only this acquisition's own. A lock in one slot is lost
+// whole, and its refresh changed nothing.
+func (l *Lock) giveBackRest(ctx context.Context) {
+	if l.parts != nil {
+		l.cleanup(ctx, false)
+	}
+}
+
 // cleanupTimeout bounds the release that follows a failed acquisition, or
 // the end of Do's function.
 const cleanupTimeout = 2 * time.Second
@@ -634,7 +645,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			l.lose(err)
+			if l.lose(err) {
+				l.giveBackRest(ctx)
+			}
+		} else {
+			l.unsure(start, ttl)
 		}
 		return err
 	}

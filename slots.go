@@ -155,8 +155,9 @@ func (l *Lock) splitIfRefused(err error) bool {
 
 // takeParts makes an attempt on a split lock: it takes its parts one after
 // another, in their order. When a part is refused or fails, the parts
-// already taken are given back before it returns, so that a failed attempt
-// leaves nothing taken.
+// already taken are given back before it returns, and the part that failed
+// too when it may have been taken unseen, so that a failed attempt leaves
+// nothing taken.
 func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (token string, fences []uint64, holderTTL time.Duration, err error) {
 	// A waiter registers at the name that refuses it, but does not register
 	// again at the names it takes for the next caller of this client (as
@@ -170,7 +171,14 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	for i, p := range l.parts {
 		t, f, holderTTL, err := l.takePart(ctx, p, args)
 		if err != nil {
-			if gerr := l.giveBack(ctx, l.parts[:i], tokens); gerr != nil {
+			taken := l.parts[:i]
+			if !errors.Is(err, ErrNotObtained) && !isFinal(err) {
+				// The part may have been taken unseen (its reply was
+				// lost): it goes back too, by the request token, so that
+				// a waiter holds nothing between attempts.
+				taken, tokens = l.parts[:i+1], append(tokens, l.req)
+			}
+			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil {
 				// Names may be left taken: the caller must not count the
 				// attempt as refused, and cleans up as after a lost reply.
 				// A waiting caller stops waiting (see errGiveBack).

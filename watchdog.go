@@ -179,6 +179,12 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	defer cancel()
 	w.send(ctx, sent, calls)
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
+	var lost []*lease // found lost by this batch
+	defer func() {
+		for _, s := range lost {
+			s.holder.giveBackRest(ctx)
+		}
+	}()
 	for i, s := range sent {
 		err := s.holder.refreshed(calls[i])
 		if s.hook != nil {
@@ -194,9 +200,12 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 				w.schedule(s, next)
 			}
 		case errors.Is(err, ErrNotHeld):
-			s.lose(err)
+			if s.lose(err) {
+				lost = append(lost, s)
+			}
 		default:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
+			s.unsure(now, ttls[i])
 			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
 		s.endTurn()
