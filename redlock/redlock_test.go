@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
@@ -793,5 +795,78 @@ func TestRestartOfANodeInTheQuorum(t *testing.T) {
 				t.Errorf("%d of %d taken after the first holder's locks ran out", taken, locks)
 			}
 		})
+	}
+}
+
+// refreshLoser runs every call, and once on is set, loses the replies of
+// refreshes that ran: their outcome is unknown to the caller.
+type refreshLoser struct {
+	dlock.Driver
+	on atomic.Bool
+}
+
+func (d *refreshLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	if d.on.Load() {
+		for _, c := range calls {
+			if c.Script.Name == "refresh" {
+				c.Val, c.Err = nil, errors.New("i/o timeout (reply lost)")
+			}
+		}
+	}
+}
+
+// A refresh to a shorter TTL that answered on fewer than a quorum, the
+// others having run it unseen, leaves the lock's deadline at the shorter
+// TTL: by then another may take the lock on the quorum.
+func TestARefreshOfUnknownOutcomeCountsOnTheShorterTTL(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	var losers []*refreshLoser
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var d dlock.Driver = goredis.New(rdb)
+		if i > 0 {
+			l := &refreshLoser{Driver: d}
+			losers, d = append(losers, l), l
+		}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "unsure", redlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range losers {
+		d.on.Store(true)
+	}
+	start := time.Now()
+	if err := l.Refresh(ctx, time.Second); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Refresh: err = %v, want ErrNoQuorum", err)
+	}
+	if d := l.Deadline(); d.After(start.Add(time.Second)) {
+		t.Fatalf("deadline %v after a 1s refresh whose outcome is unknown on two of three nodes", d.Sub(start))
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+	// The lock runs out on the servers too, just after: another takes it.
+	var other *redlock.Lock
+	r2 := newLocker(t, srvs)
+	eventually(t, 2*time.Second, "another Locker takes the lock", func() bool {
+		other, err = r2.TryLock(ctx, "unsure")
+		return err == nil
+	})
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
