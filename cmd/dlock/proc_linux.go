@@ -2,38 +2,9 @@
 
 package main
 
-import (
-	"os"
-	"syscall"
-	"unsafe"
-)
+import "syscall"
 
 // setParentDeathSignal has the command sent SIGTERM if dlock dies (say, of
 // SIGKILL) while it runs: the lock then expires unrefreshed, and the
 // command must not carry on unprotected.
 func setParentDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGTERM }
-
-// inForeground reports whether dlock's process group is the foreground
-// group of its controlling terminal: a Ctrl-C there reaches every process
-// of the group, the command included.
-func inForeground() bool {
-	f, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var pgrp int32
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
-		return false
-	}
-	return int(pgrp) == syscall.Getpgrp()
-}
-
-// termWidth returns the width of the terminal f, or 0 if unknown.
-func termWidth(f *os.File) int {
-	var ws struct{ row, col, x, y uint16 }
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TIOCGWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
-		return 0
-	}
-	return int(ws.col)
-}

@@ -2,14 +2,6 @@
 
 package main
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 func setParentDeathSignal(*syscall.SysProcAttr) {}
-
-// inForeground cannot tell here; run then forwards every signal.
-func inForeground() bool { return false }
-
-func termWidth(*os.File) int { return 0 }

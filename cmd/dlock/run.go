@@ -58,20 +58,20 @@ dlock are passed on to the command; a SIGHUP or SIGINT ignored when dlock
 starts (under nohup, say) stays ignored, by dlock and by the command. Without
 a controlling terminal (cron, systemd, CI) the command runs in a process group
 of its own and signals go to the whole group; at a terminal it shares dlock's
-group, so that Ctrl-C reaches it directly from the terminal, once.
+group, so that Ctrl-C reaches it directly from the terminal, once, and the
+signals dlock passes on go to the command and every process it started (on
+Linux; elsewhere to the command alone).
 
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
-command SIGTERM, then SIGKILL after --grace, and exits with code 74. Without a
-controlling terminal both go to the command's process group, and dlock exits
-only once the group is empty or, after --grace, killed: a process of it that
-ignores SIGTERM does not outlive dlock by outliving the command. At a
-terminal, where the command shares dlock's group, they go to the command and
-to the processes descended from it (on Linux; elsewhere to the command
-alone), and dlock exits only once those are gone or killed; a process that
-detached itself from the command's tree before the loss is not found. If
-dlock itself is killed, the command gets SIGTERM (on Linux) and the lock
-expires after its TTL.
+command SIGTERM, then SIGKILL after --grace, and exits with code 74. Both go
+to the command's process group, or at a terminal to the command, and on
+Linux to every process the command started that still runs, even one that
+left its group or session (setsid, timeout) or whose parent exited: dlock
+adopts those orphans. dlock exits only once all of them are gone or, after
+--grace, killed: a process that ignores SIGTERM does not outlive dlock by
+outliving the command. If dlock itself is killed, the command gets SIGTERM
+(on Linux) and the lock expires after its TTL.
 
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
@@ -403,6 +403,10 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: childAttr(ownGroup),
 	}
+	// The processes of the command's tree that its processes leave behind
+	// become dlock's (on Linux), so that a lost lock stops them too.
+	orphans, stopAdopting := adoptOrphans()
+	defer stopAdopting()
 	if err := cmd.Start(); err != nil {
 		a.release(l, name, false)
 		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
@@ -415,20 +419,22 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 
 	// Once the lock is lost, the command's group is stopped as a whole: a
 	// process of it that ignores SIGTERM may outlive the command itself,
-	// so its end does not end the grace, unless the group is gone. At a
-	// terminal, where the command shares dlock's group, the command and
-	// the processes descended from it (strays) are stopped alike.
+	// so its end does not end the grace, unless the group is gone. The
+	// processes of its tree that a signal to the group (or, at a terminal,
+	// where the command shares dlock's group, to the command) does not
+	// reach are stopped alike (see tree).
 	pid := cmd.Process.Pid
+	root := pid // where the tree grows from: the command, or dlock once it adopts orphans
+	if orphans != nil {
+		root = os.Getpid()
+	}
+	strays := tree{cmd: pid, group: ownGroup}
 	var lost error
 	var kill, poll <-chan time.Time
-	var strays tree
 	killed := false // SIGKILL was sent
 	othersAlive := func() bool {
-		if ownGroup {
-			return groupAlive(pid)
-		}
-		strays.grow()
-		return strays.alive()
+		strays.grow(root)
+		return ownGroup && groupAlive(pid) || strays.alive()
 	}
 	done, leader := l.Done(), (<-chan struct{})(exited)
 	for running := true; running; {
@@ -439,27 +445,32 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 				running = false
 				continue
 			}
-			// Nothing says when the group empties: look now and then.
+			// Nothing says when the rest ends: look now and then.
 			ticker := time.NewTicker(groupPoll)
 			defer ticker.Stop()
 			poll = ticker.C
 		case <-poll:
 			running = othersAlive()
+		case <-orphans:
+			reapOrphans(pid)
 		case sig := <-sigs:
 			if !ownGroup && fromTerminal(sig) && inForeground() {
 				continue // the terminal sent it to the command as well
 			}
 			_ = signalChild(cmd.Process, ownGroup, sig)
+			if !ownGroup {
+				// As a group would: what the command started gets it too.
+				strays.grow(root)
+				strays.signal(sig)
+			}
 		case <-done:
 			done = nil
 			if lost = l.Err(); lost == nil {
 				continue
 			}
-			if !ownGroup {
-				strays.grow(pid)
-			}
+			strays.grow(root)
 			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to %s, SIGKILL in %v\n",
-				quote(name), lossReason(lost), whom(pid, ownGroup, len(strays.known)), o.grace)
+				quote(name), lossReason(lost), whom(pid, ownGroup), o.grace)
 			_ = signalChild(cmd.Process, ownGroup, termSignal)
 			strays.signal(termSignal)
 			t := time.NewTimer(o.grace)
@@ -470,18 +481,10 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			switch {
 			case leader != nil:
 				fmt.Fprintf(a.stderr, "dlock: the command (pid %d) is still running %v after SIGTERM; sending SIGKILL\n", pid, o.grace)
-			case ownGroup:
-				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes of its group (%d) are still running %v after SIGTERM; sending SIGKILL\n", pid, o.grace)
 			default:
 				fmt.Fprintf(a.stderr, "dlock: the command exited, but processes it started are still running %v after SIGTERM; sending SIGKILL\n", o.grace)
 			}
-			if !ownGroup {
-				if leader != nil {
-					strays.grow(pid)
-				} else {
-					strays.grow()
-				}
-			}
+			strays.grow(root)
 			_ = signalChild(cmd.Process, ownGroup, killSignal)
 			strays.signal(killSignal)
 			running = leader != nil // once the command is gone, the rest is killed
@@ -512,17 +515,12 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 const groupPoll = 20 * time.Millisecond
 
 // whom names what run signals: the command's process group, or the
-// command and the strays processes descended from it.
-func whom(pid int, ownGroup bool, strays int) string {
-	switch {
-	case ownGroup:
-		return fmt.Sprintf("the command's process group (%d)", pid)
-	case strays == 1:
-		return fmt.Sprintf("pid %d and the process it started", pid)
-	case strays > 1:
-		return fmt.Sprintf("pid %d and the %d processes it started", pid, strays)
+// command, and the processes it started.
+func whom(pid int, ownGroup bool) string {
+	if ownGroup {
+		return fmt.Sprintf("the command's process group (%d) and every process it started", pid)
 	}
-	return fmt.Sprintf("pid %d", pid)
+	return fmt.Sprintf("the command (pid %d) and every process it started", pid)
 }
 
 // release gives the lock up after the command; unless quiet, a failure

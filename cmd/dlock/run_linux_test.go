@@ -39,13 +39,40 @@ func openPTY(t *testing.T) (ptm, pts *os.File) {
 	return ptm, pts
 }
 
-// startDlockAtTerminal starts dlock as an interactive shell would: in a
-// session whose controlling terminal is a pseudo-terminal, on its stdin,
-// in the terminal's foreground process group.
-func startDlockAtTerminal(t *testing.T, env []string, args ...string) *proc {
+// terminalRun is dlock run at a terminal, as an interactive shell runs it:
+// in the foreground process group of a session whose controlling terminal
+// is a pseudo-terminal. The session's leader, a shell standing for the
+// interactive one, outlives dlock: were dlock the leader, its exit would
+// hang up the terminal, and the hang-up would stop what it left running.
+type terminalRun struct {
+	p   *proc
+	dir string
+	pid int // dlock's
+}
+
+// startDlockAtTerminal starts dlock run at a terminal with args.
+func startDlockAtTerminal(t *testing.T, args ...string) *terminalRun {
 	t.Helper()
 	_, pts := openPTY(t)
-	return startProcWith(t, env, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}, pts, dlockBin, args...)
+	r := &terminalRun{dir: t.TempDir()}
+	script := `"$@" 2> "$D/stderr" & echo $! > "$D/pid.tmp"; mv "$D/pid.tmp" "$D/pid"; wait $!; echo $? > "$D/code.tmp"; mv "$D/code.tmp" "$D/code"; sleep 60`
+	r.p = startProcWith(t, []string{"D=" + r.dir}, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}, pts,
+		"sh", append([]string{"-c", script, "sh", dlockBin}, args...)...)
+	r.pid = waitPID(t, r.p, filepath.Join(r.dir, "pid"))
+	return r
+}
+
+// wait waits for dlock to exit, at most procTimeout.
+func (r *terminalRun) wait(t *testing.T) result {
+	t.Helper()
+	var code int
+	waitFor(t, "dlock to exit", func() bool {
+		data, err := os.ReadFile(filepath.Join(r.dir, "code"))
+		code, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil
+	})
+	stderr, _ := os.ReadFile(filepath.Join(r.dir, "stderr"))
+	return result{code: code, stderr: string(stderr)}
 }
 
 // At a terminal, where the command shares dlock's process group, a lost
@@ -55,43 +82,113 @@ func startDlockAtTerminal(t *testing.T, env []string, args ...string) *proc {
 func TestRunLockLostAtATerminalStopsWhatTheCommandStarted(t *testing.T) {
 	t.Parallel()
 	name, dir := lockName(t), t.TempDir()
-	pidfile := filepath.Join(dir, "pidfile")
 	script := `sh -c "trap \"\" TERM; echo \$\$ > pidfile.tmp; mv pidfile.tmp pidfile; sleep 20"; echo after`
-	p := startDlockAtTerminal(t, nil, "run", "--ttl", "600ms", "--grace", "300ms", name, "--", "sh", "-c", "cd "+dir+" && "+script)
+	r := startDlockAtTerminal(t, "run", "--ttl", "600ms", "--grace", "300ms", name, "--", "sh", "-c", "cd "+dir+" && "+script)
+	pid := waitPID(t, r.p, filepath.Join(dir, "pidfile"))
+	if pgid, err := syscall.Getpgid(pid); err != nil || pgid != r.p.cmd.Process.Pid {
+		t.Fatalf("the command's process group is %d (%v), want the session's, %d: dlock did not run at a terminal", pgid, err, r.p.cmd.Process.Pid)
+	}
+	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	res := r.wait(t)
+	if res.code != exitLost {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", res.code, exitLost, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "processes it started") || !strings.Contains(res.stderr, "sending SIGKILL") {
+		t.Errorf("stderr does not say what the command started was killed:\n%s", res.stderr)
+	}
+	gone(t, pid, "run exited")
+}
+
+// waitPID waits for the pid the command wrote to file, failing if run ends
+// first; the process is killed when the test ends, should run not do it.
+func waitPID(t *testing.T, p *proc, file string) int {
+	t.Helper()
 	var pid int
-	waitFor(t, "the inner shell's pid", func() bool {
+	waitFor(t, "the pid in "+file, func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("run ended early: %s", p.stderr.String())
 		default:
 		}
-		data, err := os.ReadFile(pidfile)
+		data, err := os.ReadFile(file)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		return err == nil && pid > 0
 	})
-	t.Cleanup(func() { // should run fail to, not to leave the processes behind
-		if pgid, err := syscall.Getpgid(pid); err == nil && alive(pid) {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.cmd.Process.Pid {
-		t.Fatalf("the command's process group is %d (%v), want dlock's, %d: dlock did not run at a terminal", pgid, err, p.cmd.Process.Pid)
-	}
-	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
-		t.Fatal(err)
-	}
-	r := p.wait(t)
-	if r.code != exitLost {
-		t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, exitLost, r.stderr)
-	}
-	if !strings.Contains(r.stderr, "processes it started") || !strings.Contains(r.stderr, "sending SIGKILL") {
-		t.Errorf("stderr does not say what the command started was killed:\n%s", r.stderr)
-	}
+	return pid
+}
+
+// gone waits for pid to end, failing after two seconds.
+func gone(t *testing.T, pid int, after string) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for alive(pid) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d, started by the command, still runs after run exited %d", pid, exitLost)
+			t.Fatalf("pid %d, started by the command, still runs after %s", pid, after)
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// A process of the command's tree that a signal to its group does not
+// reach is stopped too when the lock is lost: one in a session of its own
+// (setsid, as timeout or a daemon would), and one left behind by a parent
+// that exited before the loss, at a terminal.
+func TestRunLockLostStopsWhatLeftTheGroup(t *testing.T) {
+	t.Parallel()
+	inner := `sh -c "trap \"\" TERM; echo \$\$ > pid.tmp; mv pid.tmp pid; sleep 20"`
+	for _, c := range []struct {
+		what, script string
+		terminal     bool
+	}{
+		{"a session of its own", "setsid " + inner + " & wait", false},
+		{"an orphan, at a terminal", "(" + inner + " &); sleep 20", true},
+		{"an orphan, without a terminal", "(setsid " + inner + " &); sleep 20", false},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			t.Parallel()
+			name, dir := lockName(t), t.TempDir()
+			args := []string{"run", "--ttl", "600ms", "--grace", "300ms", name, "--", "sh", "-c", "cd " + dir + " && " + c.script}
+			var pid int
+			var wait func(*testing.T) result
+			if c.terminal {
+				r := startDlockAtTerminal(t, args...)
+				pid, wait = waitPID(t, r.p, filepath.Join(dir, "pid")), r.wait
+			} else {
+				p := startDlock(t, nil, args...)
+				pid, wait = waitPID(t, p, filepath.Join(dir, "pid")), p.wait
+			}
+			if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t)
+			if r.code != exitLost || !strings.Contains(r.stderr, "sending SIGKILL") {
+				t.Fatalf("exit code %d, want %d after SIGKILL; stderr:\n%s", r.code, exitLost, r.stderr)
+			}
+			gone(t, pid, "run exited")
+		})
+	}
+}
+
+// At a terminal, a signal dlock passes on to the command reaches what the
+// command started too, as it would their process group without one.
+func TestRunAtATerminalPassesSignalsOnToWhatTheCommandStarted(t *testing.T) {
+	t.Parallel()
+	name, dir := lockName(t), t.TempDir()
+	r := startDlockAtTerminal(t, "run", name, "--", "sh", "-c", "cd "+dir+" && sleep 30 & echo $! > "+filepath.Join(dir, "cmdpid")+"; wait")
+	pid := waitPID(t, r.p, filepath.Join(dir, "cmdpid"))
+	if err := syscall.Kill(r.pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res := r.wait(t)
+	if res.code != exitSignal+int(syscall.SIGTERM) {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", res.code, exitSignal+int(syscall.SIGTERM), res.stderr)
+	}
+	gone(t, pid, "the command was stopped by SIGTERM")
 }

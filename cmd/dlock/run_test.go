@@ -367,7 +367,7 @@ func TestRunLockLostStopsTheGroup(t *testing.T) {
 	if r.code != exitLost {
 		t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, exitLost, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "processes of its group") || !strings.Contains(r.stderr, "sending SIGKILL") {
+	if !strings.Contains(r.stderr, "processes it started") || !strings.Contains(r.stderr, "sending SIGKILL") {
 		t.Errorf("stderr does not say the group was killed:\n%s", r.stderr)
 	}
 	deadline := time.Now().Add(2 * time.Second)

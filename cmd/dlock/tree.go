@@ -11,20 +11,30 @@ type procID struct {
 // procInfo is what the system says of a running process.
 type procInfo struct {
 	ppid   int
+	pgrp   int
 	start  uint64
 	zombie bool // exited, waiting for its parent to reap it
 }
 
-// tree is the processes run stops when the lock is lost while the command
-// shares dlock's process group (at a terminal): the command's descendants,
-// which a signal to the command alone would leave running. It remembers
-// them, so that those its parent left behind by exiting are still found.
-// Where the system does not list processes (not Linux), it stays empty.
-type tree struct{ known []procID }
+// tree is the processes the command started, which run stops with the
+// command when the lock is lost, beyond what a signal to the command (or
+// its process group) reaches: at a terminal, where the command shares
+// dlock's group, all of them; without one, those that left its group (a
+// setsid, a timeout). It remembers them, so that those whose parent exits
+// are still found; on Linux dlock also adopts the orphans of the command's
+// tree (see adoptOrphans), so that those left before the loss are found
+// too. Where the system does not list processes (not Linux), it stays
+// empty.
+type tree struct {
+	cmd   int  // the command's PID, signalled on its own
+	group bool // the command leads a process group, signalled as a whole
+	known []procID
+}
 
-// grow adds the live descendants of roots, and of the processes the tree
-// knows, and drops those that ended.
-func (t *tree) grow(roots ...int) {
+// grow adds the live descendants of root (the command, or dlock when it
+// adopts orphans), and of the processes the tree knows, and drops those
+// that ended.
+func (t *tree) grow(root int) {
 	procs := listProcs()
 	if procs == nil {
 		return
@@ -47,8 +57,8 @@ func (t *tree) grow(roots ...int) {
 			}
 		}
 	}
-	for _, pid := range roots {
-		visit(pid)
+	if root > 0 {
+		visit(root)
 	}
 	for _, k := range t.known {
 		if p, ok := procs[k.pid]; ok && !p.zombie && p.start == k.start && !seen[k.pid] {
@@ -60,23 +70,30 @@ func (t *tree) grow(roots ...int) {
 	t.known = next
 }
 
-// signal sends sig to every process of the tree that still runs.
+// signal sends sig to every process of the tree that still runs, but the
+// command, and, when the command leads a group, the processes of that
+// group: those get it from the command's own signal.
 func (t *tree) signal(sig os.Signal) {
 	for _, k := range t.known {
-		if !k.alive() {
+		if k.pid == t.cmd {
 			continue
 		}
-		if p, err := os.FindProcess(k.pid); err == nil {
-			_ = p.Signal(sig)
-			_ = p.Release()
+		p, err := os.FindProcess(k.pid) // on Linux a handle that outlives a reuse of the PID
+		if err != nil {
+			continue
 		}
+		if info, ok := procStat(k.pid); ok && !info.zombie && info.start == k.start && !(t.group && info.pgrp == t.cmd) {
+			_ = p.Signal(sig)
+		}
+		_ = p.Release()
 	}
 }
 
-// alive reports whether a process of the tree still runs.
+// alive reports whether a process of the tree, the command aside, still
+// runs.
 func (t *tree) alive() bool {
 	for _, k := range t.known {
-		if k.alive() {
+		if k.pid != t.cmd && k.alive() {
 			return true
 		}
 	}
