@@ -407,6 +407,10 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	// become dlock's (on Linux), so that a lost lock stops them too.
 	orphans, stopAdopting := adoptOrphans()
 	defer stopAdopting()
+	var strays tree
+	if orphans != nil {
+		strays.exclude(os.Getpid())
+	}
 	if err := cmd.Start(); err != nil {
 		a.release(l, name, false)
 		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
@@ -428,7 +432,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	if orphans != nil {
 		root = os.Getpid()
 	}
-	strays := tree{cmd: pid, group: ownGroup}
+	strays.cmd, strays.group = pid, ownGroup
 	var lost error
 	var kill, poll <-chan time.Time
 	killed := false // SIGKILL was sent
@@ -512,7 +516,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 
 // groupPoll is how often run looks whether the command's process group
 // has emptied, after the command exited with the lock lost.
-const groupPoll = 20 * time.Millisecond
+const groupPoll = 50 * time.Millisecond
 
 // whom names what run signals: the command's process group, or the
 // command, and the processes it started.

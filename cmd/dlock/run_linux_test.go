@@ -192,3 +192,28 @@ func TestRunAtATerminalPassesSignalsOnToWhatTheCommandStarted(t *testing.T) {
 	}
 	gone(t, pid, "the command was stopped by SIGTERM")
 }
+
+// A child dlock's process had before it ran the command (a wrapper
+// started it, then exec'd dlock) is not the command's: a lost lock leaves
+// it alone, though dlock adopts orphans.
+func TestRunLockLostLeavesAloneWhatDlockHadBefore(t *testing.T) {
+	t.Parallel()
+	name, dir := lockName(t), t.TempDir()
+	other := filepath.Join(dir, "other")
+	script := `sleep 30 >/dev/null 2>&1 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"; exec "$@"`
+	p := startProc(t, nil, "sh", "-c", script, other, dlockBin, "run", "--ttl", "600ms", "--grace", "300ms", name, "--",
+		"sh", "-c", "cd "+dir+" && sleep 20 & echo $! > "+filepath.Join(dir, "pid")+"; wait")
+	otherPID := waitPID(t, p, other)
+	pid := waitPID(t, p, filepath.Join(dir, "pid"))
+	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t)
+	if r.code != exitLost {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, exitLost, r.stderr)
+	}
+	gone(t, pid, "run exited")
+	if !alive(otherPID) {
+		t.Errorf("pid %d, a child of dlock's process from before the command, was stopped with it", otherPID)
+	}
+}

@@ -29,6 +29,24 @@ type tree struct {
 	cmd   int  // the command's PID, signalled on its own
 	group bool // the command leads a process group, signalled as a whole
 	known []procID
+	// others are the processes that descended from dlock before the
+	// command started (a wrapper may have started dlock's process with
+	// children of its own, then exec'd it): never the command's.
+	others map[procID]bool
+}
+
+// exclude records the processes that descend from root (dlock) now, before
+// the command starts, as not the command's.
+func (t *tree) exclude(root int) {
+	before := tree{}
+	before.grow(root)
+	if len(before.known) == 0 {
+		return
+	}
+	t.others = make(map[procID]bool, len(before.known))
+	for _, k := range before.known {
+		t.others[k] = true
+	}
 }
 
 // grow adds the live descendants of root (the command, or dlock when it
@@ -50,7 +68,7 @@ func (t *tree) grow(root int) {
 	var visit func(pid int)
 	visit = func(pid int) {
 		for _, c := range children[pid] {
-			if !seen[c.pid] {
+			if !seen[c.pid] && !t.others[c] {
 				seen[c.pid] = true
 				next = append(next, c)
 				visit(c.pid)
