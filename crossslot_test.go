@@ -530,6 +530,25 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Errorf("Err = %v, want ErrLost", l.Err())
 		}
 	})
+
+	// So does the automatic refresh, off its own goroutine.
+	t.Run("ALostPartGivesBackTheRestWhenRefreshedAutomatically", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		other, _ := e.newClient(t)
+		l, err := c.TryLockMulti(ctx, []string{low, mid, high}, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ForceRelease(ctx, mid); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the loss was not found")
+		}
+		awaitCond(t, 5*time.Second, func() bool { return len(e.taken(t, low, high)) == 0 })
+	})
 }
 
 // giveBackLoser is a tapDriver that loses the reply of the first release

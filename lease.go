@@ -286,12 +286,14 @@ func (s *lease) end(err error) {
 // Release is called before its request is sent, so a refresh whose reply
 // came back before the call ran before the release: the loss was real.
 //
-// It reports whether it ended the lease.
+// It reports whether the loss was real (Release was not called), whether
+// or not the lease had ended by then (its deadline may have passed as the
+// refresh ran).
 func (s *lease) lose(err error) bool {
 	s.mu.Lock()
-	letGo, over := s.letGo, s.ending
+	letGo := s.letGo
 	s.mu.Unlock()
-	if letGo || over {
+	if letGo {
 		return false
 	}
 	s.end(fmt.Errorf("%w: %w", ErrLost, err))

@@ -142,7 +142,10 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // Attach returns the Lock that is held on name with token, so that another
 // process (or a later run of this one) can refresh or release a lock it was
 // handed. It checks in one round trip that the lock is held with that token
-// and returns ErrNotHeld if not. WithOwner attaches by owner id instead of
+// by the acquisition that made the hold, and returns ErrNotHeld if not (a
+// hold re-entered WithOwner and kept by later acquisitions after the first
+// was released cannot be attached: the Lock would stand for a released
+// acquisition). WithOwner attaches by owner id instead of
 // token (token must still not be empty; any text will do), and the Lock
 // takes the token the lock is held with. The Lock
 // stands for the acquisition that made the hold: its Release takes that one

@@ -400,3 +400,34 @@ func TestAReleasedAcquisitionOfASharedHoldCannotTouchIt(t *testing.T) {
 		})
 	}
 }
+
+// A Lock attached to a re-entered hold stands for the acquisition that made
+// it: once that one was released, with later acquisitions keeping the hold,
+// neither its token nor its owner attaches a Lock that could then not act.
+func TestAttachToAHoldWhoseFirstAcquisitionWasReleasedIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	first, err := e.c.TryLock(ctx, "kept", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.c.TryLock(ctx, "kept", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient(t)
+	if _, err := c.Attach(ctx, "kept", first.Token()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach by the token: err = %v, want ErrNotHeld", err)
+	}
+	if _, err := c.Attach(ctx, "kept", "unknown", own); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach by the owner: err = %v, want ErrNotHeld", err)
+	}
+	e.expectHeld(t, "kept", second)
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -27,6 +27,8 @@ type watchdog struct {
 	// gate is held by the goroutine while it works; tests hold it to stand
 	// for a process pause.
 	gate sync.Mutex
+
+	givers sync.WaitGroup // the goroutines that give back what is left of lost locks
 }
 
 const (
@@ -77,6 +79,7 @@ func (w *watchdog) close() {
 	w.cancel()
 	close(w.stop)
 	<-w.done
+	w.givers.Wait() // bounded: each give-back has cleanupTimeout
 }
 
 func (w *watchdog) run(ctx context.Context) {
@@ -181,9 +184,18 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	var lost []*lease // found lost by this batch
 	defer func() {
-		for _, s := range lost {
-			s.holder.giveBackRest(ctx)
+		if len(lost) == 0 {
+			return
 		}
+		// Off the watchdog's goroutine: a slow node must not hold up the
+		// other leases' refreshes.
+		w.givers.Add(1)
+		go func() {
+			defer w.givers.Done()
+			for _, s := range lost {
+				s.holder.giveBackRest(context.Background())
+			}
+		}()
 	}()
 	for i, s := range sent {
 		err := s.holder.refreshed(calls[i])

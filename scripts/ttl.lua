@@ -2,7 +2,8 @@
 --
 -- ARGV[1] token (unused: see held), ARGV[2] request token of the caller's
 -- acquisition (see held), ARGV[3] an owner id to find the hold by instead
--- ('' for none: only Attach with WithOwner sends one)
+-- ('' for none: only Attach with WithOwner sends one), if the acquisition
+-- that made the hold still holds it
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
@@ -12,8 +13,10 @@ local least = -1
 for i = 1, #KEYS do
   local ok = held(KEYS[i], req)
   if not ok and owner ~= '' then
-    local cur = read_lock(KEYS[i])
-    ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner
+    -- Found by owner: the hold's own acquisition (its request token is
+    -- the token) must still be held, as the Lock will stand for it.
+    local cur = read_lock(KEYS[i], 'req')
+    ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner and cur[5] == cur[2]
   end
   if not ok then return {-2} end
   local p = redis.call('PTTL', KEYS[i])
