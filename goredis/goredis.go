@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -219,17 +220,14 @@ func (s *subscription) Close() error {
 var _ dlock.Scanner = (*Driver)(nil)
 
 // Scan walks the keys matching match of Redis type typ with SCAN, on every
-// primary of a cluster.
+// primary of a cluster and every shard of a Ring (whose SCAN would go to a
+// shard at random).
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
-	c, ok := d.rdb.(*redis.ClusterClient)
-	if !ok {
-		return scan(ctx, d.rdb, match, typ, fn)
-	}
-	// The primaries are walked at once; fn sees one key at a time, and no
-	// more once it returned an error.
+	// The primaries or shards are walked at once; fn sees one key at a
+	// time, and no more once it returned an error.
 	var mu sync.Mutex
 	var stop error
-	return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+	each := func(ctx context.Context, node *redis.Client) error {
 		return scan(ctx, node, match, typ, func(key string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -238,7 +236,14 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 			}
 			return stop
 		})
-	})
+	}
+	switch c := d.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, each)
+	}
+	return scan(ctx, d.rdb, match, typ, fn)
 }
 
 func scan(ctx context.Context, c redis.Cmdable, match, typ string, fn func(key string) error) error {
@@ -296,6 +301,12 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 				least = r.acked
 			}
 		}
+		if err != nil || movedAny(calls) {
+			// The slot map may be stale (a failover made a primary a
+			// replica, which refuses WAIT and redirects the scripts):
+			// MasterForKey must not keep choosing that node.
+			c.ReloadState(context.Background())
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -304,11 +315,32 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	return 0, fmt.Errorf("%w: WAIT through a %T", dlock.ErrUnsupported, d.rdb)
 }
 
+// movedAny reports whether a call was answered that its key lives on
+// another node, or that the node is a replica.
+func movedAny(calls []*dlock.Call) bool {
+	for _, call := range calls {
+		var reply redis.Error
+		if errors.As(call.Err, &reply) {
+			msg := reply.Error()
+			if strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "READONLY ") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // evalWait pipelines the calls and WAIT on one connection of node, by
 // EVALSHA (or FCALL), then once more by EVAL (or FCALL, once the library
 // is loaded) for the calls the server answered without knowing their
-// script.
+// script. The pipeline's replies are read within the WAIT's timeout and a
+// second more, whatever the client's read timeout: go-redis reads a
+// pipeline within that, and would take a WAIT still waiting for a failure
+// and send the whole pipeline again.
 func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
+	if rt := node.Options().ReadTimeout; rt >= 0 && rt < timeout+time.Second {
+		node = node.WithTimeout(timeout + time.Second)
+	}
 	least := -1
 	for _, first := range []bool{true, false} {
 		if len(calls) == 0 {
@@ -323,15 +355,17 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 			wait = p.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
 			return nil
 		})
+		// Every reply is kept, even when WAIT failed: a refused acquire's
+		// reply says so, and an error says which call failed.
+		for i, call := range calls {
+			store(call, cmds[i])
+		}
 		n, err := wait.Int()
 		if err != nil {
 			return 0, err
 		}
 		if acked := n; least < 0 || acked < least {
 			least = acked
-		}
-		for i, call := range calls {
-			store(call, cmds[i])
 		}
 		if !first {
 			break

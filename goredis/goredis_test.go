@@ -3,7 +3,10 @@ package goredis_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
@@ -63,5 +66,86 @@ func TestRingRefusesLocksAcrossShards(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("%q: Release: %v", names, err)
 		}
+	}
+}
+
+// TestRingListsEveryShard: a Ring sends a keyless SCAN to a shard at
+// random, so List walks every shard itself.
+func TestRingListsEveryShard(t *testing.T) {
+	srvs := redistest.StartMasters(t, 2)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr(), "b": srvs[1].Addr()}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	const names = 40
+	for i := range names {
+		if _, err := c.TryLock(ctx, "job:"+strconv.Itoa(i), dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, srv := range srvs {
+		if srv.Do(t, "DBSIZE") == "0" {
+			t.Fatalf("all the locks went to one shard; the test needs both")
+		}
+	}
+	infos, err := c.List(ctx, "job:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != names {
+		t.Errorf("List found %d locks, want %d", len(infos), names)
+	}
+}
+
+// TestAWaitLongerThanTheReadTimeout: WithReplicas waits on the server for
+// its own timeout, though go-redis reads a pipeline within the client's
+// read timeout; the wait runs out as such (ErrNotReplicated, nothing
+// held), not as an i/o timeout after go-redis sent the scripts again.
+func TestAWaitLongerThanTheReadTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for _, s := range dlock.Scripts() { // loaded: one round, one WAIT
+		if err := rdb.ScriptLoad(ctx, s.Src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Do(t, "CONFIG", "RESETSTAT")
+	_, err := c.TryLock(ctx, "replicated", dlock.WithReplicas(1, 500*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("TryLock with no replica: err = %v, want ErrNotReplicated", err)
+	}
+	if got := srv.Do(t, "INFO", "commandstats"); !strings.Contains(got, "cmdstat_wait:calls=1,") {
+		t.Errorf("want one WAIT, the pipeline sent once:\n%s", got)
+	}
+	if tok := srv.Do(t, "HGET", "dlock:{replicated}", "token"); tok != "" && tok != "(nil)" {
+		t.Errorf("a lock not replicated is still held: token %q", tok)
+	}
+}
+
+// TestARefusalOutlivesAFailedWait: when WAIT itself fails (here the user
+// may not run it), the scripts' replies are kept: an acquire refused
+// because another holds the name says so.
+func TestARefusalOutlivesAFailedWait(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait")
+	holder := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = holder.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nowait", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	h := dlock.New(goredis.New(holder))
+	t.Cleanup(func() { _ = h.Close() })
+	if _, err := h.TryLock(ctx, "busy", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.TryLock(ctx, "busy", dlock.WithReplicas(1, 100*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock of a held name, WAIT refused: err = %v, want ErrNotObtained", err)
 	}
 }
