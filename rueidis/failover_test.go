@@ -77,3 +77,31 @@ func newClusterDriver(t *testing.T, c *redistest.Cluster) *dlockrueidis.Driver {
 	t.Cleanup(client.Close)
 	return dlockrueidis.New(client)
 }
+
+// TestFunctionsWithAReplicaDown: a client that also reaches a replica
+// loads dlock's functions on the primary alone; the replica being down
+// does not make it fail.
+func TestFunctionsWithAReplicaDown(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Primary.Addr()},
+		Standalone:     rueidis.StandaloneOption{ReplicaAddress: []string{r.Replicas[0].Addr()}},
+		SendToReplicas: func(rueidis.Completed) bool { return false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	if n := len(client.Nodes()); n != 2 {
+		t.Fatalf("the client knows %d nodes, want the primary and its replica", n)
+	}
+	r.Replicas[0].Kill(t)
+	locks := dlock.New(dlockrueidis.New(client), dlock.WithFunctions())
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "functions")
+	if err != nil {
+		t.Fatalf("TryLock by FCALL with the replica down: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -72,9 +72,9 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // load loads the function library, on every primary of a cluster.
 func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
 	nodes := []rueidis.Client{d.client}
-	if len(d.client.Nodes()) > 1 {
+	if d.client.Mode() == rueidis.ClientModeCluster {
 		var err error
-		if nodes, err = primaries(ctx, d.client); err != nil {
+		if nodes, err = d.primaries(ctx); err != nil {
 			return err
 		}
 	}
@@ -253,7 +253,7 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	nodes := []rueidis.Client{d.client}
 	if d.client.Mode() == rueidis.ClientModeCluster {
 		var err error
-		if nodes, err = primaries(ctx, d.client); err != nil {
+		if nodes, err = d.primaries(ctx); err != nil {
 			return err
 		}
 	}
@@ -265,27 +265,31 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	return nil
 }
 
-// primaries returns the nodes of a cluster client that are primaries, in
-// the order of their addresses.
-func primaries(ctx context.Context, c rueidis.Client) ([]rueidis.Client, error) {
-	nodes := c.Nodes()
-	addrs := make([]string, 0, len(nodes))
-	for addr := range nodes {
-		addrs = append(addrs, addr)
+// primaries returns the nodes of a cluster client that serve slots, as
+// the cluster's slot map says now (CLUSTER SLOTS, from any node that
+// answers), in the order of their addresses: a replica that is down does
+// not matter, and a primary the client has no connection to is an error.
+func (d *Driver) primaries(ctx context.Context) ([]rueidis.Client, error) {
+	m, err := d.readSlots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	seen := map[string]bool{}
+	for _, r := range m.ranges {
+		if !seen[r.addr] {
+			seen[r.addr] = true
+			addrs = append(addrs, r.addr)
+		}
 	}
 	sort.Strings(addrs)
-	var out []rueidis.Client
+	out := make([]rueidis.Client, 0, len(addrs))
 	for _, addr := range addrs {
-		n := nodes[addr]
-		role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
-		if err != nil {
-			return nil, fmt.Errorf("ROLE on %s: %w", addr, err)
+		n, ok := m.nodes[addr]
+		if !ok {
+			return nil, fmt.Errorf("dlockrueidis: no connection to %q, a primary of the cluster", addr)
 		}
-		if len(role) > 0 {
-			if r, _ := role[0].ToString(); r == "master" {
-				out = append(out, n)
-			}
-		}
+		out = append(out, n)
 	}
 	return out, nil
 }
