@@ -41,7 +41,7 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	s := &shardedSubscription{c: c, notify: notify,
-		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}}
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -60,6 +60,7 @@ type shardedSubscription struct {
 	mu     sync.Mutex
 	nodes  map[string]*nodeSubscription // by the primary's address
 	where  map[string]*nodeSubscription // by channel
+	moving map[string]bool              // channels to subscribe anew (see run); Unsubscribe takes them out
 	closed bool
 }
 
@@ -90,23 +91,25 @@ var errClosed = errors.New("goredis: subscription closed")
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
 	var errs []error
 	for _, ch := range channels {
-		if err := s.subscribe(ctx, ch); err != nil {
+		if err := s.subscribe(ctx, ch, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// subscribe subscribes one channel on the primary of its slot.
-func (s *shardedSubscription) subscribe(ctx context.Context, ch string) error {
+// subscribe subscribes one channel on the primary of its slot; when moving
+// is set, only if it is still to be subscribed anew (see run), not
+// unsubscribed since.
+func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving bool) error {
 	s.mu.Lock()
 	_, already := s.where[ch]
-	closed := s.closed
+	closed, unwanted := s.closed, moving && !s.moving[ch]
 	s.mu.Unlock()
 	switch {
 	case closed:
 		return errClosed
-	case already:
+	case already, unwanted:
 		return nil
 	}
 	node, err := s.c.MasterForKey(ctx, ch)
@@ -119,10 +122,11 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string) error {
 		s.mu.Unlock()
 		return errClosed
 	}
-	if _, ok := s.where[ch]; ok {
+	if _, ok := s.where[ch]; ok || moving && !s.moving[ch] {
 		s.mu.Unlock()
-		return nil // subscribed meanwhile
+		return nil // subscribed or unsubscribed meanwhile
 	}
+	delete(s.moving, ch)
 	ns := s.nodes[addr]
 	fresh := ns == nil
 	if fresh {
@@ -157,6 +161,7 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	byNode := map[*nodeSubscription][]string{}
 	s.mu.Lock()
 	for _, ch := range channels {
+		delete(s.moving, ch)
 		ns := s.where[ch]
 		if ns == nil {
 			continue
@@ -231,6 +236,7 @@ func (ns *nodeSubscription) run(addr string) {
 		for ch := range ns.channels {
 			again = append(again, ch)
 			delete(s.where, ch)
+			s.moving[ch] = true
 		}
 	} else {
 		for _, ch := range moved {
@@ -238,6 +244,7 @@ func (ns *nodeSubscription) run(addr string) {
 				again = append(again, ch)
 				delete(ns.channels, ch)
 				delete(s.where, ch)
+				s.moving[ch] = true
 			}
 		}
 		// This goroutine goes on serving the rest.
@@ -296,7 +303,7 @@ func (s *shardedSubscription) resubscribe(channels []string) {
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
 		var failed []string
 		for _, ch := range channels {
-			if err := s.subscribe(ctx, ch); errors.Is(err, errClosed) {
+			if err := s.subscribe(ctx, ch, true); errors.Is(err, errClosed) {
 				cancel()
 				return
 			} else if err != nil {

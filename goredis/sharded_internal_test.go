@@ -1,0 +1,56 @@
+package goredis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestAChannelLetGoWhileMovingStaysGone: a channel unsubscribed while its
+// connection's failure has it waiting to be subscribed anew is not
+// subscribed again.
+func TestAChannelLetGoWhileMovingStaysGone(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	sub, err := New(rdb).SubscribeSharded(ctx, func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	s := sub.(*shardedSubscription)
+	const ch = "dlock:{moving}:w:test"
+	if err := s.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	srv := c.PrimaryOf(t, ch)
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	moving := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.moving[ch]
+	}
+	for end := time.Now().Add(5 * time.Second); !moving(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the channel was not found to move after its connection was killed")
+		}
+	}
+	if err := s.Unsubscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	// Subscribing anew comes after shardRetryMin; give it ample time.
+	time.Sleep(10 * shardRetryMin)
+	if n := srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch); n != ch+"\n0" && n != ch+" 0" {
+		t.Errorf("PUBSUB SHARDNUMSUB after the channel was let go: %q", n)
+	}
+	s.mu.Lock()
+	_, subscribed := s.where[ch]
+	s.mu.Unlock()
+	if subscribed {
+		t.Error("the channel was subscribed again after it was let go")
+	}
+}
