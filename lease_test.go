@@ -418,6 +418,13 @@ func TestSetFencedInput(t *testing.T) {
 	if err := e.c.SetFenced(ctx, "plain", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("string key: err = %v, want ErrWrongType", err)
 	}
+	e.srv.Do(t, "HSET", "words", "fence", "seven", "value", "x")
+	if err := e.c.SetFenced(ctx, "words", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("hash whose fence is not a number: err = %v, want ErrWrongType", err)
+	}
+	if got := e.srv.Do(t, "HGET", "words", "value"); got != "x" {
+		t.Errorf("the refused write changed the value to %q", got)
+	}
 	if err := e.c.SetFenced(ctx, "res", 5, "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,14 @@
 -- KEYS[1] the resource: a hash with fields 'value' and 'fence'
 -- ARGV[1] the writer's fence, ARGV[2] the value
 --
--- Returns {1} when written, or {0, newest} when the fence is stale.
+-- Returns {1} when written, or {0, newest} when the fence is stale. Fails
+-- with DLOCK_WRONGTYPE 1, writing nothing, when KEYS[1] holds other data.
 local newest = redis.pcall('HGET', KEYS[1], 'fence')
-if type(newest) == 'table' then return redis.error_reply('DLOCK_WRONGTYPE 1') end
+-- Another type of key, or a 'fence' that is not a number: not a resource
+-- SetFenced wrote.
+if type(newest) == 'table' or (newest and not tonumber(newest)) then
+  return redis.error_reply('DLOCK_WRONGTYPE 1')
+end
 if newest and tonumber(newest) > tonumber(ARGV[1]) then
   return {0, newest}
 end
