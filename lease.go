@@ -69,8 +69,9 @@ type leaseHolder interface {
 	refreshed(calls []*Call) error
 	// describe names the lock, for messages.
 	describe() string
-	// giveBackRest releases what is left of a lock a refresh found lost:
-	// the parts of a lock split by slot that the refresh extended.
+	// giveBackRest releases, within ctx, what is left of a lock a refresh
+	// found lost: the parts of a lock split by slot that the refresh
+	// extended.
 	giveBackRest(ctx context.Context)
 }
 

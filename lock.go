@@ -491,6 +491,11 @@ func (l *Lock) ended() {
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	l.cleanupWithin(ctx, logFailure)
+}
+
+// cleanupWithin is cleanup within ctx as it is.
+func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	var args []any
 	if l.kind.modeArg {
 		// The request token, no owner, the mode, no release id (only a
@@ -513,14 +518,14 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 	}
 }
 
-// giveBackRest releases the parts of a split lock that a refresh found
-// lost: the refresh extended the parts still held, which would otherwise
-// stay taken, by nobody, for a TTL. It releases by the request token, as
-// cleanup does: only this acquisition's own. A lock in one slot is lost
-// whole, and its refresh changed nothing.
+// giveBackRest releases, within ctx, the parts of a split lock that a
+// refresh found lost: the refresh extended the parts still held, which
+// would otherwise stay taken, by nobody, for a TTL. It releases by the
+// request token, as cleanup does: only this acquisition's own. A lock in
+// one slot is lost whole, and its refresh changed nothing.
 func (l *Lock) giveBackRest(ctx context.Context) {
 	if l.parts != nil {
-		l.cleanup(ctx, false)
+		l.cleanupWithin(ctx, false)
 	}
 }
 
@@ -649,7 +654,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			if l.lose(err) {
-				l.giveBackRest(ctx)
+				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+				l.giveBackRest(gctx)
+				cancel()
 			}
 		} else {
 			l.unsure(start, ttl)

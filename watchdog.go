@@ -192,8 +192,11 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		w.givers.Add(1)
 		go func() {
 			defer w.givers.Done()
+			// All within one cleanupTimeout, which bounds Close's wait.
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
 			for _, s := range lost {
-				s.holder.giveBackRest(context.Background())
+				s.holder.giveBackRest(ctx)
 			}
 		}()
 	}()

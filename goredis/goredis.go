@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -241,7 +242,17 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
-		return c.ForEachShard(ctx, each)
+		// ForEachShard skips the shards it takes for down: their locks
+		// would be missing without a word.
+		var walked atomic.Int64
+		err := c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			walked.Add(1)
+			return each(ctx, node)
+		})
+		if n, want := int(walked.Load()), len(c.Options().Addrs); err == nil && n < want {
+			err = fmt.Errorf("goredis: %d of the Ring's %d shards are down; their locks were not scanned", want-n, want)
+		}
+		return err
 	}
 	return scan(ctx, d.rdb, match, typ, fn)
 }
@@ -338,7 +349,7 @@ func movedAny(calls []*dlock.Call) bool {
 // pipeline within that, and would take a WAIT still waiting for a failure
 // and send the whole pipeline again.
 func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
-	if rt := node.Options().ReadTimeout; rt >= 0 && rt < timeout+time.Second {
+	if rt := node.Options().ReadTimeout; rt > 0 && rt < timeout+time.Second { // 0: no timeout
 		node = node.WithTimeout(timeout + time.Second)
 	}
 	least := -1

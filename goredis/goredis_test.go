@@ -96,6 +96,16 @@ func TestRingListsEveryShard(t *testing.T) {
 	if len(infos) != names {
 		t.Errorf("List found %d locks, want %d", len(infos), names)
 	}
+	// A shard the Ring takes for down is not skipped without a word.
+	srvs[1].Kill(t)
+	for deadline := time.Now().Add(20 * time.Second); rdb.Len() > 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Ring did not take the killed shard for down")
+		}
+	}
+	if infos, err := c.List(ctx, "job:*"); err == nil {
+		t.Errorf("List with a shard down: %d locks and no error", len(infos))
+	}
 }
 
 // TestAWaitLongerThanTheReadTimeout: WithReplicas waits on the server for

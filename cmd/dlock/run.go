@@ -433,6 +433,13 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		root = os.Getpid()
 	}
 	strays.cmd, strays.group = pid, ownGroup
+	if orphans != nil {
+		// Orphans become dlock's children: see tree.adopted.
+		strays.self, strays.selfGroup = os.Getpid(), ownProcessGroup()
+		if p, ok := procStat(pid); ok {
+			strays.since = p.start
+		}
+	}
 	var lost error
 	var kill, poll <-chan time.Time
 	killed := false // SIGKILL was sent

@@ -194,17 +194,24 @@ func TestRunAtATerminalPassesSignalsOnToWhatTheCommandStarted(t *testing.T) {
 }
 
 // A child dlock's process had before it ran the command (a wrapper
-// started it, then exec'd dlock) is not the command's: a lost lock leaves
-// it alone, though dlock adopts orphans.
+// started it, then exec'd dlock) is not the command's, nor is one such a
+// child starts later and leaves to dlock: a lost lock leaves them alone,
+// though dlock adopts orphans.
 func TestRunLockLostLeavesAloneWhatDlockHadBefore(t *testing.T) {
 	t.Parallel()
 	name, dir := lockName(t), t.TempDir()
-	other := filepath.Join(dir, "other")
-	script := `sleep 30 >/dev/null 2>&1 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"; exec "$@"`
-	p := startProc(t, nil, "sh", "-c", script, other, dlockBin, "run", "--ttl", "600ms", "--grace", "300ms", name, "--",
+	other, late := filepath.Join(dir, "other"), filepath.Join(dir, "late")
+	script := `sleep 30 >/dev/null 2>&1 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"
+(sleep 0.3; sleep 30 >/dev/null 2>&1 & echo $! > "$1.tmp"; mv "$1.tmp" "$1") >/dev/null 2>&1 &
+shift; exec "$@"`
+	p := startProc(t, nil, "sh", "-c", script, other, late, dlockBin, "run", "--ttl", "600ms", "--grace", "300ms", name, "--",
 		"sh", "-c", "cd "+dir+" && sleep 20 & echo $! > "+filepath.Join(dir, "pid")+"; wait")
-	otherPID := waitPID(t, p, other)
+	otherPID, latePID := waitPID(t, p, other), waitPID(t, p, late)
 	pid := waitPID(t, p, filepath.Join(dir, "pid"))
+	waitFor(t, "dlock to adopt the late child", func() bool {
+		info, ok := procStat(latePID)
+		return ok && info.ppid == p.cmd.Process.Pid
+	})
 	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +220,9 @@ func TestRunLockLostLeavesAloneWhatDlockHadBefore(t *testing.T) {
 		t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, exitLost, r.stderr)
 	}
 	gone(t, pid, "run exited")
-	if !alive(otherPID) {
-		t.Errorf("pid %d, a child of dlock's process from before the command, was stopped with it", otherPID)
+	for _, k := range []int{otherPID, latePID} {
+		if !alive(k) {
+			t.Errorf("pid %d, the wrapper's, was stopped with the command", k)
+		}
 	}
 }

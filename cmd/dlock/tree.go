@@ -31,8 +31,13 @@ type tree struct {
 	known []procID
 	// others are the processes that descended from dlock before the
 	// command started (a wrapper may have started dlock's process with
-	// children of its own, then exec'd it): never the command's.
+	// children of its own, then exec'd it), and those seen descending from
+	// them since: never the command's.
 	others map[procID]bool
+	// self, selfGroup and since judge the children dlock adopted (see
+	// adopted); self is 0 when it adopts none.
+	self, selfGroup int
+	since           uint64 // the command's start time
 }
 
 // exclude records the processes that descend from root (dlock) now, before
@@ -40,13 +45,23 @@ type tree struct {
 func (t *tree) exclude(root int) {
 	before := tree{}
 	before.grow(root)
-	if len(before.known) == 0 {
-		return
-	}
 	t.others = make(map[procID]bool, len(before.known))
 	for _, k := range before.known {
 		t.others[k] = true
 	}
+}
+
+// adopted reports whether a child of dlock other than the command, p,
+// counts as the command's: an orphan of its tree that dlock adopted. Its
+// parent is gone, so its ancestry is guessed: it must have started after
+// the command, and, when the command leads a group of its own, not be in
+// dlock's group, where the processes of a wrapper that exec'd dlock stay
+// and the command's do not (they are in the command's group, or left it
+// for one of their own). At a terminal, where the command shares dlock's
+// group, an orphan a wrapper's process left after the command started is
+// taken for the command's.
+func (t *tree) adopted(p procInfo) bool {
+	return p.start >= t.since && !(t.group && p.pgrp == t.selfGroup)
 }
 
 // grow adds the live descendants of root (the command, or dlock when it
@@ -68,11 +83,19 @@ func (t *tree) grow(root int) {
 	var visit func(pid int)
 	visit = func(pid int) {
 		for _, c := range children[pid] {
-			if !seen[c.pid] && !t.others[c] {
-				seen[c.pid] = true
-				next = append(next, c)
-				visit(c.pid)
+			if seen[c.pid] {
+				continue
 			}
+			seen[c.pid] = true
+			if t.others[c] {
+				t.disown(c.pid, children)
+				continue
+			}
+			if pid == t.self && t.self != 0 && c.pid != t.cmd && !t.adopted(procs[c.pid]) {
+				continue
+			}
+			next = append(next, c)
+			visit(c.pid)
 		}
 	}
 	if root > 0 {
@@ -86,6 +109,16 @@ func (t *tree) grow(root int) {
 		}
 	}
 	t.known = next
+}
+
+// disown records the descendants of pid, one of others, as others too.
+func (t *tree) disown(pid int, children map[int][]procID) {
+	for _, c := range children[pid] {
+		if !t.others[c] {
+			t.others[c] = true
+			t.disown(c.pid, children)
+		}
+	}
 }
 
 // signal sends sig to every process of the tree that still runs, but the

@@ -84,3 +84,6 @@ func reapOrphans(pid int) {
 		}
 	}
 }
+
+// ownProcessGroup returns dlock's process group.
+func ownProcessGroup() int { return syscall.Getpgrp() }

@@ -13,3 +13,6 @@ func procStat(int) (procInfo, bool) { return procInfo{}, false }
 func adoptOrphans() (<-chan os.Signal, func()) { return nil, func() {} }
 
 func reapOrphans(int) {}
+
+// ownProcessGroup is not needed here: dlock adopts no orphans.
+func ownProcessGroup() int { return 0 }
