@@ -38,16 +38,23 @@ func newDriver(t testing.TB, d dlocktest.Deployment) dlock.Driver {
 	return goredis.New(rdb)
 }
 
-// TestRingRefusesLocksAcrossShards: a Ring sends a script to its first
-// key's shard, so a lock on names of several hash tags is refused rather
-// than taken where another client would not see it; locks whose names
-// share a tag, and one-name locks, work.
-func TestRingRefusesLocksAcrossShards(t *testing.T) {
+// newRing starts two servers and returns them, a go-redis Ring over them
+// and a dlock client on it, closed with the test.
+func newRing(t *testing.T) ([]*redistest.Server, *redis.Ring, *dlock.Client) {
 	srvs := redistest.StartMasters(t, 2)
 	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr(), "b": srvs[1].Addr()}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := dlock.New(goredis.New(rdb))
 	t.Cleanup(func() { _ = c.Close() })
+	return srvs, rdb, c
+}
+
+// TestRingRefusesLocksAcrossShards: a Ring sends a script to its first
+// key's shard, so a lock on names of several hash tags is refused rather
+// than taken where another client would not see it; locks whose names
+// share a tag, and one-name locks, work.
+func TestRingRefusesLocksAcrossShards(t *testing.T) {
+	srvs, _, c := newRing(t)
 	ctx := context.Background()
 
 	if _, err := c.TryLockMulti(ctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) {
@@ -72,11 +79,7 @@ func TestRingRefusesLocksAcrossShards(t *testing.T) {
 // TestRingListsEveryShard: a Ring sends a keyless SCAN to a shard at
 // random, so List walks every shard itself.
 func TestRingListsEveryShard(t *testing.T) {
-	srvs := redistest.StartMasters(t, 2)
-	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr(), "b": srvs[1].Addr()}})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _ = c.Close() })
+	srvs, rdb, c := newRing(t)
 	ctx := context.Background()
 	const names = 40
 	for i := range names {
