@@ -208,13 +208,16 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		if err := checkName(name); err != nil {
 			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
 		}
-		if seen[name] || (seen == nil && slices.Contains(names[:i], name)) {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, name)
+		// Two names are the same lock when they are the same key ("x" and
+		// "{x}"), not only when they are spelt the same.
+		key, waiters, fence := c.lockKeys(name)
+		if seen[key] || (seen == nil && slices.Contains(keys[:i], key)) {
+			return nil, fmt.Errorf("%w: %q (the same lock as another name given)", ErrDuplicateKey, name)
 		}
 		if seen != nil {
-			seen[name] = true
+			seen[key] = true
 		}
-		keys[i], keys[n+i], keys[2*n+i] = c.lockKeys(name)
+		keys[i], keys[n+i], keys[2*n+i] = key, waiters, fence
 	}
 	if !own {
 		names = append([]string(nil), names...)
@@ -343,7 +346,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), o, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err

@@ -135,6 +135,10 @@ func TestLockGivesUp(t *testing.T) {
 		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want ErrNotObtained and DeadlineExceeded", err)
 		}
+		// One line, for logs, that names the lock and why the wait ended.
+		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, `"busy" still held`) || !strings.Contains(msg, "max wait, 50ms") {
+			t.Errorf("message %q: want one line naming the lock and the max wait", msg)
+		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -601,6 +605,11 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyKey},
 		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoKeys},
 		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateKey},
+		{"names of one lock", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "{a}"}); return err }, dlock.ErrDuplicateKey},
+		{"names of one lock among many", func() error {
+			_, err := e.c.TryLockMulti(ctx, []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "{e}"})
+			return err
+		}, dlock.ErrDuplicateKey},
 		{"zero TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
 		{"negative TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(-time.Second)); return err }, dlock.ErrInvalidTTL},
 		{"sub-millisecond TTL", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithTTL(500*time.Microsecond)); return err }, dlock.ErrInvalidTTL},

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -574,11 +575,13 @@ type grantee struct {
 // holder's expiry; or until g claims a lock a release granted it. abandon
 // is called with the last error when it gives up; uncertain tells it
 // whether an attempt may have taken the lock unseen.
-func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
+//
+// what names the lock in the error of a wait that ended first.
+func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.maxWait)
+		ctx, cancel = context.WithTimeoutCause(ctx, o.maxWait, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, o.maxWait))
 		defer cancel()
 	}
 	hub := c.hub()
@@ -598,8 +601,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 	for failed := 0; ; {
 		// Wait for our turn behind the callers of this client that came first.
 		for first, _ := hub.first(key, w); !first; first, _ = hub.first(key, w) {
-			if err := w.sleep(ctx, time.Hour); err != nil {
-				return abandon(uncertain, errors.Join(ErrNotObtained, err))
+			if w.sleep(ctx, time.Hour) != nil {
+				return abandon(uncertain, waitEnded(ctx, what, nil))
 			}
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
@@ -657,11 +660,33 @@ func (c *Client) waitFor(ctx context.Context, keys []string, o *options, try att
 		}
 		if w.sleep(ctx, d) != nil {
 			if notHeld {
-				err = nil // already said by the sentinel below
+				err = nil // a refusal: the error says the lock was still held
 			}
-			return abandon(uncertain, errors.Join(ErrNotObtained, ctx.Err(), err))
+			return abandon(uncertain, waitEnded(ctx, what, err))
 		}
 	}
+}
+
+// waitEnded is the error of a wait for the lock what that ended (ctx did)
+// before the lock was obtained, on one line: it matches ErrNotObtained and
+// ctx's error, and its cause (the max wait, say). last is the last
+// attempt's failure, nil when the lock was held.
+func waitEnded(ctx context.Context, what string, last error) error {
+	why := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != why {
+		if errors.Is(cause, why) {
+			why = cause
+		} else {
+			why = fmt.Errorf("%w: %w", why, cause)
+		}
+	}
+	switch {
+	case last != nil && errors.Is(last, ctx.Err()):
+		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
+	case last != nil:
+		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, last)
+	}
+	return fmt.Errorf("%w: %s still held when the wait ended: %w", ErrNotObtained, what, why)
 }
 
 // hub returns the client's waitHub, creating it on first use.
