@@ -99,7 +99,8 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.srv.Do(t, "HSET", "dlock:{foreign}", "a", "b") // a hash dlock did not write
+	e.srv.Do(t, "HSET", "dlock:{foreign}", "a", "b")         // a hash dlock did not write
+	e.srv.Do(t, "HSET", "dlock:{foreign2}", "kind", "weird") // one with a field of the name dlock uses
 	l, _ := e.c.TryLock(ctx, "released")
 	_ = l.Release(ctx) // leaves only its fence counter
 	for pattern, want := range map[string][]string{
@@ -366,5 +367,22 @@ func TestInspectCountsWaitingClients(t *testing.T) {
 				t.Errorf("%d clients still counted as waiting after their callers gave up", n)
 			}
 		})
+	}
+}
+
+// A hash dlock did not write is refused, and left alone, even with a kind
+// field of its own.
+func TestForceReleaseLeavesAForeignHashWithAKindAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "HSET", "dlock:{foreign}", "kind", "weird")
+	if _, err := e.c.Inspect(ctx, "foreign"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Inspect: err = %v, want ErrWrongType", err)
+	}
+	if _, err := e.c.ForceRelease(ctx, "foreign"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("ForceRelease: err = %v, want ErrWrongType", err)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{foreign}", "kind"); got != "weird" {
+		t.Errorf("the hash was changed: kind %q", got)
 	}
 }

@@ -25,6 +25,7 @@ local function describe(k, fk, wk, hk, pk)
     if redis.call('EXISTS', k) == 1 then return wrongtype() end
     return {'', newest, 0, 0, 0, 0, clients, 0}
   end
+  if kind ~= 'lock' and kind ~= 'rwlock' and kind ~= 'semaphore' then return wrongtype() end
   if kind == 'lock' then
     local h = redis.call('HMGET', k, 'owner', 'meta', 'count', 'since', 'fence', 'token')
     if h[6] == '' then return {'', newest, 0, 0, 0, 0, clients, 0} end -- released (see acquire)
