@@ -47,10 +47,10 @@ func whoHolds(h dlock.Holder) string {
 	m := parseMeta(h.Metadata)
 	var parts []string
 	if m[metaHost] != "" {
-		parts = append(parts, m[metaHost])
+		parts = append(parts, printable(m[metaHost]))
 	}
 	if m[metaPID] != "" {
-		parts = append(parts, "pid "+m[metaPID])
+		parts = append(parts, "pid "+printable(m[metaPID]))
 	}
 	switch {
 	case len(parts) > 0:
@@ -80,10 +80,10 @@ func formatExtra(m map[string]string, skip map[string]bool) string {
 			b.WriteByte(' ')
 		}
 		v := m[k]
-		if v == "" || strings.ContainsAny(v, " \t\"'") {
+		if v == "" || strings.ContainsAny(v, " \"'") || strings.IndexFunc(v, notPrintable) >= 0 {
 			v = fmt.Sprintf("%q", v)
 		}
-		b.WriteString(k + "=" + v)
+		b.WriteString(printable(k) + "=" + v)
 	}
 	return b.String()
 }
@@ -246,7 +246,7 @@ func writeJSON(w io.Writer, v any) error {
 // writeStatus writes the inspection record of one name for people.
 func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", info.Name)
+	fmt.Fprintf(tw, "name:\t%s\n", printable(info.Name))
 	fmt.Fprintf(tw, "kind:\t%s\n", kindName(info))
 	if len(info.Holders) == 0 {
 		fmt.Fprintf(tw, "held by:\tnobody\n")
@@ -274,7 +274,7 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 		}
 		m := parseMeta(h.Metadata)
 		if m[metaUser] != "" {
-			fmt.Fprintf(tw, "  user:\t%s\n", m[metaUser])
+			fmt.Fprintf(tw, "  user:\t%s\n", printable(m[metaUser]))
 		}
 		if m[metaCmd] != "" {
 			fmt.Fprintf(tw, "  command:\t%s\n", oneLine(m[metaCmd]))
@@ -283,7 +283,7 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 		fmt.Fprintf(tw, "  expires:\tin %s unless refreshed\n", fmtDur(h.TTL))
 		fmt.Fprintf(tw, "  fence:\t%d\n", h.Fence)
 		if h.Owner != "" {
-			fmt.Fprintf(tw, "  owner:\t%s (held %s)\n", h.Owner, plural(h.Count, "time"))
+			fmt.Fprintf(tw, "  owner:\t%s (held %s)\n", printable(h.Owner), plural(h.Count, "time"))
 		}
 		switch {
 		case m == nil && h.Metadata != "":
@@ -330,7 +330,7 @@ func tableLines(infos []*dlock.Info, now time.Time) []string {
 			}
 			running, expires = fmtDur(age(oldest, now)), fmtDur(soonest.TTL)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d", info.Name, kindName(info), who, running, expires, info.Fence)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d", printable(info.Name), kindName(info), who, running, expires, info.Fence)
 		if showWaiters {
 			n, _ := waiters(info)
 			line += fmt.Sprintf("\t%d", n)

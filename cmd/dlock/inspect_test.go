@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlockio/dlock"
 )
 
 // status --json and ls --json describe a lock held by run: its holder's
@@ -176,6 +179,35 @@ func TestVersion(t *testing.T) {
 		r := dlockRun(t, nil, args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "go1.") {
 			t.Errorf("%v: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// Names and metadata are anyone's text: status and ls write the
+// characters a terminal would act on (ESC, tabs, newlines) as escapes, so
+// that a lock cannot redraw the screen or shift a table's columns.
+func TestStatusAndListEscapeControlCharacters(t *testing.T) {
+	t.Parallel()
+	name := lockName(t) + "\tx"
+	l, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute),
+		dlock.WithMetadata(`{"host":"h\u001b[31m","cmd":"rm\u001b[2J","k":"v\u0007"}`), dlock.WithOwner("o\u001bwn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	for _, args := range [][]string{{"status", name}, {"ls", lockName(t) + "*"}} {
+		r := dlockRun(t, nil, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+		if strings.ContainsAny(r.stdout, "\x1b\x07") {
+			t.Errorf("%v wrote control characters: %q", args, r.stdout)
+		}
+		if !strings.Contains(r.stdout, `\x1b`) {
+			t.Errorf("%v does not show the escapes: %q", args, r.stdout)
+		}
+		if !strings.Contains(r.stdout, lockName(t)+`\tx`) {
+			t.Errorf("%v does not show the name's tab as an escape: %q", args, r.stdout)
 		}
 	}
 }

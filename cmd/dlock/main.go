@@ -19,8 +19,10 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -132,8 +134,30 @@ func (a *app) progName() string {
 
 // oneLine keeps an error message on one line.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return printable(strings.Join(strings.Fields(s), " "))
 }
+
+// printable writes s for a terminal: the characters that are not printable
+// (controls, an ESC that would start a terminal sequence, a tab that would
+// shift a table's columns) as Go escapes, the rest as they are. Names and
+// metadata are anyone's text.
+func printable(s string) string {
+	if strings.IndexFunc(s, notPrintable) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if notPrintable(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func notPrintable(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
 
 func (a *app) dispatch(args []string) error {
 	// Connection flags may come before the command name too:

@@ -351,7 +351,7 @@ func (a *app) notObtained(c *conn, name, why string) error {
 
 // quote writes a lock name as the messages show it: 'nightly'.
 func quote(name string) string {
-	if strings.ContainsAny(name, "' \t\n") {
+	if strings.ContainsAny(name, "' ") || strings.IndexFunc(name, notPrintable) >= 0 {
 		return strconv.Quote(name)
 	}
 	return "'" + name + "'"
