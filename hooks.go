@@ -16,8 +16,10 @@ import (
 // Locks it obtains until they end; locks obtained by Attach are not
 // followed. Each obtained lock ends exactly once, and End says so. They
 // run on the goroutine doing the work (the watchdog's for automatic
-// refreshes, a timer's for a deadline that passes) and must return
-// quickly.
+// refreshes, a timer's for a deadline that passes, the caller's when Err
+// or Done finds the deadline passed) and must return quickly. A hook may
+// call the Lock's methods, but not Client.Close: Close waits for the
+// watchdog, which may be the goroutine running the hook.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is

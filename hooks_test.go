@@ -304,3 +304,60 @@ func TestHooksEndALockOnceWhenReleasedAfterItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A hook may use the lock it reports on: Err already says why the lock
+// ended when End runs, and a Refresh hook may refresh the lock again (the
+// refresh it reports is over).
+func TestHooksMayUseTheirLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var l *dlock.Lock
+	var mu sync.Mutex
+	var endErr, nested error
+	refreshes := 0
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		Refresh: func(ctx context.Context, _ dlock.HookInfo, err error) {
+			mu.Lock()
+			refreshes++
+			first := refreshes == 1
+			mu.Unlock()
+			if first && err == nil {
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				err := l.Refresh(rctx, time.Minute)
+				mu.Lock()
+				nested = err
+				mu.Unlock()
+			}
+		},
+		End: func(_ dlock.HookInfo, _ time.Duration, _ error) {
+			mu.Lock()
+			endErr = l.Err()
+			mu.Unlock()
+		},
+	}))
+	var err error
+	if l, err = c.TryLock(ctx, "hooked", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if nested != nil || refreshes != 2 {
+		t.Errorf("the Refresh hook's own Refresh: err = %v, %d refreshes; want nil and 2", nested, refreshes)
+	}
+	mu.Unlock()
+	if _, err := e.c.ForceRelease(ctx, "hooked"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh of a force-released lock: err = %v", err)
+	}
+	<-l.Done()
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(endErr, dlock.ErrLost) {
+		t.Errorf("Err inside End = %v, want ErrLost", endErr)
+	}
+}

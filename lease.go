@@ -256,7 +256,8 @@ func (s *lease) end(err error) {
 	s.ending = true
 	if s.hook != nil {
 		// Before Done closes, so that whoever waits on it finds the end
-		// counted.
+		// counted; Err already says why.
+		s.err = err
 		held := time.Since(s.acquired)
 		s.mu.Unlock()
 		s.hook.end(held, err)

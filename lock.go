@@ -646,31 +646,32 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.takeTurn(ctx, ttl); err != nil {
 		return err
 	}
-	defer l.endTurn()
 	start := time.Now()
 	calls := l.refreshCalls(ttl)
 	l.c.evalWith(ctx, l.repl, calls...)
 	err := l.refreshed(calls)
+	notHeld := errors.Is(err, ErrNotHeld)
+	switch {
+	case err == nil:
+		l.extend(start, ttl)
+	case !notHeld:
+		l.unsure(start, ttl)
+	}
+	l.endTurn()
+	// Hooks, and the end of a lost lock with its End hook, come after the
+	// turn: a hook may refresh the lock.
 	if l.hook != nil {
 		l.hook.refresh(ctx, err)
 	}
-	if err != nil {
-		if errors.Is(err, ErrNotHeld) {
-			if l.lose(err) {
-				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-				l.giveBackRest(gctx)
-				cancel()
-			}
-		} else {
-			l.unsure(start, ttl)
-		}
-		return err
+	if notHeld && l.lose(err) {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		l.giveBackRest(gctx)
+		cancel()
 	}
-	l.extend(start, ttl)
-	if l.c.log.Enabled(ctx, slog.LevelDebug) {
+	if err == nil && l.c.log.Enabled(ctx, slog.LevelDebug) {
 		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
 	}
-	return nil
+	return err
 }
 
 // AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an

@@ -202,9 +202,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	}()
 	for i, s := range sent {
 		err := s.holder.refreshed(calls[i])
-		if s.hook != nil {
-			s.hook.refresh(ctx, err)
-		}
+		notHeld := errors.Is(err, ErrNotHeld)
 		switch {
 		case err == nil:
 			next, again := s.extendAuto(now, ttls[i])
@@ -214,16 +212,20 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			if again {
 				w.schedule(s, next)
 			}
-		case errors.Is(err, ErrNotHeld):
-			if s.lose(err) {
-				lost = append(lost, s)
-			}
-		default:
+		case !notHeld:
 			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
 			s.unsure(now, ttls[i])
 			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
 		s.endTurn()
+		// Hooks, and the end of a lost lock with its End hook, come after
+		// the turn: a hook may refresh the lock.
+		if s.hook != nil {
+			s.hook.refresh(ctx, err)
+		}
+		if notHeld && s.lose(err) {
+			lost = append(lost, s)
+		}
 	}
 }
 

@@ -127,7 +127,7 @@ func newRecorder(c config) (*recorder, error) {
 	r.acquisitions, errs[1] = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions that ended, by outcome."))
 	r.retries, errs[2] = m.Int64Counter("dlock.acquire.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Failed attempts after which a waiting acquisition tried again."))
+		metric.WithDescription("Failed attempts of waiting acquisitions, the last before one gave up included."))
 	r.refreshes, errs[3] = m.Int64Counter("dlock.refreshes", metric.WithUnit("{refresh}"),
 		metric.WithDescription("Refreshes of held locks, by Lock.Refresh or the watchdog, by outcome."))
 	r.holdDuration, errs[4] = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
