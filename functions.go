@@ -85,8 +85,14 @@ func (c *Client) Prepare(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	_, err := c.eval(ctx, scriptTTL, []string{c.RedisKey("dlock:prepare")}, "", "")
-	return err
+	key := c.RedisKey("dlock:prepare")
+	if _, err := c.eval(ctx, scriptTTL, []string{key}, "", ""); err != nil {
+		if errors.Is(err, ErrNoFunctions) {
+			return err
+		}
+		return &ServerError{Key: key, Err: err}
+	}
+	return nil
 }
 
 // functionsError turns the reply of a server without Redis Functions into

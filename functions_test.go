@@ -166,3 +166,18 @@ func TestFunctionsUnderTheACLUser(t *testing.T) {
 // functionRules are what the ACL user needs besides aclRules to run
 // dlock's scripts as functions.
 var functionRules = []string{"+fcall", "+function|load"}
+
+// Open against a server that cannot be reached reports a *ServerError, as
+// every other request does.
+func TestOpenReportsAnUnreachableServerAsAServerError(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Kill(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	_, err := dlock.Open(context.Background(), goredis.New(rdb))
+	var se *dlock.ServerError
+	if !errors.As(err, &se) {
+		t.Errorf("Open: err = %v (%T), want a *ServerError", err, err)
+	}
+}

@@ -123,6 +123,8 @@ func (a *app) redisError(c *conn, err error) error {
 	switch {
 	case errors.Is(err, dlock.ErrWrongType):
 		return usage(a.cmd, "%s: that key holds data dlock did not write; pick another name or --prefix", libMsg(err))
+	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:
+		return usage(a.cmd, "%s; run takes an exclusive lock, --shared a read hold of a read/write lock, --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
 		return usage(a.cmd, "%s", libMsg(err))
 	case errors.As(err, &se), isNetError(err):
