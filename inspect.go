@@ -29,8 +29,10 @@ type Info struct {
 	// Permits is a semaphore's permit count, as its last acquire gave it.
 	Permits int
 	// Waiters counts the waiting callers a read/write lock records: writers
-	// waiting, and in a fair lock every waiter. Other waiters register only
-	// as clients (see WaitingClients) and are not counted here.
+	// waiting, and in a fair lock every waiter. Of the callers of one
+	// client waiting for one lock, only the first in line talks to Redis,
+	// so only it is recorded. Other waiters register only as clients (see
+	// WaitingClients) and are not counted here.
 	Waiters int
 	// WaitingClients counts the clients (one per Client, in any process)
 	// registered as waiting for the name, each for one caller or more, for
