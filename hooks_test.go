@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,5 +360,41 @@ func TestHooksMayUseTheirLock(t *testing.T) {
 	defer mu.Unlock()
 	if !errors.Is(endErr, dlock.ErrLost) {
 		t.Errorf("Err inside End = %v, want ErrLost", endErr)
+	}
+}
+
+// A WithOnRetry function or a Retry hook that panics still leaves nothing
+// behind: the acquisition is abandoned (a waiting writer's pending
+// acquire goes), AcquireDone sees it end, and the panic goes on.
+func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var starts, dones atomic.Int64
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { starts.Add(1); return ctx },
+		AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { dones.Add(1) },
+	}))
+	reader, err := e.c.RWMutex("panicky").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Release(ctx)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the callback's panic", p)
+			}
+		}()
+		_, _ = c.RWMutex("panicky").Lock(ctx, dlock.WithTTL(time.Minute), dlock.WithOnRetry(func(int, error) { panic("boom") }))
+	}()
+	info, err := e.c.Inspect(ctx, "panicky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.WriterWaiting || info.Waiters != 0 {
+		t.Errorf("after the panic the writer still waits: %+v", info)
+	}
+	if starts.Load() != 1 || dones.Load() != 1 {
+		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
 	}
 }

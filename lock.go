@@ -324,10 +324,20 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 		}
 		h.retry(ctx, failed, err)
 	}
-	err = l.obtain(ctx, o, wait, func(ctx context.Context, wa waitArgs) (time.Duration, error) {
-		attempts++
-		return l.acquire(ctx, wa)
-	})
+	func() {
+		// A hook that panics mid-acquisition still sees it end.
+		defer func() {
+			if p := recover(); p != nil {
+				h.acquireDone(ctx, AcquireResult{Outcome: OutcomeError, Wait: time.Since(start), Attempts: attempts,
+					Err: fmt.Errorf("dlock: a panic ended the acquisition: %v", p)})
+				panic(p)
+			}
+		}()
+		err = l.obtain(ctx, o, wait, func(ctx context.Context, wa waitArgs) (time.Duration, error) {
+			attempts++
+			return l.acquire(ctx, wa)
+		})
+	}()
 	r := AcquireResult{Outcome: outcome(err), Wait: time.Since(start), Attempts: attempts, Err: err}
 	if err == nil {
 		r.Fence = l.Fence()

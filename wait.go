@@ -636,7 +636,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		}
 		failed++
 		if o.onRetry != nil {
-			o.onRetry(failed, err)
+			onRetry(o.onRetry, failed, err, func() { _ = abandon(uncertain, err) })
 		}
 		c.log.DebugContext(ctx, "dlock: attempt failed", "key", key, "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
@@ -665,6 +665,19 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			return abandon(uncertain, waitEnded(ctx, what, err))
 		}
 	}
+}
+
+// onRetry calls f, the caller's WithOnRetry and the hooks' Retry; should
+// it panic, the acquisition is abandoned first (what an attempt may have
+// left is cleaned up), and the panic goes on.
+func onRetry(f func(int, error), failed int, err error, abandon func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			abandon()
+			panic(p)
+		}
+	}()
+	f(failed, err)
 }
 
 // waitEnded is the error of a wait for the lock what that ended (ctx did)
