@@ -145,16 +145,17 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // by the acquisition that made the hold, and returns ErrNotHeld if not (a
 // hold re-entered WithOwner and kept by later acquisitions after the first
 // was released cannot be attached: the Lock would stand for a released
-// acquisition). WithOwner attaches by owner id instead of
-// token (token must still not be empty; any text will do), and the Lock
-// takes the token the lock is held with. The Lock
-// stands for the acquisition that made the hold: its Release takes that one
-// away (a lock re-entered by its owner stays held by the other
-// acquisitions). WithTTL sets the TTL its refreshes give it (DefaultTTL if not
-// given), whatever it was obtained with; WithAutoRefresh and the options
-// that go with it refresh it automatically from the start, the first time
-// soon enough to keep it however little of its TTL it has left. Options
-// that only matter to an acquire are ignored.
+// acquisition). WithOwner attaches by owner id instead of token (token must
+// still not be empty; any text will do), and the Lock takes the token the
+// lock is held with. The Lock stands for the acquisition that made the
+// hold: its Release takes that one away (a lock re-entered by its owner
+// stays held by the other acquisitions). The hold is then shared by two
+// Locks, and only ever extended from then on (see Refresh), so that neither
+// cuts the other's TTL short. WithTTL sets the TTL its refreshes give it
+// (DefaultTTL if not given), whatever it was obtained with; WithAutoRefresh
+// and the options that go with it refresh it automatically from the start,
+// the first time soon enough to keep it however little of its TTL it has
+// left. Options that only matter to an acquire are ignored.
 func (c *Client) Attach(ctx context.Context, name, token string, opts ...Option) (*Lock, error) {
 	return c.AttachMulti(ctx, []string{name}, token, opts...)
 }
@@ -640,8 +641,9 @@ func (l *Lock) release(ctx context.Context) error {
 // automatically refuses a ttl whose deadline (ttl less 1% and 2ms for clock
 // drift) does not come after its refresh interval (ErrInvalidTTL), as
 // WithRefreshInterval and AutoRefresh refuse such an interval. An exclusive
-// lock held more than once (WithOwner) is only extended: a ttl shorter than
-// what it has left leaves it as it is.
+// lock held more than once (WithOwner), or shared with another Lock (one
+// attached to it, or one that acquired it again with its token), is only
+// extended: a ttl shorter than what it has left leaves it as it is.
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -736,17 +738,20 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 	if l.kind.modeArg {
 		args = l.heldArgs(token)
 	} else {
-		owner := ""
+		owner, attach := "", ""
 		if attaching {
-			owner = l.owner
+			// An attached Lock shares the hold with the Lock it was
+			// handed by: from now on the hold is only ever extended.
+			owner, attach = l.owner, "1"
 		}
-		args = l.heldArgs(token, owner)
+		args = l.heldArgs(token, owner, attach)
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.ttl, Keys: p.held, Args: args}
 	})
 	heldWith := "" // the token the first name is held with
+	var tokens []string
 	least, meta, fences := int64(-1), "", make([]uint64, len(l.names))
 	for i, call := range calls {
 		p := units[i]
@@ -770,6 +775,7 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 			if p.at == nil || slices.Contains(p.at, 0) {
 				heldWith = t
 			}
+			tokens = append(tokens, t)
 			r = r[:len(r)-1]
 		}
 		if len(r) != 2+p.size(l.names) {
@@ -788,6 +794,11 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		for j, fence := range f {
 			fences[p.index(j)] = fence
 		}
+	}
+	if attaching && l.owner != "" && slices.ContainsFunc(tokens, func(t string) bool { return t != heldWith }) {
+		// Found by owner on several slots, in holds of different tokens:
+		// no one Lock stands for them.
+		return 0, fmt.Errorf("%w: %s is held by %q in holds of different tokens", ErrNotHeld, l.describe(), l.owner)
 	}
 	left := max(time.Duration(least)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
 	l.mu.Lock()

@@ -121,7 +121,11 @@ func WithMetadata(meta string) Option {
 // WithToken sets the lock's token instead of a random one. Whoever knows the
 // token can release or refresh the lock (see Client.Attach), so it must be
 // unique and hard to guess. An acquire with the token of a lock already held
-// succeeds again, so a caller that lost a reply may safely retry.
+// succeeds again, so a caller that lost a reply may safely retry. Locks
+// acquired with one token are one holder: the hold is then only ever
+// extended, and a Release (or the clean-up after a failed acquire) by any
+// of them ends it for all. So do not give one token to Locks that may be
+// acquiring at the same time for different work.
 func WithToken(token string) Option {
 	return func(o *options) {
 		if token == "" {

@@ -431,3 +431,71 @@ func TestAttachToAHoldWhoseFirstAcquisitionWasReleasedIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Lock attached to a held lock, or one that acquired it again with its
+// token, shares it with the Lock it came from: a refresh by either only
+// extends it from then on, so that neither cuts the other's TTL short (a
+// command run under `dlock run` attaching with DLOCK_TOKEN, say). A new
+// hold of the name is not shared.
+func TestASharedHoldIsOnlyExtended(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, how := range []string{"attached", "acquired again with its token"} {
+		t.Run(how, func(t *testing.T) {
+			name := "shared-" + strings.ReplaceAll(how, " ", "-")
+			first, err := e.c.TryLock(ctx, name, dlock.WithToken("tok-"+name), dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var second *dlock.Lock
+			if how == "attached" {
+				second, err = e.newClient(t).Attach(ctx, name, first.Token(), dlock.WithTTL(time.Second))
+			} else {
+				second, err = e.newClient(t).TryLock(ctx, name, dlock.WithToken(first.Token()), dlock.WithTTL(time.Second))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := second.Refresh(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if left := e.pttl(t, name); left < 50*time.Second {
+				t.Fatalf("TTL after the second Lock's 1s refresh: %v, want the first's minute", left)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A new hold of the name may be shortened by its holder.
+			l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Refresh(ctx, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if left := e.pttl(t, name); left > 5*time.Second {
+				t.Errorf("TTL of a new hold after its 5s refresh: %v", left)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Attach by owner to several names finds one hold of the owner on each:
+// held with different tokens (separate acquisitions), no one Lock stands
+// for them, and Attach refuses.
+func TestAttachMultiByOwnerToSeparateHoldsIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job")
+	for _, name := range []string{"{pair}a", "{pair}b"} {
+		if _, err := e.c.TryLock(ctx, name, own, dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.newClient(t).AttachMulti(ctx, []string{"{pair}a", "{pair}b"}, "unknown", own); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("AttachMulti by owner over two holds: err = %v, want ErrNotHeld", err)
+	}
+}

@@ -17,7 +17,8 @@
 -- released), 'req' (the request token of the acquire that made the hold,
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
--- (the ids of its last releases, see release), 'w' (set once a client
+-- (the ids of its last releases, see release), 's' ('1' once another Lock
+-- shares the hold, see expire), 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
 -- then), and the requests waiting clients left (see grant). Each re-entry
 -- by the owner adds a field 'h:' .. its request token, whose value is the
@@ -134,13 +135,15 @@ for i = 1, n do
     redis.call('HSET', k, hold, token)
     expire(k, ttl, true)
   elseif state[i] == 'repeat' then
+    -- Another Lock may hold it with this token now (WithToken): shared.
+    redis.call('HSET', k, 's', '1')
     expire(k, ttl, true)
   elseif state[i] == 'free' and owner == '' and meta == '' then
-    redis.call('HSET', k, 'token', token, 'req', req, 'count', '1', 'fence', texts[i], 'since', since)
+    redis.call('HSET', k, 'token', token, 'req', req, 'count', '1', 'fence', texts[i], 'since', since, 's', '')
     redis.call('PEXPIRE', k, ttl)
   else
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
-      'meta', meta, 'fence', texts[i], 'since', since)
+      'meta', meta, 'fence', texts[i], 'since', since, 's', '')
     redis.call('PEXPIRE', k, ttl)
   end
   if waiter ~= '' then

@@ -40,7 +40,7 @@ local function pass(k, wk, fk, fence, rel)
     f, text = next_fence(fk, now_us, tonumber(fence), now_text)
     if f then
       redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
-        'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel)
+        'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
       redis.call('HDEL', k, 'g:' .. m)
       redis.call('PEXPIRE', k, g[2])
       redis.call('ZREM', wk, m)

@@ -19,17 +19,21 @@ end
 -- its release and run after it, say) must not act on the others' hold.
 -- Nor do owner ids: a Lock of an earlier hold of the same owner, since
 -- released, must not act on the next.
+--
+-- It also reports whether the hold is shared with another Lock of the same
+-- acquisition (one attached to it, or one that acquired it again with its
+-- token: field 's'), which only ever extends it (see expire).
 local function held(k, req)
-  local cur = read_lock(k, 'req', 'h:' .. req)
+  local cur = read_lock(k, 'req', 'h:' .. req, 's')
   if not cur or not cur[2] or cur[2] == '' then return false end
-  if cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]) end
+  if cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]), cur[7] == '1' end
   return false
 end
 
 -- expire sets the TTL of lock k to ttl ms; when shared (held by several
--- acquisitions of its owner, or asked for again with its token), it only
--- extends it: each Lock was promised its own TTL, and one must not cut
--- another's short.
+-- acquisitions of its owner, asked for again with its token, or attached),
+-- it only extends it: each Lock was promised its own TTL, and one must not
+-- cut another's short.
 local function expire(k, ttl, shared)
   if shared and redis.call('PTTL', k) >= tonumber(ttl) then return end
   redis.call('PEXPIRE', k, ttl)

@@ -5,16 +5,16 @@
 -- acquisition (see held), ARGV[3] TTL in ms
 --
 -- Returns 0 when every key was held by the caller and got the new TTL (a
--- re-entered lock is only extended, see expire), or i when KEYS[i] was not
--- (then nothing is changed).
+-- re-entered or shared lock is only extended, see expire), or i when
+-- KEYS[i] was not (then nothing is changed).
 local req, ttl = ARGV[2], ARGV[3]
-local counts = {}
+local shared = {}
 for i = 1, #KEYS do
-  local ok, count = held(KEYS[i], req)
+  local ok, count, attached = held(KEYS[i], req)
   if not ok then return i end
-  counts[i] = count
+  shared[i] = count > 1 or attached
 end
 for i = 1, #KEYS do
-  expire(KEYS[i], ttl, counts[i] > 1)
+  expire(KEYS[i], ttl, shared[i])
 end
 return 0

@@ -3,24 +3,31 @@
 -- ARGV[1] token (unused: see held), ARGV[2] request token of the caller's
 -- acquisition (see held), ARGV[3] an owner id to find the hold by instead
 -- ('' for none: only Attach with WithOwner sends one), if the acquisition
--- that made the hold still holds it
+-- that made the hold still holds it, and holds every key with the token it
+-- holds KEYS[1] with; ARGV[4] '1' when a Lock attaches: the holds are then
+-- shared with another Lock, and only ever extended from then on (see
+-- expire).
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
 -- key is not held by the caller.
-local req, owner = ARGV[2], ARGV[3] or ''
-local least = -1
+local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
+local least, first = -1, nil
 for i = 1, #KEYS do
   local ok = held(KEYS[i], req)
   if not ok and owner ~= '' then
     -- Found by owner: the hold's own acquisition (its request token is
     -- the token) must still be held, as the Lock will stand for it.
     local cur = read_lock(KEYS[i], 'req')
-    ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner and cur[5] == cur[2]
+    ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner and cur[5] == cur[2] and (i == 1 or cur[2] == first)
+    if ok and i == 1 then first = cur[2] end
   end
   if not ok then return {-2} end
   local p = redis.call('PTTL', KEYS[i])
   if least < 0 or p < least then least = p end
+end
+if attach then
+  for i = 1, #KEYS do redis.call('HSET', KEYS[i], 's', '1') end
 end
 local out = {least, redis.call('HGET', KEYS[1], 'meta')}
 for i = 1, #KEYS do
