@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -90,9 +91,11 @@ func (l *Lock) asksGrant() bool {
 }
 
 // nextAttempt numbers an attempt sent at with ttl that asks for a grant,
-// and remembers when it was sent.
+// and remembers when it was sent. A Lock numbers its attempts from a
+// random start, so that the notice of a grant to another Lock's attempt
+// with the same token (WithToken) never names one of its own.
 func (l *Lock) nextAttempt(at time.Time, ttl time.Duration) string {
-	n := uint64(1)
+	n := rand.Uint64() >> 1 // room to count on
 	if len(l.sent) > 0 {
 		n = l.sent[len(l.sent)-1].attempt + 1
 	}

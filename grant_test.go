@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -619,4 +620,43 @@ func TestAGrantToALockThatEndedIsGivenBack(t *testing.T) {
 			t.Fatalf("the lock granted to a released Lock's request is still held with %q", e.srv.Do(t, "HGET", "dlock:{ended}", "token"))
 		}
 	}
+}
+
+// A Lock numbers its attempts from a random start: the notice of a grant
+// to another Lock's attempt with the same token (WithToken), here forged
+// as an earlier Lock's first attempt would have it, names none of its own,
+// and is not taken for its grant.
+func TestAGrantToAnotherLockOfTheSameTokenIsNotTaken(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "same-token", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := lockWhenRefused(t, wctx, waiter, "same-token", dlock.WithToken("T"), dlock.WithTTL(5*time.Second))
+	key := "dlock:{same-token}"
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "HEXISTS", key, "g:"+dlock.Member(waiter)) == "1" })
+	for attempt := 1; attempt <= 3; attempt++ {
+		notice := fmt.Sprintf("\x00%d 1 0 1 T%s", attempt, key)
+		e.srv.Do(t, "PUBLISH", dlock.Member(waiter), notice)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned on another Lock's grant notice: %v (the server holds it with %q)", r.err, e.srv.Do(t, "HGET", key, "token"))
+	case <-time.After(300 * time.Millisecond): // the notices came and went
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if tok := e.srv.Do(t, "HGET", key, "token"); tok != "T" {
+		t.Errorf("the waiter obtained the lock, but the server holds it with %q", tok)
+	}
+	_ = r.l.Release(ctx)
 }
