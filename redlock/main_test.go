@@ -178,11 +178,20 @@ func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // delay for every call of script (see slowDriver).
 func newSlowLocker(t testing.TB, srvs []*redistest.Server, script string, delay time.Duration, honour bool) *redlock.Locker {
 	t.Helper()
+	return newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver {
+		return &slowDriver{Driver: d, script: script, delay: delay, honour: honour}
+	})
+}
+
+// newWrappedLocker returns a Locker over the servers whose node i's client
+// goes through wrap(i, its go-redis driver).
+func newWrappedLocker(t testing.TB, srvs []*redistest.Server, wrap func(i int, d dlock.Driver) dlock.Driver) *redlock.Locker {
+	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(&slowDriver{Driver: goredis.New(rdb), script: script, delay: delay, honour: honour})
+		c := dlock.New(wrap(i, goredis.New(rdb)))
 		t.Cleanup(func() { _ = c.Close() })
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
 	}

@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/redlock"
-	"github.com/redis/go-redis/v9"
 )
 
 func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
@@ -821,25 +819,15 @@ func (d *refreshLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
 // TTL: by then another may take the lock on the quorum.
 func TestARefreshOfUnknownOutcomeCountsOnTheShorterTTL(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	nodes := make([]redlock.Node, len(srvs))
 	var losers []*refreshLoser
-	for i, srv := range srvs {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		var d dlock.Driver = goredis.New(rdb)
-		if i > 0 {
-			l := &refreshLoser{Driver: d}
-			losers, d = append(losers, l), l
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return d
 		}
-		c := dlock.New(d)
-		t.Cleanup(func() { _ = c.Close() })
-		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
-	}
-	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
+		l := &refreshLoser{Driver: d}
+		losers = append(losers, l)
+		return l
+	})
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "unsure", redlock.WithTTL(30*time.Second))
 	if err != nil {
