@@ -91,8 +91,11 @@ func (c *Client) Prefix() string { return c.prefix }
 // shares the name's hash tag, so it lives in one Redis Cluster slot: a name
 // that holds a hash tag of its own ("{order:42}:pay") keeps it, any other is
 // wrapped in braces ("dlock:{orders:42}"). So "{x}" and "x" name the same
-// lock. A name that starts with '}' and has no tag of its own is refused
-// (ErrInvalidKey) by every call that takes a name.
+// lock. Every call that takes a name refuses (ErrInvalidKey) one that starts
+// with '}' and has no tag of its own, and one with a tag that ends in a
+// suffix of the other keys of a lock (":fence", ":waiters", ":holds",
+// ":pending", ":queue" or ":released"): "{x}:fence" would be a key of the
+// lock "{x}".
 func (c *Client) RedisKey(name string) string {
 	if hasHashTag(name) {
 		return c.prefix + name
@@ -114,13 +117,28 @@ func (c *Client) lockKeys(name string) (key, waiters, fence string) {
 	return all[:n], all[n:w], all[w:]
 }
 
-// checkName validates a lock name.
+// keySuffixes are the endings of the keys a name's lock keeps beside its
+// RedisKey (see lockKeys, describeKeys, RWMutex and Semaphore).
+var keySuffixes = [...]string{":fence", ":waiters", ":holds", ":pending", ":queue", ":released"}
+
+// checkName validates a lock name. A name with a hash tag of its own is its
+// RedisKey less the prefix, so one that ends like the other keys of a lock
+// ("{x}:fence") would be a key of the lock of another name ("{x}"): it is
+// refused. A name without a tag cannot collide: its key ends in '}'.
 func checkName(name string) error {
 	switch {
 	case name == "":
 		return ErrEmptyKey
 	case name[0] == '}' && !hasHashTag(name):
 		return fmt.Errorf("%w: %q starts with '}' and has no hash tag of its own", ErrInvalidKey, name)
+	}
+	if hasHashTag(name) {
+		for _, s := range keySuffixes {
+			if strings.HasSuffix(name, s) {
+				return fmt.Errorf("%w: %q holds a hash tag and ends in %q, which names a key of the lock %q",
+					ErrInvalidKey, name, s, strings.TrimSuffix(name, s))
+			}
+		}
 	}
 	return nil
 }

@@ -23,8 +23,9 @@
 // A lock lives for its TTL unless refreshed: Refresh extends it while it is
 // still held and returns ErrNotHeld once it was lost. Each acquisition gets
 // its own random 128-bit token, and only the holder of the token can
-// refresh or release the lock. Attach hands a lock over to another process
-// that knows its name and token.
+// refresh or release the lock (or, for a lock obtained WithOwner, whoever
+// knows the owner id: see Attach). Attach hands a lock over to another
+// process that knows its name and token.
 //
 // # Waiting
 //
@@ -160,5 +161,6 @@
 // ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
 // is sent to Redis. Failures of Redis itself come as a
 // *ServerError. No input makes dlock panic, except a nil Driver given to
-// New and calling methods on a nil *Lock.
+// New, calling methods on a nil *Lock, and a nil parent given to
+// Lock.Context (as context.WithCancel panics).
 package dlock

@@ -43,7 +43,9 @@ var (
 	// ErrEmptyKey means a lock name was empty.
 	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	// ErrInvalidKey means a name that starts with '}' and holds no hash tag
-	// of its own: its keys could not share a Redis Cluster slot.
+	// of its own (its keys could not share a Redis Cluster slot), or one
+	// with a tag that ends in a suffix of a lock's other keys, such as
+	// "{x}:fence", a key of the lock "{x}" (see Client.RedisKey).
 	ErrInvalidKey = fmt.Errorf("%w: key", ErrInvalidArgument)
 	// ErrNoKeys means a multi-key call was given no keys.
 	ErrNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)

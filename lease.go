@@ -389,7 +389,8 @@ func (s *lease) Deadline() time.Time {
 // Context returns a context derived from parent that is cancelled when the
 // lock ends: context.Cause then returns Err, or context.Canceled after a
 // release. Work done under the lock should use it, so that it stops the
-// moment the lock is lost.
+// moment the lock is lost. Like context.WithCancel, it panics if parent is
+// nil.
 func (s *lease) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
 	s.mu.Lock()
@@ -443,7 +444,12 @@ func (s *lease) autoRefresh(o *options) error {
 	// the new max hold at its next refresh.
 	rewatch := s.every() == 0 || s.dropped
 	s.interval.Store(int64(o.refreshInterval()))
-	s.maxHold, s.capped, s.dropped = o.maxHold, false, false
+	// Without WithMaxHold, the max hold stays what it was (given when the
+	// lock was obtained, or by an earlier AutoRefresh).
+	if o.maxHold > 0 {
+		s.maxHold = o.maxHold
+	}
+	s.capped, s.dropped = false, false
 	s.arm()
 	s.mu.Unlock()
 	if rewatch {

@@ -228,6 +228,29 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	}
 }
 
+// A max hold given when the lock was obtained bounds the refreshing that a
+// later AutoRefresh without one starts.
+func TestAutoRefreshKeepsTheMaxHoldTheLockWasObtainedWith(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "kept-cap", dlock.WithTTL(100*time.Millisecond), dlock.WithMaxHold(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.AutoRefresh(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("still held long after the max hold")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrMaxHold", err)
+	}
+}
+
 func TestAutoRefreshResumesRefreshingThatTheMaxHoldStopped(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

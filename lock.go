@@ -145,9 +145,12 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // by the acquisition that made the hold, and returns ErrNotHeld if not (a
 // hold re-entered WithOwner and kept by later acquisitions after the first
 // was released cannot be attached: the Lock would stand for a released
-// acquisition). WithOwner attaches by owner id instead of token (token must
-// still not be empty; any text will do), and the Lock takes the token the
-// lock is held with. The Lock stands for the acquisition that made the
+// acquisition); the error matches ErrKindMismatch too when another kind of
+// lock holds the name. WithOwner attaches by owner id instead of token
+// (token must still not be empty; any text will do), and the Lock takes the
+// token the lock is held with: an owner id is then as good as the token,
+// and whoever knows it can release the hold, so owner ids should be as
+// hard to guess as tokens wherever that matters. The Lock stands for the acquisition that made the
 // hold: its Release takes that one away (a lock re-entered by its owner
 // stays held by the other acquisitions). The hold is then shared by two
 // Locks, and only ever extended from then on (see Refresh), so that neither
@@ -544,7 +547,8 @@ func (l *Lock) giveBackRest(ctx context.Context) {
 }
 
 // cleanupTimeout bounds the release that follows a failed acquisition, or
-// the end of Do's function.
+// the end of Do's function, or that a Release called with an ended context
+// makes.
 const cleanupTimeout = 2 * time.Second
 
 // releaseAfter releases the lock once ctx may have ended: on a context that
@@ -563,7 +567,11 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
 // sooner. Every Release of one Lock is the same request: one whose first
-// call ran on the server but whose reply was lost counts as done.
+// call ran on the server but whose reply was lost counts as done. A ctx
+// that has already ended when Release is called (that of a request a
+// deferred Release belongs to, say) does not stop it: Release then keeps
+// ctx's values and gives itself up to 2 seconds, since a lock given back is
+// never wrong and one left behind blocks others for its TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -583,6 +591,11 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) release(ctx context.Context) error {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+	}
 	l.mu.Lock()
 	released, token := l.released, l.token
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
@@ -697,9 +710,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // one interval after the lock was obtained, or sooner when its deadline is
 // nearer (an attached lock may have little of its TTL left), at once if
 // need be. Called again on a lock it already refreshes, it changes the
-// interval and the max hold, and the max hold counts from when the lock
-// was obtained: refreshing that a max hold stopped resumes if the new one
-// allows more, while the lock is still held.
+// interval, and the max hold when opts hold WithMaxHold; the max hold
+// counts from when the lock was obtained: refreshing that a max hold
+// stopped resumes if the new one allows more, while the lock is still
+// held. Without WithMaxHold, the max hold stays the one the lock was
+// obtained with or last given, if any.
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
 	if o.err != nil {
@@ -900,10 +915,18 @@ func (l *Lock) reqValue() any {
 	return l.req
 }
 
+// describeNames is how many names of a multi-name lock its errors list.
+const describeNames = 8
+
+// describe names the lock in errors: its name, or its first names and how
+// many more it has.
 func (l *Lock) describe() string {
 	s := fmt.Sprintf("%q", l.names)
-	if len(l.names) == 1 {
+	switch {
+	case len(l.names) == 1:
 		s = strconv.Quote(l.names[0])
+	case len(l.names) > describeNames:
+		s = fmt.Sprintf("%q and %d more", l.names[:describeNames], len(l.names)-describeNames)
 	}
 	if l.kind != exclusiveHold {
 		s += " (" + l.kind.mode + ")"
@@ -921,7 +944,7 @@ func (l *Lock) replyError(p part, err error) error {
 // that holds the name in another mode means this lock is not held.
 func (l *Lock) holdError(p part, err error) error {
 	err = l.replyError(p, err)
-	if errors.Is(err, ErrModeMismatch) {
+	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	return err

@@ -602,6 +602,15 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"nil context Lock", func() error { _, err := e.c.Lock(nilCtx, "k"); return err }, dlock.ErrNilContext},
 		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
 		{"name starting with }", func() error { _, err := e.c.TryLock(ctx, "}x"); return err }, dlock.ErrInvalidKey},
+		{"name of another lock's fence counter", func() error { _, err := e.c.TryLock(ctx, "{x}:fence"); return err }, dlock.ErrInvalidKey},
+		{"name of another lock's waiter set in multi", func() error {
+			_, err := e.c.TryLockMulti(ctx, []string{"a", "{a}:waiters"})
+			return err
+		}, dlock.ErrInvalidKey},
+		{"read/write lock on another's queue", func() error { _, err := e.c.RWMutex("{doc}:queue").TryLock(ctx); return err }, dlock.ErrInvalidKey},
+		{"semaphore on another's holds", func() error { _, err := e.c.Semaphore("{s}:holds", 2).TryAcquire(ctx); return err }, dlock.ErrInvalidKey},
+		{"inspect another's released marker", func() error { _, err := e.c.Inspect(ctx, "{s}:released"); return err }, dlock.ErrInvalidKey},
+		{"force-release another's pending acquires", func() error { _, err := e.c.ForceRelease(ctx, "{s}:pending"); return err }, dlock.ErrInvalidKey},
 		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyKey},
 		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoKeys},
 		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateKey},
@@ -622,6 +631,16 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		}, dlock.ErrInvalidOption},
 		{"jitter of a nil retry", func() error {
 			_, err := e.c.Lock(ctx, "k", dlock.WithRetry(dlock.Jitter(dlock.LimitRetry(nil, 3), 0.5)))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"nil retry func", func() error {
+			var f dlock.RetryFunc
+			_, err := e.c.Lock(ctx, "k", dlock.WithRetry(f))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"jitter of a nil retry func", func() error {
+			var f dlock.RetryFunc
+			_, err := e.c.Lock(ctx, "k", dlock.WithRetry(dlock.Jitter(f, 0.5)))
 			return err
 		}, dlock.ErrInvalidOption},
 		{"zero max wait", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
@@ -645,6 +664,92 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 	}
 	if keys := e.srv.Do(t, "DBSIZE"); keys != "0" {
 		t.Errorf("bad input left %s keys", keys)
+	}
+}
+
+// A name with a hash tag of its own is its key: one that ends like the
+// other keys of a lock would be one of them ("{doc}:queue" is the queue of
+// the read/write lock "{doc}", whose release deleted it under its holder).
+// Without a tag, such an ending is an ordinary name.
+func TestANameCannotBeAnotherLocksKey(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.c.TryLock(ctx, "{doc}:queue"); !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Fatalf("TryLock {doc}:queue: err = %v, want ErrInvalidKey", err)
+	}
+	w, err := e.c.RWMutex("{doc}").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.c.TryLock(ctx, "doc:queue")
+	if err != nil {
+		t.Fatalf("a name without a tag ending in :queue: %v", err)
+	}
+	if got, want := e.c.RedisKey("doc:queue"), "dlock:{doc:queue}"; got != want {
+		t.Errorf("RedisKey = %q, want %q", got, want)
+	}
+	for _, r := range []interface{ Release(context.Context) error }{w, l} {
+		if err := r.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// A deferred Release usually gets the context of the request the lock
+// served, which may have ended by then: the lock is given back all the same.
+func TestReleaseWithAnEndedContextGivesTheLockBack(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := e.c.TryLock(ctx, "ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	info, err := e.c.Inspect(context.Background(), "ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 0 {
+		t.Errorf("still held: %+v", info.Holders)
+	}
+}
+
+// Attaching to a name that another kind of lock holds says so.
+func TestAttachToAnotherKindIsAKindMismatch(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w, err := e.c.RWMutex("rw").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	_, err = e.c.Attach(ctx, "rw", w.Token())
+	if !errors.Is(err, dlock.ErrKindMismatch) || !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("err = %v, want ErrNotHeld and ErrKindMismatch", err)
+	}
+}
+
+// The errors of a lock on many names list a few of them, not every one.
+func TestErrorsOfAManyNamedLockStayShort(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = "many-" + strconv.Itoa(i)
+	}
+	l, err := e.c.TryLockMulti(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "and 992 more") || len(err.Error()) > 300 {
+		t.Errorf("err = %v", err)
 	}
 }
 

@@ -80,10 +80,11 @@ func WithTTL(ttl time.Duration) Option {
 // While the lock is held, Lock sleeps until Redis says it is free (see
 // Client.Lock), not for the strategy's wait, unless the driver cannot
 // subscribe, in which case the strategy's waits are the polling interval.
-// TryLock never waits, whatever the strategy.
+// TryLock never waits, whatever the strategy. A nil s (or a nil RetryFunc)
+// makes the call fail with ErrInvalidOption.
 func WithRetry(s RetryStrategy) Option {
 	return func(o *options) {
-		if s == nil {
+		if isNilRetry(s) {
 			o.fail(fmt.Errorf("%w: WithRetry(nil)", ErrInvalidOption))
 		}
 		if from, ok := s.(nilRetry); ok {
@@ -175,7 +176,9 @@ func WithRefreshInterval(d time.Duration) Option {
 
 // WithMaxHold bounds how long automatic refreshing may keep the lock: d
 // after it was obtained the lock runs out, its Done channel closes and Err
-// matches ErrMaxHold. d must be at least the TTL.
+// matches ErrMaxHold. d must be at least the TTL. Given to an acquisition
+// without WithAutoRefresh, it bounds the refreshing that Lock.AutoRefresh
+// starts later.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

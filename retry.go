@@ -72,9 +72,9 @@ func Intervals(ds ...time.Duration) RetryStrategy {
 }
 
 // LimitRetry stops s after max attempts in all (the first included). A nil
-// s makes WithRetry fail with ErrInvalidOption.
+// s (or a nil RetryFunc) makes WithRetry fail with ErrInvalidOption.
 func LimitRetry(s RetryStrategy, max int) RetryStrategy {
-	if s == nil {
+	if isNilRetry(s) {
 		return nilRetry("LimitRetry")
 	}
 	if n, ok := s.(nilRetry); ok {
@@ -90,10 +90,10 @@ func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 
 // Jitter randomises the waits of s: each becomes a uniformly random duration
 // in [(1-fraction)×d, d]. A fraction of 1 gives "full jitter"; fractions
-// outside [0, 1] are clamped. A nil s makes WithRetry fail with
-// ErrInvalidOption.
+// outside [0, 1] are clamped. A nil s (or a nil RetryFunc) makes WithRetry
+// fail with ErrInvalidOption.
 func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
-	if s == nil {
+	if isNilRetry(s) {
 		return nilRetry("Jitter")
 	}
 	if n, ok := s.(nilRetry); ok {
@@ -126,3 +126,9 @@ func capped(d, limit time.Duration) time.Duration {
 type nilRetry string
 
 func (nilRetry) NextBackoff(int) (time.Duration, bool) { return 0, false }
+
+// isNilRetry reports whether s is nil or a nil RetryFunc.
+func isNilRetry(s RetryStrategy) bool {
+	f, ok := s.(RetryFunc)
+	return s == nil || ok && f == nil
+}

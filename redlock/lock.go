@@ -439,7 +439,10 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // did not. Nodes that did not answer keep the lock until its TTL runs out
 // there. Done is closed once Release returns; Err is then nil if a quorum
 // released it. Release can be called once; later calls return
-// dlock.ErrNotHeld.
+// dlock.ErrNotHeld. A ctx that has already ended when Release is called
+// (that of a request a deferred Release belongs to, say) does not stop it:
+// Release then keeps ctx's values, each node's request bounded by the node
+// timeout.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -459,6 +462,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.released, l.stopped = true, true
 	l.mu.Unlock()
 
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx) // each request has the node timeout
+	}
 	rd := l.releaseAll(ctx, l.r.timeout)
 	l.mu.Lock()
 	var err error

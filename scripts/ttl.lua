@@ -10,7 +10,8 @@
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
--- key is not held by the caller.
+-- key is not held by the caller. Attaching, fails with DLOCK_KIND i when
+-- KEYS[i] is held by another kind of lock.
 local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
 local least, first = -1, nil
 for i = 1, #KEYS do
@@ -22,7 +23,12 @@ for i = 1, #KEYS do
     ok = cur and cur[2] and cur[2] ~= '' and cur[3] == owner and cur[5] == cur[2] and (i == 1 or cur[2] == first)
     if ok and i == 1 then first = cur[2] end
   end
-  if not ok then return {-2} end
+  if not ok then
+    -- Attaching to a name another kind of lock uses is a mistake to name.
+    local kind = attach and redis.pcall('HGET', KEYS[i], 'kind')
+    if type(kind) == 'string' and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
+    return {-2}
+  end
   local p = redis.call('PTTL', KEYS[i])
   if least < 0 or p < least then least = p end
 end
