@@ -94,7 +94,20 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 		}
 		return nil, unreachable(t.display, err)
 	}
+	if t.single != nil && isClusterNode(pctx, rdb) {
+		// As one server it would see one node's share of the locks, and
+		// be refused the others with MOVED.
+		_ = rdb.Close()
+		return nil, usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", t.display)
+	}
 	return &conn{rdb: rdb, locks: dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)), display: t.display}, nil
+}
+
+// isClusterNode reports whether the server rdb reaches has cluster mode
+// on; false when it cannot tell (INFO is not allowed, say).
+func isClusterNode(ctx context.Context, rdb redis.UniversalClient) bool {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
 // unreachable describes a failure to talk to Redis, with the likely fix.
@@ -124,7 +137,7 @@ func (a *app) redisError(c *conn, err error) error {
 	case errors.Is(err, dlock.ErrWrongType):
 		return usage(a.cmd, "%s: that key holds data dlock did not write; pick another name or --prefix", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:
-		return usage(a.cmd, "%s; run takes an exclusive lock, --shared a read hold of a read/write lock, --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
+		return usage(a.cmd, "%s; run takes an exclusive lock, --shared or --write a read or write hold of a read/write lock (--fair for a fair one), --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
 		return usage(a.cmd, "%s", libMsg(err))
 	case errors.As(err, &se), isNetError(err):
@@ -155,7 +168,9 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 	t.prefix = dlock.DefaultPrefix
 	if f.prefixSet {
 		t.prefix = f.prefix
-	} else if p, ok := lookupEnv("DLOCK_PREFIX"); ok {
+	} else if p := getenv("DLOCK_PREFIX"); p != "" {
+		// An empty one counts as unset, as every variable: one blank in
+		// a template must not put the locks of some hosts elsewhere.
 		t.prefix = p
 	}
 	if err := f.applyTLS(t, getenv); err != nil {

@@ -54,8 +54,14 @@ func TestParseTarget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tg.single.Addr != "127.0.0.1:6379" || tg.single.Password != "envpw" || tg.prefix != "" {
+		// An empty DLOCK_PREFIX is unset, as every variable; --prefix ''
+		// gives an empty prefix.
+		if tg.single.Addr != "127.0.0.1:6379" || tg.single.Password != "envpw" || tg.prefix != "dlock:" {
 			t.Errorf("%+v, prefix %q", tg.single, tg.prefix)
+		}
+		tg, _ = (&connFlags{prefix: "", prefixSet: true}).target(env("DLOCK_PREFIX", "q:"))
+		if tg.prefix != "" {
+			t.Errorf("--prefix '': prefix %q", tg.prefix)
 		}
 		tg, _ = (&connFlags{}).target(env("DLOCK_REDIS", "redis://:urlpw@h:1", "DLOCK_PASSWORD", "envpw"))
 		if tg.single.Addr != "h:1" || tg.single.Password != "urlpw" {
@@ -262,6 +268,9 @@ func TestConnectCluster(t *testing.T) {
 	if r := dlockRun(t, nil, "--cluster", "--redis", seed, "status", "--json", "alpha"); r.code != 0 || !strings.Contains(r.stdout, `"held": true`) {
 		t.Errorf("status through one seed with --cluster: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
+	// Without --cluster, one node would list its share of the locks only.
+	r = dlockRun(t, nil, "--redis", seed, "ls")
+	checkOneLine(t, r, exitUsage, "is a node of a Redis Cluster: add --cluster")
 	for _, p := range procs {
 		p.signal(t, os.Interrupt)
 		if r := p.wait(t); r.code != 0 {

@@ -198,6 +198,7 @@ type infoJSON struct {
 	Readers       int          `json:"readers"`
 	Waiters       *int         `json:"waiters,omitempty"`
 	WriterWaiting *bool        `json:"writer_waiting,omitempty"`
+	Fair          *bool        `json:"fair,omitempty"` // read/write locks: served in arrival order
 	Permits       *int         `json:"permits,omitempty"`
 }
 
@@ -231,6 +232,9 @@ func toJSON(info *dlock.Info, now time.Time) infoJSON {
 	if w, ok := writerWaiting(info); ok {
 		out.WriterWaiting = &w
 	}
+	if f, ok := fair(info); ok {
+		out.Fair = &f
+	}
 	if n, ok := permits(info); ok {
 		out.Permits = &n
 	}
@@ -247,7 +251,11 @@ func writeJSON(w io.Writer, v any) error {
 func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", printable(info.Name))
-	fmt.Fprintf(tw, "kind:\t%s\n", kindName(info))
+	if f, _ := fair(info); f {
+		fmt.Fprintf(tw, "kind:\t%s (fair: readers and writers in arrival order)\n", kindName(info))
+	} else {
+		fmt.Fprintf(tw, "kind:\t%s\n", kindName(info))
+	}
 	if len(info.Holders) == 0 {
 		fmt.Fprintf(tw, "held by:\tnobody\n")
 	} else {

@@ -50,6 +50,7 @@ const connHelp = `Connection flags (every command but version; also accepted bef
   --sentinel-master NAME   the addresses are sentinels; connect to the primary they call NAME
                            ($DLOCK_SENTINEL_MASTER)
   --prefix PREFIX          the key prefix, as dlock.WithPrefix; default $DLOCK_PREFIX, else "dlock:"
+                           (only --prefix '' gives an empty prefix)
   --tls-ca FILE            PEM CA certificates to verify the server with ($DLOCK_TLS_CA)
   --tls-cert FILE          PEM client certificate, for servers that ask for one ($DLOCK_TLS_CERT)
   --tls-key FILE           PEM key of --tls-cert ($DLOCK_TLS_KEY)
@@ -60,7 +61,7 @@ const envHelp = `Environment:
   DLOCK_REDIS              the Redis URL, when --redis is not given
   DLOCK_PASSWORD           the Redis password, when the URL has none (keeps it out of ps and history)
   DLOCK_SENTINEL_PASSWORD  the sentinels' password, when they need one
-  DLOCK_PREFIX             the key prefix, when --prefix is not given
+  DLOCK_PREFIX             the key prefix, when --prefix is not given (empty counts as unset)
   DLOCK_SENTINEL_MASTER, DLOCK_TLS_CA, DLOCK_TLS_CERT, DLOCK_TLS_KEY
                            as the flags of the same names
   run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE for the command it runs.

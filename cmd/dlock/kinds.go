@@ -1,7 +1,8 @@
 package main
 
 // This file holds every use of the primitives besides the exclusive lock:
-// which one run takes (--shared, --semaphore), and the fields of an Info
+// which one run takes (--shared, --write, --fair, --semaphore), and the
+// fields of an Info
 // that only read/write locks and semaphores fill in.
 
 import (
@@ -13,6 +14,8 @@ import (
 // kind is the primitive run takes on a name.
 type kind struct {
 	shared  bool // a read lock of a read/write lock
+	write   bool // the write lock of a read/write lock
+	fair    bool // with shared or write: the read/write lock is Fair
 	permits int  // a permit of a semaphore of this many permits; 0 for none
 }
 
@@ -22,10 +25,17 @@ type acquireFunc func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, e
 // acquirers returns the functions that obtain k on name: at once or not at
 // all (try), and waiting (wait).
 func (k kind) acquirers(c *dlock.Client, name string) (try, wait acquireFunc, err error) {
+	var rwOpts []dlock.RWOption
+	if k.fair {
+		rwOpts = append(rwOpts, dlock.Fair())
+	}
 	switch {
 	case k.shared:
-		rw := c.RWMutex(name)
+		rw := c.RWMutex(name, rwOpts...)
 		return rw.TryRLock, rw.RLock, nil
+	case k.write:
+		rw := c.RWMutex(name, rwOpts...)
+		return rw.TryLock, rw.Lock, nil
 	case k.permits > 0:
 		s := c.Semaphore(name, k.permits)
 		return s.TryAcquire, s.Acquire, nil
@@ -64,4 +74,10 @@ func writerWaiting(info *dlock.Info) (waiting, known bool) {
 // name is one.
 func permits(info *dlock.Info) (n int, ok bool) {
 	return info.Permits, info.Kind == dlock.KindSemaphore
+}
+
+// fair reports whether a read/write lock serves readers and writers in
+// arrival order, and whether the name is one.
+func fair(info *dlock.Info) (ok, known bool) {
+	return info.Fair, info.Kind == dlock.KindRWMutex
 }

@@ -83,9 +83,17 @@ Flags:
                        SIGKILL (default 10s)
   --metadata KEY=VALUE add to the metadata stored with the lock (repeatable); the
                        defaults are host, pid, user and cmd
-  --shared             take a read lock: shared with other --shared runs, exclusive
-                       of plain ones
-  --semaphore N        take one of N permits (N > 0): up to N runs at once
+  --shared             take a read lock of a read/write lock: shared with other
+                       --shared runs, exclusive of --write runs
+  --write              take the write lock of a read/write lock: exclusive of
+                       --shared and --write runs
+  --fair               with --shared or --write: the read/write lock serves readers
+                       and writers in arrival order (by default writers go first);
+                       every user of the name must agree
+  --semaphore N        take one of N permits (N > 0): up to N runs at once; N is
+                       the semaphore's size for every user of the name from then on
+  A plain run takes an exclusive lock, which is another kind: a name is used by
+  one kind at a time, and a run of another kind on it fails with code 64.
   --quiet, -q          do not report waiting; errors are still reported
 
 Examples:
@@ -93,7 +101,7 @@ Examples:
   dlock run --no-wait --ttl 30s backup -- pg_dump -f /backups/db.sql mydb
   dlock run --wait 5m --metadata ticket=OPS-42 migrate -- ./migrate up
   dlock run deploy -- sh -c 'echo "deploying with fence $DLOCK_FENCE"; ./deploy'
-  if ! dlock run --no-wait sync -- ./sync; then [ $? -eq 73 ] && echo "sync already running"; fi
+  dlock run --no-wait sync -- ./sync; [ $? -eq 73 ] && echo "sync already running"
 `,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			o := runOptions{ttl: dlock.DefaultTTL, grace: defaultGrace}
@@ -120,6 +128,8 @@ Examples:
 				return nil
 			})
 			fs.BoolVar(&o.kind.shared, "shared", false, "")
+			fs.BoolVar(&o.kind.write, "write", false, "")
+			fs.BoolVar(&o.kind.fair, "fair", false, "")
 			fs.Func("semaphore", "", func(s string) error {
 				n, err := strconv.Atoi(s)
 				if err != nil {
@@ -155,8 +165,14 @@ func (o *runOptions) check() error {
 	case o.semaphore && o.kind.permits < 1:
 		// 0 would be no semaphore at all: an exclusive lock.
 		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)
+	case o.kind.shared && o.kind.write:
+		return usage(runCommand, "--shared and --write exclude each other")
 	case o.kind.shared && o.semaphore:
 		return usage(runCommand, "--shared and --semaphore exclude each other")
+	case o.kind.write && o.semaphore:
+		return usage(runCommand, "--write and --semaphore exclude each other")
+	case o.kind.fair && !o.kind.shared && !o.kind.write:
+		return usage(runCommand, "--fair is for a read/write lock: give it with --shared or --write")
 	}
 	return nil
 }

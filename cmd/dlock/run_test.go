@@ -91,7 +91,8 @@ func TestRunNotObtained(t *testing.T) {
 }
 
 // --shared takes a read lock, which other readers share and a plain run
-// does not; --semaphore N takes one of N permits.
+// does not, --write its write lock, --fair a fair one; --semaphore N takes
+// one of N permits.
 func TestRunSharedAndSemaphore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -109,7 +110,30 @@ func TestRunSharedAndSemaphore(t *testing.T) {
 	// An exclusive lock on a name in use as a read/write lock is refused.
 	r := dlockRun(t, nil, runArgs([]string{"--no-wait"}, name, "job", ran, "0")...)
 	checkOneLine(t, r, exitUsage, "used by another kind of lock")
+	// --write is that read/write lock's writer: held off by the reader.
+	r = dlockRun(t, nil, runArgs([]string{"--no-wait", "--write"}, name, "job", ran, "0")...)
+	checkOneLine(t, r, exitNotObtained, "not waiting")
 	_ = reader.Release(ctx)
+	if r := dlockRun(t, nil, runArgs([]string{"--no-wait", "--write"}, name, "job", ran, "0")...); r.code != 0 {
+		t.Errorf("--write on the free read/write lock: code %d, stderr %s", r.code, r.stderr)
+	}
+
+	// --fair takes a fair read/write lock, which a writer-first one refuses.
+	fair := lockName(t)
+	fr, err := c.RWMutex(fair, dlock.Fair()).TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, runArgs([]string{"--no-wait", "--shared"}, fair, "job", ran, "0")...)
+	checkOneLine(t, r, exitUsage, "--fair for a fair one")
+	if r := dlockRun(t, nil, runArgs([]string{"--no-wait", "--shared", "--fair"}, fair, "job", ran, "0")...); r.code != 0 {
+		t.Errorf("--shared --fair beside a fair reader: code %d, stderr %s", r.code, r.stderr)
+	}
+	r = dlockRun(t, nil, "status", "--json", fair)
+	if r.code != 0 || !strings.Contains(r.stdout, `"fair": true`) {
+		t.Errorf("status --json of a fair lock: code %d, stdout %s", r.code, r.stdout)
+	}
+	_ = fr.Release(ctx)
 
 	sem := lockName(t)
 	s := c.Semaphore(sem, 2)
@@ -415,6 +439,9 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--semaphore", "0", "job", "--", helperBin}, "--semaphore 0 must be a positive number of permits"},
 		{[]string{"run", "--semaphore", "two", "job", "--", helperBin}, `"two" is not a whole number of permits`},
 		{[]string{"run", "--shared", "--semaphore", "3", "job", "--", helperBin}, "--shared and --semaphore exclude each other"},
+		{[]string{"run", "--shared", "--write", "job", "--", helperBin}, "--shared and --write exclude each other"},
+		{[]string{"run", "--write", "--semaphore", "3", "job", "--", helperBin}, "--write and --semaphore exclude each other"},
+		{[]string{"run", "--fair", "job", "--", helperBin}, "--fair is for a read/write lock"},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
