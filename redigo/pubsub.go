@@ -18,21 +18,33 @@ const (
 	maxBackoff = time.Second
 )
 
+// A subscription's connection is sent a PING every pingEvery, and taken
+// for dead, and dialed again, when nothing (not even that PING's reply)
+// has come for silentFor: a connection cut off without a reset, or a
+// server that hangs, is noticed within seconds, not at TCP keep-alive's
+// pace.
+var (
+	pingEvery = 3 * time.Second
+	silentFor = 3 * pingEvery
+)
+
 // errClosed is returned by a closed subscription.
 var errClosed = errors.New("redigo: subscription closed")
 
 // Subscribe dials a connection of its own with the pool's DialContext (or
 // Dial) function, outside the pool and its limits, and checks it with a
-// PING. A goroutine of the subscription reads it (a redis.PubSubConn,
-// without a read timeout) and calls notify with each message. When the
-// connection fails, that goroutine dials again, with a backoff from 10ms
-// to 1s, and subscribes again to the subscription's channels. Close closes
-// the connection and waits for the goroutine to end.
-//
-// A connection that dies silently (a half-open TCP connection) is noticed
-// only through TCP keep-alive, which redis.Dial turns on.
+// PING (bounded by ctx, or the driver's timeout). A goroutine of the
+// subscription reads it (a redis.PubSubConn) and calls notify with each
+// message; another sends it a PING every 3s. When the connection fails, or
+// nothing came on it for 9s, the first goroutine dials again, with a
+// backoff from 10ms to 1s, and subscribes again to the subscription's
+// channels. Close closes the connection and waits for both goroutines to
+// end.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	s := &subscription{pool: d.pool, notify: notify, channels: map[string]bool{}, done: make(chan struct{})}
+	s := &subscription{pool: d.pool, notify: notify, channels: map[string]bool{}, done: make(chan struct{}),
+		pingEvery: pingEvery, silentFor: silentFor}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	c, err := s.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -55,6 +67,8 @@ type subscription struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
 	close  sync.Once
+
+	pingEvery, silentFor time.Duration // see pingEvery
 
 	// mu guards the writes to the connection: one goroutine reads it, one
 	// at a time writes.
@@ -91,11 +105,22 @@ func (s *subscription) run(c redis.Conn) {
 	}
 }
 
-// receive calls notify with every message of c until c fails or is closed.
+// receive calls notify with every message of c until c fails, falls
+// silent, or is closed. It pings c meanwhile (see pingEvery).
 func (s *subscription) receive(c redis.Conn) {
 	psc := redis.PubSubConn{Conn: c}
+	stop, pinged := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(pinged)
+		s.ping(c, stop)
+	}()
+	defer func() {
+		close(stop)
+		<-pinged
+	}()
 	for {
-		switch m := psc.ReceiveWithTimeout(0).(type) {
+		// A read that times out fails the connection (redigo closes it).
+		switch m := psc.ReceiveWithTimeout(s.silentFor).(type) {
 		case redis.Message:
 			if s.ctx.Err() != nil {
 				return
@@ -107,6 +132,29 @@ func (s *subscription) receive(c redis.Conn) {
 			}
 			// An error reply (a SUBSCRIBE the server refused): the
 			// connection goes on.
+		}
+	}
+}
+
+// ping sends c a PING every pingEvery until stop is closed, or a PING
+// cannot be written (the reader then learns c failed).
+func (s *subscription) ping(c redis.Conn, stop <-chan struct{}) {
+	t := time.NewTicker(s.pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		err := error(nil)
+		if s.conn == c {
+			err = redis.PubSubConn{Conn: c}.Ping("")
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return
 		}
 	}
 }

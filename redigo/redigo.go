@@ -3,7 +3,8 @@
 //
 //	pool := &redis.Pool{
 //		DialContext: func(ctx context.Context) (redis.Conn, error) {
-//			return redis.DialContext(ctx, "tcp", "127.0.0.1:6379")
+//			return redis.DialContext(ctx, "tcp", "127.0.0.1:6379",
+//				redis.DialReadTimeout(3*time.Second), redis.DialWriteTimeout(3*time.Second))
 //		},
 //		MaxIdle: 8,
 //	}
@@ -33,7 +34,29 @@ import (
 
 // Driver carries dlock's requests over a redigo pool.
 type Driver struct {
-	pool *redis.Pool
+	pool    *redis.Pool
+	timeout time.Duration
+}
+
+// DefaultTimeout bounds a request whose context has no deadline (see
+// WithTimeout).
+const DefaultTimeout = 3 * time.Second
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithTimeout sets how long a request whose context has no deadline waits
+// for its reply before it fails (and its connection is closed); the
+// default is DefaultTimeout. A pool's connections have no read timeout
+// unless dialed with one, and without a bound a request to a server that
+// hangs (stopped, or cut off with no reset) would wait for as long as it
+// does. Values below 1ms count as DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(drv *Driver) {
+		if d >= time.Millisecond {
+			drv.timeout = d
+		}
+	}
 }
 
 var (
@@ -44,13 +67,29 @@ var (
 
 // New returns a Driver over pool. The pool stays the caller's: dlock never
 // closes it. Requests take a connection from the pool for each round trip;
-// a subscription dials one of its own (see Driver.Subscribe). New panics if
-// pool is nil.
-func New(pool *redis.Pool) *Driver {
+// a subscription dials one of its own (see Driver.Subscribe). A request
+// ends at its context's deadline or, without one, after WithTimeout's
+// bound. New panics if pool is nil.
+func New(pool *redis.Pool, opts ...Option) *Driver {
 	if pool == nil {
 		panic("redigo: New with a nil pool")
 	}
-	return &Driver{pool: pool}
+	d := &Driver{pool: pool, timeout: DefaultTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	return d
+}
+
+// bound returns ctx, or when ctx has no deadline, ctx bounded by the
+// driver's timeout.
+func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.timeout)
 }
 
 // Eval runs the calls by EVALSHA on one connection of the pool, several
@@ -61,6 +100,8 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	conn, err := d.conn(ctx)
 	if err != nil {
 		failAll(calls, err)
@@ -75,13 +116,15 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // acknowledged the writes. The reply is awaited for the timeout and a
 // second more, or until ctx ends if it has a deadline.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
-	conn, err := d.conn(ctx)
+	ectx, cancel := d.bound(ctx) // for the calls; WAIT has its own bound
+	defer cancel()
+	conn, err := d.conn(ectx)
 	if err != nil {
 		failAll(calls, err)
 		return 0, err
 	}
 	defer conn.Close()
-	eval(ctx, conn, calls)
+	eval(ectx, conn, calls)
 	wait := timeout + time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl))
@@ -182,6 +225,14 @@ func do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, er
 	return redis.DoContext(conn, ctx, name, args...)
 }
 
+// do runs one command, bounded by ctx or, without a deadline, by the
+// driver's timeout.
+func (d *Driver) do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return do(ctx, conn, name, args...)
+}
+
 // receive reads one reply of a pipeline, bounded by ctx.
 func receive(ctx context.Context, conn redis.Conn) (any, error) {
 	if ctx.Done() == nil {
@@ -253,13 +304,15 @@ func (e *ClusterError) Unwrap() []error { return []error{dlock.ErrUnsupported, e
 // Redis Cluster node it fails with an error matching dlock.ErrUnsupported
 // instead, as it would see that node's keys only.
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
-	conn, err := d.conn(ctx)
+	gctx, cancel := d.bound(ctx)
+	conn, err := d.conn(gctx)
+	cancel()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	// A user whose ACL denies INFO is assumed not to be on a cluster.
-	info, err := redis.String(do(ctx, conn, "INFO", "cluster"))
+	info, err := redis.String(d.do(ctx, conn, "INFO", "cluster"))
 	if err != nil && !isReply(err) {
 		return err
 	}
@@ -268,7 +321,7 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	}
 	cursor := "0"
 	for {
-		r, err := redis.Values(do(ctx, conn, "SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", typ))
+		r, err := redis.Values(d.do(ctx, conn, "SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", typ))
 		if err != nil {
 			return err
 		}

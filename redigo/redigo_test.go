@@ -3,7 +3,9 @@ package redigo_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,5 +68,171 @@ func TestClusterIsUnsupported(t *testing.T) {
 	}
 	if _, err := locks.List(ctx, ""); !errors.Is(err, dlock.ErrUnsupported) {
 		t.Errorf("List on a cluster node: err = %v, want ErrUnsupported", err)
+	}
+}
+
+// A request whose context has no deadline ends after the driver's timeout
+// when the server hangs: a pool dialed without a read timeout would wait
+// for as long as the server does.
+func TestARequestToAHungServerEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", srv.Addr())
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	locks := dlock.New(dlockredigo.New(pool, dlockredigo.WithTimeout(300*time.Millisecond)))
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := locks.TryLock(ctx, "hung")
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		srv.Resume(t)
+		t.Fatal("TryLock still waits on the hung server")
+	}
+	srv.Resume(t)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want a deadline exceeded", err)
+	}
+}
+
+// A subscription whose connection is cut off without a reset (no reply,
+// no error) notices by its pings and subscribes again on a new one.
+func TestASilentlyCutSubscriptionComesBack(t *testing.T) {
+	defer dlockredigo.SetPing(50*time.Millisecond, 200*time.Millisecond)()
+	srv := redistest.Start(t)
+	px := newCutProxy(t, srv.Addr())
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", px.addr())
+		},
+	}
+	defer pool.Close()
+	got := make(chan string, 16)
+	sub, err := dlockredigo.New(pool).Subscribe(context.Background(), func(ch, payload string) { got <- payload })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(context.Background(), "news"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(msg string) bool {
+		deadline := time.After(10 * time.Second)
+		for {
+			srv.Do(t, "PUBLISH", "news", msg)
+			select {
+			case p := <-got:
+				if p == msg {
+					return true
+				}
+			case <-time.After(50 * time.Millisecond):
+			case <-deadline:
+				return false
+			}
+		}
+	}
+	if !publish("before") {
+		t.Fatal("no message before the cut")
+	}
+	px.cut() // the connections open now go silent; new ones work
+	if !publish("after") {
+		t.Fatal("no message after the cut: the silent connection was kept")
+	}
+}
+
+// cutProxy forwards TCP connections to a server until cut, after which the
+// connections open then pass nothing either way, and stay open, as a
+// connection to a host that vanished does.
+type cutProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	epoch  int
+	conns  []net.Conn
+	copies sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	p.copies.Add(1)
+	go func() {
+		defer p.copies.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			epoch := p.epoch
+			p.conns = append(p.conns, c, s)
+			p.copies.Add(2)
+			p.mu.Unlock()
+			go p.pipe(c, s, epoch)
+			go p.pipe(s, c, epoch)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.copies.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+// cut silences every connection open now.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	p.epoch++
+	p.mu.Unlock()
+}
+
+// pipe copies from src to dst while the proxy is in the epoch the
+// connection was opened in; after a cut it reads and drops.
+func (p *cutProxy) pipe(dst, src net.Conn, epoch int) {
+	defer p.copies.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		live := p.epoch == epoch
+		p.mu.Unlock()
+		if live {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
 	}
 }
