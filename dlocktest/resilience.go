@@ -38,7 +38,8 @@ func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 // channel's notices arrive too. The first round subscribes the primary's
 // first channel, so the connection's handshake gets no answer; the second
 // uses the connection made, where a driver that only sends SSUBSCRIBE may
-// return at once, and one that waits for the confirmation waits. Each
+// return at once, and one that waits for the confirmation waits. In both,
+// a second Subscribe on the paused primary is under way too. Each
 // pause is shorter than the cluster's node timeout, so no node is marked
 // failed.
 func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
@@ -50,6 +51,7 @@ func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 	for round, connected := range []bool{false, true} {
 		slow := c.ChannelOn(t, paused, "slow"+strconv.Itoa(round)+"-")
 		fast := c.ChannelOn(t, other, "fast"+strconv.Itoa(round)+"-")
+		slow2 := c.ChannelOn(t, paused, "slower"+strconv.Itoa(round)+"-")
 		paused.Pause(t)
 		slowDone := make(chan error, 1)
 		go func() {
@@ -58,6 +60,16 @@ func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 			slowDone <- sub.Subscribe(ctx, slow)
 		}()
 		paused.AwaitUnread(t, 5*time.Second) // the request reached the paused primary
+		// A second Subscribe on the paused primary waits behind the
+		// first, and must not hold up the other primary's either.
+		slow2Done, asking := make(chan error, 1), make(chan struct{})
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			close(asking)
+			slow2Done <- sub.Subscribe(ctx, slow2)
+		}()
+		<-asking
 		if err := sub.Subscribe(timeout(t), fast); err != nil {
 			t.Fatalf("round %d: Subscribe on another primary: %v", round, err)
 		}
@@ -74,7 +86,11 @@ func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 		if err := <-slowDone; err != nil {
 			t.Fatalf("round %d: Subscribe on the primary once resumed: %v", round, err)
 		}
+		if err := <-slow2Done; err != nil {
+			t.Fatalf("round %d: second Subscribe on the primary once resumed: %v", round, err)
+		}
 		redistest.PublishUntilReceived(t, paused, slow, "after the pause", got)
+		redistest.PublishUntilReceived(t, paused, slow2, "after the pause, second", got)
 	}
 }
 

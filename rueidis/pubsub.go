@@ -56,6 +56,12 @@ type subscription struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when run has returned
 
+	// sending orders the requests that change what the connection is
+	// subscribed to, and is held across them; mu guards the fields below
+	// and is never held across a request, so that a primary slow to
+	// answer holds up only the callers that write to it. sending comes
+	// first when both are taken.
+	sending  sync.Mutex
 	mu       sync.Mutex
 	conn     *conn // nil while connecting again, and once closed
 	channels map[string]bool
@@ -120,7 +126,7 @@ func (s *subscription) push(m rueidis.PubSubMessage) {
 // unsubscribed queues a shard channel that the server unsubscribed: at
 // Unsubscribe, or by itself when its node stopped serving the slot (a slot
 // move, or a primary turned replica). It is called by rueidis, which waits
-// for it, possibly inside a send under s.mu: it must not take s.mu.
+// for it, possibly inside a send: it must not take s.sending.
 func (s *subscription) unsubscribed(sub rueidis.PubSubSubscription) {
 	if sub.Kind != "sunsubscribe" {
 		return
@@ -241,11 +247,13 @@ func (s *subscription) reconnect(delay *time.Duration) *conn {
 	}
 }
 
-// install makes c the subscription's connection, once it has caught up
-// with the channels subscribed or unsubscribed while it connected to want.
+// install makes c the subscription's connection, and catches it up with
+// the channels subscribed or unsubscribed while it connected to want; if
+// that fails, the caller drops c.
 func (s *subscription) install(c *conn, want []string) error {
+	s.sending.Lock()
+	defer s.sending.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.list()
 	var add, remove []string
 	for _, ch := range now {
@@ -258,14 +266,12 @@ func (s *subscription) install(c *conn, want []string) error {
 			remove = append(remove, ch)
 		}
 	}
+	s.conn = c
+	s.mu.Unlock()
 	if err := s.send(s.ctx, c, true, add); err != nil {
 		return err
 	}
-	if err := s.send(s.ctx, c, false, remove); err != nil {
-		return err
-	}
-	s.conn = c
-	return nil
+	return s.send(s.ctx, c, false, remove)
 }
 
 // list returns the subscription's channels. s.mu is held.
@@ -322,9 +328,11 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 }
 
 func (s *subscription) change(ctx context.Context, subscribe bool, channels []string) error {
+	s.sending.Lock()
+	defer s.sending.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
+		s.mu.Unlock()
 		return errClosed
 	}
 	for _, ch := range channels {
@@ -334,10 +342,12 @@ func (s *subscription) change(ctx context.Context, subscribe bool, channels []st
 			delete(s.channels, ch)
 		}
 	}
-	if s.conn == nil {
+	c := s.conn
+	s.mu.Unlock()
+	if c == nil {
 		return nil
 	}
-	return s.send(ctx, s.conn, subscribe, channels)
+	return s.send(ctx, c, subscribe, channels)
 }
 
 // Close closes the connection and waits for the goroutine that calls
