@@ -660,3 +660,54 @@ func TestAGrantToAnotherLockOfTheSameTokenIsNotTaken(t *testing.T) {
 	}
 	_ = r.l.Release(ctx)
 }
+
+// TestALateNoticeOfAGrantALockTookIsNotGivenBack: the notice of a grant
+// comes after the Lock it was for took the hold by an attempt of its own,
+// and after that Lock ended; meanwhile another Lock of the same token
+// (WithToken) holds the name. The notice is not taken for a grant nobody
+// claimed: giving it back would free the hold under that other Lock. A
+// notice of a later grant, which no Lock took, is still given back, if its
+// hold is still there.
+func TestALateNoticeOfAGrantALockTookIsNotGivenBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const key = "dlock:{took}"
+	held, err := e.c.TryLock(ctx, "took", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	got := lockWhenRefused(t, ctx, waiter, "took", dlock.WithToken("T"), dlock.WithTTL(time.Minute))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	first := r.l.Fence()
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := waiter.TryLock(ctx, "took", dlock.WithToken("T"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first grant's notice again, late; then that of the hold the
+	// second Lock has, as if a grant had made it and the Lock had taken it
+	// before its notice came.
+	for _, fence := range []uint64{first, again.Fence()} {
+		e.srv.Do(t, "PUBLISH", dlock.Member(waiter), fmt.Sprintf("\x00%d %d 0 1 T%s", 1, fence, key))
+	}
+	// A notice of a grant that no Lock took: given back, but only if that
+	// hold is still there, which it is not: the name stays with the
+	// second Lock.
+	e.srv.Do(t, "PUBLISH", dlock.Member(waiter), fmt.Sprintf("\x00%d %d 0 1 T%s", 1, again.Fence()+1, key))
+	time.Sleep(300 * time.Millisecond) // the notices came and went
+	if !e.locked(t, key) {
+		t.Fatal("a late grant notice freed the hold of another Lock of the same token")
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatalf("the second Lock's Release: %v", err)
+	}
+}

@@ -406,6 +406,9 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	l.mu.Lock()
 	l.token, l.fences = token, fences
 	l.mu.Unlock()
+	if l.asksGrant() {
+		l.c.tookGrantable(l.req, fences[0])
+	}
 	l.start(start, deadline)
 	return 0, nil
 }
@@ -497,7 +500,7 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 // ended (see waitHub.forget).
 func (l *Lock) ended() {
 	if l.asked != "" {
-		l.c.hub().forget(l.req)
+		l.c.hub().forget(l.req, l.Fence())
 	}
 }
 

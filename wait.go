@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -61,7 +62,7 @@ type waitHub struct {
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
 	idle     int                      // sharded: channels subscribed that no waiter listens on
-	ended    map[string]bool          // request tokens of Locks that asked for grants and ended (see forget)
+	ended    map[string]uint64        // request tokens of Locks that asked for grants and ended, and the fence each obtained (see forget)
 	endedAt  []endedReq               // the same, oldest first
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
@@ -84,7 +85,7 @@ func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
-		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]bool{}}
+		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}}
 }
 
 // member is the client's name in waiter sets.
@@ -335,8 +336,11 @@ func (h *waitHub) notify(_, payload string) {
 				return
 			}
 		}
-		if h.ended[n.req] && !h.failed {
-			h.returnGrant(key, n.req)
+		// A grant of the hold the Lock obtained (its own attempt found
+		// the grant before the notice came) is not given back: the Lock
+		// releases it, or did.
+		if fence, ended := h.ended[n.req]; ended && n.fence > fence && !h.failed {
+			h.returnGrant(key, n.req, n.fence)
 		}
 		return
 	}
@@ -374,15 +378,18 @@ const (
 
 // forget records that the Lock with request token req, which asked for
 // grants, ended (released, or gave up): no caller will act on req again.
-// An attempt of it that ran late (sent again by the client library, or
-// held up on a slow connection) can still leave its request with a lock
-// and be granted it; the notice of such a grant then comes to no waiter,
-// and the hub gives the lock back instead of leaving it held by nobody
-// for its TTL.
-func (h *waitHub) forget(req string) {
+// fence is the fence of the hold it obtained, 0 if none. An attempt of it
+// that ran late (sent again by the client library, or held up on a slow
+// connection) can still leave its request with a lock and be granted it;
+// the notice of such a grant (with a larger fence) then comes to no
+// waiter, and the hub gives the lock back instead of leaving it held by
+// nobody for its TTL. The notice of the grant the Lock obtained itself,
+// late, is not such a one.
+func (h *waitHub) forget(req string, fence uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended[req] {
+	if f, ok := h.ended[req]; ok {
+		h.ended[req] = max(f, fence) // another Lock of the same token
 		return
 	}
 	now := time.Now()
@@ -393,8 +400,27 @@ func (h *waitHub) forget(req string) {
 	if len(h.endedAt) == 0 {
 		h.endedAt = nil // let the array go
 	}
-	h.ended[req] = true
+	h.ended[req] = fence
 	h.endedAt = append(h.endedAt, endedReq{req, now})
+}
+
+// tookGrantable tells the client's wait hub, if it has one, that a Lock
+// obtained with request token req a name with fence: a grant notice for
+// req with that fence (or an earlier one) is of a hold that a Lock took,
+// not one to give back. Locks of one token (WithToken) share their
+// request token, and one may take a hold granted to another that ended.
+func (c *Client) tookGrantable(req string, fence uint64) {
+	c.mu.Lock()
+	h := c.waits
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if f, ok := h.ended[req]; ok && fence > f {
+		h.ended[req] = fence
+	}
+	h.mu.Unlock()
 }
 
 // endedReq is a request token forget recorded, and when.
@@ -404,9 +430,11 @@ type endedReq struct {
 }
 
 // returnGrant releases, in the background, the lock key granted to the ended
-// request token req, as its Lock's clean-up would; h.mu must be held, and
-// the hub not closed (close waits for it).
-func (h *waitHub) returnGrant(key, req string) {
+// request token req with fence, as its Lock's clean-up would, if that
+// grant's hold is still there (a Lock of the same token, WithToken, may
+// hold the name with a later one); h.mu must be held, and the hub not
+// closed (close waits for it).
+func (h *waitHub) returnGrant(key, req string, fence uint64) {
 	member := h.channel
 	if h.sharded {
 		member = h.shardMember
@@ -416,7 +444,8 @@ func (h *waitHub) returnGrant(key, req string) {
 		defer h.givers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence"}, Args: []any{req, "", member}}
+		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence"},
+			Args: []any{req, "", member, strconv.FormatUint(fence, 10)}}
 		h.c.evalWith(ctx, replication{}, call)
 		if call.Err != nil {
 			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "key", key, "err", call.Err)

@@ -5,7 +5,9 @@
 -- ARGV[1] the request token of the acquisition given up, ARGV[2] this
 -- release's id ('' for the clean-up after a failed acquire), and for a
 -- clean-up ARGV[3] the client channel with which it may have left its
--- request for a grant ('' or absent when not; see grant), which goes
+-- request for a grant ('' or absent when not; see grant), which goes, and
+-- ARGV[4] the fence of the hold to give up ('' or absent for any): a key
+-- held with another fence counts as not held
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -20,7 +22,7 @@
 -- release whose id it holds ran before (its reply was lost and the client
 -- sent it again), changes nothing and counts as done. Returns the number
 -- of keys that were not held by the acquisition.
-local req, id, asked = ARGV[1], ARGV[2], ARGV[3] or ''
+local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 local hold = 'h:' .. req
 
 -- kept is how much of 'rel' a release keeps: room for the last eight ids
@@ -69,7 +71,7 @@ for i = 1, n do
     if g then ok, d = pcall(cjson.decode, g) end
     if ok and type(d) == 'table' and d[1] == req then redis.call('HDEL', k, 'g:' .. asked) end
   end
-  local live = cur and cur[2] and cur[2] ~= ''
+  local live = cur and cur[2] and cur[2] ~= '' and (only == '' or cur[9] == only)
   local first = live and cur[7] == req
   local again = live and not first and cur[8] == cur[2]
   if cur and released(cur[5]) then
