@@ -1,5 +1,7 @@
 package dlock
 
+import "time"
+
 // PauseWatchdog stops c's watchdog from refreshing anything until resume is
 // called, as a stopped process (GC pause, SIGSTOP) would: tests use it to
 // let a lock run out under its holder.
@@ -20,6 +22,16 @@ func Waiting(c *Client, name string) int {
 
 // WaitBeat is how long a registered waiter sleeps at most between attempts.
 const WaitBeat = waitBeat
+
+// SetWaitBeat sets how long c's registered waiters sleep at most between
+// attempts, before any of them waits: a long one shows that notices alone
+// wake them.
+func SetWaitBeat(c *Client, d time.Duration) {
+	h := c.hub()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.beat = d
+}
 
 // Member returns c's name in waiter sets.
 func Member(c *Client) string { return c.hub().member() }

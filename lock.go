@@ -95,7 +95,9 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // Lock obtains the exclusive lock called name, waiting while it is held.
 // A waiting caller is woken by Redis: the release of the lock publishes a
 // notice to one waiting client, which lets its first waiting caller try
-// again; callers of one client queue in arrival order. A waiter also tries
+// again; callers of one client queue in arrival order, except that the
+// first attempt of a caller WithOwner or WithToken is made at once (it may
+// re-enter a hold that the callers ahead of it wait for). A waiter also tries
 // again when the holder's lock is due to expire (its holder may have died),
 // and at least twice a second in case a notice was lost. The retry strategy
 // (WithRetry) decides how many attempts are made and how long to back off
@@ -360,7 +362,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, l.owner != "" || o.token != "", try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -435,7 +437,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 	}
-	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, flag(wa.more), waitLeaseArg}
+	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg}
 	switch {
 	case l.extra != nil:
 		args = append(args, l.extra()...)

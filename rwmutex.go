@@ -22,7 +22,9 @@ import "context"
 // Writers race among themselves.
 //
 // A fair lock (see Fair) serves in arrival order instead: every waiter
-// records itself in a queue; a reader enters when no writer holds the lock
+// records itself in a queue (the callers of one client one at a time: a
+// client's caller queues there once the client's earlier callers of the
+// lock are served, so arrival order holds between clients); a reader enters when no writer holds the lock
 // or is queued ahead of it, so that readers queued together enter
 // together, and a writer when nobody holds the lock or is queued ahead of
 // it. Queue entries expire after their waiter's TTL too, so that a waiter

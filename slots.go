@@ -164,7 +164,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	// the script does when all are taken at once): giving those names back
 	// would then wake the waiter itself, and it would try again at once,
 	// over and over, while the name that refused it stays held.
-	wa.more = false
+	wa.more = ""
 	args := l.acquireArgs(ttl, wa)
 	token, fences = l.req, make([]uint64, len(l.names))
 	tokens := make([]string, 0, len(l.parts))

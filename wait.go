@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -66,6 +67,7 @@ type waitHub struct {
 	endedAt  []endedReq               // the same, oldest first
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
+	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
 }
 
 // maxIdleShardChannels bounds the shard channels a client stays subscribed
@@ -85,7 +87,7 @@ func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
-		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}}
+		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
 }
 
 // member is the client's name in waiter sets.
@@ -333,6 +335,12 @@ func (h *waitHub) notify(_, payload string) {
 			if w.req == n.req {
 				w.grant, w.hasGrant = n, true
 				w.signal()
+				// The grant took the client out of the waiter set: the
+				// callers waiting for locks on several names of which
+				// key is one register again by trying.
+				for _, o := range h.others[key] {
+					o.signal()
+				}
 				return
 			}
 		}
@@ -471,6 +479,25 @@ func (h *waitHub) first(key string, w *waiter) (first, more bool) {
 	return len(q) > 0 && q[0] == w, len(q) > 1
 }
 
+// moreAt returns, for each of keys, '1' when callers of the client other
+// than w wait for it (first in line for it, or for a lock on several names
+// of which it is one), else '0': an attempt that obtains the lock registers
+// the client again at those names, for them.
+func (h *waitHub) moreAt(keys []string, w *waiter) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := make([]byte, len(keys))
+	for i, k := range keys {
+		b[i] = '0'
+		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
+			if slices.ContainsFunc(ws, func(x *waiter) bool { return x != w }) {
+				b[i] = '1'
+			}
+		}
+	}
+	return string(b)
+}
+
 // enroll records that an attempt for the lock whose keys are keys may have
 // registered the client in their waiter sets (it was refused, having asked).
 func (h *waitHub) enroll(keys []string) {
@@ -569,7 +596,7 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
 // waitArgs tells an attempt how its caller waits.
 type waitArgs struct {
 	channel string // the client's channel; "" when not registering
-	more    bool   // more callers of this client wait for the lock
+	more    string // for each of the lock's names, '1' when more callers of this client wait for it, else '0'; "" when not registering
 	attempt string // set by an exclusive Lock's attempt that asks for a grant: its number
 	waiting bool   // set for every attempt of a waiting caller
 }
@@ -605,8 +632,10 @@ type grantee struct {
 // is called with the last error when it gives up; uncertain tells it
 // whether an attempt may have taken the lock unseen.
 //
-// what names the lock in the error of a wait that ended first.
-func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
+// what names the lock in the error of a wait that ended first. eager makes
+// the first attempt before the caller gets in line behind the callers of
+// this client that came first.
+func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, eager bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -628,8 +657,14 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 	uncertain := false // an attempt may have taken the lock without our knowing
 	retriedLate := false
 	for failed := 0; ; {
+		// An owner's re-entry, or an acquire with its token, may succeed
+		// while the lock is held: its first attempt does not wait behind
+		// the callers of this client that wait for the holder (it may be
+		// the holder). That attempt does not register, so as not to
+		// replace the grant request the first of them left.
+		ahead := eager && failed == 0 && !uncertain
 		// Wait for our turn behind the callers of this client that came first.
-		for first, _ := hub.first(key, w); !first; first, _ = hub.first(key, w) {
+		for first, _ := hub.first(key, w); !first && !ahead; first, _ = hub.first(key, w) {
 			if w.sleep(ctx, time.Hour) != nil {
 				return abandon(uncertain, waitEnded(ctx, what, nil))
 			}
@@ -641,9 +676,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		w.drain() // a signal from before this attempt is answered by it
 		notices := hub.subscribed(ctx)
 		wa := waitArgs{waiting: true}
-		if notices {
+		if first, _ := hub.first(key, w); notices && (first || !ahead) {
 			hub.listen(ctx, keys, w)
-			_, wa.more = hub.first(key, w)
+			wa.more = hub.moreAt(keys, w)
 			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)
@@ -680,7 +715,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			d, retriedLate = 0, true
 		case notHeld && wa.channel != "":
 			// Registered: the release will say when to try again.
-			d = waitBeat
+			d = hub.beat
 		case notHeld && notices:
 			d = 0 // refused before registering: try again at once, registering
 		}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,4 +386,153 @@ func TestAReleaseDoesNotFailForANoticeItCannotSend(t *testing.T) {
 		t.Error("the lock was not released")
 	}
 
+}
+
+// An owner's re-entry does not wait behind a caller of the same client
+// that waits for the owner's hold: the two would wait for each other until
+// one wait ended.
+func TestAReentryDoesNotWaitBehindTheOwnersWaiters(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	owner := dlock.WithOwner("job-1")
+	first, err := e.c.TryLock(ctx, "reenter", owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	other := lockWhenRefused(t, wctx, e.c, "reenter")
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	again, err := e.c.Lock(rctx, "reenter", owner)
+	if err != nil {
+		t.Fatalf("the owner's re-entry: %v", err)
+	}
+	for _, l := range []*dlock.Lock{again, first} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := <-other; r.err != nil {
+		t.Fatalf("the other caller, once the owner let go: %v", r.err)
+	} else {
+		_ = r.l.Release(ctx)
+	}
+}
+
+// A grant to one caller takes its client out of the lock's waiter set; a
+// caller of the same client that waits for a lock on several names, that
+// one among them, registers again, so that the release of the granted
+// hold wakes it. (The waiters' beat is too long to wake them.)
+func TestAGrantKeepsTheClientsOtherCallersRegistered(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	x := e.newClient(t)
+	held, err := x.TryLock(ctx, "b", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient(t)
+	dlock.SetWaitBeat(c, time.Hour)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	multi := make(chan lockResult, 1)
+	refused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		l, err := c.LockMulti(wctx, []string{"a", "b"}, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		multi <- lockResult{l, err}
+	}()
+	<-refused
+	single := lockWhenRefused(t, wctx, c, "b", dlock.WithTTL(time.Minute))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-single
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	awaitCond(t, 5*time.Second, func() bool {
+		return e.srv.Do(t, "ZSCORE", "dlock:{b}:waiters", dlock.Member(c)) != "(nil)"
+	})
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := <-multi
+	if m.err != nil {
+		t.Fatalf("the lock on both names: %v", m.err)
+	}
+	_ = m.l.Release(ctx)
+}
+
+// silentDriver is a tapDriver whose subscription drops every notice while
+// silent is set, as a connection that is slow to deliver them would keep
+// them from the client until it gave up.
+type silentDriver struct {
+	*tapDriver
+	silent atomic.Bool
+}
+
+func (d *silentDriver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	return d.tapDriver.Subscribe(ctx, func(channel, payload string) {
+		if !d.silent.Load() {
+			notify(channel, payload)
+		}
+	})
+}
+
+// A semaphore's release tells one waiting client; one that gives up
+// without having used that notice passes it on to the next.
+func TestAWaiterThatGivesUpPassesOnASemaphoresNotice(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	// Two holders: once one releases, the other keeps the name's keys.
+	var held, kept *dlock.Lock
+	for _, l := range []**dlock.Lock{&held, &kept} {
+		var err error
+		if *l, err = e.c.Semaphore("sem", 2).TryAcquire(ctx, dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer kept.Release(ctx)
+	xd := &silentDriver{tapDriver: e.newDriver(t)}
+	x := dlock.New(xd)
+	t.Cleanup(func() { _ = x.Close() })
+	z := e.newClient(t)
+	for _, c := range []*dlock.Client{x, z} {
+		dlock.SetWaitBeat(c, time.Hour)
+	}
+	xctx, xcancel := context.WithCancel(ctx)
+	defer xcancel()
+	xGot := make(chan error, 1)
+	xRefused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := x.Semaphore("sem", 2).Acquire(xctx, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(xRefused) }) }))
+		xGot <- err
+	}()
+	<-xRefused // x is registered first
+	zctx, zcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer zcancel()
+	zGot := make(chan lockResult, 1)
+	zRefused := make(chan struct{})
+	var zonce sync.Once
+	go func() {
+		l, err := z.Semaphore("sem", 2).Acquire(zctx, dlock.WithOnRetry(func(int, error) { zonce.Do(func() { close(zRefused) }) }))
+		zGot <- lockResult{l, err}
+	}()
+	<-zRefused
+	xd.silent.Store(true)
+	if err := held.Release(ctx); err != nil { // tells x, which does not hear
+		t.Fatal(err)
+	}
+	xcancel()
+	if err := <-xGot; !errors.Is(err, context.Canceled) {
+		t.Fatalf("x: %v", err)
+	}
+	r := <-zGot
+	if r.err != nil {
+		t.Fatalf("z, after x gave up: %v", r.err)
+	}
+	_ = r.l.Release(ctx)
 }

@@ -6,7 +6,8 @@
 -- ARGV[1] request token (fresh per acquisition), ARGV[2] TTL in ms,
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),
 -- ARGV[5] the waiting client's channel ('' or absent when not waiting),
--- ARGV[6] '1' when more of that client's callers wait for these locks,
+-- ARGV[6] for each of the locks, in order, '1' when more of that client's
+-- callers wait for it, else '0',
 -- ARGV[7] how long a waiter's registration lasts, in ms,
 -- ARGV[8] the attempt's number when the waiting caller asks to be granted
 -- the lock (see grant; one name only), '' or absent when not,
@@ -149,7 +150,7 @@ for i = 1, n do
   if waiter ~= '' then
     -- A waiter set holding other data is left alone: the lock is obtained,
     -- and this client's other callers wake by their timers.
-    if more == '1' then
+    if string.sub(more or '', i, i) == '1' then
       waits(i, now_us, false)
     else
       redis.pcall('ZREM', KEYS[n + i], waiter)
