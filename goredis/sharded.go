@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -19,7 +20,8 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // connection carries the channels of all of a primary's slots. When a
 // primary stops serving a slot (a failover or a slot move: the server then
 // unsubscribes its shard channels, or answers MOVED) or its connection
-// fails, the channels concerned are subscribed anew, after go-redis has
+// fails (one silent for 3s is sent a PING, and one that answers nothing
+// within 3s more counts as failed), the channels concerned are subscribed anew, after go-redis has
 // read the cluster's slots again, on the primaries that serve them now.
 // (This does not rely on go-redis's own reconnection of a ClusterClient's
 // SSubscribe, which before v9.18 picks a random node.) notify is called
@@ -81,6 +83,13 @@ const (
 	// shardTimeout bounds the requests that subscribe channels anew.
 	shardTimeout = 5 * time.Second
 )
+
+// shardSilence is how long a primary's connection may go without a
+// message before it is sent a PING; one that answers nothing, not even
+// that, within as long again is taken for failed, as a connection cut off
+// without a reset (a host that vanished) is, and its channels are
+// subscribed anew.
+var shardSilence = 3 * time.Second
 
 var errClosed = errors.New("goredis: subscription closed")
 
@@ -263,11 +272,22 @@ func (ns *nodeSubscription) run(addr string) {
 // channels).
 func (ns *nodeSubscription) receive() (moved []string) {
 	s := ns.s
+	pinged := false
 	for {
-		msg, err := ns.ps.Receive(context.Background())
+		msg, err := ns.ps.ReceiveTimeout(context.Background(), shardSilence)
 		if err != nil {
-			return nil // a failed connection, an error reply such as MOVED, or Close
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !pinged {
+				// Silent for a while: a PING tells a quiet connection
+				// from a dead one.
+				pinged = true
+				if ns.ps.Ping(context.Background()) == nil {
+					continue
+				}
+			}
+			return nil // a failed or silent connection, an error reply such as MOVED, or Close
 		}
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.deliver.Lock()

@@ -54,3 +54,48 @@ func TestAChannelLetGoWhileMovingStaysGone(t *testing.T) {
 		t.Error("the channel was subscribed again after it was let go")
 	}
 }
+
+// TestASilentPrimaryConnectionIsTakenForFailed: a primary's connection cut
+// off without a reset (it passes nothing, and stays open) is noticed by
+// the PING sent after a silence, so that its channels are subscribed anew
+// instead of waiting for TCP keep-alive. Quiet connections that answer the
+// PING go on.
+func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
+	defer func(d time.Duration) { shardSilence = d }(shardSilence)
+	shardSilence = 100 * time.Millisecond
+	srv := redistest.Start(t)
+	px := redistest.StartCutProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	ps := rdb.SSubscribe(ctx, "ch")
+	defer ps.Close()
+	got := make(chan string, 4)
+	ns := &nodeSubscription{s: &shardedSubscription{notify: func(_, p string) { got <- p }}, ps: ps, channels: map[string]bool{"ch": true}}
+	done := make(chan []string, 1)
+	go func() { done <- ns.receive() }()
+	for {
+		srv.Do(t, "SPUBLISH", "ch", "hello")
+		select {
+		case <-got:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	// Quiet, but alive: several silences pass, each answered.
+	select {
+	case moved := <-done:
+		t.Fatalf("a quiet connection was given up: %v", moved)
+	case <-time.After(5 * shardSilence):
+	}
+	px.Cut()
+	select {
+	case moved := <-done:
+		if moved != nil {
+			t.Errorf("moved %v, want a failed connection", moved)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the silent connection is still taken for alive")
+	}
+}

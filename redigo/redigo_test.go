@@ -3,9 +3,7 @@ package redigo_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,10 +114,10 @@ func TestARequestToAHungServerEnds(t *testing.T) {
 func TestASilentlyCutSubscriptionComesBack(t *testing.T) {
 	defer dlockredigo.SetPing(50*time.Millisecond, 200*time.Millisecond)()
 	srv := redistest.Start(t)
-	px := newCutProxy(t, srv.Addr())
+	px := redistest.StartCutProxy(t, srv.Addr())
 	pool := &redis.Pool{
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", px.addr())
+			return redis.DialContext(ctx, "tcp", px.Addr())
 		},
 	}
 	defer pool.Close()
@@ -150,89 +148,8 @@ func TestASilentlyCutSubscriptionComesBack(t *testing.T) {
 	if !publish("before") {
 		t.Fatal("no message before the cut")
 	}
-	px.cut() // the connections open now go silent; new ones work
+	px.Cut() // the connections open now go silent; new ones work
 	if !publish("after") {
 		t.Fatal("no message after the cut: the silent connection was kept")
-	}
-}
-
-// cutProxy forwards TCP connections to a server until cut, after which the
-// connections open then pass nothing either way, and stay open, as a
-// connection to a host that vanished does.
-type cutProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	epoch  int
-	conns  []net.Conn
-	copies sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
-	p.copies.Add(1)
-	go func() {
-		defer p.copies.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			epoch := p.epoch
-			p.conns = append(p.conns, c, s)
-			p.copies.Add(2)
-			p.mu.Unlock()
-			go p.pipe(c, s, epoch)
-			go p.pipe(s, c, epoch)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.copies.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-// cut silences every connection open now.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	p.epoch++
-	p.mu.Unlock()
-}
-
-// pipe copies from src to dst while the proxy is in the epoch the
-// connection was opened in; after a cut it reads and drops.
-func (p *cutProxy) pipe(dst, src net.Conn, epoch int) {
-	defer p.copies.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		live := p.epoch == epoch
-		p.mu.Unlock()
-		if live {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
 	}
 }
