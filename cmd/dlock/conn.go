@@ -119,8 +119,12 @@ func unreachable(display string, err error) error {
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
 	case strings.Contains(msg, "NOPERM"):
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
+	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"):
+		hint = "the server's certificate names another host: give the name it holds with --tls-server-name"
 	case strings.Contains(msg, "x509"), strings.Contains(msg, "tls:"), strings.Contains(msg, "certificate"):
 		hint = "check --tls-ca, --tls-cert and --tls-key, and that the URL says rediss://"
+	case strings.HasPrefix(display, "rediss") && (strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout")):
+		hint = "no TLS handshake: check that the server expects TLS, or write redis:// for one that does not"
 	case strings.Contains(msg, "sentinel"):
 		hint = "check the sentinel addresses and the master name they monitor"
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):

@@ -238,6 +238,11 @@ func TestConnectTLSAndACL(t *testing.T) {
 	checkOneLine(t, r, exitUnavailable, "cannot use Redis at "+url)
 	r = dlockRun(t, nil, "--redis", "redis://127.0.0.1:"+strconv.Itoa(port), "--tls-ca", certs.ca, "ls")
 	checkOneLine(t, r, exitUsage, "not a TLS URL; write rediss://")
+	r = dlockRun(t, envTLS, "--tls-server-name", "elsewhere.example", "ls")
+	checkOneLine(t, r, exitUnavailable, "give the name it holds with --tls-server-name")
+	// TLS to the server's plain port: no handshake comes back.
+	r = dlockRun(t, []string{"DLOCK_PASSWORD=s3cret"}, "--redis", "rediss://locker@"+srv.Addr(), "--tls-ca", certs.ca, "ls")
+	checkOneLine(t, r, exitUnavailable, "no TLS handshake")
 }
 
 func TestConnectCluster(t *testing.T) {

@@ -264,7 +264,7 @@ func flagError(err error) error {
 	return errors.New(flagName.ReplaceAllString(err.Error(), "$1--$2"))
 }
 
-var flagName = regexp.MustCompile(`(: |flag )-([a-z][a-z-]*)`)
+var flagName = regexp.MustCompile(`(: |flag |for )-([a-z][a-z-]*)`)
 
 // durationFlag defines a duration flag whose error says how to write one.
 func durationFlag(fs *flag.FlagSet, p *time.Duration, name string) {

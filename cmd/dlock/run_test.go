@@ -442,6 +442,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--shared", "--write", "job", "--", helperBin}, "--shared and --write exclude each other"},
 		{[]string{"run", "--write", "--semaphore", "3", "job", "--", helperBin}, "--write and --semaphore exclude each other"},
 		{[]string{"run", "--fair", "job", "--", helperBin}, "--fair is for a read/write lock"},
+		{[]string{"run", "--quiet=maybe", "job", "--", helperBin}, `invalid boolean value "maybe" for --quiet`},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
