@@ -97,7 +97,8 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // notice to one waiting client, which lets its first waiting caller try
 // again; callers of one client queue in arrival order, except that the
 // first attempt of a caller WithOwner or WithToken is made at once (it may
-// re-enter a hold that the callers ahead of it wait for). A waiter also tries
+// re-enter a hold that the callers ahead of it wait for; so does a
+// semaphore's, not a read/write lock's). A waiter also tries
 // again when the holder's lock is due to expire (its holder may have died),
 // and at least twice a second in case a notice was lost. The retry strategy
 // (WithRetry) decides how many attempts are made and how long to back off
@@ -362,7 +363,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, l.owner != "" || o.token != "", try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, l.eager(o), try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -371,6 +372,16 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
 	}
 	return nil
+}
+
+// eager reports whether a waiting acquisition's first attempt goes ahead of
+// the callers of its client that wait for the lock (see waitFor): an
+// owner's or a token's, which may re-enter a hold they wait for. Not for a
+// read/write lock, whose attempts record the waiter in Redis (a writer,
+// or any waiter of a fair lock) so that it would keep the callers ahead
+// of it out until that record expired.
+func (l *Lock) eager(o *options) bool {
+	return (l.owner != "" || o.token != "") && l.kind != readHold && l.kind != writeHold
 }
 
 // acquire makes one attempt. When the lock is held by another, it returns

@@ -736,3 +736,53 @@ func TestPrimitivesRefuseBadInputBeforeAnyRoundTrip(t *testing.T) {
 		t.Errorf("bad input left %s keys", keys)
 	}
 }
+
+// A writer with an owner queues behind the callers of its client that
+// came first, as every read/write waiter does: an attempt of its own ahead
+// of them would record it as a waiting writer in Redis, and keep them out
+// until that record expired with its TTL.
+func TestAnOwnersWriterWaitsInLineBehindItsClientsReaders(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := e.newClient(t)
+	held, err := d.RWMutex("doc").TryLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	rw := e.c.RWMutex("doc")
+	reader := make(chan lockResult, 1)
+	refused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		l, err := rw.RLock(wctx, dlock.WithTTL(time.Minute), dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		reader <- lockResult{l, err}
+	}()
+	<-refused
+	writer := make(chan lockResult, 1)
+	go func() {
+		l, err := rw.Lock(wctx, dlock.WithTTL(time.Minute), dlock.WithOwner("o"))
+		writer <- lockResult{l, err}
+	}()
+	awaitWaiting(t, e.c, "doc", 2)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	select {
+	case r := <-reader:
+		if r.err != nil {
+			t.Fatalf("the reader: %v", r.err)
+		}
+		_ = r.l.Release(ctx)
+	case <-rctx.Done():
+		t.Fatal("the reader first in line is still kept out after the writer's release")
+	}
+	if r := <-writer; r.err != nil {
+		t.Fatalf("the writer: %v", r.err)
+	} else {
+		_ = r.l.Release(ctx)
+	}
+}

@@ -222,7 +222,8 @@ func do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, er
 	if ctx.Done() == nil {
 		return conn.Do(name, args...)
 	}
-	return redis.DoContext(conn, ctx, name, args...)
+	v, err := redis.DoContext(conn, ctx, name, args...)
+	return v, bounded(ctx, err)
 }
 
 // do runs one command, bounded by ctx or, without a deadline, by the
@@ -238,7 +239,25 @@ func receive(ctx context.Context, conn redis.Conn) (any, error) {
 	if ctx.Done() == nil {
 		return conn.Receive()
 	}
-	return redis.ReceiveContext(conn, ctx)
+	v, err := redis.ReceiveContext(conn, ctx)
+	return v, bounded(ctx, err)
+}
+
+// bounded makes the failure of a request whose context ended meanwhile
+// match the context's error: redigo reads until the context's deadline,
+// and may report the read's timeout rather than the context's.
+func bounded(ctx context.Context, err error) error {
+	if err == nil || isReply(err) {
+		return err
+	}
+	end := ctx.Err()
+	if dl, ok := ctx.Deadline(); end == nil && ok && !time.Now().Before(dl) {
+		end = context.DeadlineExceeded // the read's deadline came first
+	}
+	if end == nil || errors.Is(err, end) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", end, err)
 }
 
 // isReply reports whether err is an error reply from the server, not a

@@ -123,7 +123,8 @@ func unreachable(display string, err error) error {
 		hint = "the server's certificate names another host: give the name it holds with --tls-server-name"
 	case strings.Contains(msg, "x509"), strings.Contains(msg, "tls:"), strings.Contains(msg, "certificate"):
 		hint = "check --tls-ca, --tls-cert and --tls-key, and that the URL says rediss://"
-	case strings.HasPrefix(display, "rediss") && (strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout")):
+	case strings.HasPrefix(display, "rediss") && !strings.Contains(msg, "dial ") &&
+		(strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout")):
 		hint = "no TLS handshake: check that the server expects TLS, or write redis:// for one that does not"
 	case strings.Contains(msg, "sentinel"):
 		hint = "check the sentinel addresses and the master name they monitor"

@@ -92,9 +92,10 @@ Flags:
                        every user of the name must agree
   --semaphore N        take one of N permits (N > 0): up to N runs at once; N is
                        the semaphore's size for every user of the name from then on
-  A plain run takes an exclusive lock, which is another kind: a name is used by
-  one kind at a time, and a run of another kind on it fails with code 64.
   --quiet, -q          do not report waiting; errors are still reported
+
+A plain run takes an exclusive lock, which is another kind: a name is used by
+one kind at a time, and a run of another kind on it fails with code 64.
 
 Examples:
   dlock run nightly -- ./nightly-report.sh

@@ -13,6 +13,7 @@ import (
 type CutProxy struct {
 	ln     net.Listener
 	mu     sync.Mutex
+	closed bool
 	epoch  int
 	conns  []net.Conn
 	copies sync.WaitGroup
@@ -41,6 +42,11 @@ func StartCutProxy(tb testing.TB, target string) *CutProxy {
 				continue
 			}
 			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				_, _ = c.Close(), s.Close()
+				return
+			}
 			epoch := p.epoch
 			p.conns = append(p.conns, c, s)
 			p.copies.Add(2)
@@ -52,6 +58,7 @@ func StartCutProxy(tb testing.TB, target string) *CutProxy {
 	tb.Cleanup(func() {
 		_ = ln.Close()
 		p.mu.Lock()
+		p.closed = true
 		for _, c := range p.conns {
 			_ = c.Close()
 		}
