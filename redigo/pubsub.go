@@ -49,7 +49,7 @@ func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload str
 	if err != nil {
 		return nil, err
 	}
-	if _, err := do(ctx, c, "PING"); err != nil {
+	if _, err := do(ctx, d.timeout, c, "PING"); err != nil {
 		_ = c.Close()
 		return nil, err
 	}

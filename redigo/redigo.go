@@ -83,10 +83,12 @@ func New(pool *redis.Pool, opts ...Option) *Driver {
 	return d
 }
 
-// bound returns ctx, or when ctx has no deadline, ctx bounded by the
-// driver's timeout.
+// bound returns ctx, or when ctx can be cancelled but has no deadline, ctx
+// bounded by the driver's timeout. A ctx that never ends is returned as it
+// is: its requests are bounded by the driver's timeout one by one (see do),
+// which spares redigo a goroutine per request.
 func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d.timeout)
@@ -108,7 +110,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		return
 	}
 	defer conn.Close()
-	eval(ctx, conn, calls)
+	eval(ctx, d.timeout, conn, calls)
 }
 
 // EvalWait runs the calls as Eval does and then, on the same connection,
@@ -124,7 +126,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		return 0, err
 	}
 	defer conn.Close()
-	eval(ectx, conn, calls)
+	eval(ectx, d.timeout, conn, calls)
 	wait := timeout + time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl))
@@ -141,30 +143,37 @@ func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if ctx.Done() == nil && d.pool.Wait {
+		// A pool that waits for a free connection waits within the
+		// driver's timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
 	return d.pool.GetContext(ctx)
 }
 
 // eval runs the calls on conn by EVALSHA, and by EVAL those answered
 // NOSCRIPT; calls with a Lib by FCALL, and again once the library is
 // loaded if the server answered that a function is missing.
-func eval(ctx context.Context, conn redis.Conn, calls []*dlock.Call) {
+func eval(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	run(ctx, conn, calls, true)
+	run(ctx, limit, conn, calls, true)
 	retry, lib := dlock.Unknown(calls)
 	if lib != nil {
-		if _, err := do(ctx, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src); err != nil {
+		if _, err := do(ctx, limit, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src); err != nil {
 			retry = dlock.FailFunctions(retry, err)
 		}
 	}
 	if len(retry) > 0 {
-		run(ctx, conn, retry, false)
+		run(ctx, limit, conn, retry, false)
 	}
 }
 
 // run sends the calls on conn and stores their replies.
-func run(ctx context.Context, conn redis.Conn, calls []*dlock.Call, bySHA bool) {
+func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlock.Call, bySHA bool) {
 	command := func(c *dlock.Call) (string, []any) {
 		args := make([]any, 0, 2+len(c.Keys)+len(c.Args))
 		name := "EVALSHA"
@@ -186,7 +195,7 @@ func run(ctx context.Context, conn redis.Conn, calls []*dlock.Call, bySHA bool) 
 	}
 	if len(calls) == 1 {
 		name, args := command(calls[0])
-		v, err := do(ctx, conn, name, args...)
+		v, err := do(ctx, limit, conn, name, args...)
 		store(calls[0], v, err)
 		return
 	}
@@ -202,7 +211,7 @@ func run(ctx context.Context, conn redis.Conn, calls []*dlock.Call, bySHA bool) 
 		return
 	}
 	for i, c := range calls {
-		v, err := receive(ctx, conn)
+		v, err := receive(ctx, limit, conn)
 		if err != nil && !isReply(err) {
 			failAll(calls[i:], err) // the connection failed: no more replies
 			return
@@ -217,10 +226,10 @@ func failAll(calls []*dlock.Call, err error) {
 	}
 }
 
-// do runs one command, bounded by ctx.
-func do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, error) {
+// do runs one command, bounded by ctx, or by limit when ctx never ends.
+func do(ctx context.Context, limit time.Duration, conn redis.Conn, name string, args ...any) (any, error) {
 	if ctx.Done() == nil {
-		return conn.Do(name, args...)
+		return redis.DoWithTimeout(conn, limit, name, args...)
 	}
 	v, err := redis.DoContext(conn, ctx, name, args...)
 	return v, bounded(ctx, err)
@@ -231,13 +240,14 @@ func do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, er
 func (d *Driver) do(ctx context.Context, conn redis.Conn, name string, args ...any) (any, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return do(ctx, conn, name, args...)
+	return do(ctx, d.timeout, conn, name, args...)
 }
 
-// receive reads one reply of a pipeline, bounded by ctx.
-func receive(ctx context.Context, conn redis.Conn) (any, error) {
+// receive reads one reply of a pipeline, bounded by ctx, or by limit when
+// ctx never ends.
+func receive(ctx context.Context, limit time.Duration, conn redis.Conn) (any, error) {
 	if ctx.Done() == nil {
-		return conn.Receive()
+		return redis.ReceiveWithTimeout(conn, limit)
 	}
 	v, err := redis.ReceiveContext(conn, ctx)
 	return v, bounded(ctx, err)
