@@ -133,7 +133,10 @@ func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Optio
 }
 
 // LockMulti is TryLockMulti that waits as Lock does: a notice about any of
-// the names wakes it. Across cluster slots, an attempt that is refused
+// the names wakes it. It waits in its client's line for its first name, but
+// does not hold up the callers behind it there: the name may be free while
+// it waits for another, and they try as if it were not ahead of them.
+// Across cluster slots, an attempt that is refused
 // gives back what it took before it waits, so it holds nothing while it
 // waits, and tries again from the first slot. If Redis does not answer
 // that give-back, LockMulti stops waiting, cleans up and returns the error:

@@ -79,6 +79,7 @@ type waiter struct {
 	wake      chan struct{} // a notice came, or it became first in line
 	listening bool          // sharded: counted in the hub's shards
 	req       string        // the caller's request token
+	multi     bool          // it waits for a lock on several names
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
 }
@@ -352,11 +353,20 @@ func (h *waitHub) notify(_, payload string) {
 		}
 		return
 	}
-	if q := h.queues[key]; len(q) > 0 {
-		q[0].signal()
-	}
+	signalFront(h.queues[key])
 	for _, w := range h.others[key] {
 		w.signal()
+	}
+}
+
+// signalFront wakes the callers first in line in queue q: the first, and
+// while it waits for a lock on several names, the next too (see first).
+func signalFront(q []*waiter) {
+	for _, w := range q {
+		w.signal()
+		if !w.multi {
+			return
+		}
 	}
 }
 
@@ -364,10 +374,10 @@ func (h *waitHub) notify(_, payload string) {
 // queue of the first, and told of notices about the others. req is its
 // request token, by which the notice of a grant names it.
 func (h *waitHub) join(keys []string, req string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), req: req}
+	w := &waiter{wake: make(chan struct{}, 1), req: req, multi: len(keys) > 1}
 	h.mu.Lock()
 	h.queues[keys[0]] = append(h.queues[keys[0]], w)
-	if len(h.queues[keys[0]]) == 1 {
+	if isFirst(h.queues[keys[0]], w) {
 		w.signal()
 	}
 	for _, k := range keys[1:] {
@@ -471,12 +481,27 @@ func (h *waitHub) granted(w *waiter) (grantNotice, bool) {
 }
 
 // first reports whether w is first in line for key, and whether others
-// wait behind it.
+// wait behind it. Callers waiting for a lock on several names do not hold
+// up those behind them: such a caller may wait for another name while key
+// is free, so the caller after it counts as first too.
 func (h *waitHub) first(key string, w *waiter) (first, more bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.queues[key]
-	return len(q) > 0 && q[0] == w, len(q) > 1
+	return isFirst(q, w), len(q) > 1
+}
+
+// isFirst reports whether w is first in line in queue q (see first).
+func isFirst(q []*waiter, w *waiter) bool {
+	for _, x := range q {
+		if x == w {
+			return true
+		}
+		if !x.multi {
+			return false
+		}
+	}
+	return false
 }
 
 // moreAt returns, for each of keys, '1' when callers of the client other
@@ -525,7 +550,7 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 	}
 	if q := without(h.queues[keys[0]], w); len(q) > 0 {
 		h.queues[keys[0]] = q
-		q[0].signal()
+		signalFront(q)
 	} else {
 		delete(h.queues, keys[0])
 	}

@@ -536,3 +536,40 @@ func TestAWaiterThatGivesUpPassesOnASemaphoresNotice(t *testing.T) {
 	}
 	_ = r.l.Release(ctx)
 }
+
+// A caller waiting for a lock on several names does not hold up the
+// callers of its client behind it for its first name, which may be free
+// while it waits for another.
+func TestAMultiNameWaiterDoesNotHoldUpTheNextCaller(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	x := e.newClient(t)
+	held, err := x.TryLock(ctx, "hol-b", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	multi := make(chan error, 1)
+	refused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := e.c.LockMulti(wctx, []string{"hol-a", "hol-b"}, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		multi <- err
+	}()
+	<-refused
+	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+	defer acancel()
+	l, err := e.c.Lock(actx, "hol-a")
+	if err != nil {
+		t.Fatalf("Lock of the free name behind a waiting LockMulti: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-multi; !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("LockMulti: %v", err)
+	}
+}
