@@ -3,8 +3,12 @@
 // A Client obtains locks through a Driver; package
 // github.com/dlockio/dlock/goredis adapts a go-redis v9 client:
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))
+//	defer locks.Close()
+//
+// (ContextTimeoutEnabled makes a request end with its context, so that a
+// server that hangs cannot hold up refreshes and clean-ups.)
 //
 // # Exclusive locks
 //
@@ -14,11 +18,12 @@
 //
 //	l, err := locks.TryLock(ctx, "orders:42", dlock.WithTTL(10*time.Second))
 //	if errors.Is(err, dlock.ErrNotObtained) {
-//		return // someone else is on it
+//		return nil // someone else is on it
 //	} else if err != nil {
 //		return err
 //	}
-//	defer l.Release(ctx)
+//	work() // within the TTL; for longer work see Do and WithAutoRefresh
+//	return l.Release(ctx) // ErrNotHeld: the lock ran out during the work
 //
 // A lock lives for its TTL unless refreshed: Refresh extends it while it is
 // still held and returns ErrNotHeld once it was lost. Each acquisition gets

@@ -7,7 +7,7 @@
 // workers, checks that no two runs overlapped and that the counter equals
 // the number of runs, and stops the server.
 //
-//	go run ./examples/demo            (or: make demo)
+//	go run ./examples/demo            (make demo runs ./examples/cli-demo)
 //	go run ./examples/demo -workers 8 -runs 5
 package main
 
@@ -176,6 +176,8 @@ func runWorker(addr string, id, runs int, start time.Time) error {
 		l, err := locks.Lock(ctx, job,
 			dlock.WithTTL(5*time.Second),
 			dlock.WithMetadata(fmt.Sprintf("worker=%d pid=%d", id, os.Getpid())),
+			// Backoff after Redis errors only: a held lock is waited for
+			// until Redis says it is free.
 			dlock.WithRetry(dlock.Jitter(dlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond), 0.5)))
 		if err != nil {
 			return err
