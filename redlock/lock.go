@@ -41,6 +41,7 @@ type Lock struct {
 	held     bool          // the acquisition succeeded
 	stopped  bool          // no node lock may be added: released, lost or given up
 	released bool          // Release was called
+	settled  bool          // a Release ended with a quorum released, or with nothing left to retry
 	ttl      time.Duration // of the last acquisition or refresh
 	acquired time.Time
 	maxHold  time.Duration
@@ -56,6 +57,7 @@ type nodeLock struct {
 	lock *dlock.Lock // the latest lock obtained on the node, or nil
 	live bool        // lock is held: its lease has not ended
 	busy bool        // a request to obtain or refresh the lock there is under way
+	gone bool        // Release gave it up there
 	err  error       // why the node does not hold it
 	stop func() bool // stops watching lock's end
 }
@@ -206,7 +208,7 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	rd := newRound(len(r.nodes), all)
 	start := time.Now()
 	valid := start.Add(o.ttl - drift(o.ttl))
-	cut := r.fanOut(ctx, all, func(ctx context.Context, i int) { l.take(ctx, i, o.ttl, rd) })
+	cut := r.fanOut(ctx, all, func(ctx context.Context, i int) { l.take(ctx, i, l.token, o.ttl, rd) })
 
 	l.mu.Lock()
 	rd.cut = cut
@@ -235,11 +237,11 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	return nil, err
 }
 
-// take obtains the lock on node i with the Lock's token, records the
-// outcome in rd, and gives the node back if the Lock no longer wants it.
-func (l *Lock) take(ctx context.Context, i int, ttl time.Duration, rd *round) {
+// take obtains the lock on node i with token, records the outcome in rd,
+// and gives the node back if the Lock no longer wants it.
+func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration, rd *round) {
 	n := l.r.nodes[i]
-	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(l.token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
 	l.mu.Lock()
 	s := &l.nodes[i]
 	s.busy = false
@@ -413,7 +415,7 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	var idx []int
 	locks := make([]*dlock.Lock, len(l.nodes))
 	for i, s := range l.nodes {
-		if s.lock != nil {
+		if s.lock != nil && !s.gone {
 			idx = append(idx, i)
 			locks[i] = s.lock
 		}
@@ -434,12 +436,17 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 
 // Release gives the lock up on every node that holds it (or held it and
 // may still: a node whose lock ran out only by the local clock). It
-// returns nil if a quorum of nodes released it, and otherwise an error
-// matching dlock.ErrNotHeld, joined with a *NodeError for every node that
-// did not. Nodes that did not answer keep the lock until its TTL runs out
-// there. Done is closed once Release returns; Err is then nil if a quorum
-// released it. Release can be called once; later calls return
-// dlock.ErrNotHeld. A ctx that has already ended when Release is called
+// returns nil if a quorum of nodes released it. Otherwise its error is
+// joined with a *NodeError for every node that did not, and matches
+// ErrNoQuorum when some of them did not answer (their outcome is unknown:
+// Release may be called again, and retries just those), or
+// dlock.ErrNotHeld when they all answered that they no longer held it, or
+// the lock had been lost before (its nodes that still hold it are given
+// back all the same).
+// Nodes that did not answer keep the lock until its TTL runs out there.
+// Done is closed once Release returns; Err is then nil if a quorum
+// released it. Once Release has returned nil or dlock.ErrNotHeld, later
+// calls return dlock.ErrNotHeld. A ctx that has already ended when Release is called
 // (that of a request a deferred Release belongs to, say) does not stop it:
 // Release then keeps ctx's values, each node's request bounded by the node
 // timeout.
@@ -455,10 +462,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	if l.released {
+	if l.settled {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
 	}
+	lost := l.stopped && !l.released // lost before: gives back what is left
 	l.released, l.stopped = true, true
 	l.mu.Unlock()
 
@@ -467,8 +475,28 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	rd := l.releaseAll(ctx, l.r.timeout)
 	l.mu.Lock()
+	freed, unknown := 0, false
+	for i, e := range rd.errs {
+		switch {
+		case e == nil:
+			l.nodes[i].gone = true
+		case errors.Is(e, errNotAsked), errors.Is(e, dlock.ErrNotHeld):
+		default:
+			unknown = true // no answer, or a failure: it may hold it still
+		}
+		if l.nodes[i].gone {
+			freed++
+		}
+	}
 	var err error
-	if rd.succeeded() < l.r.quorum {
+	switch {
+	case freed >= l.r.quorum:
+		l.settled = true
+	case unknown && !lost:
+		err = l.failure(ctx, rd, "released")
+		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
+	default:
+		l.settled = true
 		err = l.failure(ctx, rd, "released")
 		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
 	}
@@ -482,8 +510,9 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's TTL to ttl on every node that holds it, and
-// obtains it again, with the same token, on the nodes that lost it (a node
-// that restarted without persistence, say) or never granted it; all at
+// obtains it again, with a new token for each such attempt, on the nodes
+// that lost it (a node that restarted without persistence, say) or never
+// granted it; all at
 // once, each request bounded by the node timeout. It returns nil if a
 // quorum of nodes now hold it for ttl, and moves the deadline accordingly.
 //
@@ -501,8 +530,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: %v is under 1ms", dlock.ErrInvalidTTL, ttl)
 	}
-	if ttl <= l.r.timeout {
-		return fmt.Errorf("%w: the TTL %v is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, l.r.timeout)
+	if ttl-drift(ttl) <= l.r.timeout {
+		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, drift(ttl), l.r.timeout)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -542,7 +571,10 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	cut := l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
 		nl := locks[i]
 		if nl == nil {
-			l.take(ctx, i, ttl, rd)
+			// A token of its own for each attempt to take a node again:
+			// an earlier attempt whose reply was lost sent a clean-up,
+			// which may run late, and must not free this one's hold.
+			l.take(ctx, i, newToken(), ttl, rd)
 			return
 		}
 		err := nl.Refresh(ctx, ttl)
@@ -563,6 +595,13 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 
 	l.mu.Lock()
 	rd.cut = cut
+	if err := l.aliveLocked(); err != nil {
+		// The lock ended while the round ran (its deadline passed, say):
+		// a refresh that came back too late does not bring it back.
+		// Release gives back the nodes it extended.
+		l.mu.Unlock()
+		return err
+	}
 	if rd.succeeded() >= l.r.quorum {
 		l.ttl = ttl
 		l.mu.Unlock()
@@ -770,8 +809,10 @@ func (l *Lock) Context(parent context.Context) context.Context {
 // Key returns the name the lock was obtained on.
 func (l *Lock) Key() string { return l.name }
 
-// Token returns the lock's token, the same on every node: 128 random bits,
-// new for every attempt.
+// Token returns the lock's token: 128 random bits, new for every attempt,
+// the same on every node that granted the attempt. A node that Refresh
+// takes again holds the lock with a token of its own, so that the late
+// clean-up of one such attempt cannot free the next.
 func (l *Lock) Token() string { return l.token }
 
 // Metadata returns the string stored with the lock (see WithMetadata).

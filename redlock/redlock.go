@@ -303,9 +303,10 @@ func (o *options) fail(err error) {
 }
 
 // WithTTL sets how long the lock lives on each node unless refreshed; the
-// default is dlock.DefaultTTL (10s). It must be longer than the node
-// timeout, and in practice far longer: the time an acquisition takes is
-// subtracted from the lock's validity.
+// default is dlock.DefaultTTL (10s). Less the clock drift allowance (1%
+// and 2ms) it must be longer than the node timeout, and in practice far
+// longer: the time an acquisition takes is subtracted from the lock's
+// validity.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
 		if ttl < time.Millisecond {
@@ -392,8 +393,8 @@ func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	if o.ttl <= r.timeout {
-		return nil, fmt.Errorf("%w: the TTL %v is not longer than the node timeout %v", dlock.ErrInvalidOption, o.ttl, r.timeout)
+	if o.ttl-drift(o.ttl) <= r.timeout {
+		return nil, fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v: a round that waits for a slow node would always run past its validity", dlock.ErrInvalidOption, o.ttl, drift(o.ttl), r.timeout)
 	}
 	if o.auto && o.refreshInterval() >= o.ttl-drift(o.ttl) {
 		return nil, fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v less %v for clock drift",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,10 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"TTL under 1ms", func() error { _, err := r.TryLock(ctx, "x", redlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
 		{"TTL within the node timeout", func() error {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"TTL past the node timeout only by less than the drift allowance", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout+time.Millisecond))
 			return err
 		}, dlock.ErrInvalidOption},
 		{"nil retry", func() error { _, err := r.Lock(ctx, "x", redlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
@@ -487,8 +492,8 @@ func TestRefreshWithoutAQuorumIsNotALoss(t *testing.T) {
 		return l.Refresh(ctx, 5*time.Second) == nil && len(l.Nodes()) == 5
 	})
 	for i, srv := range srvs {
-		if got := tokenOn(t, srv, "dented"); got != l.Token() {
-			t.Errorf("node %d holds token %q, want the lock's", i, got)
+		if !holds(t, srv, "dented") {
+			t.Errorf("node %d does not hold the lock", i)
 		}
 	}
 	if err := l.Release(ctx); err != nil {
@@ -517,7 +522,7 @@ func TestNodeRestartedWithoutPersistenceWhileHeld(t *testing.T) {
 		t.Fatalf("another locker after the restart: err = %v, want ErrNotObtained", err)
 	}
 	eventually(t, 3*time.Second, "lock taken again on the restarted node", func() bool {
-		return tokenOn(t, srvs[0], "survivor") == l.Token() && len(l.Nodes()) == 5
+		return holds(t, srvs[0], "survivor") && len(l.Nodes()) == 5
 	})
 	select {
 	case <-l.Done():
@@ -856,5 +861,190 @@ func TestARefreshOfUnknownOutcomeCountsOnTheShorterTTL(t *testing.T) {
 	})
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lateCleanup is node 1's driver in TestALateCleanupOfATakeCannotFreeTheNext:
+// acquires fail unsent while down; with lose, the next acquire runs but its
+// reply is lost, and the clean-up release its caller then sends is held
+// back, to run late.
+type lateCleanup struct {
+	dlock.Driver
+	mu      sync.Mutex
+	down    bool
+	lose    bool
+	holding bool
+	held    []*dlock.Call
+}
+
+func (d *lateCleanup) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range calls {
+		switch {
+		case c.Script.Name == "acquire" && d.down:
+			c.Err = errors.New("connection refused")
+			return
+		case c.Script.Name == "release" && len(c.Args) > 1 && c.Args[1] == "" && d.holding:
+			d.held = append(d.held, &dlock.Call{Script: c.Script, Keys: c.Keys, Args: c.Args})
+			c.Err = errors.New("i/o timeout (reply lost)")
+			return
+		}
+	}
+	d.Driver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if c.Script.Name == "acquire" && d.lose {
+			c.Val, c.Err = nil, errors.New("i/o timeout (reply lost)")
+			d.lose, d.holding = false, true
+		}
+	}
+}
+
+// runHeld runs the clean-ups held back.
+func (d *lateCleanup) runHeld(ctx context.Context) {
+	d.mu.Lock()
+	held := d.held
+	d.held, d.holding = nil, false
+	d.mu.Unlock()
+	d.Driver.Eval(ctx, held...)
+}
+
+// A node that Refresh takes again is taken with a token of its own each
+// time: the clean-up of an attempt whose reply was lost, running late, must
+// not free the hold a later attempt made, which the Lock counts.
+func TestALateCleanupOfATakeCannotFreeTheNext(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var d1 *lateCleanup
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i != 1 {
+			return d
+		}
+		d1 = &lateCleanup{Driver: d, down: true}
+		return d1
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "late", redlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if n := len(l.Nodes()); n != 2 {
+		t.Fatalf("obtained on %d nodes, want 2", n)
+	}
+	d1.mu.Lock()
+	d1.down, d1.lose = false, true
+	d1.mu.Unlock()
+	// Node 1 is taken, but the reply is lost; its clean-up is held back.
+	if err := l.Refresh(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Node 1 again, then the first attempt's clean-up, late.
+	if err := l.Refresh(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d1.runHeld(ctx)
+	for _, addr := range l.Nodes() {
+		for _, srv := range srvs {
+			if srv.Addr() == addr && !holds(t, srv, "late") {
+				t.Errorf("the Lock counts node %s, which no longer holds the lock", addr)
+			}
+		}
+	}
+}
+
+// gateDriver holds every refresh back until its gate is opened.
+type gateDriver struct {
+	dlock.Driver
+	gate chan struct{}
+}
+
+func (d *gateDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "refresh" }) {
+		<-d.gate
+	}
+	d.Driver.Eval(context.WithoutCancel(ctx), calls...)
+}
+
+// A Refresh whose replies come after the lock's deadline passed (the lock
+// ended meanwhile) fails: it does not bring the lock back.
+func TestARefreshThatComesBackAfterTheDeadlineFails(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	gate := make(chan struct{})
+	r := newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver { return &gateDriver{Driver: d, gate: gate} })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "too-late", redlock.WithTTL(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// Sent shortly before the deadline; held back until the lock ended,
+	// and answered within the node timeout.
+	time.Sleep(time.Until(l.Deadline()) - 100*time.Millisecond)
+	got := make(chan error, 1)
+	go func() { got <- l.Refresh(ctx, 5*time.Second) }()
+	waitDone(t, l, 5*time.Second)
+	close(gate)
+	if err := <-got; err == nil {
+		t.Fatalf("Refresh returned nil after the lock ended: %v", l.Err())
+	}
+}
+
+// releaseBreaker fails the releases sent while broken, unsent, as a reset
+// connection would.
+type releaseBreaker struct {
+	dlock.Driver
+	broken atomic.Bool
+}
+
+func (d *releaseBreaker) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.broken.Load() && slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "release" }) {
+		for _, c := range calls {
+			c.Err = errors.New("connection reset by peer")
+		}
+		return
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// A Release that fewer than a quorum of nodes answered is of unknown
+// outcome, not "not held": it says so, and a second Release retries the
+// nodes that did not answer.
+func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var breakers []*releaseBreaker
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return d
+		}
+		b := &releaseBreaker{Driver: d}
+		breakers = append(breakers, b)
+		return b
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "retried", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range breakers {
+		b.broken.Store(true)
+	}
+	err = l.Release(ctx)
+	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release with two nodes failing: err = %v, want ErrNoQuorum and not ErrNotHeld", err)
+	}
+	if n := heldOn(t, srvs, "retried"); n != 2 {
+		t.Fatalf("%d nodes hold the lock, want the two that failed", n)
+	}
+	for _, b := range breakers {
+		b.broken.Store(false)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release again: %v", err)
+	}
+	if n := heldOn(t, srvs, "retried"); n != 0 {
+		t.Errorf("%d nodes hold the lock after the second Release", n)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("a third Release: err = %v, want ErrNotHeld", err)
 	}
 }
