@@ -98,7 +98,8 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // again; callers of one client queue in arrival order, except that the
 // first attempt of a caller WithOwner or WithToken is made at once (it may
 // re-enter a hold that the callers ahead of it wait for; so does a
-// semaphore's, not a read/write lock's). A waiter also tries
+// semaphore's, not a read/write lock's), and that a LockMulti does not hold
+// up the callers behind it (see LockMulti). A waiter also tries
 // again when the holder's lock is due to expire (its holder may have died),
 // and at least twice a second in case a notice was lost. The retry strategy
 // (WithRetry) decides how many attempts are made and how long to back off

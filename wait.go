@@ -19,7 +19,10 @@ import (
 // arrival order and only the first of them makes attempts; the others take
 // their turn as it leaves. A lock on several names queues by its first
 // name, and a notice about any of its names wakes it: the attempt it
-// refused registers at the name that was held. A release may grant the
+// refused registers at the name that was held. It does not hold up the
+// callers behind it (the name may be free while it waits for another):
+// the first of them attempts too. The first attempt of an owner's or a
+// token's caller does not wait its turn (see waitFor). A release may grant the
 // lock to the first waiter instead of telling it to try (see grant.go).
 // Notices can be lost and holders can die, so a waiter also wakes at the
 // holder's expiry and at least every waitBeat.

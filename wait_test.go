@@ -573,3 +573,42 @@ func TestAMultiNameWaiterDoesNotHoldUpTheNextCaller(t *testing.T) {
 		t.Errorf("LockMulti: %v", err)
 	}
 }
+
+// A lock on several names never asks to be granted one: its attempt leaves
+// alone the request another caller of its client left at a name they both
+// wait for.
+func TestAMultiNameAttemptLeavesASiblingsGrantRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	x := e.newClient(t)
+	held, err := x.TryLock(ctx, "sib-a", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	dlock.SetWaitBeat(e.c, time.Hour)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var multiTries atomic.Int32
+	multi := make(chan error, 1)
+	go func() {
+		_, err := e.c.LockMulti(wctx, []string{"sib-a", "sib-b"}, dlock.WithOnRetry(func(int, error) { multiTries.Add(1) }))
+		multi <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return multiTries.Load() == 1 })
+	single := lockWhenRefused(t, wctx, e.c, "sib-a")
+	key, field := "dlock:{sib-a}", "g:"+dlock.Member(e.c)
+	if e.srv.Do(t, "HEXISTS", key, field) != "1" {
+		t.Fatal("the single-name caller left no request")
+	}
+	// A notice about the other name wakes the LockMulti alone; its attempt
+	// is refused at the first name again.
+	e.srv.Do(t, "PUBLISH", dlock.Member(e.c), "dlock:{sib-b}")
+	awaitCond(t, 5*time.Second, func() bool { return multiTries.Load() == 2 })
+	if e.srv.Do(t, "HEXISTS", key, field) != "1" {
+		t.Error("the LockMulti's attempt took away the other caller's request")
+	}
+	cancel()
+	<-multi
+	<-single
+}

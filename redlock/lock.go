@@ -17,8 +17,9 @@ import (
 // Locker.TryLock or Locker.Lock and given up with Release. Its methods are
 // safe for concurrent use.
 //
-// On each node the lock is an ordinary dlock lock, held with the Lock's
-// token, so dlock.Client.Inspect shows it there with its metadata.
+// On each node the lock is an ordinary dlock lock, so dlock.Client.Inspect
+// shows it there with its metadata, held with the Lock's token (or, on a
+// node a refresh took again, with that attempt's own token).
 //
 // A Lock has no fencing token. Each node would give its own, from its own
 // counter, and numbers from different nodes cannot be compared: a newer
@@ -426,6 +427,11 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 		err := locks[i].Release(ctx)
 		l.mu.Lock()
 		rd.errs[i] = err
+		if err == nil && l.released {
+			// Counted by a later Release too when it came back after
+			// the node timeout.
+			l.nodes[i].gone = true
+		}
 		l.mu.Unlock()
 	})
 	l.mu.Lock()
@@ -444,8 +450,9 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // the lock had been lost before (its nodes that still hold it are given
 // back all the same).
 // Nodes that did not answer keep the lock until its TTL runs out there.
-// Done is closed once Release returns; Err is then nil if a quorum
-// released it. Once Release has returned nil or dlock.ErrNotHeld, later
+// A release that comes back after the node timeout counts for the next
+// Release. Done is closed once the first Release returns; Err is then nil
+// if that call released a quorum. Once Release has returned nil or dlock.ErrNotHeld, later
 // calls return dlock.ErrNotHeld. A ctx that has already ended when Release is called
 // (that of a request a deferred Release belongs to, say) does not stop it:
 // Release then keeps ctx's values, each node's request bounded by the node
@@ -481,6 +488,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		case e == nil:
 			l.nodes[i].gone = true
 		case errors.Is(e, errNotAsked), errors.Is(e, dlock.ErrNotHeld):
+			// Not asked (gone before, or never held), or not held there.
 		default:
 			unknown = true // no answer, or a failure: it may hold it still
 		}
@@ -695,7 +703,7 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 	left := l.acquired.Add(l.maxHold).Sub(now)
 	if left <= ttl {
 		l.capped = true
-		return left, true, left > l.r.timeout
+		return left, true, left-drift(left) > l.r.timeout
 	}
 	return ttl, false, true
 }

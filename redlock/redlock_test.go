@@ -1048,3 +1048,27 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 		t.Errorf("a third Release: err = %v, want ErrNotHeld", err)
 	}
 }
+
+// Releases that come back after the node timeout, having succeeded, count
+// for the next Release: it returns nil, not "not held".
+func TestALateReleaseCountsForTheNextRelease(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return d
+		}
+		return &slowDriver{Driver: d, script: "release", delay: 2 * testNodeTimeout}
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "late-release", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Release with two slow nodes: err = %v, want ErrNoQuorum", err)
+	}
+	eventually(t, 5*time.Second, "the slow releases ran", func() bool { return heldOn(t, srvs, "late-release") == 0 })
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release again, once the slow releases succeeded: %v", err)
+	}
+}

@@ -66,7 +66,8 @@ local grant = 'g:' .. waiter
 -- waits registers the waiting client in the waiter set of KEYS[i] and marks
 -- the lock as waited for; false when the waiter set's key holds other data
 -- (then nothing is written). With ask, it leaves the caller's request
--- (see grant), made at now_us; without, it clears the client's earlier one.
+-- (see grant), made at now_us; without, it clears the client's earlier one
+-- (an attempt on one name only).
 local function waits(i, now_us, ask)
   if not register(KEYS[n + i], waiter, math.floor(now_us / 1000), lease) then return false end
   local k = KEYS[i]
@@ -80,7 +81,9 @@ local function waits(i, now_us, ask)
     return true
   end
   if not marked[i] then redis.call('HSET', k, 'w', '1') end
-  if left[i] then redis.call('HDEL', k, grant) end
+  -- A lock on several names never asks: the request there is another
+  -- caller's of the client, waiting for this name alone, and stays.
+  if left[i] and n == 1 then redis.call('HDEL', k, grant) end
   return true
 end
 
