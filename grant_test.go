@@ -48,18 +48,26 @@ func (e *env) newMuteClient(t *testing.T) (*dlock.Client, *muteDriver) {
 // registered as a waiter); the channel gets its outcome.
 func lockWhenRefused(t *testing.T, ctx context.Context, c *dlock.Client, name string, opts ...dlock.Option) <-chan lockResult {
 	t.Helper()
+	return whenRefused(t, fmt.Sprintf("Lock(%q)", name), func(opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(ctx, name, opts...) }, opts...)
+}
+
+// whenRefused runs acquire (with opts) in the background and returns when
+// its first attempt was refused, as lockWhenRefused does, for any kind of
+// waiting acquisition; what names it in failures.
+func whenRefused(t *testing.T, what string, acquire func(...dlock.Option) (*dlock.Lock, error), opts ...dlock.Option) <-chan lockResult {
+	t.Helper()
 	refused := make(chan struct{})
 	got := make(chan lockResult, 1)
 	var once sync.Once
 	opts = append(opts, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
 	go func() {
-		l, err := c.Lock(ctx, name, opts...)
+		l, err := acquire(opts...)
 		got <- lockResult{l, err}
 	}()
 	select {
 	case <-refused:
 	case r := <-got:
-		t.Fatalf("Lock(%q) returned before it waited: %v", name, r.err)
+		t.Fatalf("%s returned before it waited: %v", what, r.err)
 	}
 	return got
 }

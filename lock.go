@@ -30,7 +30,10 @@ type Lock struct {
 	// once for each part, not once on keys, held and rel.
 	parts []part
 	req   string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
-	owner string
+	// givenToken is set when the token (and so req) came from WithToken:
+	// other Locks may share req (see Client.tookGrantable).
+	givenToken bool
+	owner      string
 	// reqArg is req as a script argument, boxed once for the acquire
 	// attempts and the release: set by the first acquireArgs, on the
 	// acquiring goroutine, before the Lock is handed out.
@@ -234,7 +237,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		names = append([]string(nil), names...)
 	}
 	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
-		owner: o.owner, meta: o.metadata}
+		owner: o.owner, meta: o.metadata, givenToken: o.token != ""}
 	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
 		l.parts = l.split()
@@ -423,7 +426,7 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	l.mu.Lock()
 	l.token, l.fences = token, fences
 	l.mu.Unlock()
-	if l.asksGrant() {
+	if l.givenToken && l.asksGrant() {
 		l.c.tookGrantable(l.req, fences[0])
 	}
 	l.start(start, deadline)

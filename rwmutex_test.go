@@ -752,14 +752,8 @@ func TestAnOwnersWriterWaitsInLineBehindItsClientsReaders(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	rw := e.c.RWMutex("doc")
-	reader := make(chan lockResult, 1)
-	refused := make(chan struct{})
-	var once sync.Once
-	go func() {
-		l, err := rw.RLock(wctx, dlock.WithTTL(time.Minute), dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
-		reader <- lockResult{l, err}
-	}()
-	<-refused
+	reader := whenRefused(t, "RLock", func(opts ...dlock.Option) (*dlock.Lock, error) { return rw.RLock(wctx, opts...) },
+		dlock.WithTTL(time.Minute))
 	writer := make(chan lockResult, 1)
 	go func() {
 		l, err := rw.Lock(wctx, dlock.WithTTL(time.Minute), dlock.WithOwner("o"))

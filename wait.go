@@ -483,15 +483,14 @@ func (h *waitHub) granted(w *waiter) (grantNotice, bool) {
 	return n, ok
 }
 
-// first reports whether w is first in line for key, and whether others
-// wait behind it. Callers waiting for a lock on several names do not hold
-// up those behind them: such a caller may wait for another name while key
-// is free, so the caller after it counts as first too.
-func (h *waitHub) first(key string, w *waiter) (first, more bool) {
+// first reports whether w is first in line for key. Callers waiting for a
+// lock on several names do not hold up those behind them: such a caller may
+// wait for another name while key is free, so the caller after it counts as
+// first too.
+func (h *waitHub) first(key string, w *waiter) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.queues[key]
-	return isFirst(q, w), len(q) > 1
+	return isFirst(h.queues[key], w)
 }
 
 // isFirst reports whether w is first in line in queue q (see first).
@@ -691,8 +690,10 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// the holder). That attempt does not register, so as not to
 		// replace the grant request the first of them left.
 		ahead := eager && failed == 0 && !uncertain
-		// Wait for our turn behind the callers of this client that came first.
-		for first, _ := hub.first(key, w); !first && !ahead; first, _ = hub.first(key, w) {
+		// Wait for our turn behind the callers of this client that came
+		// first; an attempt ahead of its turn does not register.
+		first := hub.first(key, w)
+		for ; !first && !ahead; first = hub.first(key, w) {
 			if w.sleep(ctx, time.Hour) != nil {
 				return abandon(uncertain, waitEnded(ctx, what, nil))
 			}
@@ -704,7 +705,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		w.drain() // a signal from before this attempt is answered by it
 		notices := hub.subscribed(ctx)
 		wa := waitArgs{waiting: true}
-		if first, _ := hub.first(key, w); notices && (first || !ahead) {
+		if notices && first {
 			hub.listen(ctx, keys, w)
 			wa.more = hub.moreAt(keys, w)
 			wa.channel = hub.member()

@@ -436,14 +436,9 @@ func TestAGrantKeepsTheClientsOtherCallersRegistered(t *testing.T) {
 	dlock.SetWaitBeat(c, time.Hour)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	multi := make(chan lockResult, 1)
-	refused := make(chan struct{})
-	var once sync.Once
-	go func() {
-		l, err := c.LockMulti(wctx, []string{"a", "b"}, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
-		multi <- lockResult{l, err}
-	}()
-	<-refused
+	multi := whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return c.LockMulti(wctx, []string{"a", "b"}, opts...)
+	})
 	single := lockWhenRefused(t, wctx, c, "b", dlock.WithTTL(time.Minute))
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -504,31 +499,21 @@ func TestAWaiterThatGivesUpPassesOnASemaphoresNotice(t *testing.T) {
 	}
 	xctx, xcancel := context.WithCancel(ctx)
 	defer xcancel()
-	xGot := make(chan error, 1)
-	xRefused := make(chan struct{})
-	var once sync.Once
-	go func() {
-		_, err := x.Semaphore("sem", 2).Acquire(xctx, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(xRefused) }) }))
-		xGot <- err
-	}()
-	<-xRefused // x is registered first
+	xGot := whenRefused(t, "x's Acquire", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return x.Semaphore("sem", 2).Acquire(xctx, opts...)
+	}) // x is registered first
 	zctx, zcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer zcancel()
-	zGot := make(chan lockResult, 1)
-	zRefused := make(chan struct{})
-	var zonce sync.Once
-	go func() {
-		l, err := z.Semaphore("sem", 2).Acquire(zctx, dlock.WithOnRetry(func(int, error) { zonce.Do(func() { close(zRefused) }) }))
-		zGot <- lockResult{l, err}
-	}()
-	<-zRefused
+	zGot := whenRefused(t, "z's Acquire", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return z.Semaphore("sem", 2).Acquire(zctx, opts...)
+	})
 	xd.silent.Store(true)
 	if err := held.Release(ctx); err != nil { // tells x, which does not hear
 		t.Fatal(err)
 	}
 	xcancel()
-	if err := <-xGot; !errors.Is(err, context.Canceled) {
-		t.Fatalf("x: %v", err)
+	if r := <-xGot; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("x: %v", r.err)
 	}
 	r := <-zGot
 	if r.err != nil {
@@ -551,14 +536,9 @@ func TestAMultiNameWaiterDoesNotHoldUpTheNextCaller(t *testing.T) {
 	defer held.Release(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	multi := make(chan error, 1)
-	refused := make(chan struct{})
-	var once sync.Once
-	go func() {
-		_, err := e.c.LockMulti(wctx, []string{"hol-a", "hol-b"}, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
-		multi <- err
-	}()
-	<-refused
+	multi := whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return e.c.LockMulti(wctx, []string{"hol-a", "hol-b"}, opts...)
+	})
 	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 	defer acancel()
 	l, err := e.c.Lock(actx, "hol-a")
@@ -569,8 +549,8 @@ func TestAMultiNameWaiterDoesNotHoldUpTheNextCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	if err := <-multi; !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("LockMulti: %v", err)
+	if r := <-multi; !errors.Is(r.err, dlock.ErrNotObtained) {
+		t.Errorf("LockMulti: %v", r.err)
 	}
 }
 

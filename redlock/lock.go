@@ -485,10 +485,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	freed, unknown := 0, false
 	for i, e := range rd.errs {
 		switch {
-		case e == nil:
-			l.nodes[i].gone = true
-		case errors.Is(e, errNotAsked), errors.Is(e, dlock.ErrNotHeld):
-			// Not asked (gone before, or never held), or not held there.
+		case e == nil, errors.Is(e, errNotAsked), errors.Is(e, dlock.ErrNotHeld):
+			// Released (releaseAll marked it gone), not asked (gone
+			// before, or never held), or not held there.
 		default:
 			unknown = true // no answer, or a failure: it may hold it still
 		}
