@@ -33,6 +33,18 @@ func SetWaitBeat(c *Client, d time.Duration) {
 	h.beat = d
 }
 
+// OnNotice has f called after c handles each notice it receives (before
+// any grant it gives back is done: see GivenBack).
+func OnNotice(c *Client, f func()) {
+	h := c.hub()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noticed = f
+}
+
+// GivenBack waits until the grants c is giving back have been given back.
+func GivenBack(c *Client) { c.hub().givers.Wait() }
+
 // Member returns c's name in waiter sets.
 func Member(c *Client) string { return c.hub().member() }
 

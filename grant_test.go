@@ -701,6 +701,8 @@ func TestALateNoticeOfAGrantALockTookIsNotGivenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	handled := make(chan struct{}, 3)
+	dlock.OnNotice(waiter, func() { handled <- struct{}{} })
 	// The first grant's notice again, late; then that of the hold the
 	// second Lock has, as if a grant had made it and the Lock had taken it
 	// before its notice came.
@@ -711,7 +713,10 @@ func TestALateNoticeOfAGrantALockTookIsNotGivenBack(t *testing.T) {
 	// hold is still there, which it is not: the name stays with the
 	// second Lock.
 	e.srv.Do(t, "PUBLISH", dlock.Member(waiter), fmt.Sprintf("\x00%d %d 0 1 T%s", 1, again.Fence()+1, key))
-	time.Sleep(300 * time.Millisecond) // the notices came and went
+	for range 3 {
+		<-handled
+	}
+	dlock.GivenBack(waiter)
 	if !e.locked(t, key) {
 		t.Fatal("a late grant notice freed the hold of another Lock of the same token")
 	}

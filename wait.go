@@ -71,6 +71,7 @@ type waitHub struct {
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
+	noticed  func()                   // tests: called after each notice is handled, nil otherwise
 }
 
 // maxIdleShardChannels bounds the shard channels a client stays subscribed
@@ -328,6 +329,9 @@ func (h *waitHub) open(ctx context.Context) (sub Subscription, sharded bool, err
 // has given the grant back (see Lock.cleanup), or will.
 func (h *waitHub) notify(_, payload string) {
 	h.mu.Lock()
+	if h.noticed != nil {
+		defer h.noticed() // after the unlock below
+	}
 	defer h.mu.Unlock()
 	n, key, isGrant, ok := parseGrant(payload)
 	if isGrant {
