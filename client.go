@@ -209,6 +209,17 @@ func (c *Client) watchdog() *watchdog {
 	return c.wd
 }
 
+// unwatch takes a lease that ended out of the client's watchdog, if it
+// has one.
+func (c *Client) unwatch(s *lease) {
+	c.mu.Lock()
+	w := c.wd
+	c.mu.Unlock()
+	if w != nil {
+		w.remove(s)
+	}
+}
+
 // isClosed reports whether Close was called.
 func (c *Client) isClosed() bool {
 	c.mu.Lock()

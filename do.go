@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,9 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	returned = true
 	lost := l.Err()
 	if rerr := l.releaseAfter(ctx); rerr != nil && lost == nil {
-		lost = rerr
+		// A release that finds the lock gone ends it as lost, which
+		// says so (ErrLost); a failed one says why.
+		lost = cmp.Or(l.Err(), rerr)
 	}
 	return errors.Join(err, lost)
 }

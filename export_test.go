@@ -45,6 +45,20 @@ func OnNotice(c *Client, f func()) {
 // GivenBack waits until the grants c is giving back have been given back.
 func GivenBack(c *Client) { c.hub().givers.Wait() }
 
+// WatchedLeases returns how many leases c's watchdog has, 0 when it has
+// none.
+func WatchedLeases(c *Client) int {
+	c.mu.Lock()
+	w := c.wd
+	c.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.leases)
+}
+
 // Member returns c's name in waiter sets.
 func Member(c *Client) string { return c.hub().member() }
 

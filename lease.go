@@ -27,22 +27,24 @@ type lease struct {
 	// its own lock, as it orders its heap.
 	interval atomic.Int64
 
-	mu       sync.Mutex
-	ttl      time.Duration
-	acquired time.Time     // when the acquire request was sent
-	deadline time.Time     // local validity, on the monotonic clock
-	maxHold  time.Duration // zero when unbounded
-	capped   bool          // the max hold stopped the refreshing (see extendAuto)
-	dropped  bool          // the watchdog let it go then; AutoRefresh may hand it back
-	released bool          // Release was called and succeeded
-	letGo    bool          // Release was called: no longer refreshed, even if it failed
-	started  bool          // obtained: acquired and deadline are set
-	ending   bool          // end was called; the lease is over once the hooks have run
-	over     bool          // the lease ended: err is set, done closed
-	done     chan struct{} // made by the first Done, closed when over
-	err      error
-	timer    *time.Timer // fires at the deadline
-	onEnd    map[*int]func()
+	mu        sync.Mutex
+	ttl       time.Duration
+	acquired  time.Time     // when the acquire request was sent
+	deadline  time.Time     // local validity, on the monotonic clock
+	maxHold   time.Duration // zero when unbounded
+	capped    bool          // the max hold stopped the refreshing (see extendAuto)
+	dropped   bool          // the watchdog let it go then; AutoRefresh may hand it back
+	released  bool          // Release was called and succeeded
+	letGo     bool          // Release was called: no longer refreshed, even if it failed
+	gone      error         // a refresh found the lock not held after Release was called (see releaseFailed)
+	relFailed error         // why the last Release failed, if it did
+	started   bool          // obtained: acquired and deadline are set
+	ending    bool          // end was called; the lease is over once the hooks have run
+	over      bool          // the lease ended: err is set, done closed
+	done      chan struct{} // made by the first Done, closed when over
+	err       error
+	timer     *time.Timer // fires at the deadline
+	onEnd     map[*int]func()
 
 	// Refreshes of one lease, by Refresh or by the watchdog, go one at a
 	// time (see takeTurn), so that its deadline follows the refresh the
@@ -273,6 +275,9 @@ func (s *lease) end(err error) {
 	fns := s.onEnd
 	s.onEnd = nil
 	s.mu.Unlock()
+	if s.every() > 0 {
+		s.c.unwatch(s)
+	}
 	for _, f := range fns {
 		f()
 	}
@@ -293,13 +298,34 @@ func (s *lease) end(err error) {
 // refresh ran).
 func (s *lease) lose(err error) bool {
 	s.mu.Lock()
-	letGo := s.letGo
+	letGo, failed := s.letGo, s.relFailed
+	if letGo && s.gone == nil {
+		s.gone = err
+	}
 	s.mu.Unlock()
 	if letGo {
+		if failed != nil {
+			s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, err, failed))
+		}
 		return false
 	}
 	s.end(fmt.Errorf("%w: %w", ErrLost, err))
 	return true
+}
+
+// releaseFailed ends the lease as lost when Release failed (err) and a
+// refresh sent before it found the lock not held (see lose, for a refresh
+// whose reply comes later): whether the release ran or another holder has
+// the lock, it is not this lease's any more. Otherwise the lease runs on
+// to its deadline, as a failed Release leaves it.
+func (s *lease) releaseFailed(err error) {
+	s.mu.Lock()
+	gone := s.gone
+	s.relFailed = err
+	s.mu.Unlock()
+	if gone != nil {
+		s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, gone, err))
+	}
 }
 
 // heldFor returns how long the lease has been held.
@@ -393,6 +419,7 @@ func (s *lease) Deadline() time.Time {
 // nil.
 func (s *lease) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
+	s.expireIfDue()
 	s.mu.Lock()
 	s.arm()
 	if s.ended() {

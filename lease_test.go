@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -875,5 +876,156 @@ func TestARefreshWhoseDeadlineComesBeforeTheNextAutoRefreshIsRefused(t *testing.
 	}
 	if err := l.Refresh(ctx, 60*time.Millisecond); err != nil {
 		t.Errorf("Refresh(60ms): %v", err)
+	}
+}
+
+// TestDoReportsALossItsReleaseFinds loses the lock while the function runs,
+// to another holder, before any refresh can notice: the release that ends
+// Do finds it, and Do's error says the lock was lost.
+func TestDoReportsALossItsReleaseFinds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := e.newClient(t)
+	err := e.c.Do(ctx, "lostjob", func(ctx context.Context) error {
+		e.srv.Do(t, "DEL", "dlock:{lostjob}")
+		l, err := other.TryLock(ctx, "lostjob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+		return nil
+	}, dlock.WithTTL(time.Minute))
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Do = %v, want the loss (ErrLost)", err)
+	}
+}
+
+// TestATTLThatFindsTheLockGoneEndsIt: TTL learns that the lock is held by
+// another; the holder's Done closes then, as after a refresh that finds it.
+func TestATTLThatFindsTheLockGoneEndsIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "ttlgone", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{ttlgone}")
+	o, err := e.newClient(t).TryLock(ctx, "ttlgone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Release(ctx)
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL = %v, want ErrNotHeld", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("TTL found the lock held by another, and Done is still open")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+// TestTheContextOfALockPastItsDeadlineIsDone asks for the Context of a lock
+// whose deadline has passed, before any timer has run (nothing watched
+// it): the context is done at once, as Done is closed.
+func TestTheContextOfALockPastItsDeadlineIsDone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "pastdeadline", dlock.WithTTL(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(l.Deadline()) + time.Millisecond)
+	lctx := l.Context(ctx)
+	if lctx.Err() == nil {
+		t.Fatal("the Context of a lock past its deadline is not done")
+	}
+	if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
+		t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
+	}
+}
+
+// TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt: the lock is taken
+// by another while a refresh is under way; Release is called, the refresh
+// then finds the lock not held, and the release's reply is lost. The lock
+// is not the holder's either way, so Done closes at once, not at the
+// deadline a minute later.
+func TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	var once sync.Once
+	refreshHeld, letRefresh, releasing := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t)}
+	d.before = func(calls []*dlock.Call) {
+		switch {
+		case !armed.Load():
+		case isRefresh(calls):
+			once.Do(func() { close(refreshHeld); <-letRefresh })
+		case calls[0].Script.Name == "release":
+			close(releasing)
+		}
+	}
+	d.after = func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "release" {
+			for _, c := range calls {
+				c.Val, c.Err = nil, errors.New("i/o timeout") // the reply is lost
+			}
+		}
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "gonewhilereleased", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{gonewhilereleased}")
+	other, err := e.newClient(t).TryLock(ctx, "gonewhilereleased", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	armed.Store(true)
+	<-refreshHeld
+	relErr := make(chan error, 1)
+	go func() { relErr <- l.Release(ctx) }()
+	<-releasing
+	close(letRefresh)
+	if err := <-relErr; err == nil {
+		t.Fatal("Release succeeded although its reply was lost")
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+// TestAnEndedLockLeavesTheWatchdog: locks refreshed automatically leave the
+// watchdog when they end, not at their next refresh, which may be long
+// after (and which would keep each Lock until then).
+func TestAnEndedLockLeavesTheWatchdog(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 20 {
+		if err := e.c.Do(ctx, "leaves"+strconv.Itoa(i), func(context.Context) error { return nil }, dlock.WithTTL(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := e.c.TryLock(ctx, "leaves", dlock.WithTTL(time.Hour), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := dlock.WatchedLeases(e.c); n != 1 {
+		t.Errorf("the watchdog has %d leases with one lock held, want 1", n)
+	}
+	e.srv.Do(t, "DEL", "dlock:{leaves}")
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL = %v, want ErrNotHeld", err)
+	}
+	if n := dlock.WatchedLeases(e.c); n != 0 {
+		t.Errorf("the watchdog has %d leases after every lock ended, want 0", n)
 	}
 }

@@ -622,6 +622,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	released, token := l.released, l.token
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
+	l.relFailed = nil
 	if l.relID == nil {
 		l.relID = newReleaseID()
 	}
@@ -653,6 +654,7 @@ func (l *Lock) release(ctx context.Context) error {
 		}
 	}
 	if failed != nil {
+		l.releaseFailed(failed)
 		return failed
 	}
 	l.mu.Lock()
@@ -711,15 +713,24 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l.hook != nil {
 		l.hook.refresh(ctx, err)
 	}
-	if notHeld && l.lose(err) {
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		l.giveBackRest(gctx)
-		cancel()
+	if notHeld {
+		l.foundLost(ctx, err)
 	}
 	if err == nil && l.c.log.Enabled(ctx, slog.LevelDebug) {
 		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
 	}
 	return err
+}
+
+// foundLost ends the lock as lost after a request found it not held (err),
+// unless Release was called meanwhile (see lease.lose), and gives back
+// what is left of it.
+func (l *Lock) foundLost(ctx context.Context, err error) {
+	if l.lose(err) {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		l.giveBackRest(gctx)
+		cancel()
+	}
 }
 
 // AutoRefresh starts refreshing a lock obtained without WithAutoRefresh (an
@@ -750,12 +761,17 @@ func (l *Lock) AutoRefresh(opts ...Option) error {
 }
 
 // TTL returns how long the lock has left on the server (the least of its
-// names'), or ErrNotHeld if it is no longer held.
+// names'), or ErrNotHeld if it is no longer held: then, as for Refresh,
+// the lock ends as lost (Done closes) unless Release was called.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
-	return l.inspect(ctx, false)
+	d, err := l.inspect(ctx, false)
+	if errors.Is(err, ErrNotHeld) {
+		l.foundLost(ctx, err)
+	}
+	return d, err
 }
 
 // heldArgs returns the arguments of the refresh and ttl scripts for token,

@@ -73,6 +73,16 @@ func (w *watchdog) add(s *lease) {
 	}
 }
 
+// remove takes a lease that ended out of the heap, so that it and its
+// Lock are not kept until it falls due.
+func (w *watchdog) remove(s *lease) {
+	w.mu.Lock()
+	if s.index >= 0 {
+		heap.Remove(&w.leases, s.index)
+	}
+	w.mu.Unlock()
+}
+
 // close stops the goroutine, abandoning a refresh under way, and waits for
 // it to return.
 func (w *watchdog) close() {
