@@ -647,14 +647,21 @@ func TestAGrantToAnotherLockOfTheSameTokenIsNotTaken(t *testing.T) {
 	got := lockWhenRefused(t, wctx, waiter, "same-token", dlock.WithToken("T"), dlock.WithTTL(5*time.Second))
 	key := "dlock:{same-token}"
 	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "HEXISTS", key, "g:"+dlock.Member(waiter)) == "1" })
+	handled := make(chan struct{}, 3)
+	dlock.OnNotice(waiter, func() { handled <- struct{}{} })
 	for attempt := 1; attempt <= 3; attempt++ {
 		notice := fmt.Sprintf("\x00%d 1 0 1 T%s", attempt, key)
 		e.srv.Do(t, "PUBLISH", dlock.Member(waiter), notice)
 	}
+	for range 3 {
+		<-handled
+	}
+	// A Lock that took a notice for its grant returns within a
+	// scheduling delay.
 	select {
 	case r := <-got:
 		t.Fatalf("Lock returned on another Lock's grant notice: %v (the server holds it with %q)", r.err, e.srv.Do(t, "HGET", key, "token"))
-	case <-time.After(300 * time.Millisecond): // the notices came and went
+	case <-time.After(300 * time.Millisecond):
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -952,14 +952,20 @@ func TestALateCleanupOfATakeCannotFreeTheNext(t *testing.T) {
 	}
 }
 
-// gateDriver holds every refresh back until its gate is opened.
+// gateDriver holds every refresh back until its gate is opened, and tells
+// entered of each one it holds.
 type gateDriver struct {
 	dlock.Driver
-	gate chan struct{}
+	gate    chan struct{}
+	entered chan struct{}
 }
 
 func (d *gateDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "refresh" }) {
+		select {
+		case d.entered <- struct{}{}:
+		default:
+		}
 		<-d.gate
 	}
 	d.Driver.Eval(context.WithoutCancel(ctx), calls...)
@@ -969,19 +975,38 @@ func (d *gateDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // ended meanwhile) fails: it does not bring the lock back.
 func TestARefreshThatComesBackAfterTheDeadlineFails(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	gate := make(chan struct{})
-	r := newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver { return &gateDriver{Driver: d, gate: gate} })
+	gate, entered := make(chan struct{}), make(chan struct{}, 3)
+	r := newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver {
+		return &gateDriver{Driver: d, gate: gate, entered: entered}
+	})
 	ctx := context.Background()
-	l, err := r.TryLock(ctx, "too-late", redlock.WithTTL(400*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
+	// Sent shortly before the deadline; held back until the lock ended,
+	// and answered within the node timeout. On a machine so loaded that
+	// the Refresh is not sent before the deadline, the lock is taken again.
+	var l *redlock.Lock
+	var got chan error
+	for try := 0; ; try++ {
+		var err error
+		l, err = r.TryLock(ctx, "too-late", redlock.WithTTL(400*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(l.Deadline()) - 100*time.Millisecond)
+		got = make(chan error, 1)
+		go func() { got <- l.Refresh(ctx, 5*time.Second) }()
+		select {
+		case <-entered:
+		case err := <-got: // it failed before it reached a node
+			if try == 4 {
+				t.Fatalf("the Refresh never reached a node before the lock's deadline: %v", err)
+			}
+			t.Logf("the Refresh came after the deadline (%v); again", err)
+			_ = l.Release(ctx)
+			continue
+		}
+		break
 	}
 	defer l.Release(ctx)
-	// Sent shortly before the deadline; held back until the lock ended,
-	// and answered within the node timeout.
-	time.Sleep(time.Until(l.Deadline()) - 100*time.Millisecond)
-	got := make(chan error, 1)
-	go func() { got <- l.Refresh(ctx, 5*time.Second) }()
 	waitDone(t, l, 5*time.Second)
 	close(gate)
 	if err := <-got; err == nil {

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,12 +84,16 @@ func TestReleaseRunTwiceReportsSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	view := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer view.Close()
 	if err := px.toxic("cut", "cut_once", "downstream", map[string]int64{"times": 1}); err != nil {
 		t.Fatal(err)
 	}
+	resetStats(t, view)
 	err = l.Release(ctx)
-	view := redis.NewClient(&redis.Options{Addr: srv.addr()})
-	defer view.Close()
+	if n := scriptRuns(t, view); n != 2 {
+		t.Fatalf("the release ran %d times, want 2 (the first reply cut, the request sent again)", n)
+	}
 	if tok, _ := view.HGet(ctx, locks.RedisKey("job"), "token").Result(); tok != "" { // a released lock's hash has no token
 		t.Fatalf("the lock is still there after Release (err %v)", err)
 	}
@@ -109,16 +115,47 @@ func TestReentrantReleaseRunTwiceKeepsTheOtherHold(t *testing.T) {
 	if _, err := locks.TryLock(ctx, "job", dlock.WithTTL(time.Minute), dlock.WithOwner("worker-1")); err != nil {
 		t.Fatal(err)
 	}
+	view := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer view.Close()
 	if err := px.toxic("cut", "cut_once", "downstream", map[string]int64{"times": 1}); err != nil {
 		t.Fatal(err)
 	}
+	resetStats(t, view)
 	err = first.Release(ctx)
+	if n := scriptRuns(t, view); n != 2 {
+		t.Fatalf("the release ran %d times, want 2 (the first reply cut, the request sent again)", n)
+	}
 	other, closeOther := newLockClient(srv.addr(), "dlock:")
 	defer closeOther()
 	if l, oerr := other.TryLock(ctx, "job"); oerr == nil {
 		_ = l.Release(ctx)
 		t.Errorf("releasing one of two holds (Release said %v) freed the lock: another client obtained it while the second hold was held", err)
 	}
+}
+
+// resetStats clears the server's command counts (see scriptRuns).
+func resetStats(t *testing.T, view *redis.Client) {
+	t.Helper()
+	if err := view.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptRuns returns how many scripts the server ran by EVALSHA since
+// resetStats.
+func scriptRuns(t *testing.T, view *redis.Client) int {
+	t.Helper()
+	info, err := view.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }
 
 // cutReplyEnv starts a server, a fault proxy in front of it and a client
