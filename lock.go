@@ -681,7 +681,10 @@ func (l *Lock) release(ctx context.Context) error {
 // WithRefreshInterval and AutoRefresh refuse such an interval. An exclusive
 // lock held more than once (WithOwner), or shared with another Lock (one
 // attached to it, or one that acquired it again with its token), is only
-// extended: a ttl shorter than what it has left leaves it as it is.
+// extended: a ttl shorter than what it has left leaves it as it is. So is
+// a lock whose acquire reached the server twice (sent again by the client
+// library after a lost reply): the server cannot tell it from another
+// Lock of the same token. Either way the Deadline follows ttl.
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -878,14 +881,22 @@ func (l *Lock) Key() string { return l.names[0] }
 func (l *Lock) Keys() []string { return append([]string(nil), l.names...) }
 
 // Token returns the lock's token: whoever knows it can refresh or release
-// the lock (see Client.Attach).
+// the lock (see Client.Attach). An owner's lock on several names that
+// re-entered holds of different tokens (each name taken by an acquisition
+// of its own) holds each of those names with its hold's token, and Token
+// returns one of them: Attach with it finds only the names held with it.
+// The Lock itself refreshes and releases every name.
 func (l *Lock) Token() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.token
 }
 
-// Metadata returns the string stored with the lock (see WithMetadata).
+// Metadata returns the string stored with the lock (see WithMetadata). A
+// Lock that re-entered its owner's hold (WithOwner) or joined one
+// (WithToken) returns the metadata it was given until TTL or Attach reads
+// the stored one: the server keeps the metadata of the hold's first
+// acquisition.
 func (l *Lock) Metadata() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

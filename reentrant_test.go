@@ -499,3 +499,50 @@ func TestAttachMultiByOwnerToSeparateHoldsIsRefused(t *testing.T) {
 		t.Errorf("AttachMulti by owner over two holds: err = %v, want ErrNotHeld", err)
 	}
 }
+
+// TestAnOwnersLockOnSeveralNamesReentersHoldsOfDifferentTokens: an owner
+// holds two names by two acquisitions, so with two tokens, then takes a
+// lock on both. That lock can be refreshed and released on each name, and
+// once every acquisition is released both names are free.
+func TestAnOwnersLockOnSeveralNamesReentersHoldsOfDifferentTokens(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("w1")
+	var single []*dlock.Lock
+	for _, name := range []string{"two-a", "two-b"} {
+		l, err := e.c.TryLock(ctx, name, own, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		single = append(single, l)
+	}
+	m, err := e.c.TryLockMulti(ctx, []string{"two-a", "two-b"}, own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TTL(ctx); err != nil {
+		t.Errorf("TTL of the lock on both names: %v", err)
+	}
+	if err := m.Refresh(ctx, 2*time.Minute); err != nil {
+		t.Errorf("Refresh of the lock on both names: %v", err)
+	}
+	for _, l := range single {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release of one name's acquisition: %v", err)
+		}
+	}
+	other := e.newClient(t)
+	if _, err := other.TryLock(ctx, "two-a"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("another client's TryLock while the lock on both names is held: %v, want ErrNotObtained", err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Errorf("Release of the lock on both names: %v", err)
+	}
+	for _, name := range []string{"two-a", "two-b"} {
+		l, err := other.TryLock(ctx, name)
+		if err != nil {
+			t.Fatalf("%s after every acquisition was released: %v", name, err)
+		}
+		_ = l.Release(ctx)
+	}
+}

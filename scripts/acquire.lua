@@ -90,8 +90,12 @@ end
 -- First look at every key, so that a refusal leaves everything untouched.
 -- state[i] is 'repeat' or 'reenter' for a lock the request joins, 'free'
 -- for a released lock's hash, nil for no hash; last[i] is the free hash's
--- fence.
-local state, last, token = {}, {}, req
+-- fence, joined[i] the token of the hold it joins. The holds an owner's
+-- lock on several names joins may have different tokens (taken by
+-- separate acquisitions): each re-entry records its own hold's token, as
+-- a lock split by slot does for its parts, and the names it takes anew
+-- get the token of one of them, the one replied.
+local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
   local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant)
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
@@ -105,7 +109,7 @@ for i = 1, n do
   elseif cur[3] == req or cur[7] == cur[2] then
     state[i], token = 'repeat', cur[2]
   elseif owner ~= '' and cur[4] == owner then
-    state[i], token = 'reenter', cur[2]
+    state[i], token, joined[i] = 'reenter', cur[2], cur[2]
   else
     if waiter ~= '' and not waits(i, now(), attempt ~= '' and n == 1) then
       return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
@@ -136,7 +140,7 @@ for i = 1, n do
   local k = KEYS[i]
   if state[i] == 'reenter' then
     redis.call('HINCRBY', k, 'count', '1')
-    redis.call('HSET', k, hold, token)
+    redis.call('HSET', k, hold, joined[i])
     expire(k, ttl, true)
   elseif state[i] == 'repeat' then
     -- Another Lock may hold it with this token now (WithToken): shared.
