@@ -301,3 +301,51 @@ func TestARefusalIsNotMistakenForAnUnconfirmedWrite(t *testing.T) {
 		t.Errorf("Err = %v, want ErrLost", err)
 	}
 }
+
+// TestAReplicaOrAFullServerIsNotTakenForOtherData sends acquisitions that
+// must write to where they cannot: a replica (READONLY) and a primary at
+// its maxmemory (OOM). They fail with the server's error, which a caller
+// may retry, not with ErrWrongType, which says that the name holds other
+// data and stops a waiting caller for good.
+func TestAReplicaOrAFullServerIsNotTakenForOtherData(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	ctx := context.Background()
+	newClient := func(s *redistest.Server) *dlock.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	primary, replica := newClient(r.Primary), newClient(r.Replicas[0])
+	if _, err := primary.TryLock(ctx, "held", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := primary.Semaphore("full", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	r.Primary.Do(t, "WAIT", "1", "5000")
+	check := func(what string, err error, want string) {
+		t.Helper()
+		if errors.Is(err, dlock.ErrWrongType) || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want the server's %s error, not ErrWrongType", what, err, want)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := replica.Lock(wctx, "held")
+	check("Lock of a held name on a replica", err, "READONLY")
+	_, err = replica.Semaphore("free", 2).TryAcquire(ctx)
+	check("TryAcquire of a free semaphore on a replica", err, "READONLY")
+	_, err = replica.Semaphore("full", 1).Acquire(wctx)
+	check("Acquire of a full semaphore on a replica", err, "") // refused, or READONLY once it registers
+	_, err = replica.RWMutex("rw").TryLock(ctx)
+	check("TryLock of a free read/write lock on a replica", err, "READONLY")
+
+	r.Primary.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	defer r.Primary.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	_, err = primary.Semaphore("oom", 2).TryAcquire(ctx)
+	check("TryAcquire of a free semaphore at maxmemory", err, "OOM")
+	_, err = primary.TryLock(ctx, "oom")
+	check("TryLock of a free name at maxmemory", err, "OOM")
+}

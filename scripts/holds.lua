@@ -195,7 +195,7 @@ end
 -- kind of a new name, …). It returns an error reply when hk holds data
 -- dlock did not write; nothing is written then.
 local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
-  if type(redis.pcall('ZADD', hk, str(now + ttl), req)) == 'table' then return wrongtype() end
+  if not wrote(redis.pcall('ZADD', hk, str(now + ttl), req)) then return wrongtype() end
   local h = cjson.encode({m = mode, o = owner, c = 1, a = {req}, d = meta, s = str(now), f = str(fence)})
   fields[#fields + 1] = 'h:' .. req
   fields[#fields + 1] = h

@@ -126,7 +126,7 @@ end
 
 if blocked then
   local ms = math.max(tonumber(blocked) - now, 0)
-  if records and fair ~= '1' and type(redis.pcall('ZREMRANGEBYSCORE', pk, '-inf', now)) == 'table' then
+  if records and fair ~= '1' and not wrote(redis.pcall('ZREMRANGEBYSCORE', pk, '-inf', now)) then
     return wrongtype()
   end
   -- A waiter set holding other data refuses a waiting caller before

@@ -21,12 +21,22 @@ local function tell(member, k, message)
   end
 end
 
+-- wrote reports whether r, the reply of a write made by redis.pcall,
+-- succeeded: false when the key holds another type of data. Any other
+-- error (READONLY on a replica, OOM at maxmemory) is raised as it is: the
+-- caller may retry, and a script's first write is the one that fails, so
+-- nothing has been written.
+local function wrote(r)
+  if type(r) ~= 'table' or not r.err then return true end
+  if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return false end
+  error(r)
+end
+
 -- register puts a waiting client, known by its channel, at the back of
 -- waiter set wk for lease ms from now_ms. It returns false, having written
 -- nothing, when wk holds data that is not a sorted set.
 local function register(wk, channel, now_ms, lease)
-  local r = redis.pcall('ZADD', wk, now_ms + lease, channel)
-  if type(r) == 'table' and r.err then return false end
+  if not wrote(redis.pcall('ZADD', wk, now_ms + lease, channel)) then return false end
   redis.call('PEXPIRE', wk, lease)
   return true
 end
