@@ -454,6 +454,45 @@ func TestAShorterReentryDoesNotCutTheHoldShort(t *testing.T) {
 	}
 }
 
+// TestAHoldSharedByATokenIsOnlyExtended: a second Lock of the same token
+// (WithToken) joins the hold, by an acquire with a shorter TTL or by a
+// Refresh with one: the hold keeps the first Lock's minute, or another
+// client would take the name while the first Lock still holds it.
+func TestAHoldSharedByATokenIsOnlyExtended(t *testing.T) {
+	for _, k := range holdKindCases {
+		for _, how := range []string{"acquire", "refresh"} {
+			t.Run(k.what+"/"+how, func(t *testing.T) {
+				e := newEnv(t)
+				ctx := context.Background()
+				token := dlock.WithToken("shared-token")
+				first, err := k.obtain(ctx, e.c, "shared", false, token, dlock.WithTTL(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ttl := time.Second
+				if how == "refresh" {
+					ttl = time.Minute
+				}
+				second, err := k.obtain(ctx, e.newClient(t), "shared", false, token, dlock.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if how == "refresh" {
+					if err := second.Refresh(ctx, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if left, err := first.TTL(ctx); err != nil || left < 50*time.Second {
+					t.Errorf("TTL after the second Lock's %s with 1s = %v, %v; want the first's minute", how, left, err)
+				}
+				if err := first.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
 // TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone: a release whose
 // release marker key holds data dlock did not write fails with
 // ErrWrongType, changing nothing; the string marker an exclusive lock of

@@ -5,7 +5,8 @@
 -- The base key k of a name is a hash: 'kind', then per hold a field
 -- 'h:'..token with the hold in JSON (m mode, o owner id, c hold count, a
 -- the request tokens of its recorded acquisitions, oldest first, absent
--- when none; d metadata, s since in ms, f fence; s and f as strings), per
+-- when none; d metadata, s since in ms, f fence; s and f as strings; x 1
+-- once it is shared, see extend), per
 -- hold with an owner a field 'o:'..mode..':'..owner naming its token, and
 -- per recorded acquisition that joined a hold of another token (a
 -- re-entry) a field 'a:'..request token naming that token. The holds key
@@ -166,13 +167,14 @@ local function keep(k, ttl, ...)
   for _, key in ipairs({...}) do redis.call('PEXPIRE', key, env) end
 end
 
--- extend sets the expiry of hold tok of hk, counted count times and alive
--- until exp, to ttl ms from now. A hold counted more than once is only
--- ever extended: each of its acquisitions was promised its own TTL, and
--- one must not cut the others' short. A hold counted once may be
--- shortened.
-local function extend(hk, tok, now, ttl, count, exp)
-  if count > 1 and exp >= now + ttl then return end
+-- extend sets the expiry of hold tok of hk, d decoded, alive until exp, to
+-- ttl ms from now. A hold counted more than once, or shared (d.x: asked
+-- for again with its token, so perhaps by another Lock of that token,
+-- WithToken), is only ever extended: each of its acquisitions was promised
+-- its own TTL, and one must not cut the others' short. A hold counted
+-- once may be shortened.
+local function extend(hk, tok, now, ttl, d, exp)
+  if (d.c > 1 or d.x) and exp >= now + ttl then return end
   redis.call('ZADD', hk, str(now + ttl), tok)
 end
 
@@ -249,8 +251,12 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
     d.c = d.c + 1
     d.a[#d.a + 1] = req
     redis.call('HSET', k, 'h:' .. tok, encode(d), 'a:' .. req, tok)
+  elseif not d.x then
+    -- Another Lock may hold it with this token now (WithToken): shared.
+    d.x = 1
+    redis.call('HSET', k, 'h:' .. tok, encode(d))
   end
-  extend(hk, tok, now, ttl, d.c, exp)
+  extend(hk, tok, now, ttl, d, exp)
   keep(k, ttl, hk)
   return {1, tok, tonumber(d.f)}
 end

@@ -6,9 +6,9 @@
 -- held), ARGV[3] TTL in ms, ARGV[4] mode
 --
 -- Returns 0 when the caller held it and it got the new TTL (a hold counted
--- more than once is only extended, see extend), 1 when the caller held
--- nothing. Fails with DLOCK_MODE 1 when the token holds the name in
--- another mode, having changed nothing.
+-- more than once, or shared, is only extended: see extend), 1 when the
+-- caller held nothing. Fails with DLOCK_MODE 1 when the token holds the
+-- name in another mode, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, req, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now = clock()
@@ -17,6 +17,6 @@ if not tok then
   if d then return d end
   return 1
 end
-extend(hk, tok, now, ttl, d.c, exp)
+extend(hk, tok, now, ttl, d, exp)
 keep(k, ttl, hk)
 return 0
