@@ -38,8 +38,7 @@
 // notice to one waiting client, whose first waiting caller then tries
 // again, so a release costs one attempt, however many wait. Callers of one
 // client queue in arrival order (the first attempt of an owner's or a
-// token's caller excepted, but for read/write locks: it may re-enter a
-// hold the others wait for). A Lock on one name (without WithReplicas)
+// token's caller excepted: it may re-enter a hold the others wait for). A Lock on one name (without WithReplicas)
 // leaves its request with its attempt, and the release grants it the lock
 // at once: the notice then says it is held, and its deadline counts from
 // before that attempt, moved on by the time the grant came after it. A waiter also wakes when the holder's lock

@@ -39,9 +39,9 @@ type Lock struct {
 	// acquiring goroutine, before the Lock is handed out.
 	reqArg any
 
-	// extra returns the kind's acquire arguments after the common ones; nil
-	// for none.
-	extra func() []any
+	// extra returns the kind's acquire arguments after the common ones, for
+	// an attempt with wa; nil for none.
+	extra func(wa waitArgs) []any
 	// enqueued is set when a refused attempt recorded the caller as a
 	// waiter, which must be taken back if it gives up. Only the acquiring
 	// goroutine uses it, and the next two.
@@ -100,11 +100,12 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // notice to one waiting client, which lets its first waiting caller try
 // again; callers of one client queue in arrival order, except that the
 // first attempt of a caller WithOwner or WithToken is made at once (it may
-// re-enter a hold that the callers ahead of it wait for; so does a
-// semaphore's, not a read/write lock's), and that a LockMulti does not hold
-// up the callers behind it (see LockMulti). A waiter also tries
-// again when the holder's lock is due to expire (its holder may have died),
-// and at least twice a second in case a notice was lost. The retry strategy
+// re-enter a hold that the callers ahead of it wait for; so do those of
+// semaphores and read/write locks, recording nothing in Redis), and that a
+// LockMulti does not hold up the callers behind it (see LockMulti). A
+// waiter also tries again when the holder's lock is due to expire (its
+// holder may have died), and at least twice a second in case a notice was
+// lost. The retry strategy
 // (WithRetry) decides how many attempts are made and how long to back off
 // after a Redis error; with a driver that cannot subscribe, its waits are
 // also the polling interval.
@@ -383,12 +384,11 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 
 // eager reports whether a waiting acquisition's first attempt goes ahead of
 // the callers of its client that wait for the lock (see waitFor): an
-// owner's or a token's, which may re-enter a hold they wait for. Not for a
-// read/write lock, whose attempts record the waiter in Redis (a writer,
-// or any waiter of a fair lock) so that it would keep the callers ahead
-// of it out until that record expired.
+// owner's or a token's, which may re-enter a hold they wait for. Such an
+// attempt records nothing in Redis (a read/write lock's pending writer or
+// queue entry), which would keep the callers ahead of it out.
 func (l *Lock) eager(o *options) bool {
-	return (l.owner != "" || o.token != "") && l.kind != readHold && l.kind != writeHold
+	return l.owner != "" || o.token != ""
 }
 
 // acquire makes one attempt. When the lock is held by another, it returns
@@ -458,7 +458,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg}
 	switch {
 	case l.extra != nil:
-		args = append(args, l.extra()...)
+		args = append(args, l.extra(wa)...)
 	case wa.attempt != "":
 		args = append(args, wa.attempt)
 	case wa.channel == "":

@@ -124,7 +124,13 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}
 		l.held, l.rel = l.keys[:2], append(l.keys[:5:5], key+":released")
 		args := []any{kind.mode, flag(wait), flag(m.fair)}
-		l.extra = func() []any { return args }
+		ahead := []any{kind.mode, flag(false), flag(m.fair)}
+		l.extra = func(wa waitArgs) []any {
+			if wa.ahead {
+				return ahead // a waiting caller's attempt that records nothing
+			}
+			return args
+		}
 		l.init(m.c, o)
 		return l, nil
 	}

@@ -780,3 +780,47 @@ func TestAnOwnersWriterWaitsInLineBehindItsClientsReaders(t *testing.T) {
 		_ = r.l.Release(ctx)
 	}
 }
+
+// TestANestedOwnerReadDoesNotWaitBehindItsClientsWriter: an owner holds a
+// read hold, and a writer of the same client waits for it to go. The
+// owner's nested RLock (as the RWMutex doc advises for nested reads)
+// re-enters its hold at once: it does not wait in line behind that writer,
+// which waits for it, until one of the waits ends.
+func TestANestedOwnerReadDoesNotWaitBehindItsClientsWriter(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			var opts []dlock.RWOption
+			if fair {
+				opts = append(opts, dlock.Fair())
+			}
+			rw := e.c.RWMutex("nested", opts...)
+			own := dlock.WithOwner("request-1")
+			outer, err := rw.TryRLock(ctx, own, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			writer := whenRefused(t, "Lock", func(opts ...dlock.Option) (*dlock.Lock, error) { return rw.Lock(wctx, opts...) },
+				dlock.WithTTL(time.Minute))
+			nctx, ncancel := context.WithTimeout(ctx, 10*time.Second)
+			defer ncancel()
+			inner, err := rw.RLock(nctx, own, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatalf("the nested RLock of the owner: %v", err)
+			}
+			for _, l := range []*dlock.Lock{inner, outer} {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r := <-writer; r.err != nil {
+				t.Fatalf("the writer: %v", r.err)
+			} else {
+				_ = r.l.Release(ctx)
+			}
+		})
+	}
+}

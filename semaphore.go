@@ -93,7 +93,7 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 	l := &Lock{kind: permitHold, names: []string{s.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
 		keys: []string{key, key + ":holds", key + ":waiters"}}
 	l.held, l.rel = l.keys[:2], append(l.keys[:3:3], key+":released")
-	l.extra = func() []any { return []any{ModePermit, s.permits.Load()} }
+	l.extra = func(waitArgs) []any { return []any{ModePermit, s.permits.Load()} }
 	l.init(s.c, o)
 	return l, nil
 }

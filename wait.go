@@ -630,6 +630,7 @@ type waitArgs struct {
 	more    string // for each of the lock's names, '1' when more callers of this client wait for it, else '0'; "" when not registering
 	attempt string // set by an exclusive Lock's attempt that asks for a grant: its number
 	waiting bool   // set for every attempt of a waiting caller
+	ahead   bool   // the attempt goes ahead of its turn in the client (see waitFor): it records nothing in Redis
 }
 
 // errGiveBack is the error of an attempt across cluster slots that could
@@ -692,7 +693,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// while the lock is held: its first attempt does not wait behind
 		// the callers of this client that wait for the holder (it may be
 		// the holder). That attempt does not register, so as not to
-		// replace the grant request the first of them left.
+		// replace the grant request the first of them left, and records
+		// nothing (a read/write lock's pending writer or queue entry),
+		// so as not to keep out the callers ahead of it.
 		ahead := eager && failed == 0 && !uncertain
 		// Wait for our turn behind the callers of this client that came
 		// first; an attempt ahead of its turn does not register.
@@ -708,7 +711,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		}
 		w.drain() // a signal from before this attempt is answered by it
 		notices := hub.subscribed(ctx)
-		wa := waitArgs{waiting: true}
+		wa := waitArgs{waiting: true, ahead: !first}
 		if notices && first {
 			hub.listen(ctx, keys, w)
 			wa.more = hub.moreAt(keys, w)
