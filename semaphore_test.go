@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,5 +239,60 @@ func TestSemaphorePermitCountChanges(t *testing.T) {
 	}
 	if s.Permits() != 4 {
 		t.Errorf("a refused SetPermits changed the count to %d", s.Permits())
+	}
+}
+
+// TestPermitsFreedTogetherWakeAsManyClients: two permits are freed one
+// right after the other while two clients wait, before the first client
+// woken has tried again. Each release wakes a client of its own, so both
+// get in by notices alone (their periodic wake-ups and the holders'
+// expiries are a minute away); before, both notices went to the first.
+func TestPermitsFreedTogetherWakeAsManyClients(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const name, waiters = "burst", "dlock:{burst}:waiters"
+	var held []*dlock.Lock
+	for range 2 {
+		l, err := e.c.Semaphore(name, 2).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	// The first client's attempts after the releases wait until both are
+	// done.
+	var armed atomic.Bool
+	releasesDone := make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if armed.Load() && calls[0].Script.Name == "sem_acquire" {
+			<-releasesDone
+		}
+	}}
+	first := dlock.New(d)
+	t.Cleanup(func() { _ = first.Close() })
+	second := e.newClient(t)
+	var got []<-chan lockResult
+	for i, c := range []*dlock.Client{first, second} {
+		dlock.SetWaitBeat(c, time.Minute)
+		s := c.Semaphore(name, 2)
+		got = append(got, whenRefused(t, "Acquire", func(opts ...dlock.Option) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) },
+			dlock.WithTTL(time.Minute)))
+		awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == strconv.Itoa(i+1) })
+	}
+	armed.Store(true)
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(releasesDone)
+	// Neither lets the other in by its release before both are in.
+	for i, ch := range got {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("waiting client %d: %v", i+1, r.err)
+		}
+		defer r.l.Release(context.Background())
 	}
 }

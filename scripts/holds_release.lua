@@ -127,7 +127,7 @@ else
 end
 remember()
 if not rw then
-  wake(KEYS[3], k)
+  wake(KEYS[3], k, false, true)
 elseif free or queued then
   wake_all(KEYS[3], k)
 end

@@ -1,18 +1,20 @@
 -- unwait: a client stops waiting for lock KEYS[1] (waiter set KEYS[2])
 -- without having obtained it. Its registration goes, and if the lock is
 -- free (no key, or a released exclusive lock's hash), or is a semaphore
--- whose release may have told this client alone, the next waiter is woken
--- in its place, so that a notice it may have received and not used is not
--- lost. (A read/write lock's releases tell every waiter.)
+-- whose release may have told this client alone (and taken it out of the
+-- set, see wake), the next waiter is woken in its place, so that a notice
+-- it may have received and not used is not lost. (A read/write lock's
+-- releases tell every waiter.)
 --
 -- ARGV[1] the client's channel. The request it may have left for a grant
 -- (see grant) goes too.
-local was = redis.pcall('ZREM', KEYS[2], ARGV[1])
+redis.pcall('ZREM', KEYS[2], ARGV[1])
 redis.pcall('HDEL', KEYS[1], 'g:' .. ARGV[1])
 local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
 if cur.err then return 0 end
-if (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[1]) == 0)
-    or (cur[1] == 'semaphore' and was == 1) then
+if cur[1] == 'semaphore' then
+  wake(KEYS[2], KEYS[1], false, true)
+elseif (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[1]) == 0) then
   wake(KEYS[2], KEYS[1])
 end
 return 0

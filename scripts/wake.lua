@@ -56,11 +56,17 @@ end
 -- one registered longest ago that has not expired gets a message on its
 -- channel naming k. One client is woken, not all of them; a client whose
 -- registration expires (it died) is skipped. marked says the caller knows
--- that clients registered (see acquire), which spares looking first.
-local function wake(wk, k, marked)
+-- that clients registered (see acquire), which spares looking first. With
+-- unregister, the client woken leaves the set, so that the next release
+-- wakes the next client (for a semaphore, whose permits may be freed one
+-- right after the other): the client registers again if its attempt is
+-- refused.
+local function wake(wk, k, marked, unregister)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
   local m = next_waiter(wk)
-  if m then tell(m, k) end
+  if not m then return end
+  tell(m, k)
+  if unregister then redis.call('ZREM', wk, m) end
 end
 
 -- wake_all tells every client waiting for k that it may be free: for the
