@@ -157,7 +157,10 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // hold re-entered WithOwner and kept by later acquisitions after the first
 // was released cannot be attached: the Lock would stand for a released
 // acquisition); the error matches ErrKindMismatch too when another kind of
-// lock holds the name. WithOwner attaches by owner id instead of token
+// lock holds the name (Attach is for exclusive locks: a read/write lock's
+// or a semaphore's hold is shared by acquiring it again with its token,
+// WithToken), and ErrWrongType when its key holds data dlock did not
+// write. WithOwner attaches by owner id instead of token
 // (token must still not be empty; any text will do), and the Lock takes the
 // token the lock is held with: an owner id is then as good as the token,
 // and whoever knows it can release the hold, so owner ids should be as
@@ -994,7 +997,7 @@ func (l *Lock) replyError(p part, err error) error {
 // that holds the name in another mode means this lock is not held.
 func (l *Lock) holdError(p part, err error) error {
 	err = l.replyError(p, err)
-	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) {
+	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) || errors.Is(err, ErrWrongType) {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	return err

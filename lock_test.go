@@ -732,6 +732,27 @@ func TestAttachToAnotherKindIsAKindMismatch(t *testing.T) {
 	}
 }
 
+// Attaching to a name whose key holds data dlock did not write says so,
+// as acquiring it does, and leaves the data alone.
+func TestAttachToOtherDataIsWrongType(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "SET", "dlock:{str}", "user data")
+	e.srv.Do(t, "HSET", "dlock:{hash}", "field", "user data")
+	for _, name := range []string{"str", "hash"} {
+		_, err := e.c.Attach(ctx, name, "some-token")
+		if !errors.Is(err, dlock.ErrWrongType) || !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Attach to %s: err = %v, want ErrNotHeld and ErrWrongType", name, err)
+		}
+	}
+	if got := e.srv.Do(t, "GET", "dlock:{str}"); got != "user data" {
+		t.Errorf("the string is now %q", got)
+	}
+	if got := e.srv.Do(t, "HGET", "dlock:{hash}", "field"); got != "user data" {
+		t.Errorf("the hash is now %s", got)
+	}
+}
+
 // The errors of a lock on many names list a few of them, not every one.
 func TestErrorsOfAManyNamedLockStayShort(t *testing.T) {
 	e := newEnv(t)

@@ -145,10 +145,10 @@ func WithToken(token string) Option {
 // short. A Lock of an earlier hold of the same owner, since released,
 // cannot act on the next one. Owner ids are explicit strings, such as the
 // id of one request or one run of a job. All callers with one owner id hold
-// the lock together, and whoever knows the id can Attach to the hold and
-// release it: an id must name one logical holder (never a name that several
-// processes share, such as the job's name), and be hard to guess where that
-// matters.
+// the lock together, and whoever knows the id can join the hold, and take
+// an exclusive lock's hold over with Client.Attach and release it: an id
+// must name one logical holder (never a name that several processes share,
+// such as the job's name), and be hard to guess where that matters.
 func WithOwner(id string) Option {
 	return func(o *options) {
 		if id == "" {

@@ -12,7 +12,9 @@ import "context"
 // its TTL while the others go on refreshing theirs. Release, Refresh, TTL,
 // Done, Context, WithAutoRefresh, WithMaxHold and the rest work as they do
 // for exclusive locks, and the client's watchdog refreshes read and write
-// holds in the same batches as exclusive locks.
+// holds in the same batches as exclusive locks. Client.Attach is for
+// exclusive locks only: another process shares a hold by acquiring it
+// again with its token (WithToken).
 //
 // By default writers go first: a writer that waits (Lock, not TryLock)
 // records itself, and while it does no new reader gets in; the readers in

@@ -15,7 +15,9 @@ import (
 // holder that crashed frees its permit after its TTL while the others go
 // on refreshing theirs. Release, Refresh, TTL, Done, Context,
 // WithAutoRefresh, WithMaxHold and the rest work as they do for exclusive
-// locks. Permits have no fencing token (Fence is 0): several hold at once.
+// locks; Client.Attach is for exclusive locks only: another process shares
+// a permit by acquiring it again with its token (WithToken). Permits have
+// no fencing token (Fence is 0): several hold at once.
 //
 // The permit count is the caller's: every acquire is granted while fewer
 // permits than its semaphore's count are held, its own count, whatever

@@ -11,7 +11,8 @@
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
 -- key is not held by the caller. Attaching, fails with DLOCK_KIND i when
--- KEYS[i] is held by another kind of lock.
+-- KEYS[i] is held by another kind of lock, and with DLOCK_WRONGTYPE i when
+-- it holds data dlock did not write.
 local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
 local least, first = -1, nil
 for i = 1, #KEYS do
@@ -24,9 +25,15 @@ for i = 1, #KEYS do
     if ok and i == 1 then first = cur[2] end
   end
   if not ok then
-    -- Attaching to a name another kind of lock uses is a mistake to name.
-    local kind = attach and redis.pcall('HGET', KEYS[i], 'kind')
-    if type(kind) == 'string' and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
+    -- Attaching to a name another kind of lock uses, or whose key holds
+    -- data dlock did not write, is a mistake to name.
+    if attach then
+      local kind = redis.pcall('HGET', KEYS[i], 'kind')
+      if type(kind) == 'table' or (not kind and redis.call('EXISTS', KEYS[i]) == 1) then
+        return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
+      end
+      if kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
+    end
     return {-2}
   end
   local p = redis.call('PTTL', KEYS[i])
