@@ -412,9 +412,10 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 	}
 	deadline := start.Add(ttl - drift(ttl))
 	if !time.Now().Before(deadline) {
-		// The grant came back too late to be of use: it may already have
-		// expired and been taken by another.
-		err := fmt.Errorf("%w: the grant of %q arrived after its validity", ErrNotObtained, l.names[0])
+		// The reply came back too late to be of use: the lock may already
+		// have expired and been taken by another. Not a refusal: the
+		// request's outcome is of no use, as when its reply is lost.
+		err := &ServerError{Key: l.keys[0], Err: errLateReply}
 		if wa.waiting {
 			// Not given back: the caller's next attempt, at once, takes
 			// the lock again if it is still held with the request token,
@@ -423,8 +424,7 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 			// free the lock under it. A caller that gives up cleans up.
 			return 0, fmt.Errorf("%w (%w)", errLate, err)
 		}
-		l.cleanup(ctx, false)
-		return 0, err
+		return 0, err // the caller cleans up, as after a lost reply
 	}
 	l.mu.Lock()
 	l.token, l.fences = token, fences

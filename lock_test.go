@@ -753,6 +753,29 @@ func TestAttachToOtherDataIsWrongType(t *testing.T) {
 	}
 }
 
+// A TryLock whose reply comes back after the lock's TTL has run out fails
+// as a request whose reply was lost does (a *ServerError, not a refusal:
+// nobody else held the lock), and gives the lock back.
+func TestATryLockWhoseReplyComesTooLateFailsAndGivesItBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "acquire" {
+			time.Sleep(60 * time.Millisecond) // the reply is slow to come back
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	_, err := c.TryLock(ctx, "slow", dlock.WithTTL(50*time.Millisecond))
+	var serr *dlock.ServerError
+	if !errors.As(err, &serr) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("err = %v, want a *ServerError, not ErrNotObtained", err)
+	}
+	if e.locked(t, "dlock:{slow}") {
+		t.Error("the lock whose reply came too late is still held")
+	}
+}
+
 // The errors of a lock on many names list a few of them, not every one.
 func TestErrorsOfAManyNamedLockStayShort(t *testing.T) {
 	e := newEnv(t)

@@ -640,6 +640,10 @@ type waitArgs struct {
 // waiting then, and cleans up.
 var errGiveBack = errors.New("dlock: giving back the names an attempt took failed")
 
+// errLateReply is why an acquire whose reply came back after the lock's
+// validity (its TTL less the drift allowance) failed.
+var errLateReply = errors.New("the reply came back after the lock's TTL, less the drift allowance, had run out")
+
 // errLate is the error of an attempt whose grant came back after its
 // validity while its caller waits: the caller tries again at once, and
 // gives back whatever the attempt may hold only if it gives up.
