@@ -35,8 +35,18 @@ type replication struct {
 // after the script, dlock sends WAIT n timeout on the same connection, and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated; a refresh that fewer acknowledged does not count. This
-// keeps a lock through a failover to any replica that acknowledged it
-// (Sentinel, or Redis Cluster). n must be at least 1 and timeout at least
+// keeps a lock on the server through a failover to any replica that
+// acknowledged it (Sentinel, or Redis Cluster), so no other client obtains
+// it. The holder keeps it only while its refreshes are acknowledged: when
+// the new primary has fewer than n replicas (n was all of them), they fail
+// with ErrNotReplicated, and the lock ends at its deadline (Done), while
+// the server keeps the key, extended by those unconfirmed refreshes, for
+// up to a TTL more. On Redis Cluster, the script and WAIT go to the
+// primary of the slot in the client's slot map, without following ASK:
+// while a slot migrates, the acquisitions and refreshes of names whose
+// keys have moved fail (a *ServerError with the ASK reply), and a lock
+// refreshed automatically may end at its deadline; a lock without
+// WithReplicas is not affected. n must be at least 1 and timeout at least
 // 1ms; the driver must implement Replicator (the goredis driver does).
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
