@@ -468,9 +468,7 @@ func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
 		}
 		got <- err
 	}()
-	for e.rdb.ZCard(ctx, key+":waiters").Val() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -569,17 +567,13 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 		}
 		got <- err
 	}()
-	for n, _ := dlock.ShardListeners(c, a); n != 1; n, _ = dlock.ShardListeners(c, a) {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.ShardListeners(c, a); return n == 1 })
 	close(drv.proceed)
 	if err := <-gaveUp; err != nil {
 		t.Fatal(err)
 	}
 	key := dlock.DefaultPrefix + "{" + a + "}"
-	for e.rdb.ZCard(ctx, key+":waiters").Val() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
 	if err := held[a].Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -85,9 +85,9 @@ func NewScript(name, src string) *Script {
 
 // Call is one script invocation carried by a Driver.
 type Call struct {
-	Script *Script
-	Keys   []string
-	Args   []any // strings, []byte and integers
+	Script *Script  // the script to run
+	Keys   []string // its keys; the first routes the call on a cluster
+	Args   []any    // its arguments: strings, []byte and integers
 	// Lib is set when the client runs its scripts as Redis Functions
 	// (WithFunctions): the driver then sends FCALL Script.Function instead
 	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE, on every primary of

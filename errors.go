@@ -72,6 +72,7 @@ type ServerError struct {
 	Err error  // what the driver returned
 }
 
+// Error names the key and says what the driver returned.
 func (e *ServerError) Error() string {
 	return fmt.Sprintf("dlock: redis request for %q failed: %v", e.Key, e.Err)
 }

@@ -22,7 +22,7 @@ const (
 
 // Info is what Inspect, List and ForceRelease report of a name.
 type Info struct {
-	Name    string
+	Name    string   // the name: as given to Inspect or ForceRelease, as List finds it
 	Kind    Kind     // KindNone when the name is free
 	Holders []Holder // who holds it now, longest-held first
 	Fence   uint64   // the newest fencing token issued for the name

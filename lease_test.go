@@ -674,15 +674,15 @@ func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
 	go func() { short <- l.Refresh(ctx, 500*time.Millisecond) }()
 	// Before the long refresh's reply comes back, the short one either runs
 	// on the server or waits for the long one.
-	for waiting := false; !waiting; {
+	ran := false
+	awaitCond(t, 5*time.Second, func() bool {
 		select {
 		case <-shortRan:
-			waiting = true
+			ran = true
 		default:
-			waiting = dlock.RefreshWaiting(l)
-			time.Sleep(time.Millisecond)
 		}
-	}
+		return ran || dlock.RefreshWaiting(l)
+	})
 	close(letReply)
 	if err := <-long; err != nil {
 		t.Fatal(err)

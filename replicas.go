@@ -22,6 +22,7 @@ var ErrNotReplicated = errors.New("dlock: write not confirmed by enough replicas
 // returns how many replicas acknowledged the writes (the least, when the
 // calls went to several primaries).
 type Replicator interface {
+	// EvalWait runs calls and then WAIT replicas timeout (see Replicator).
 	EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*Call) (acked int, err error)
 }
 

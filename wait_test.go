@@ -130,9 +130,7 @@ func TestAGivingUpWaiterKeepsTheRegistrationOthersUse(t *testing.T) {
 		}
 		single <- err
 	}()
-	for e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters") != "1" {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters") == "1" })
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if _, err := c.LockMulti(wctx, []string{"other", "shared"}); !errors.Is(err, dlock.ErrNotObtained) {
@@ -236,9 +234,7 @@ func TestReleaseWakesOneClient(t *testing.T) {
 		awaitWaiting(t, c, "herd", 1)
 	}
 	// Every client has made its attempt and registered; from here on, count.
-	for e.srv.Do(t, "ZCARD", "dlock:{herd}:waiters") != "8" {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{herd}:waiters") == "8" })
 	e.srv.Do(t, "CONFIG", "RESETSTAT")
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -269,9 +265,7 @@ func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 	}()
 	awaitWaiting(t, quitter, "baton", 1)
 	got := lockAndRelease(e.newClient(t), "baton", 4*time.Second)
-	for e.srv.Do(t, "ZCARD", "dlock:{baton}:waiters") != "2" {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{baton}:waiters") == "2" })
 	quit()
 	if err := <-quitErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("quitter: %v", err)
@@ -300,9 +294,7 @@ func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 	c := e.newClient(t)
 	got := lockAndRelease(c, "ghost", 5*time.Second)
 	awaitWaiting(t, c, "ghost", 1)
-	for e.srv.Do(t, "ZCARD", "dlock:{ghost}:waiters") != "1" {
-		time.Sleep(time.Millisecond)
-	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{ghost}:waiters") == "1" })
 	// A client that registered just before the live one, and died.
 	live := strings.Split(e.srv.Do(t, "ZRANGE", "dlock:{ghost}:waiters", "0", "0", "WITHSCORES"), "\n")
 	score, _ := strconv.ParseInt(live[1], 10, 64)

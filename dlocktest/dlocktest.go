@@ -67,6 +67,7 @@ func (t Topology) String() string {
 // Deployment tells a driver factory where the Redis deployment under test
 // is.
 type Deployment struct {
+	// Topology is the kind of deployment.
 	Topology Topology
 	// Addrs are host:port addresses: the server (Standalone), every node
 	// (Cluster), the sentinels (Sentinel), or the primary (Replicated).

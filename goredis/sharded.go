@@ -84,6 +84,10 @@ const (
 	shardTimeout = 5 * time.Second
 )
 
+// resubscribed, when set (by tests, before the subscription opens), is
+// called as each pass of resubscribe ends.
+var resubscribed func()
+
 // shardSilence is how long a primary's connection may go without a
 // message before it is sent a PING; one that answers nothing, not even
 // that, within as long again is taken for failed, as a connection cut off
@@ -311,6 +315,9 @@ func (ns *nodeSubscription) receive() (moved []string) {
 // cluster's slots again, retrying with a backoff until every one is
 // subscribed or the subscription is closed.
 func (s *shardedSubscription) resubscribe(channels []string) {
+	if resubscribed != nil {
+		defer resubscribed()
+	}
 	wait := shardRetryMin
 	for len(channels) > 0 {
 		s.c.ReloadState(s.ctx) // in the background

@@ -13,6 +13,9 @@ import (
 // connection's failure has it waiting to be subscribed anew is not
 // subscribed again.
 func TestAChannelLetGoWhileMovingStaysGone(t *testing.T) {
+	passes := make(chan struct{}, 16)
+	resubscribed = func() { passes <- struct{}{} }
+	defer func() { resubscribed = nil }()
 	c := redistest.StartCluster(t, 3, 0)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -42,8 +45,13 @@ func TestAChannelLetGoWhileMovingStaysGone(t *testing.T) {
 	if err := s.Unsubscribe(ctx, ch); err != nil {
 		t.Fatal(err)
 	}
-	// Subscribing anew comes after shardRetryMin; give it ample time.
-	time.Sleep(10 * shardRetryMin)
+	// Subscribing anew comes after shardRetryMin, in a pass that ends
+	// once nothing is left to subscribe.
+	select {
+	case <-passes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the channels of the failed connection were not taken up again")
+	}
 	if n := srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch); n != ch+"\n0" && n != ch+" 0" {
 		t.Errorf("PUBSUB SHARDNUMSUB after the channel was let go: %q", n)
 	}
@@ -74,15 +82,7 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 	ns := &nodeSubscription{s: &shardedSubscription{notify: func(_, p string) { got <- p }}, ps: ps, channels: map[string]bool{"ch": true}}
 	done := make(chan []string, 1)
 	go func() { done <- ns.receive() }()
-	for {
-		srv.Do(t, "SPUBLISH", "ch", "hello")
-		select {
-		case <-got:
-		case <-time.After(50 * time.Millisecond):
-			continue
-		}
-		break
-	}
+	redistest.PublishUntilReceived(t, srv, "ch", "hello", got)
 	// Quiet, but alive: several silences pass, each answered.
 	select {
 	case moved := <-done:

@@ -318,7 +318,7 @@ func replyError(err error) error {
 // nothing of clusters. It matches dlock.ErrUnsupported and unwraps to the
 // server's reply.
 type ClusterError struct {
-	Reply redis.Error
+	Reply redis.Error // the node's reply, such as "MOVED 3999 127.0.0.1:7001"
 }
 
 // Error says that Redis Cluster is not supported, and what the node said.

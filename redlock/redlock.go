@@ -46,6 +46,7 @@ type NodeError struct {
 	Err  error  // what the node's client returned, or ErrNodeTimeout
 }
 
+// Error names the node and says what went wrong there.
 func (e *NodeError) Error() string {
 	return fmt.Sprintf("redlock: node %d (%s): %v", e.Node, e.Addr, e.Err)
 }

@@ -13,8 +13,13 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 // killGroup sends SIGKILL to the process group that the server with pid
 // leads, which holds only that server and its fork children.
-func killGroup(pid int) {
+func killGroup(pid int) { signalGroup(pid, syscall.SIGKILL) }
+
+// signalGroup sends sig to the process group of the server whose PID is
+// pid; it must be called while the server is unreaped, so that the group
+// ID is still ours.
+func signalGroup(pid int, sig syscall.Signal) {
 	if pid > 0 {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, sig)
 	}
 }

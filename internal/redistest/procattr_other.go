@@ -10,6 +10,8 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{}
 }
 
-// killGroup does nothing: outside Linux servers do not get their own
-// process group.
+// killGroup and signalGroup do nothing: outside Linux servers do not get
+// their own process group.
 func killGroup(pid int) {}
+
+func signalGroup(pid int, sig syscall.Signal) {}

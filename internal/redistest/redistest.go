@@ -362,13 +362,17 @@ func (s *Server) Stop(tb testing.TB) {
 		return
 	default:
 	}
+	// The fork children the server may have (BGSAVE, replication sync)
+	// are in its process group: they get the signals too, sent while the
+	// server is unreaped, so that the group ID is still ours.
+	signalGroup(cmd.Process.Pid, syscall.SIGTERM)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		tb.Fatalf("redistest: stopping %s: SIGTERM: %v", s.describe(), err)
 	}
+	signalGroup(cmd.Process.Pid, syscall.SIGCONT)
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-done:
-		killGroup(cmd.Process.Pid) // fork children left behind, if any
 		return
 	case <-time.After(stopTimeout):
 	}

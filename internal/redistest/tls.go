@@ -19,6 +19,8 @@ import (
 // TLS is a certificate authority and a server certificate for 127.0.0.1
 // and localhost, made for one test.
 type TLS struct {
+	// CAFile, CertFile and KeyFile are the PEM files of the authority, the
+	// server's certificate and its key.
 	CAFile, CertFile, KeyFile string
 	pool                      *x509.CertPool
 }

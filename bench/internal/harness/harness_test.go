@@ -8,14 +8,18 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/dlockio/dlock/internal/redistest"
 )
+
+func TestMain(m *testing.M) { redistest.VerifyNoLeaks(m) }
 
 // TestTinyRun runs every scenario once with every library, a few hundred
 // operations in all, on a redis-server of its own. It keeps the harness
 // compiling and working; it asserts nothing about timings.
 func TestTinyRun(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed (apt-get install redis-server)")
+		t.Fatal("redis-server not installed: run `make redis` (or apt-get install redis-server)")
 	}
 	srv, err := StartServer(ServerOptions{CPU: -1})
 	if err != nil {
