@@ -230,8 +230,10 @@ func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
 	}
 	start := time.Now()
 	l, err := r.TryLock(ctx, "job")
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("TryLock took %v", took)
+	// TryLock returns within the node timeout (documented); the margin is
+	// for a loaded machine.
+	if took, limit := time.Since(start), testNodeTimeout+750*time.Millisecond; took > limit {
+		t.Errorf("TryLock took %v, more than the node timeout %v and a margin", took, testNodeTimeout)
 	}
 	if l != nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) {
 		t.Fatalf("TryLock = %v, %v; want no lock, ErrNotObtained and ErrNoQuorum", l, err)
