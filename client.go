@@ -182,8 +182,11 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // locks obtained WithAutoRefresh, and the subscription that wakes waiting
 // callers (callers still waiting then poll). Locks still held are not released; they
 // are no longer refreshed, so they expire with their TTL and their Done
-// channels close at their deadlines. Close does not close the Redis client
-// under the driver. It is safe to call more than once.
+// channels close at their deadlines. A refresh under way is abandoned, and
+// not reported as a failed refresh; Close waits for the driver to give it
+// up, which, when the server does not answer, can take the driver's read
+// timeout (go-redis: ReadTimeout, 3s by default). Close does not close the
+// Redis client under the driver. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	wd, waits := c.wd, c.waits

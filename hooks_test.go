@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // hookLog records every hook call as a line, with the context each got.
@@ -397,4 +399,44 @@ func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	if starts.Load() != 1 || dones.Load() != 1 {
 		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
 	}
+}
+
+// TestARefreshCloseAbandonsIsNotReportedAsFailed: Close ends a refresh
+// that is under way (its reply held back); that refresh is not reported as
+// a failed one, to the Refresh hook.
+func TestARefreshCloseAbandonsIsNotReportedAsFailed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	inFlight := make(chan struct{})
+	var once sync.Once
+	// A short read timeout: Close waits for the refresh to give up.
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	d := &hookDriver{Driver: goredis.New(rdb), before: func(calls []*dlock.Call) {
+		if armed.Load() && isRefresh(calls) {
+			once.Do(func() { close(inFlight) })
+		}
+	}}
+	var failed atomic.Int32
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Refresh: func(_ context.Context, _ dlock.HookInfo, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}}))
+	l, err := c.TryLock(ctx, "closing", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Pause(t) // the refresh gets no reply
+	defer e.srv.Resume(t)
+	armed.Store(true)
+	<-inFlight
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := failed.Load(); n != 0 {
+		t.Errorf("the Refresh hook was told of %d failed refreshes; Close abandoned the one under way", n)
+	}
+	_ = l
 }

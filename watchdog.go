@@ -86,8 +86,8 @@ func (w *watchdog) remove(s *lease) {
 // close stops the goroutine, abandoning a refresh under way, and waits for
 // it to return.
 func (w *watchdog) close() {
+	close(w.stop) // before the cancel, so that the refreshes it ends see it
 	w.cancel()
-	close(w.stop)
 	<-w.done
 	w.givers.Wait() // bounded: each give-back has cleanupTimeout
 }
@@ -210,9 +210,13 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			}
 		}()
 	}()
+	// Close abandons the refreshes under way: their failures are not
+	// reported as failed refreshes.
+	abandoned := w.closing()
 	for i, s := range sent {
 		err := s.holder.refreshed(calls[i])
 		notHeld := errors.Is(err, ErrNotHeld)
+		quiet := abandoned && !notHeld && err != nil
 		switch {
 		case err == nil:
 			next, again := s.extendAuto(now, ttls[i])
@@ -223,19 +227,31 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 				w.schedule(s, next)
 			}
 		case !notHeld:
-			w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
+			if !quiet {
+				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
+			}
 			s.unsure(now, ttls[i])
 			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
 		s.endTurn()
 		// Hooks, and the end of a lost lock with its End hook, come after
 		// the turn: a hook may refresh the lock.
-		if s.hook != nil {
+		if s.hook != nil && !quiet {
 			s.hook.refresh(ctx, err)
 		}
 		if notHeld && s.lose(err) {
 			lost = append(lost, s)
 		}
+	}
+}
+
+// closing reports whether Client.Close has stopped the watchdog.
+func (w *watchdog) closing() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
 	}
 }
 
