@@ -440,3 +440,32 @@ func TestARefreshCloseAbandonsIsNotReportedAsFailed(t *testing.T) {
 	}
 	_ = l
 }
+
+// TestARefreshWhileTheEndHookRunsFails: a lock's deadline passes (its
+// acquire was slow to reach the server, which holds it a little longer),
+// and while its End hook runs, a Refresh must not bring it back.
+func TestARefreshWhileTheEndHookRunsFails(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "acquire" {
+			time.Sleep(100 * time.Millisecond) // the request is slow to arrive
+		}
+	}}
+	ending, proceed := make(chan struct{}), make(chan struct{})
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) {
+		close(ending)
+		<-proceed
+	}}))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "ending", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ending // the deadline passed; the server still holds the lock
+	err = l.Refresh(ctx, time.Second)
+	close(proceed)
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh while the End hook runs = %v, want ErrNotHeld", err)
+	}
+}

@@ -350,7 +350,8 @@ func (s *lease) aliveLocked() error {
 	if s.released {
 		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())
 	}
-	if s.ended() {
+	if s.ended() || (s.ending && s.err != nil) {
+		// Ending: its End hook runs, and Err already says why.
 		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)
 	}
 	return nil
