@@ -76,7 +76,33 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, usage(a.cmd, "%v", err)
 	}
-	var rdb redis.UniversalClient
+	rdb, err := t.open(ctx, a.cmd)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if t.single != nil && isClusterNode(pctx, rdb) {
+		// As one server it would see one node's share of the locks, and
+		// be refused the others with MOVED.
+		_ = rdb.Close()
+		return nil, usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", t.display)
+	}
+	return &conn{rdb: rdb, locks: dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)), display: t.display}, nil
+}
+
+// open opens the client of t and checks that Redis answers. go-redis
+// panics on some options it does not check (checkOptions refuses those it
+// is known to): a panic is a usage error too.
+func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalClient, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if rdb != nil {
+				_ = rdb.Close()
+			}
+			rdb, err = nil, usage(cmd, "go-redis cannot use the options of %s: %v", t.display, p)
+		}
+	}()
 	switch {
 	case t.cluster != nil:
 		rdb = redis.NewClusterClient(t.cluster)
@@ -92,15 +118,22 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, unreachable(t.display, err)
+		return nil, t.pingError(cmd, err)
 	}
-	if t.single != nil && isClusterNode(pctx, rdb) {
-		// As one server it would see one node's share of the locks, and
-		// be refused the others with MOVED.
-		_ = rdb.Close()
-		return nil, usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", t.display)
+	return rdb, nil
+}
+
+// pingError explains a failed first contact: a setting the server says is
+// wrong is a usage error, anything else makes Redis unreachable.
+func (t *target) pingError(cmd *command, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "cluster support disabled"):
+		return usage(cmd, "%s is not a Redis Cluster: give one address, without --cluster (or sentinels', with --sentinel-master)", t.display)
+	case strings.Contains(msg, "DB index is out of range"):
+		return usage(cmd, "%s names a database the server does not have (%s); pick one below its 'databases' setting (16 by default)", t.display, libMsg(err))
 	}
-	return &conn{rdb: rdb, locks: dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)), display: t.display}, nil
+	return unreachable(t.display, err)
 }
 
 // isClusterNode reports whether the server rdb reaches has cluster mode
@@ -119,7 +152,8 @@ func unreachable(display string, err error) error {
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
 	case strings.Contains(msg, "NOPERM"):
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
-	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"):
+	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"),
+		strings.Contains(msg, "IP SANs"):
 		hint = "the server's certificate names another host: give the name it holds with --tls-server-name"
 	case strings.Contains(msg, "x509"), strings.Contains(msg, "tls:"), strings.Contains(msg, "certificate"):
 		hint = "check --tls-ca, --tls-cert and --tls-key, and that the URL says rediss://"
@@ -234,6 +268,9 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 		if err != nil {
 			return nil, parseError(err)
 		}
+		if err := checkOptions(o); err != nil {
+			return nil, err
+		}
 		o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
 		return &target{single: o, display: redactURL(raw)}, nil
 	case "redis", "rediss", "redis-sentinel", "rediss-sentinel":
@@ -341,6 +378,9 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 	if err != nil {
 		return nil, parseError(err)
 	}
+	if err := checkOptions(o); err != nil {
+		return nil, err
+	}
 	o.Password = or(o.Password, getenv("DLOCK_PASSWORD"))
 	if o.TLSConfig != nil {
 		// Verify each connection against the address it dials, unless
@@ -379,6 +419,36 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 	return t, nil
 }
 
+// checkOptions refuses the values go-redis takes from a URL without a
+// word and then panics on (a negative pool_size), sends nothing with
+// (max_retries below -1), fails every dial with (a dial_timeout of 0 or
+// less) or ignores (a negative database). -1 is go-redis's "none" for
+// max_retries and the backoffs; a duration written as a plain 0 or
+// negative number reads as -1ns, that none.
+func checkOptions(o *redis.Options) error {
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"pool_size", o.PoolSize}, {"min_idle_conns", o.MinIdleConns}, {"max_idle_conns", o.MaxIdleConns}, {"max_active_conns", o.MaxActiveConns}} {
+		if c.n < 0 {
+			return fmt.Errorf("%s=%d must not be negative (0, or leaving it out, means go-redis's default)", c.name, c.n)
+		}
+	}
+	switch {
+	case o.MaxRetries < -1:
+		return fmt.Errorf("max_retries=%d is out of range: write -1 for no retries, or a count", o.MaxRetries)
+	case o.DialTimeout < 0:
+		return errors.New("dial_timeout must be a positive duration: with none, every dial fails at once (leave it out for go-redis's default, 5s)")
+	case o.MinRetryBackoff < -1:
+		return errors.New("min_retry_backoff must not be a negative duration; write 0 for no backoff")
+	case o.MaxRetryBackoff < -1:
+		return errors.New("max_retry_backoff must not be a negative duration; write 0 for no backoff")
+	case o.DB < 0:
+		return fmt.Errorf("database %d does not exist: write a number from 0", o.DB)
+	}
+	return nil
+}
+
 // takeQuery removes a parameter go-redis would not know from q.
 func takeQuery(q url.Values, name string) string {
 	v := q.Get(name)
@@ -405,15 +475,20 @@ func parseError(err error) error {
 // redactURL hides the passwords of a URL that parsed, for messages: the
 // one in its user information, which ends at the last '@' of the
 // authority, and the sentinel_password of its query.
-func redactURL(raw string) string { return redact(raw, false) }
+func redactURL(raw string) string { return redact(raw, false, "xxxxx") }
 
 // redactBadURL hides the passwords of a URL that did not parse, whose
 // password may hold an unencoded '/', '?' or '#', and so reach past where
 // the authority seems to end: it hides all from the first ':' after the
 // scheme to the last '@'.
-func redactBadURL(raw string) string { return redact(raw, true) }
+func redactBadURL(raw string) string { return redact(raw, true, "xxxxx") }
 
-func redact(raw string, loose bool) string {
+// withoutPasswords empties the passwords of a URL, hidden as redactBadURL
+// hides them.
+func withoutPasswords(raw string) string { return redact(raw, true, "") }
+
+// redact replaces the passwords of raw by mask.
+func redact(raw string, loose bool, mask string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	start := len(scheme) + len("://")
 	if !ok { // not a URL, but perhaps one without its scheme
@@ -451,7 +526,7 @@ func redact(raw string, loose bool) string {
 			b.WriteByte(raw[i])
 			continue
 		}
-		b.WriteString("xxxxx")
+		b.WriteString(mask)
 		for i+1 < len(raw) && hidden[i+1] {
 			i++
 		}
@@ -462,7 +537,7 @@ func redact(raw string, loose bool) string {
 // hasStrayAt reports whether tail, the part of a URL after its authority,
 // holds an '@' outside the values of sentinel_password.
 func hasStrayAt(tail string) bool {
-	return strings.Contains(redact("x://"+tail, false), "@")
+	return strings.Contains(redact("x://"+tail, false, "xxxxx"), "@")
 }
 
 // applyTLS adds the CA and client certificate to a TLS connection.

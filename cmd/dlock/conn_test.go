@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -332,6 +335,12 @@ type certFiles struct{ ca, serverCert, serverKey, clientCert, clientKey string }
 // certificate, all signed by the CA, as PEM files in dir.
 func writeCerts(t *testing.T, dir string) certFiles {
 	t.Helper()
+	return writeCertsFor(t, dir, []net.IP{net.ParseIP("127.0.0.1")}, nil)
+}
+
+// writeCertsFor is writeCerts with a server certificate for ips and dns.
+func writeCertsFor(t *testing.T, dir string, ips []net.IP, dns []string) certFiles {
+	t.Helper()
 	newKey := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -368,12 +377,12 @@ func writeCerts(t *testing.T, dir string) certFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([]byte, *ecdsa.PrivateKey) {
 		k := newKey()
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, DNSNames: dns,
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
 		if err != nil {
@@ -381,8 +390,8 @@ func writeCerts(t *testing.T, dir string) certFiles {
 		}
 		return der, k
 	}
-	srvDER, srvKey := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	cliDER, cliKey := leaf(3, "dlock client", x509.ExtKeyUsageClientAuth, nil)
+	srvDER, srvKey := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, ips, dns)
+	cliDER, cliKey := leaf(3, "dlock client", x509.ExtKeyUsageClientAuth, nil, nil)
 	return certFiles{
 		ca:         write("ca.crt", "CERTIFICATE", caDER),
 		serverCert: write("server.crt", "CERTIFICATE", srvDER), serverKey: writeKey("server.key", srvKey),
@@ -486,5 +495,65 @@ func TestQueryOptionsReachEveryKind(t *testing.T) {
 	}
 	if !single.single.PoolFIFO || single.single.ConnMaxLifetime != 17*time.Second {
 		t.Errorf("the single server's options lack the query's: %+v", single.single)
+	}
+}
+
+// Query options that go-redis would panic on, or send nothing with, are
+// code 64 naming the option, as are a database or a cluster the server
+// does not have.
+func TestConnectBadOptions(t *testing.T) {
+	t.Parallel()
+	addr := strings.TrimPrefix(redisURL, "redis://")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--redis", redisURL + "?pool_size=-1", "status", "x"}, "pool_size=-1 must not be negative"},
+		{[]string{"--redis", redisURL + "," + addr + "?pool_size=-1", "status", "x"}, "pool_size=-1 must not be negative"},
+		{[]string{"--cluster", "--redis", redisURL + "?min_idle_conns=-1", "ls"}, "min_idle_conns=-1 must not be negative"},
+		{[]string{"--redis", redisURL + "?max_idle_conns=-3", "ls"}, "max_idle_conns=-3 must not be negative"},
+		{[]string{"--redis", redisURL + "?max_active_conns=-1", "ls"}, "max_active_conns=-1 must not be negative"},
+		{[]string{"--redis", redisURL + "?max_retries=-2", "status", "x"}, "max_retries=-2 is out of range"},
+		{[]string{"--redis", redisURL + "?dial_timeout=0", "ls"}, "dial_timeout must be a positive duration"},
+		{[]string{"--redis", redisURL + "?min_retry_backoff=-5ms", "ls"}, "min_retry_backoff must not be a negative duration"},
+		{[]string{"--redis", redisURL + "/-1", "ls"}, "database -1 does not exist"},
+		{[]string{"--redis", redisURL + "/99", "ls"}, "names a database the server does not have"},
+		{[]string{"--cluster", "--redis", redisURL, "status", "x"}, "is not a Redis Cluster: give one address, without --cluster"},
+		{append([]string{"--redis", redisURL + "," + addr}, runArgs(nil, "x", "exit", "0")...), "is not a Redis Cluster"},
+	} {
+		r := dlockRun(t, nil, tc.args...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+	// Options fine by the URL are still fine.
+	if r := dlockRun(t, nil, "--redis", redisURL+"?max_retries=-1&pool_size=2&dial_timeout=3s&min_retry_backoff=0", "ls"); r.code != 0 {
+		t.Errorf("good options: code %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// Should go-redis panic on options checkOptions lets through, the panic is
+// a usage error.
+func TestOpenRecoversPanic(t *testing.T) {
+	tg := &target{single: &redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://"), PoolSize: -1}, display: redisURL}
+	rdb, err := tg.open(context.Background(), statusCommand)
+	var ee *exitError
+	if rdb != nil || !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, "go-redis cannot use the options of "+redisURL) {
+		t.Errorf("open with pool_size -1: %v, %v", rdb, err)
+	}
+}
+
+// A certificate without the IP address dialled gets the hint of any other
+// certificate for another name: --tls-server-name, which then works.
+func TestConnectTLSCertificateWithoutIP(t *testing.T) {
+	t.Parallel()
+	certs := writeCertsFor(t, t.TempDir(), nil, []string{"localhost"})
+	port := freePort(t)
+	redistest.Start(t, redistest.WithArgs("--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+		"--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "no"))
+	flags := []string{"--redis", "rediss://127.0.0.1:" + strconv.Itoa(port), "--tls-ca", certs.ca}
+	r := dlockRun(t, nil, append(flags, "ls")...)
+	checkOneLine(t, r, exitUnavailable, "IP SANs; the server's certificate names another host: give the name it holds with --tls-server-name")
+	if r := dlockRun(t, nil, append(flags, "--tls-server-name", "localhost", "ls")...); r.code != 0 {
+		t.Errorf("with --tls-server-name: code %d, stderr %s", r.code, r.stderr)
 	}
 }

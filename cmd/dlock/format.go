@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -191,7 +193,8 @@ func kindName(info *dlock.Info) string {
 // release with --json.
 type infoJSON struct {
 	Name          string       `json:"name"`
-	Kind          string       `json:"kind"` // "free" when nobody holds it
+	NameBase64    string       `json:"name_base64,omitempty"` // the name's bytes, when they are not UTF-8 (Name then shows U+FFFD for the others)
+	Kind          string       `json:"kind"`                  // "free" when nobody holds it
 	Held          bool         `json:"held"`
 	Fence         uint64       `json:"fence"` // the newest fence issued for the name
 	Holders       []holderJSON `json:"holders"`
@@ -218,6 +221,9 @@ func toJSON(info *dlock.Info, now time.Time) infoJSON {
 	out := infoJSON{
 		Name: info.Name, Kind: kindName(info), Held: len(info.Holders) > 0,
 		Fence: info.Fence, Holders: []holderJSON{}, Readers: countReaders(info),
+	}
+	if !utf8.ValidString(info.Name) {
+		out.NameBase64 = base64.StdEncoding.EncodeToString([]byte(info.Name))
 	}
 	for _, h := range info.Holders {
 		out.Holders = append(out.Holders, holderJSON{

@@ -26,7 +26,7 @@ func init() {
 				}
 				c := lookup(args[0])
 				if c == nil {
-					return usage(nil, "unknown command %q; the commands are run, status, ls, release and version", args[0])
+					return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", args[0])
 				}
 				a.printHelp(a.stdout, c)
 				return nil
@@ -64,11 +64,15 @@ const envHelp = `Environment:
   DLOCK_PREFIX             the key prefix, when --prefix is not given (empty counts as unset)
   DLOCK_SENTINEL_MASTER, DLOCK_TLS_CA, DLOCK_TLS_CERT, DLOCK_TLS_KEY
                            as the flags of the same names
-  run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE for the command it runs.
+  run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE (0 for --shared and --semaphore)
+  for the command it runs, and passes it neither password (see 'dlock run --help').
 `
 
 const exitHelp = `Exit codes:
-  0-125    run: the command's own exit code; other commands: 0 on success
+  0        success; run: the command exited 0
+  1-255    run: the command's own exit code, passed through whatever it is; it may
+           be one of the codes below (an exit 130 looks like SIGINT's): dlock's own
+           come with its line on stderr
   126      run: the command was found but could not be executed
   127      run: the command was not found
   128+N    run: the command was killed by signal N (or dlock was, while waiting)

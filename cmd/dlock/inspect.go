@@ -205,9 +205,12 @@ func init() {
 		help: `Frees the lock called NAME whoever holds it, wakes those waiting for it, and
 prints what it removed. It is meant for operators clearing a lock whose holder
 is stuck: the holder is not asked, and learns of the loss at its next refresh
-(a dlock run then stops its command and exits with code 74). The fence counter
-stays, so later holders still get larger fences. Releasing a free name
-removes nothing and is not an error.
+(a dlock run then stops its command and exits with code 74). The name is free
+at once: a waiting run may obtain it and start its command while the old
+command still runs, until that refresh and its --grace; a resource that
+checks DLOCK_FENCE refuses the old holder. The fence counter stays, so later
+holders still get larger fences. Releasing a free name removes nothing and is
+not an error.
 
 A process releases its own lock by ending: dlock run releases when its
 command exits. --force is required to say that this is the other kind.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -209,5 +211,39 @@ func TestStatusAndListEscapeControlCharacters(t *testing.T) {
 		if !strings.Contains(r.stdout, lockName(t)+`\tx`) {
 			t.Errorf("%v does not show the name's tab as an escape: %q", args, r.stdout)
 		}
+	}
+}
+
+// A name that is not UTF-8 keeps ls's columns (0xff is tabwriter's
+// escape), shows its bytes as escapes, and its JSON record carries its
+// bytes in name_base64, which release --force takes back.
+func TestNamesThatAreNotUTF8(t *testing.T) {
+	t.Parallel()
+	name := lockName(t) + "\xff\xfe"
+	c := libClient(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute), dlock.WithMetadata(`{"host":"h","pid":"1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "ls", lockName(t)+"*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[1], lockName(t)+`\xff\xfe  lock  h pid 1  `) ||
+		strings.Index(lines[0], "KIND") != strings.Index(lines[1], "lock") || !utf8.ValidString(r.stdout) {
+		t.Errorf("ls: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, nil, "status", "--json", name)
+	var info infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 {
+		t.Fatalf("status --json: code %d, %q: %v", r.code, r.stdout, err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(info.NameBase64)
+	if err != nil || string(raw) != name || info.Name != lockName(t)+"\ufffd\ufffd" {
+		t.Fatalf("status --json: name %q, name_base64 %q", info.Name, info.NameBase64)
+	}
+	r = dlockRun(t, nil, "release", "--force", string(raw))
+	if r.code != 0 || !isFree(t, c, name) {
+		t.Errorf("release --force of the name from name_base64: code %d, stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, nil, "status", "--json", lockName(t)); r.code != 0 || strings.Contains(r.stdout, "name_base64") {
+		t.Errorf("a UTF-8 name has name_base64: %s", r.stdout)
 	}
 }

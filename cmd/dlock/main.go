@@ -23,11 +23,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Exit codes. The child's own code (0–125, or 128+N when a signal killed
+// Exit codes. The child's own code (any, or 128+N when a signal killed
 // it) passes through run; the rest are dlock's. They follow sysexits.h
 // where one fits, and stay clear of the shells' 126, 127 and 128+N, which
 // keep their usual meaning.
@@ -139,18 +140,22 @@ func oneLine(s string) string {
 
 // printable writes s for a terminal: the characters that are not printable
 // (controls, an ESC that would start a terminal sequence, a tab that would
-// shift a table's columns) as Go escapes, the rest as they are. Names and
-// metadata are anyone's text.
+// shift a table's columns) and the bytes that are not UTF-8 (0xff is
+// tabwriter's escape) as Go escapes, the rest as they are. Names and
+// metadata are anyone's bytes.
 func printable(s string) string {
-	if strings.IndexFunc(s, notPrintable) < 0 {
+	if utf8.ValidString(s) && strings.IndexFunc(s, notPrintable) < 0 {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		if notPrintable(r) {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case notPrintable(r):
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
-		} else {
+		default:
 			b.WriteRune(r)
 		}
 	}
@@ -178,11 +183,11 @@ func (a *app) dispatch(args []string) error {
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		return usage(nil, "missing the command: run, status, ls, release or version")
+		return usage(nil, "missing the command: run, status, ls, release, version or help")
 	}
 	a.cmd = lookup(rest[0])
 	if a.cmd == nil {
-		return usage(nil, "unknown command %q; the commands are run, status, ls, release and version", rest[0])
+		return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", rest[0])
 	}
 	fs := flag.NewFlagSet(a.cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -212,6 +217,11 @@ func (a *app) dispatch(args []string) error {
 		return usage(a.cmd, "%v", flagError(err))
 	}
 	if a.cmd == runCommand {
+		if j := indexOf(tail, "--"); len(pos) == 0 && j >= 0 {
+			// dlock run -- -x -- COMMAND: the first `--` ended the flags,
+			// before a NAME that starts with '-'.
+			pos, tail = tail[:j], tail[j+1:]
+		}
 		pos = append(pos, "--")
 		pos = append(pos, tail...)
 	}

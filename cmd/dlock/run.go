@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -50,17 +51,25 @@ While waiting for the lock on a terminal, one status line says who holds it;
 without a terminal, dlock logs plain lines on stderr when it starts waiting and
 when the holder changes. dlock writes nothing to stdout: that is the command's.
 
-The lock is refreshed every third of --ttl while the command runs. The command
-gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE in its environment; pass the fence
-to the resource you protect so that it can refuse a holder whose lock has
-passed to another. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
-dlock are passed on to the command; a SIGHUP or SIGINT ignored when dlock
-starts (under nohup, say) stays ignored, by dlock and by the command. Without
-a controlling terminal (cron, systemd, CI) the command runs in a process group
-of its own and signals go to the whole group; at a terminal it shares dlock's
-group, so that Ctrl-C reaches it directly from the terminal, once, and the
-signals dlock passes on go to the command and every process it started (on
-Linux; elsewhere to the command alone).
+The lock is refreshed every third of --ttl while the command runs, and
+released when the command exits: background work the command leaves running
+(sh -c 'job &') runs on without the lock (unlike flock, whose lock a
+descriptor inherited by that work keeps). The command gets DLOCK_NAME,
+DLOCK_TOKEN and DLOCK_FENCE in its environment (DLOCK_FENCE is 0 for --shared
+and --semaphore holds, which have no fence); pass the fence to the resource you
+protect so that it can refuse a holder whose lock has passed to another. The
+command's environment lacks DLOCK_PASSWORD and DLOCK_SENTINEL_PASSWORD, and
+DLOCK_REDIS has its passwords emptied (redis://USER:@HOST). A script without
+a #! line runs with /bin/sh, as in a shell.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed
+on to the command; a SIGHUP or SIGINT ignored when dlock starts (under nohup,
+say) stays ignored, by dlock and by the command. Without a controlling
+terminal (cron, systemd, CI) the command runs in a process group of its own
+and signals go to the whole group; at a terminal it shares dlock's group, so
+that Ctrl-C reaches it directly from the terminal, once, and the signals dlock
+passes on go to the command and every process it started (on Linux;
+elsewhere to the command alone).
 
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
@@ -70,12 +79,22 @@ Linux to every process the command started that still runs, even one that
 left its group or session (setsid, timeout) or whose parent exited: dlock
 adopts those orphans. dlock exits only once all of them are gone or, after
 --grace, killed: a process that ignores SIGTERM does not outlive dlock by
-outliving the command. If dlock itself is killed, the command gets SIGTERM
-(on Linux) and the lock expires after its TTL.
+outliving the command. The command gets SIGTERM only once the lock is gone
+(a refresh failed, or found it taken: a force release is seen at the next
+refresh), so another run may obtain it and start while this command is still
+in its --grace: check DLOCK_FENCE where two holders must never act at once.
+
+If dlock itself is killed (SIGKILL, the OOM killer), on Linux the command gets
+SIGTERM, but nothing else does: the processes it started keep running, and
+once the TTL runs out another run may obtain the lock while they still run.
+Run a command whose children end with it (exec the last one, or trap TERM and
+stop them), or check DLOCK_FENCE. Elsewhere the command keeps running too.
 
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
-                       DURATION (default: wait as long as it takes)
+                       DURATION (default: wait as long as it takes); the first
+                       attempt always gets its answer, and a wait that ends
+                       while Redis fails is code 69
   --no-wait            give up at once with code 73 if the lock is held, as flock -n
   --ttl DURATION       the lease: how long the lock outlives dlock if it dies
                        (default 10s, at least 100ms)
@@ -192,6 +211,8 @@ func sigName(sig os.Signal) string {
 			return "SIGTERM"
 		case syscall.SIGHUP:
 			return "SIGHUP"
+		case syscall.SIGQUIT:
+			return "SIGQUIT"
 		case syscall.SIGKILL:
 			return "SIGKILL"
 		}
@@ -286,7 +307,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	interrupted := func() error {
 		var s signalled
 		if errors.As(context.Cause(ctx), &s) {
-			return fail(sigCode(s.sig), "%v while waiting for %q; the command was not run", s, name)
+			return fail(sigCode(s.sig), "%v while waiting for %s; the command was not run", s, quote(name))
 		}
 		return nil
 	}
@@ -310,16 +331,14 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		l, err = try(ctx, opts...)
 	} else {
 		wctx, wcancel := context.WithCancelCause(ctx)
-		if o.wait > 0 {
-			var tcancel context.CancelFunc
-			wctx, tcancel = context.WithTimeoutCause(wctx, o.wait, errWaitedOut)
-			defer tcancel()
-		}
 		w = a.newWaiter(c, name, o.quiet, wcancel)
+		if o.wait > 0 {
+			w.giveUpAfter(o.wait)
+		}
 		l, err = wait(wctx, append(opts, dlock.WithMaxWait(forever), dlock.WithOnRetry(w.onRetry))...)
 		w.stop()
 		if err != nil {
-			err = a.waitError(c, name, o, context.Cause(wctx), err)
+			err = a.waitError(c, name, o, w, context.Cause(wctx), err)
 		}
 		wcancel(nil)
 	}
@@ -343,14 +362,25 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	return l, c, nil
 }
 
-// waitError explains why a wait ended without the lock.
-func (a *app) waitError(c *conn, name string, o *runOptions, cause, err error) error {
+// waitError explains why a wait ended without the lock. One that --wait
+// ended is a lock held only if the last attempt found it so.
+func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, err error) error {
 	var down redisDown
+	var refused redisRefused
 	switch {
-	case errors.Is(cause, errWaitedOut):
-		return a.notObtained(c, name, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
+	case errors.As(cause, &refused):
+		return unreachable(c.display, refused.err)
 	case errors.As(cause, &down):
 		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
+	case errors.Is(cause, errWaitedOut):
+		last, held := w.outcome()
+		switch {
+		case last != nil:
+			return unreachable(c.display, fmt.Errorf("gave up after waiting %v (--wait) for %s, failing: %s", o.wait, quote(name), libMsg(last)))
+		case !held:
+			return unreachable(c.display, fmt.Errorf("no answer within %v while waiting for %s", max(o.wait, firstTry), quote(name)))
+		}
+		return a.notObtained(c, name, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
 	}
 	return err
 }
@@ -368,7 +398,7 @@ func (a *app) notObtained(c *conn, name, why string) error {
 
 // quote writes a lock name as the messages show it: 'nightly'.
 func quote(name string) string {
-	if strings.ContainsAny(name, "' ") || strings.IndexFunc(name, notPrintable) >= 0 {
+	if strings.ContainsAny(name, "' ") || strings.IndexFunc(name, notPrintable) >= 0 || !utf8.ValidString(name) {
 		return strconv.Quote(name)
 	}
 	return "'" + name + "'"
@@ -413,13 +443,16 @@ func shellJoin(argv []string) string {
 // runHolding runs the command while l is held, and returns how run ends.
 func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *runOptions, sigs <-chan os.Signal) error {
 	ownGroup := !hasControllingTerminal()
-	cmd := &exec.Cmd{
-		Path: path, Args: argv,
-		Env: append(os.Environ(),
-			"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10)),
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: childAttr(ownGroup),
+	env := append(commandEnv(os.Environ()),
+		"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
+	newCmd := func(path string, args []string) *exec.Cmd {
+		return &exec.Cmd{
+			Path: path, Args: args, Env: env,
+			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			SysProcAttr: childAttr(ownGroup),
+		}
 	}
+	cmd := newCmd(path, argv)
 	// The processes of the command's tree that its processes leave behind
 	// become dlock's (on Linux), so that a lost lock stops them too.
 	orphans, stopAdopting := adoptOrphans()
@@ -428,7 +461,13 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	if orphans != nil {
 		strays.exclude(os.Getpid())
 	}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if errors.Is(err, syscall.ENOEXEC) {
+		// A script without a #! line: run it with the shell, as shells do.
+		cmd = newCmd(shell, append([]string{shell, path}, argv[1:]...))
+		err = cmd.Start()
+	}
+	if err != nil {
 		a.release(l, name, false)
 		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
 	}
@@ -536,6 +575,27 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		return nil
 	}
 	return exitCode(code)
+}
+
+// shell runs the scripts that have no #! line.
+const shell = "/bin/sh"
+
+// commandEnv is the command's environment: dlock's without the passwords it
+// was given, DLOCK_PASSWORD and DLOCK_SENTINEL_PASSWORD, and with those of
+// DLOCK_REDIS emptied, as redis://USER:@HOST.
+func commandEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "DLOCK_PASSWORD", "DLOCK_SENTINEL_PASSWORD":
+			continue
+		case "DLOCK_REDIS":
+			kv = k + "=" + withoutPasswords(v)
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // groupPoll is how often run looks whether the command's process group

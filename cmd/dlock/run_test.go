@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Exactly one of several runs started at once executes its command at a
@@ -200,6 +203,7 @@ func TestRunExitCode(t *testing.T) {
 		{[]string{"exit", "1"}, 1},
 		{[]string{"exit", "3"}, 3},
 		{[]string{"exit", "125"}, 125},
+		{[]string{"exit", "255"}, 255}, // passed through, whatever it is
 		{[]string{"selfkill"}, 128 + 9},
 	} {
 		t.Run(strings.Join(tc.args, "-"), func(t *testing.T) {
@@ -287,22 +291,28 @@ func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
 // runs the command.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
 	t.Parallel()
-	name := lockName(t)
-	l, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
-	ran := filepath.Join(t.TempDir(), "ran")
-	p := startDlock(t, nil, runArgs(nil, name, "job", ran, "0")...)
-	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
-	p.signal(t, syscall.SIGINT)
-	r := p.wait(t)
-	if r.code != 128+int(syscall.SIGINT) || !strings.Contains(r.stderr, "interrupted by SIGINT while waiting") {
-		t.Errorf("exit code %d, stderr %q", r.code, r.stderr)
-	}
-	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
-		t.Error("the command ran")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT} {
+		t.Run(sigName(sig), func(t *testing.T) {
+			t.Parallel()
+			name := lockName(t)
+			l, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+			ran := filepath.Join(t.TempDir(), "ran")
+			p := startDlock(t, nil, runArgs(nil, name, "job", ran, "0")...)
+			waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+			p.signal(t, sig)
+			r := p.wait(t)
+			want := "interrupted by " + sigName(sig) + " while waiting for '" + name + "'; the command was not run"
+			if r.code != 128+int(sig) || !strings.Contains(r.stderr, want) {
+				t.Errorf("exit code %d, stderr %q; want %d, %q", r.code, r.stderr, 128+int(sig), want)
+			}
+			if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+				t.Error("the command ran")
+			}
+		})
 	}
 }
 
@@ -446,7 +456,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{nil, "missing the command"},
+		{nil, "missing the command: run, status, ls, release, version or help"},
 	} {
 		r := dlockRun(t, nil, tc.args...)
 		checkOneLine(t, r, exitUsage, tc.want)
@@ -461,11 +471,91 @@ func TestRunCommandNotFound(t *testing.T) {
 }
 
 // Flags may come after the name, before `--`; the command's own flags
-// after `--` are its own.
+// after `--` are its own. A name that starts with '-' follows a first
+// `--`, as with status.
 func TestRunFlagsAfterName(t *testing.T) {
 	t.Parallel()
 	r := dlockRun(t, nil, "run", lockName(t), "--ttl", "2s", "--", helperBin, "exit", "--ttl")
 	if r.code != 0 {
 		t.Errorf("exit code %d; stderr %s", r.code, r.stderr)
+	}
+	name := "-" + lockName(t)
+	r = dlockRun(t, nil, "run", "--ttl", "2s", "--", name, "--", helperBin, "env")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "DLOCK_NAME="+name+"\n") {
+		t.Errorf("run -- %s -- ...: code %d, stdout %q, stderr %s", name, r.code, r.stdout, r.stderr)
+	}
+}
+
+// A script without a #! line runs with /bin/sh, as shells run it.
+func TestRunScriptWithoutInterpreterLine(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(script, []byte("echo \"$DLOCK_NAME $1\"; exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "run", lockName(t), "--", script, "arg")
+	if r.code != 3 || r.stdout != lockName(t)+" arg\n" || r.stderr != "" {
+		t.Errorf("code %d, stdout %q, stderr %q; want 3 and the script's line", r.code, r.stdout, r.stderr)
+	}
+}
+
+// The command does not see the passwords dlock was given.
+func TestRunEnvironmentHidesPasswords(t *testing.T) {
+	t.Parallel()
+	addr := strings.TrimPrefix(redisURL, "redis://")
+	env := []string{"DLOCK_REDIS=redis://default:s3cret@" + addr + "/0", "DLOCK_PASSWORD=pw-s3cret", "DLOCK_SENTINEL_PASSWORD=spw-s3cret"}
+	r := dlockRun(t, env, "run", lockName(t), "--", "sh", "-c", "env")
+	if r.code != 0 || strings.Contains(r.stdout, "s3cret") || strings.Contains(r.stdout, "PASSWORD=") ||
+		!strings.Contains("\n"+r.stdout, "\nDLOCK_REDIS=redis://default:@"+addr+"/0\n") {
+		t.Errorf("code %d, stderr %q, the command's environment:\n%s", r.code, r.stderr, r.stdout)
+	}
+}
+
+// A Redis refusal that no retry can change ends a wait at once with code
+// 69 and the hint --no-wait gives, with --wait or without.
+func TestRunWaitRefusedForGood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "nokeys", "on", ">pw", "+@all", "&*")
+	env := []string{"DLOCK_REDIS=redis://nokeys:pw@" + srv.Addr()}
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "5s"}, nil} {
+		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
+		checkOneLine(t, r, exitUnavailable, "NOPERM")
+		if !strings.Contains(r.stderr, "the Redis user lacks a permission dlock needs") || r.took > 5*time.Second {
+			t.Errorf("%v: after %v, stderr %s", flags, r.took, r.stderr)
+		}
+	}
+}
+
+// However short --wait is, a free lock is obtained: the first attempt
+// always has time to answer.
+func TestRunTinyWaitObtainsAFreeLock(t *testing.T) {
+	t.Parallel()
+	for range 3 {
+		r := dlockRun(t, nil, runArgs([]string{"--wait", "1ns"}, lockName(t), "exit", "6")...)
+		if r.code != 6 || r.stderr != "" {
+			t.Fatalf("--wait 1ns on a free lock: code %d, stderr %q; want the command's 6", r.code, r.stderr)
+		}
+	}
+}
+
+// A --wait that ends while Redis fails is code 69, not a lock held.
+func TestRunWaitEndsWithRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
+	name := lockName(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr()}, runArgs([]string{"--wait", "2s"}, name, "exit", "0")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	srv.Kill(t)
+	r := p.wait(t)
+	last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
+	if r.code != exitUnavailable || !strings.Contains(last, "gave up after waiting 2s (--wait)") || !strings.Contains(last, "connection refused") {
+		t.Errorf("code %d, want %d; stderr:\n%s", r.code, exitUnavailable, r.stderr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // statusEvery is how often the waiting status is looked up and redrawn.
@@ -20,10 +21,36 @@ type redisDown struct{ err error }
 
 func (r redisDown) Error() string { return "Redis unreachable: " + r.err.Error() }
 
+// redisRefused is the cause of a wait given up at once because Redis
+// refused an attempt in a way that retrying cannot change (see hopeless).
+type redisRefused struct{ err error }
+
+func (r redisRefused) Error() string { return "Redis refused: " + r.err.Error() }
+
+// hopeless reports whether err is a Redis reply that no retry can turn
+// into the lock: the user lacks a permission, or its password is wrong or
+// missing. READONLY, LOADING, CLUSTERDOWN and the like pass with a
+// failover or a restart, and are retried.
+func hopeless(err error) bool {
+	for _, p := range []string{"NOPERM", "WRONGPASS", "NOAUTH"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutShort reports whether err is that of an attempt cut short by the end
+// of the wait, which says nothing about Redis.
+func cutShort(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // waiter reports run's wait for a lock: on a terminal one status line,
 // redrawn in place; otherwise a log line on stderr when the wait starts and
 // each time the holder changes. It also gives the wait up once Redis has
-// been unreachable for unreachableWait.
+// been unreachable for unreachableWait, at once when Redis refuses an
+// attempt for good, and at the end of --wait (see giveUpAfter).
 type waiter struct {
 	a      *app
 	c      *conn
@@ -38,9 +65,34 @@ type waiter struct {
 	done     chan struct{} // closed when the goroutine returns
 	failedAt time.Time     // when the first attempt failed; set before begun closes
 
+	limit   time.Duration // --wait, zero for none
+	started time.Time     // when the wait began, with limit
+	timer   *time.Timer   // ends the wait after limit, nil without
+
 	mu       sync.Mutex
 	errSince time.Time // when Redis errors began, zero while it answers
-	lastErr  error
+	lastErr  error     // the last attempt's error, nil if the lock was held
+	held     bool      // an attempt found the lock held
+}
+
+// firstTry is how long the first attempt may take however short --wait
+// is: a free lock is obtained even with --wait 1ns, and a wait that ends
+// is known to have found the lock held, or Redis failing.
+const firstTry = pingTimeout
+
+// giveUpAfter ends the wait with errWaitedOut once d has passed since now,
+// or once the first attempt has failed if that is later (see firstTry).
+func (w *waiter) giveUpAfter(d time.Duration) {
+	w.limit, w.started = d, time.Now()
+	w.timer = time.AfterFunc(max(d, firstTry), func() { w.cancel(errWaitedOut) })
+}
+
+// outcome returns what the attempts found: the last one's error, nil if
+// it found the lock held, and whether any found it held.
+func (w *waiter) outcome() (lastErr error, held bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastErr, w.held
 }
 
 func (a *app) newWaiter(c *conn, name string, quiet bool, cancel context.CancelCauseFunc) *waiter {
@@ -55,14 +107,25 @@ func (a *app) newWaiter(c *conn, name string, quiet bool, cancel context.CancelC
 
 // onRetry is called by Lock, on its goroutine, after each failed attempt.
 func (w *waiter) onRetry(failed int, err error) {
+	if hopeless(err) {
+		// Ended before it is reported as a wait, which it is not.
+		w.cancel(redisRefused{err})
+		return
+	}
 	w.begin.Do(func() {
 		w.failedAt = time.Now()
+		if w.timer != nil {
+			w.timer.Reset(max(w.limit-time.Since(w.started), 0))
+		}
 		close(w.begun)
 	})
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if errors.Is(err, dlock.ErrNotObtained) {
-		w.errSince, w.lastErr = time.Time{}, nil
+	switch {
+	case errors.Is(err, dlock.ErrNotObtained):
+		w.errSince, w.lastErr, w.held = time.Time{}, nil, true
+		return
+	case cutShort(err):
 		return
 	}
 	if w.errSince.IsZero() {
@@ -95,6 +158,9 @@ func (w *waiter) since() time.Duration {
 // stop ends the reporting, clears the status line and waits for the
 // goroutine to return.
 func (w *waiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 	close(w.halt)
 	<-w.done
 }
