@@ -168,7 +168,7 @@ func TestConnectErrors(t *testing.T) {
 		r = dlockRun(t, nil, append([]string{"--redis", "htp://127.0.0.1"}, args...)...)
 		checkOneLine(t, r, exitUsage, `bad Redis URL "htp://127.0.0.1" (from --redis): unsupported scheme "htp"`)
 	}
-	r := dlockRun(t, []string{"DLOCK_REDIS=redis://127.0.0.1:6379/x"}, "ls")
+	r := dlockRun(t, []string{"DLOCK_REDIS=" + closed + "/x"}, "ls")
 	checkOneLine(t, r, exitUsage, `(from DLOCK_REDIS): invalid database number: "x"`)
 }
 

@@ -116,11 +116,7 @@ func waitPID(t *testing.T, p *proc, file string) int {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		return err == nil && pid > 0
 	})
-	t.Cleanup(func() {
-		if alive(pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killLater(t, pid, false)
 	return pid
 }
 

@@ -327,6 +327,7 @@ func TestRunLockLost(t *testing.T) {
 		name, file := lockName(t), filepath.Join(t.TempDir(), "child")
 		p := startDlock(t, nil, runArgs([]string{"--ttl", ttl.String(), "--grace", grace.String()}, name, "stubborn", file)...)
 		pid, _ := strconv.Atoi(waitForLine(t, file, "ready ")[1])
+		killLater(t, pid, false) // it ignores SIGTERM: should run fail to kill it
 
 		before := time.Now()
 		rel := dlockRun(t, nil, "release", "--force", name)
@@ -389,11 +390,7 @@ func TestRunLockLostStopsTheGroup(t *testing.T) {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		return err == nil && pid > 0
 	})
-	t.Cleanup(func() { // should run fail to, not to leave the group behind
-		if pgid, err := syscall.Getpgid(pid); err == nil && alive(pid) {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	})
+	killLater(t, pid, true) // should run fail to, not to leave the group behind
 	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
@@ -415,6 +412,40 @@ func TestRunLockLostStopsTheGroup(t *testing.T) {
 
 // alive reports whether pid runs: it exists and is not a zombie waiting
 // for its parent (an orphan's new parent reaps it in its own time).
+// started returns when process pid started (its start time in
+// /proc/PID/stat, in clock ticks since boot), or 0 if unknown (it is gone,
+// or there is no /proc): a cleanup signals a PID only while it still names
+// the process the test saw, not one that reused the number.
+func started(pid int) uint64 {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(fields[19], 10, 64) // field 22, starttime
+	return n
+}
+
+// killLater kills pid (with its process group, when group is set) when the
+// test ends, if it still runs and is still the process the test saw: in
+// case the run under test fails to.
+func killLater(t *testing.T, pid int, group bool) {
+	at := started(pid)
+	pgid, _ := syscall.Getpgid(pid)
+	t.Cleanup(func() {
+		if at == 0 || started(pid) != at || !alive(pid) {
+			return
+		}
+		if group && pgid > 0 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	})
+}
+
 func alive(pid int) bool {
 	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 		return false
