@@ -678,6 +678,8 @@ func (r *modelRun) ttl() {
 	}
 	left, err := v.l.TTL(r.ctx)
 	h, mis := r.m.held(v.token, v.req, v.mode)
+	// A TTL that finds the lock not held ends it, as a refresh does.
+	v.ended = v.ended || h == nil
 	if mis {
 		if !errors.Is(err, dlock.ErrModeMismatch) {
 			r.t.Errorf("TTL of %s: err = %v, model: the token holds the other mode", v.token, err)
