@@ -536,8 +536,11 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, %s: %v", tc.what, k.what, err)
 			}
-			if err := inner.Release(ctx); !errors.Is(err, dlock.ErrWrongType) {
-				t.Errorf("%s at the marker, %s: Release err = %v, want ErrWrongType", tc.what, k.what, err)
+			if err := inner.Release(ctx); !errors.Is(err, dlock.ErrWrongType) || errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s at the marker, %s: Release err = %v, want ErrWrongType, not ErrNotHeld", tc.what, k.what, err)
+			}
+			if err := inner.Err(); err != nil {
+				t.Errorf("%s at the marker, %s: a refused release ended the lock: %v", tc.what, k.what, err)
 			}
 			if after := read(); after != before {
 				t.Errorf("%s at the marker, %s: %q became %q", tc.what, k.what, before, after)

@@ -816,7 +816,12 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 	for i, call := range calls {
 		p := units[i]
 		if call.Err != nil {
-			return 0, l.holdError(p, call.Err)
+			err := l.holdError(p, call.Err)
+			if attaching && errors.Is(err, ErrWrongType) {
+				// Not a lock to attach to.
+				err = fmt.Errorf("%w: %w", ErrNotHeld, err)
+			}
+			return 0, err
 		}
 		r, _ := call.Val.([]any)
 		if len(r) == 0 {
@@ -997,7 +1002,7 @@ func (l *Lock) replyError(p part, err error) error {
 // that holds the name in another mode means this lock is not held.
 func (l *Lock) holdError(p part, err error) error {
 	err = l.replyError(p, err)
-	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) || errors.Is(err, ErrWrongType) {
+	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	return err

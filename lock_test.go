@@ -732,6 +732,25 @@ func TestAttachToAnotherKindIsAKindMismatch(t *testing.T) {
 	}
 }
 
+// Attaching to a free name, or one whose lock expired, is ErrNotHeld alone.
+func TestAttachToAFreeNameIsNotHeld(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "expires", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{expires}")
+	for _, name := range []string{"never-locked", "expires"} {
+		for _, opts := range [][]dlock.Option{nil, {dlock.WithOwner("o")}} {
+			_, err := e.c.Attach(ctx, name, l.Token(), opts...)
+			if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrKindMismatch) || errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("Attach to %s (%d options): err = %v, want ErrNotHeld alone", name, len(opts), err)
+			}
+		}
+	}
+}
+
 // Attaching to a name whose key holds data dlock did not write says so,
 // as acquiring it does, and leaves the data alone.
 func TestAttachToOtherDataIsWrongType(t *testing.T) {

@@ -273,6 +273,9 @@ func (w *watchdog) send(ctx context.Context, leases []*lease, calls [][]*Call) {
 
 // schedule puts a lease back with its next refresh time.
 func (w *watchdog) schedule(s *lease, next time.Time) {
+	if !s.refreshing() {
+		return // ended, or released, while it was out of the heap
+	}
 	w.mu.Lock()
 	s.next = next
 	heap.Push(&w.leases, s)

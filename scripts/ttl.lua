@@ -32,7 +32,7 @@ for i = 1, #KEYS do
       if type(kind) == 'table' or (not kind and redis.call('EXISTS', KEYS[i]) == 1) then
         return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
       end
-      if kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
+      if kind and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
     end
     return {-2}
   end
