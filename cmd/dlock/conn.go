@@ -103,12 +103,17 @@ func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalCli
 			rdb, err = nil, usage(cmd, "go-redis cannot use the options of %s: %v", t.display, p)
 		}
 	}()
+	// ContextTimeoutEnabled: a request already sent ends at its context's
+	// deadline (a --wait's), not only at the read timeout.
 	switch {
 	case t.cluster != nil:
+		t.cluster.ContextTimeoutEnabled = true
 		rdb = redis.NewClusterClient(t.cluster)
 	case t.failover != nil:
+		t.failover.ContextTimeoutEnabled = true
 		rdb = redis.NewFailoverClient(t.failover)
 	default:
+		t.single.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(t.single)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
@@ -419,6 +424,10 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 	return t, nil
 }
 
+// maxConns bounds the connection counts of a URL: go-redis makes room for
+// pool_size at once, and a huge one ends the process out of memory.
+const maxConns = 1 << 16
+
 // checkOptions refuses the values go-redis takes from a URL without a
 // word and then panics on (a negative pool_size), sends nothing with
 // (max_retries below -1), fails every dial with (a dial_timeout of 0 or
@@ -432,6 +441,9 @@ func checkOptions(o *redis.Options) error {
 	}{{"pool_size", o.PoolSize}, {"min_idle_conns", o.MinIdleConns}, {"max_idle_conns", o.MaxIdleConns}, {"max_active_conns", o.MaxActiveConns}} {
 		if c.n < 0 {
 			return fmt.Errorf("%s=%d must not be negative (0, or leaving it out, means go-redis's default)", c.name, c.n)
+		}
+		if c.n > maxConns {
+			return fmt.Errorf("%s=%d is more connections than one process can use; give at most %d", c.name, c.n, maxConns)
 		}
 	}
 	switch {
@@ -475,20 +487,15 @@ func parseError(err error) error {
 // redactURL hides the passwords of a URL that parsed, for messages: the
 // one in its user information, which ends at the last '@' of the
 // authority, and the sentinel_password of its query.
-func redactURL(raw string) string { return redact(raw, false, "xxxxx") }
+func redactURL(raw string) string { return redact(raw, false) }
 
 // redactBadURL hides the passwords of a URL that did not parse, whose
 // password may hold an unencoded '/', '?' or '#', and so reach past where
 // the authority seems to end: it hides all from the first ':' after the
 // scheme to the last '@'.
-func redactBadURL(raw string) string { return redact(raw, true, "xxxxx") }
+func redactBadURL(raw string) string { return redact(raw, true) }
 
-// withoutPasswords empties the passwords of a URL, hidden as redactBadURL
-// hides them.
-func withoutPasswords(raw string) string { return redact(raw, true, "") }
-
-// redact replaces the passwords of raw by mask.
-func redact(raw string, loose bool, mask string) string {
+func redact(raw string, loose bool) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	start := len(scheme) + len("://")
 	if !ok { // not a URL, but perhaps one without its scheme
@@ -526,7 +533,7 @@ func redact(raw string, loose bool, mask string) string {
 			b.WriteByte(raw[i])
 			continue
 		}
-		b.WriteString(mask)
+		b.WriteString("xxxxx")
 		for i+1 < len(raw) && hidden[i+1] {
 			i++
 		}
@@ -537,7 +544,7 @@ func redact(raw string, loose bool, mask string) string {
 // hasStrayAt reports whether tail, the part of a URL after its authority,
 // holds an '@' outside the values of sentinel_password.
 func hasStrayAt(tail string) bool {
-	return strings.Contains(redact("x://"+tail, false, "xxxxx"), "@")
+	return strings.Contains(redact("x://"+tail, false), "@")
 }
 
 // applyTLS adds the CA and client certificate to a TLS connection.

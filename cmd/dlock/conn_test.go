@@ -513,6 +513,7 @@ func TestConnectBadOptions(t *testing.T) {
 		{[]string{"--cluster", "--redis", redisURL + "?min_idle_conns=-1", "ls"}, "min_idle_conns=-1 must not be negative"},
 		{[]string{"--redis", redisURL + "?max_idle_conns=-3", "ls"}, "max_idle_conns=-3 must not be negative"},
 		{[]string{"--redis", redisURL + "?max_active_conns=-1", "ls"}, "max_active_conns=-1 must not be negative"},
+		{[]string{"--redis", redisURL + "?pool_size=100000000000", "ls"}, "pool_size=100000000000 is more connections than one process can use"},
 		{[]string{"--redis", redisURL + "?max_retries=-2", "status", "x"}, "max_retries=-2 is out of range"},
 		{[]string{"--redis", redisURL + "?dial_timeout=0", "ls"}, "dial_timeout must be a positive duration"},
 		{[]string{"--redis", redisURL + "?min_retry_backoff=-5ms", "ls"}, "min_retry_backoff must not be a negative duration"},

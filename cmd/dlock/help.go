@@ -65,7 +65,7 @@ const envHelp = `Environment:
   DLOCK_SENTINEL_MASTER, DLOCK_TLS_CA, DLOCK_TLS_CERT, DLOCK_TLS_KEY
                            as the flags of the same names
   run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE (0 for --shared and --semaphore)
-  for the command it runs, and passes it neither password (see 'dlock run --help').
+  for the command it runs, which gets the rest of dlock's environment as it is.
 `
 
 const exitHelp = `Exit codes:

@@ -58,9 +58,10 @@ descriptor inherited by that work keeps). The command gets DLOCK_NAME,
 DLOCK_TOKEN and DLOCK_FENCE in its environment (DLOCK_FENCE is 0 for --shared
 and --semaphore holds, which have no fence); pass the fence to the resource you
 protect so that it can refuse a holder whose lock has passed to another. The
-command's environment lacks DLOCK_PASSWORD and DLOCK_SENTINEL_PASSWORD, and
-DLOCK_REDIS has its passwords emptied (redis://USER:@HOST). A script without
-a #! line runs with /bin/sh, as in a shell.
+rest of dlock's environment passes on as it is, DLOCK_REDIS and
+DLOCK_PASSWORD included, so that a dlock the command runs reaches the same
+Redis. The command is executed directly, not by a shell: a script needs its
+#! line (without one it fails with code 126, exec format error).
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed
 on to the command; a SIGHUP or SIGINT ignored when dlock starts (under nohup,
@@ -93,7 +94,8 @@ stop them), or check DLOCK_FENCE. Elsewhere the command keeps running too.
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
                        DURATION (default: wait as long as it takes); the first
-                       attempt always gets its answer, and a wait that ends
+                       attempt gets up to 10s to answer, so a free lock is
+                       obtained however short DURATION is; a wait that ends
                        while Redis fails is code 69
   --no-wait            give up at once with code 73 if the lock is held, as flock -n
   --ttl DURATION       the lease: how long the lock outlives dlock if it dies
@@ -333,6 +335,11 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		wctx, wcancel := context.WithCancelCause(ctx)
 		w = a.newWaiter(c, name, o.quiet, wcancel)
 		if o.wait > 0 {
+			// The waiter ends the wait at --wait once the first attempt
+			// has its answer; the deadline bounds an attempt under way.
+			var tcancel context.CancelFunc
+			wctx, tcancel = context.WithDeadlineCause(wctx, time.Now().Add(max(o.wait, firstTry)), errWaitedOut)
+			defer tcancel()
 			w.giveUpAfter(o.wait)
 		}
 		l, err = wait(wctx, append(opts, dlock.WithMaxWait(forever), dlock.WithOnRetry(w.onRetry))...)
@@ -443,16 +450,13 @@ func shellJoin(argv []string) string {
 // runHolding runs the command while l is held, and returns how run ends.
 func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *runOptions, sigs <-chan os.Signal) error {
 	ownGroup := !hasControllingTerminal()
-	env := append(commandEnv(os.Environ()),
-		"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
-	newCmd := func(path string, args []string) *exec.Cmd {
-		return &exec.Cmd{
-			Path: path, Args: args, Env: env,
-			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-			SysProcAttr: childAttr(ownGroup),
-		}
+	cmd := &exec.Cmd{
+		Path: path, Args: argv,
+		Env: append(os.Environ(),
+			"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10)),
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: childAttr(ownGroup),
 	}
-	cmd := newCmd(path, argv)
 	// The processes of the command's tree that its processes leave behind
 	// become dlock's (on Linux), so that a lost lock stops them too.
 	orphans, stopAdopting := adoptOrphans()
@@ -461,13 +465,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	if orphans != nil {
 		strays.exclude(os.Getpid())
 	}
-	err := cmd.Start()
-	if errors.Is(err, syscall.ENOEXEC) {
-		// A script without a #! line: run it with the shell, as shells do.
-		cmd = newCmd(shell, append([]string{shell, path}, argv[1:]...))
-		err = cmd.Start()
-	}
-	if err != nil {
+	if err := cmd.Start(); err != nil {
 		a.release(l, name, false)
 		return fail(exitCannotExec, "command %q cannot be run: %v", argv[0], err)
 	}
@@ -575,27 +573,6 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		return nil
 	}
 	return exitCode(code)
-}
-
-// shell runs the scripts that have no #! line.
-const shell = "/bin/sh"
-
-// commandEnv is the command's environment: dlock's without the passwords it
-// was given, DLOCK_PASSWORD and DLOCK_SENTINEL_PASSWORD, and with those of
-// DLOCK_REDIS emptied, as redis://USER:@HOST.
-func commandEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "DLOCK_PASSWORD", "DLOCK_SENTINEL_PASSWORD":
-			continue
-		case "DLOCK_REDIS":
-			kv = k + "=" + withoutPasswords(v)
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 // groupPoll is how often run looks whether the command's process group
