@@ -256,6 +256,12 @@ func TestRWMutexWriterGetsInWhileReadersKeepArriving(t *testing.T) {
 	defer wg.Wait()
 	defer close(stop)
 	<-reading
+	// One reader holds on until the writer has waited: the writer cannot
+	// get in at once between two of the others' holds.
+	first, err := e.newClient(t).RWMutex("busy").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waiting := make(chan struct{})
 	var checked sync.Once
 	w, err := e.c.RWMutex("busy").Lock(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Millisecond)),
@@ -268,6 +274,9 @@ func TestRWMutexWriterGetsInWhileReadersKeepArriving(t *testing.T) {
 				info, err := e.c.Inspect(ctx, "busy")
 				if err != nil || !info.WriterWaiting || info.Waiters != 1 {
 					t.Errorf("Inspect while a writer waits = %+v, %v", info, err)
+				}
+				if err := first.Release(ctx); err != nil {
+					t.Error(err)
 				}
 			})
 		}))
