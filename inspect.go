@@ -268,18 +268,13 @@ func globMatch(pattern, name string) bool {
 }
 
 // globToken matches the byte c against the token of pattern at pi, which is
-// not *: it returns the token's width and whether c matches it. A class
-// without its closing ']' matches nothing.
+// not *: it returns the token's width and whether c matches it.
 func globToken(pattern string, pi int, c byte) (width int, ok bool) {
 	switch pattern[pi] {
 	case '?':
 		return 1, true
 	case '[':
-		end := strings.IndexByte(pattern[pi+1:], ']')
-		if end < 0 {
-			return 0, false
-		}
-		return end + 2, classMatch([]byte(pattern[pi+1:pi+1+end]), c)
+		return classToken(pattern, pi, c)
 	case '\\':
 		if pi+1 < len(pattern) {
 			return 2, pattern[pi+1] == c
@@ -288,22 +283,35 @@ func globToken(pattern string, pi int, c byte) (width int, ok bool) {
 	return 1, pattern[pi] == c
 }
 
-// classMatch matches r against the inside of a [...] glob class.
-func classMatch(class []byte, r byte) bool {
-	negate := len(class) > 0 && class[0] == '^'
+// classToken matches c against the class [...] at pattern[pi], as Redis's
+// stringmatchlen does: ^ first negates, \ escapes the next byte, a-z is a
+// range (z-a too), a ']' right after '[' or '^' closes an empty class, and
+// a class without its ']' runs to the end of the pattern.
+func classToken(pattern string, pi int, c byte) (width int, ok bool) {
+	i := pi + 1
+	negate := i < len(pattern) && pattern[i] == '^'
 	if negate {
-		class = class[1:]
+		i++
 	}
-	found := false
-	for i := 0; i < len(class); i++ {
-		if i+2 < len(class) && class[i+1] == '-' {
-			if class[i] <= r && r <= class[i+2] {
-				found = true
+	match := false
+	for i < len(pattern) {
+		switch ch := pattern[i]; {
+		case ch == '\\' && i+1 < len(pattern):
+			i++
+			match = match || pattern[i] == c
+		case ch == ']':
+			return i + 1 - pi, match != negate
+		case i+2 < len(pattern) && pattern[i+1] == '-':
+			lo, hi := ch, pattern[i+2]
+			if lo > hi {
+				lo, hi = hi, lo
 			}
+			match = match || (lo <= c && c <= hi)
 			i += 2
-		} else if class[i] == r {
-			found = true
+		default:
+			match = match || ch == c
 		}
+		i++
 	}
-	return found != negate
+	return i - pi, match != negate
 }

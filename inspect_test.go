@@ -127,6 +127,40 @@ func TestList(t *testing.T) {
 	}
 }
 
+// TestListMatchesAsRedisDoes: List's pattern matches the names that
+// Redis's own glob (KEYS) matches, classes' corner cases included.
+func TestListMatchesAsRedisDoes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	names := []string{"a", "b", "z", "]", "-", "[", "\\", "ab", "a]", "^"}
+	for _, name := range names {
+		if _, err := e.c.TryLock(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Do(t, "SET", "plain:"+name, "x") // the same name as a key of its own, for KEYS
+	}
+	for _, pattern := range []string{"[z-a]", "[a-c]", "[\\]]", "[\\-]", "[a", "[a-]", "[]]", "[]a]", "[^a]", "[^]", "\\", "\\]",
+		"[\\\\]", "a[]]", "?", "*", "[-a]", "[a-z-]", "[!a]", "[[]"} {
+		infos, err := e.c.List(ctx, pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, info := range infos {
+			got = append(got, info.Name)
+		}
+		var want []string
+		for _, key := range strings.Fields(e.srv.Do(t, "KEYS", "plain:"+pattern)) {
+			want = append(want, strings.TrimPrefix(key, "plain:"))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("List(%q) = %q, Redis matches %q", pattern, got, want)
+		}
+	}
+}
+
 func TestInspectRWMutexAndSemaphore(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -457,6 +458,25 @@ func TestSetFencedInput(t *testing.T) {
 	}
 	if err := e.c.SetFenced(ctx, "res", 4, "c"); !errors.Is(err, dlock.ErrStaleFence) {
 		t.Errorf("older fence: err = %v, want ErrStaleFence", err)
+	}
+	// Fences past 2^53, which a float comparison cannot tell apart.
+	for _, f := range [][2]uint64{{math.MaxUint64, math.MaxUint64 - 1}, {1<<53 + 1, 1 << 53}, {10000000000000001, 10000000000000000}} {
+		key := "big" + strconv.FormatUint(f[0], 10)
+		if err := e.c.SetFenced(ctx, key, f[0], "new"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.c.SetFenced(ctx, key, f[1], "stale"); !errors.Is(err, dlock.ErrStaleFence) {
+			t.Errorf("fence %d after %d: err = %v, want ErrStaleFence", f[1], f[0], err)
+		}
+		if err := e.c.SetFenced(ctx, key, f[0], "again"); err != nil {
+			t.Errorf("fence %d again: %v", f[0], err)
+		}
+	}
+	for _, bad := range []string{"nan", "inf", "-1", "1.5"} {
+		e.srv.Do(t, "HSET", "odd", "fence", bad)
+		if err := e.c.SetFenced(ctx, "odd", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("a stored fence %q: err = %v, want ErrWrongType", bad, err)
+		}
 	}
 }
 

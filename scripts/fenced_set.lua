@@ -6,13 +6,21 @@
 --
 -- Returns {1} when written, or {0, newest} when the fence is stale. Fails
 -- with DLOCK_WRONGTYPE 1, writing nothing, when KEYS[1] holds other data.
+-- less reports whether the decimal integer a is smaller than b. Fences are
+-- compared as digit strings: Lua's numbers lose digits past 2^53.
+local function less(a, b)
+  a, b = (string.gsub(a, '^0+', '')), (string.gsub(b, '^0+', ''))
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+
 local newest = redis.pcall('HGET', KEYS[1], 'fence')
--- Another type of key, or a 'fence' that is not a number: not a resource
--- SetFenced wrote.
-if type(newest) == 'table' or (newest and not tonumber(newest)) then
+-- Another type of key, or a 'fence' that is not a decimal integer: not a
+-- resource SetFenced wrote.
+if type(newest) == 'table' or (newest and not string.match(newest, '^%d+$')) then
   return redis.error_reply('DLOCK_WRONGTYPE 1')
 end
-if newest and tonumber(newest) > tonumber(ARGV[1]) then
+if newest and less(ARGV[1], newest) then
   return {0, newest}
 end
 redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
