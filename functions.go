@@ -25,7 +25,7 @@ type Library struct {
 
 // ErrNoFunctions means WithFunctions was asked for but the server has no
 // Redis Functions (it is older than Redis 7, or FCALL and FUNCTION are
-// disabled or not allowed by its ACL).
+// disabled or not allowed to the client's ACL user).
 var ErrNoFunctions = errors.New("dlock: server has no Redis Functions (FCALL needs Redis 7)")
 
 // FunctionLibrary returns the library that WithFunctions loads: every
@@ -34,6 +34,18 @@ var ErrNoFunctions = errors.New("dlock: server has no Redis Functions (FCALL nee
 func FunctionLibrary() *Library { return library }
 
 var library = newLibrary(Scripts())
+
+// functionFlags are the flags of the functions that need some: inspect
+// only reads, so it runs on a server at its maxmemory (and on a replica),
+// and the scripts that give locks up free memory, so they run there too.
+// The others are write functions, refused at maxmemory before they run.
+var functionFlags = map[string]string{
+	"inspect":       "'no-writes'",
+	"release":       "'allow-oom'",
+	"holds_release": "'allow-oom'",
+	"force_release": "'allow-oom'",
+	"unwait":        "'allow-oom'",
+}
 
 // newLibrary builds the library of scripts and names each script's
 // function.
@@ -48,7 +60,8 @@ func newLibrary(scripts []*Script) *Library {
 	for _, s := range scripts {
 		s.Function = name + "_" + s.Name
 		// A script's body is the body of a function of KEYS and ARGV.
-		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", s.Function, s.Src)
+		fmt.Fprintf(&b, "redis.register_function{function_name='%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n",
+			s.Function, functionFlags[s.Name], s.Src)
 	}
 	return &Library{Name: name, Src: b.String()}
 }
@@ -86,7 +99,8 @@ func (c *Client) Prepare(ctx context.Context) error {
 		return ErrNilContext
 	}
 	key := c.RedisKey("dlock:prepare")
-	if _, err := c.eval(ctx, scriptTTL, []string{key}, "", ""); err != nil {
+	keys := []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending"}
+	if _, err := c.eval(ctx, scriptInspect, keys); err != nil {
 		if errors.Is(err, ErrNoFunctions) {
 			return err
 		}
@@ -97,10 +111,13 @@ func (c *Client) Prepare(ctx context.Context) error {
 
 // functionsError turns the reply of a server without Redis Functions into
 // ErrNoFunctions. Redis answers "unknown command 'FCALL'" (or 'FUNCTION',
-// when the library was being loaded); Redis 6 quotes with backticks.
+// when the library was being loaded); Redis 6 quotes with backticks. An
+// ACL user that may not run them is answered "NOPERM ... 'fcall' command"
+// (or 'function|load').
 func functionsError(err error) error {
 	msg := strings.ToLower(err.Error())
-	if strings.Contains(msg, "unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function")) {
+	if (strings.Contains(msg, "unknown command") || strings.Contains(msg, "noperm")) &&
+		(strings.Contains(msg, "fcall") || strings.Contains(msg, "function")) {
 		return fmt.Errorf("%w: %w", ErrNoFunctions, err)
 	}
 	return err

@@ -117,6 +117,56 @@ func TestFunctionsOnAServerWithoutThem(t *testing.T) {
 	}
 }
 
+// An ACL user that may not run functions gets ErrNoFunctions from Open.
+func TestFunctionsRefusedToTheACLUser(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := append(append([]string(nil), aclRules...), "-fcall", "-function")
+	srv.Do(t, append([]string{"ACL", "SETUSER", "nofunctions"}, rules...)...)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nofunctions", Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := dlock.Open(context.Background(), goredis.New(rdb), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) {
+		t.Fatalf("Open: err = %v, want ErrNoFunctions", err)
+	}
+}
+
+// On a server at its maxmemory, the functions that only read (Inspect,
+// Prepare) or free memory (ForceRelease, Release) still run. (By EVALSHA,
+// Inspect does, and a release is refused at its first write.)
+func TestFunctionsThatReadOrFreeRunAtMaxmemory(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, "full", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Semaphore("full-permits", 2).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	defer e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	if err := c.Prepare(ctx); err != nil {
+		t.Errorf("Prepare: %v", err)
+	}
+	if _, err := c.Inspect(ctx, "full"); err != nil {
+		t.Errorf("Inspect: %v", err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Errorf("Release of a permit: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if _, err := c.ForceRelease(ctx, "full"); err != nil {
+		t.Errorf("ForceRelease: %v", err)
+	}
+}
+
 func TestFunctionLibraryNamesEveryScript(t *testing.T) {
 	lib := dlock.FunctionLibrary()
 	if !strings.HasPrefix(lib.Name, "dlock_") || !strings.HasPrefix(lib.Src, "#!lua name="+lib.Name+"\n") {

@@ -34,7 +34,9 @@
 // Acquire, …) and a dlock.release span each Release. Both are children of
 // the span in the context given to the call, carry the lock names
 // (dlock.lock.names) and mode, and are the parents of the spans of the
-// Redis requests they make if the Redis client is instrumented too. An
+// Redis requests they make if the Redis client is instrumented too (a
+// pipeline that carries the requests of several callers, under load, is
+// the first one's child). An
 // acquisition that fails with an error (not merely refused) has status
 // Error; so has a release that fails or finds the lock lost. Each retry of
 // a waiting acquisition is an event, dlock.retry, on its span.
