@@ -584,3 +584,51 @@ func TestAMultiNameAttemptLeavesASiblingsGrantRequest(t *testing.T) {
 	<-multi
 	<-single
 }
+
+// TestAMultiNameWaiterPassesOnANoticeItCannotUse: a client waiting for a
+// lock on two names registered at the first, which was held; another
+// client waits for that name alone, behind it. The name is released: its
+// one notice goes to the first client, whose attempt is refused at the
+// second name. The other client is told in its place (their periodic
+// wake-ups and the holders' expiries are a minute away), and the first
+// leaves the name's waiter set, where it would take every notice first.
+func TestAMultiNameWaiterPassesOnANoticeItCannotUse(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var held []*dlock.Lock
+	for _, name := range []string{"pass-a", "pass-b"} {
+		l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	const waiters = "dlock:{pass-a}:waiters"
+	multi, single := e.newClient(t), e.newClient(t)
+	for _, c := range []*dlock.Client{multi, single} {
+		dlock.SetWaitBeat(c, time.Minute)
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	multiGot := whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return multi.LockMulti(mctx, []string{"pass-a", "pass-b"}, opts...)
+	}, dlock.WithTTL(time.Minute))
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == "1" })
+	singleGot := lockWhenRefused(t, ctx, single, "pass-a", dlock.WithTTL(time.Minute))
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == "2" })
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-singleGot
+	if r.err != nil {
+		t.Fatalf("the single-name waiter: %v", r.err)
+	}
+	if n := e.srv.Do(t, "ZSCORE", waiters, dlock.Member(multi)); n != "(nil)" {
+		t.Errorf("the multi-name waiter is still registered at the name that did not refuse it (score %s)", n)
+	}
+	_ = r.l.Release(ctx)
+	mcancel()
+	<-multiGot
+	_ = held[1].Release(ctx)
+}

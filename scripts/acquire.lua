@@ -35,7 +35,9 @@
 --
 -- A waiting client that is refused registers in the blocking lock's waiter
 -- set, so that the release wakes it, and leaves its request there when it
--- asks to be granted the lock, or clears the one it left before. Once it
+-- asks to be granted the lock, or clears the one it left before; refused
+-- for a lock on several names, it leaves the other names' sets (see
+-- leave_others). Once it
 -- obtains the locks, it leaves the sets, or, when more of its callers
 -- wait, registers again at the back, and clears its request.
 --
@@ -87,6 +89,24 @@ local function waits(i, now_us, ask)
   return true
 end
 
+-- leave_others takes a waiting client that KEYS[i] refused out of the
+-- waiter sets of the lock's other names, where an earlier attempt of it
+-- registered, unless more of its callers wait for that name: a release
+-- there would tell it first, and it would try and be refused at KEYS[i]
+-- again, while the callers of other clients waiting for that name alone
+-- slept. A name it leaves that is free may have told it already: the next
+-- waiter there is told in its place (as unwait does).
+local function leave_others(i)
+  for j = 1, n do
+    if j ~= i and string.sub(more or '', j, j) ~= '1' and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
+      local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token')
+      if not cur.err and ((cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[j]) == 0)) then
+        wake(KEYS[n + j], KEYS[j])
+      end
+    end
+  end
+end
+
 -- First look at every key, so that a refusal leaves everything untouched.
 -- state[i] is 'repeat' or 'reenter' for a lock the request joins, 'free'
 -- for a released lock's hash, nil for no hash; last[i] is the free hash's
@@ -114,6 +134,7 @@ for i = 1, n do
     if waiter ~= '' and not waits(i, now(), attempt ~= '' and n == 1) then
       return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
     end
+    if waiter ~= '' and n > 1 then leave_others(i) end
     return {0, redis.call('PTTL', KEYS[i]), i}
   end
 end
