@@ -116,8 +116,8 @@ func (c *Client) Prepare(ctx context.Context) error {
 // (or 'function|load').
 func functionsError(err error) error {
 	msg := strings.ToLower(err.Error())
-	if (strings.Contains(msg, "unknown command") || strings.Contains(msg, "noperm")) &&
-		(strings.Contains(msg, "fcall") || strings.Contains(msg, "function")) {
+	if strings.Contains(msg, "unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function")) ||
+		strings.Contains(msg, "noperm") && (strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function|")) {
 		return fmt.Errorf("%w: %w", ErrNoFunctions, err)
 	}
 	return err

@@ -302,11 +302,13 @@ func classToken(pattern string, pi int, c byte) (width int, ok bool) {
 		case ch == ']':
 			return i + 1 - pi, match != negate
 		case i+2 < len(pattern) && pattern[i+1] == '-':
-			lo, hi := ch, pattern[i+2]
+			// Redis compares C chars, signed here: bytes from 0x80 on
+			// come before 'a'.
+			lo, hi, b := int8(ch), int8(pattern[i+2]), int8(c)
 			if lo > hi {
 				lo, hi = hi, lo
 			}
-			match = match || (lo <= c && c <= hi)
+			match = match || (lo <= b && b <= hi)
 			i += 2
 		default:
 			match = match || ch == c

@@ -132,7 +132,7 @@ func TestList(t *testing.T) {
 func TestListMatchesAsRedisDoes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	names := []string{"a", "b", "z", "]", "-", "[", "\\", "ab", "a]", "^"}
+	names := []string{"a", "b", "z", "]", "-", "[", "\\", "ab", "a]", "^", "~", "é", "ÿ"}
 	for _, name := range names {
 		if _, err := e.c.TryLock(ctx, name); err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestListMatchesAsRedisDoes(t *testing.T) {
 		e.srv.Do(t, "SET", "plain:"+name, "x") // the same name as a key of its own, for KEYS
 	}
 	for _, pattern := range []string{"[z-a]", "[a-c]", "[\\]]", "[\\-]", "[a", "[a-]", "[]]", "[]a]", "[^a]", "[^]", "\\", "\\]",
-		"[\\\\]", "a[]]", "?", "*", "[-a]", "[a-z-]", "[!a]", "[[]"} {
+		"[\\\\]", "a[]]", "?", "*", "[-a]", "[a-z-]", "[!a]", "[[]", "[a-\xc3]*", "[^a-\xc3]*"} {
 		infos, err := e.c.List(ctx, pattern)
 		if err != nil {
 			t.Fatal(err)

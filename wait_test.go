@@ -632,3 +632,63 @@ func TestAMultiNameWaiterPassesOnANoticeItCannotUse(t *testing.T) {
 	<-multiGot
 	_ = held[1].Release(ctx)
 }
+
+// TestAMultiNameWaiterLeavesAnotherCallersRegistration: a caller waits for
+// "a" alone; another caller of the same client, waiting for [b, a], sent
+// its attempt before the first registered, so that attempt did not know
+// of it. Refused at "b", it leaves "a" as it found it: held, with the
+// client registered there for the first caller, whom a's release tells
+// (their periodic wake-ups are a minute away).
+func TestAMultiNameWaiterLeavesAnotherCallersRegistration(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var held []*dlock.Lock
+	for _, name := range []string{"other-a", "other-b"} {
+		l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	// The multi-name caller's first registering attempt is held back.
+	var armed atomic.Bool
+	sent, proceed := make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if c := calls[0]; len(c.Keys) == 6 && len(c.Args) >= 5 && c.Args[4] != "" && armed.CompareAndSwap(true, false) {
+			close(sent)
+			<-proceed
+		}
+	}}
+	c := dlock.New(d)
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.SetWaitBeat(c, time.Minute)
+	armed.Store(true)
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	multi := make(chan error, 1)
+	go func() {
+		_, err := c.LockMulti(mctx, []string{"other-b", "other-a"}, dlock.WithTTL(time.Minute))
+		multi <- err
+	}()
+	<-sent
+	single := lockWhenRefused(t, ctx, c, "other-a", dlock.WithTTL(time.Minute))
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{other-a}:waiters") == "1" })
+	close(proceed)
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{other-b}:waiters") == "1" })
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-single:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the single-name caller was not told of the release")
+	}
+	mcancel()
+	<-multi
+	_ = held[1].Release(ctx)
+}

@@ -90,17 +90,19 @@ local function waits(i, now_us, ask)
 end
 
 -- leave_others takes a waiting client that KEYS[i] refused out of the
--- waiter sets of the lock's other names, where an earlier attempt of it
--- registered, unless more of its callers wait for that name: a release
--- there would tell it first, and it would try and be refused at KEYS[i]
--- again, while the callers of other clients waiting for that name alone
--- slept. A name it leaves that is free may have told it already: the next
--- waiter there is told in its place (as unwait does).
+-- waiter sets of the lock's other names that are free, where an earlier
+-- attempt of it registered: the release that freed such a name told it,
+-- first, and it cannot use the notice, while the callers of other clients
+-- waiting for that name alone sleep; the next waiter there is told in its
+-- place (as unwait does). It stays where more of its callers wait (as the
+-- request, more, or a grant request there says), and where the name is
+-- held: the release will tell it.
 local function leave_others(i)
   for j = 1, n do
-    if j ~= i and string.sub(more or '', j, j) ~= '1' and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
-      local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token')
-      if not cur.err and ((cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[j]) == 0)) then
+    if j ~= i and string.sub(more or '', j, j) ~= '1' then
+      local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
+      if not cur.err and not cur[3] and ((cur[1] == 'lock' and cur[2] == '') or
+          (not cur[1] and redis.call('EXISTS', KEYS[j]) == 0)) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
         wake(KEYS[n + j], KEYS[j])
       end
     end

@@ -217,9 +217,9 @@ func (a *app) dispatch(args []string) error {
 		return usage(a.cmd, "%v", flagError(err))
 	}
 	if a.cmd == runCommand {
-		if j := indexOf(tail, "--"); len(pos) == 0 && j == 1 && strings.HasPrefix(tail[0], "-") {
-			// dlock run -- -x -- COMMAND: the first `--` ended the flags,
-			// before a NAME that starts with '-'.
+		if j := indexOf(tail, "--"); len(pos) == 0 && j == 1 {
+			// dlock run -- NAME -- COMMAND: the first `--` ended the flags,
+			// before a NAME (one that starts with '-', say), as for status.
 			pos, tail = tail[:j], tail[j+1:]
 		}
 		pos = append(pos, "--")

@@ -468,7 +468,6 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{[]string{"run", "job", helperBin, "exit", "0"}, "missing `--` before the command"},
 		{[]string{"run", "--", helperBin}, "missing the lock's NAME"},
-		{[]string{"run", "--", "make", "--", "-j4"}, "missing the lock's NAME"}, // a forgotten NAME, not a lock called make
 		{[]string{"run", "job", "--"}, "missing the COMMAND after `--`"},
 		{[]string{"run", "job", "extra", "--", helperBin}, `unexpected argument "extra" before`},
 		{[]string{"run", "--no-wait", "--wait", "1s", "job", "--", helperBin}, "--no-wait and --wait exclude each other"},
