@@ -156,13 +156,6 @@ func TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement(t *testing.T) {
 	primary, replica := r.Primary, r.Replicas[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newClient := func(s *redistest.Server) *dlock.Client {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(goredis.New(rdb))
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
 	takeAndRelease := func(c *dlock.Client, opts ...dlock.Option) uint64 {
 		t.Helper()
 		l, err := c.TryLock(ctx, "fenced", opts...)
@@ -174,7 +167,7 @@ func TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement(t *testing.T) {
 		}
 		return l.Fence()
 	}
-	first := newClient(primary)
+	first := clientOf(t, primary)
 	fenceKey := first.RedisKey("fenced") + ":fence"
 	counter := func(s *redistest.Server) uint64 {
 		t.Helper()
@@ -214,7 +207,7 @@ func TestFenceGrowsAcrossAFailoverThatLostTheLastIncrement(t *testing.T) {
 	if got := counter(replica); got != f1 {
 		t.Fatalf("the promoted replica's counter is %d, want F1 = %d: the failover did not lose F2's increment", got, f1)
 	}
-	f3 := takeAndRelease(newClient(replica))
+	f3 := takeAndRelease(clientOf(t, replica))
 	t.Logf("F1 = %d (replicated), F2 = %d (lost by the failover), counter on the promoted replica %d (INCR alone: %d), F3 = %d (F2 + %d)",
 		f1, f2, f1, f1+1, f3, f3-f2)
 	if f3 <= f2 {
@@ -310,14 +303,7 @@ func TestARefusalIsNotMistakenForAnUnconfirmedWrite(t *testing.T) {
 func TestAReplicaOrAFullServerIsNotTakenForOtherData(t *testing.T) {
 	r := redistest.StartReplicated(t, 1, 0)
 	ctx := context.Background()
-	newClient := func(s *redistest.Server) *dlock.Client {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(goredis.New(rdb))
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	primary, replica := newClient(r.Primary), newClient(r.Replicas[0])
+	primary, replica := clientOf(t, r.Primary), clientOf(t, r.Replicas[0])
 	if _, err := primary.TryLock(ctx, "held", dlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +334,14 @@ func TestAReplicaOrAFullServerIsNotTakenForOtherData(t *testing.T) {
 	check("TryAcquire of a free semaphore at maxmemory", err, "OOM")
 	_, err = primary.TryLock(ctx, "oom")
 	check("TryLock of a free name at maxmemory", err, "OOM")
+}
+
+// clientOf returns a client of server s alone, closed with the test; its
+// go-redis client does not retry, so that a failure shows at once.
+func clientOf(t *testing.T, s *redistest.Server) *dlock.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
