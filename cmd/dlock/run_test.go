@@ -572,6 +572,24 @@ func TestRunTinyWaitObtainsAFreeLock(t *testing.T) {
 	}
 }
 
+// A first attempt that Redis does not answer (it answers PING, and holds
+// writes back) is bounded by 10s whatever the client's read timeout, and
+// the run says so with code 69.
+func TestRunWaitBoundsAFirstAttemptRedisHoldsBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	t.Cleanup(func() { srv.Do(t, "CLIENT", "UNPAUSE") })
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr() + "?read_timeout=30s"}
+	r := dlockRun(t, env, runArgs([]string{"--wait", "1s"}, lockName(t), "exit", "0")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no answer within 10s while waiting") {
+		t.Errorf("code %d, stderr %q; want %d, no answer within 10s", r.code, r.stderr, exitUnavailable)
+	}
+	if r.took > 25*time.Second {
+		t.Errorf("the run took %v; the first attempt's bound is 10s, and the clean-up's 2s", r.took)
+	}
+}
+
 // A --wait that ends while Redis fails is code 69, not a lock held.
 func TestRunWaitEndsWithRedisDown(t *testing.T) {
 	t.Parallel()
