@@ -36,7 +36,7 @@ type lease struct {
 	dropped   bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released  bool          // Release was called and succeeded
 	letGo     bool          // Release was called: no longer refreshed, even if it failed
-	gone      error         // a refresh found the lock not held after Release was called (see releaseFailed)
+	gone      error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed error         // why the last Release failed, if it did
 	started   bool          // obtained: acquired and deadline are set
 	ending    bool          // end was called; the lease is over once the hooks have run
@@ -298,33 +298,39 @@ func (s *lease) end(err error) {
 // refresh ran).
 func (s *lease) lose(err error) bool {
 	s.mu.Lock()
-	letGo, failed := s.letGo, s.relFailed
+	letGo := s.letGo
 	if letGo && s.gone == nil {
 		s.gone = err
 	}
 	s.mu.Unlock()
 	if letGo {
-		if failed != nil {
-			s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, err, failed))
-		}
+		s.endIfGoneAndNotReleased()
 		return false
 	}
 	s.end(fmt.Errorf("%w: %w", ErrLost, err))
 	return true
 }
 
-// releaseFailed ends the lease as lost when Release failed (err) and a
-// refresh sent before it found the lock not held (see lose, for a refresh
-// whose reply comes later): whether the release ran or another holder has
-// the lock, it is not this lease's any more. Otherwise the lease runs on
-// to its deadline, as a failed Release leaves it.
+// releaseFailed records that Release failed (err): the lease runs on to
+// its deadline, as a failed Release leaves it, unless a refresh found the
+// lock not held meanwhile (see endIfGoneAndNotReleased).
 func (s *lease) releaseFailed(err error) {
 	s.mu.Lock()
-	gone := s.gone
 	s.relFailed = err
 	s.mu.Unlock()
-	if gone != nil {
-		s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, gone, err))
+	s.endIfGoneAndNotReleased()
+}
+
+// endIfGoneAndNotReleased ends the lease as lost once both a Release failed
+// and a refresh sent before it found the lock not held, in either order:
+// whether the release ran or another holder has the lock, it is not this
+// lease's any more.
+func (s *lease) endIfGoneAndNotReleased() {
+	s.mu.Lock()
+	gone, failed := s.gone, s.relFailed
+	s.mu.Unlock()
+	if gone != nil && failed != nil {
+		s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, gone, failed))
 	}
 }
 

@@ -37,9 +37,9 @@
 -- set, so that the release wakes it, and leaves its request there when it
 -- asks to be granted the lock, or clears the one it left before; refused
 -- for a lock on several names, it leaves the other names' sets (see
--- leave_others). Once it
--- obtains the locks, it leaves the sets, or, when more of its callers
--- wait, registers again at the back, and clears its request.
+-- leave_others). Once it obtains the locks, it leaves the sets, or, when
+-- more of its callers wait, registers again at the back, and clears its
+-- request.
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
@@ -101,8 +101,7 @@ local function leave_others(i)
   for j = 1, n do
     if j ~= i and string.sub(more or '', j, j) ~= '1' then
       local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
-      if not cur.err and not cur[3] and ((cur[1] == 'lock' and cur[2] == '') or
-          (not cur[1] and redis.call('EXISTS', KEYS[j]) == 0)) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
+      if not cur.err and not cur[3] and lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
         wake(KEYS[n + j], KEYS[j])
       end
     end

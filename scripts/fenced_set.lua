@@ -6,6 +6,7 @@
 --
 -- Returns {1} when written, or {0, newest} when the fence is stale. Fails
 -- with DLOCK_WRONGTYPE 1, writing nothing, when KEYS[1] holds other data.
+
 -- less reports whether the decimal integer a is smaller than b. Fences are
 -- compared as digit strings: Lua's numbers lose digits past 2^53.
 local function less(a, b)

@@ -14,7 +14,7 @@ local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
 if cur.err then return 0 end
 if cur[1] == 'semaphore' then
   wake(KEYS[2], KEYS[1], false, true)
-elseif (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', KEYS[1]) == 0) then
+elseif lock_free(KEYS[1], cur) then
   wake(KEYS[2], KEYS[1])
 end
 return 0

@@ -32,6 +32,12 @@ local function wrote(r)
   error(r)
 end
 
+-- lock_free reports whether lock k, whose 'kind' and 'token' fields cur holds
+-- (an HMGET reply), is free: a released exclusive lock's hash, or no key.
+local function lock_free(k, cur)
+  return (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', k) == 0)
+end
+
 -- register puts a waiting client, known by its channel, at the back of
 -- waiter set wk for lease ms from now_ms. It returns false, having written
 -- nothing, when wk holds data that is not a sorted set.

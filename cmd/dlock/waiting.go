@@ -67,7 +67,7 @@ type waiter struct {
 
 	limit   time.Duration // --wait, zero for none
 	started time.Time     // when the wait began, with limit
-	timer   *time.Timer   // ends the wait after limit, nil without
+	timer   *time.Timer   // ends the wait after limit, from the first failed attempt on; nil before
 
 	mu       sync.Mutex
 	errSince time.Time // when Redis errors began, zero while it answers
@@ -81,10 +81,10 @@ type waiter struct {
 const firstTry = pingTimeout
 
 // giveUpAfter ends the wait with errWaitedOut once d has passed since now,
-// or once the first attempt has failed if that is later (see firstTry).
+// or once the first attempt has failed if that is later: until then the
+// wait's deadline, firstTry at least, bounds it (see obtain).
 func (w *waiter) giveUpAfter(d time.Duration) {
 	w.limit, w.started = d, time.Now()
-	w.timer = time.AfterFunc(max(d, firstTry), func() { w.cancel(errWaitedOut) })
 }
 
 // outcome returns what the attempts found: the last one's error, nil if
@@ -114,8 +114,8 @@ func (w *waiter) onRetry(failed int, err error) {
 	}
 	w.begin.Do(func() {
 		w.failedAt = time.Now()
-		if w.timer != nil {
-			w.timer.Reset(max(w.limit-time.Since(w.started), 0))
+		if w.limit > 0 {
+			w.timer = time.AfterFunc(max(w.limit-time.Since(w.started), 0), func() { w.cancel(errWaitedOut) })
 		}
 		close(w.begun)
 	})
