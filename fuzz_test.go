@@ -13,7 +13,7 @@ import (
 // FuzzKeys: every name maps to a key under the prefix that maps back to the
 // name, and the lock's keys share one Redis Cluster hash tag.
 func FuzzKeys(f *testing.F) {
-	for _, s := range []string{"orders:42", "{order:42}:pay", "a{}b", "}{", "{", "}", "{}", "x{y}z{w}", "ünïcode", "a\x00b"} {
+	for _, s := range []string{"orders:42", "{order:42}:pay", "a{}b", "}{", "{", "}", "{}", "x{y}z{w}", "ünïcode", "a\x00b", "{a}{b}", "a}{b", "{a{}", "a{"} {
 		f.Add(s)
 	}
 	c := &Client{prefix: DefaultPrefix}
@@ -28,8 +28,10 @@ func FuzzKeys(f *testing.F) {
 		if !strings.HasPrefix(key, DefaultPrefix) {
 			t.Fatalf("RedisKey(%q) = %q, not under the prefix", name, key)
 		}
-		// "{x}" and "x" are one lock; names without braces map back exactly.
-		if got := c.nameOf(key); got != name && !strings.ContainsAny(name, "{}") {
+		// "{x}" and "x" are one lock; names without braces map back exactly,
+		// any other to a name of the same key.
+		got := c.nameOf(key)
+		if got != name && !strings.ContainsAny(name, "{}") || c.RedisKey(got) != key {
 			t.Fatalf("nameOf(RedisKey(%q)) = %q", name, got)
 		}
 		if k, w, fk := c.lockKeys(name); k != key || w != key+":waiters" || fk != key+":fence" {
@@ -44,6 +46,22 @@ func FuzzKeys(f *testing.F) {
 			t.Fatalf("key %q of %q has no hash tag", key, name)
 		}
 	})
+}
+
+// TestNameOf: a key with two names is shown by the one a caller most
+// likely used: without the added braces, unless those hold braces
+// themselves and the key is a name with a plain hash tag.
+func TestNameOf(t *testing.T) {
+	c := &Client{prefix: DefaultPrefix}
+	for name, want := range map[string]string{
+		"x": "x", "{x}": "x", "{order:42}:pay": "{order:42}:pay",
+		"{a}{b}": "{a}{b}", "a}{b": "{a}{b}", "x{y}z{w}": "x{y}z{w}",
+		"a{": "a{", "{a{}": "a{", "{}": "{}", "}{": "}{",
+	} {
+		if got := c.nameOf(c.RedisKey(name)); got != want {
+			t.Errorf("nameOf(RedisKey(%q)) = %q, want %q", name, got, want)
+		}
+	}
 }
 
 // hashTag returns the part of key that Redis Cluster hashes when it holds a

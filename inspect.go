@@ -211,15 +211,26 @@ func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
 	return out, nil
 }
 
-// nameOf is the inverse of RedisKey.
+// nameOf is the inverse of RedisKey. A key has two names when it is a
+// name wrapped in braces ("x" and "{x}"); nameOf returns the one without
+// the added braces, unless that one holds braces itself and the other is
+// a name with a plain hash tag of its own: "{a}{b}", not "a}{b".
 func (c *Client) nameOf(key string) string {
 	name := strings.TrimPrefix(key, c.prefix)
-	if inner, ok := strings.CutPrefix(name, "{"); ok {
-		if inner, ok := strings.CutSuffix(inner, "}"); ok && c.RedisKey(inner) == key {
-			return inner
+	inner, ok := strings.CutPrefix(name, "{")
+	if ok {
+		inner, ok = strings.CutSuffix(inner, "}")
+	}
+	if !ok || c.RedisKey(inner) != key {
+		return name
+	}
+	if strings.ContainsAny(inner, "{}") && hasHashTag(name) {
+		// name starts with '{': its tag runs to the first '}'.
+		if tag := name[1:strings.IndexByte(name, '}')]; !strings.Contains(tag, "{") {
+			return name
 		}
 	}
-	return name
+	return inner
 }
 
 // escapeGlob quotes the glob characters of s for a Redis MATCH pattern.
