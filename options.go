@@ -3,6 +3,8 @@ package dlock
 import (
 	"fmt"
 	"time"
+
+	"github.com/dlockio/dlock/internal/nilretry"
 )
 
 // Defaults of the lock options.
@@ -84,11 +86,8 @@ func WithTTL(ttl time.Duration) Option {
 // makes the call fail with ErrInvalidOption.
 func WithRetry(s RetryStrategy) Option {
 	return func(o *options) {
-		if isNilRetry(s) {
-			o.fail(fmt.Errorf("%w: WithRetry(nil)", ErrInvalidOption))
-		}
-		if from, ok := s.(nilRetry); ok {
-			o.fail(fmt.Errorf("%w: WithRetry(%s(nil, …))", ErrInvalidOption, string(from)))
+		if what := nilretry.Refused(s); what != "" {
+			o.fail(fmt.Errorf("%w: %s", ErrInvalidOption, what))
 		}
 		o.retry = s
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/dlockio/dlock/internal/nilretry"
 )
 
 // RetryStrategy decides how long Lock waits before trying again after a
@@ -123,9 +125,7 @@ func capped(d, limit time.Duration) time.Duration {
 
 // nilRetry is what a strategy built from a nil one is: WithRetry refuses
 // it, naming the function it came from.
-type nilRetry string
-
-func (nilRetry) NextBackoff(int) (time.Duration, bool) { return 0, false }
+type nilRetry = nilretry.Strategy
 
 // isNilRetry reports whether s is nil or a nil RetryFunc.
 func isNilRetry(s RetryStrategy) bool {

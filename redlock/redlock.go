@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/nilretry"
 )
 
 // DefaultNodeTimeout bounds each request to a node when WithNodeTimeout is
@@ -329,8 +330,8 @@ func WithMetadata(meta string) Option {
 // split the votes do not try again in step.
 func WithRetry(s dlock.RetryStrategy) Option {
 	return func(o *options) {
-		if s == nil {
-			o.fail(fmt.Errorf("%w: WithRetry(nil)", dlock.ErrInvalidOption))
+		if what := nilretry.Refused(s); what != "" {
+			o.fail(fmt.Errorf("%w: %s", dlock.ErrInvalidOption, what))
 		}
 		o.retry = s
 	}

@@ -74,6 +74,14 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 			return err
 		}, dlock.ErrInvalidOption},
 		{"nil retry", func() error { _, err := r.Lock(ctx, "x", redlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
+		{"nil retry function", func() error {
+			_, err := r.Lock(ctx, "x", redlock.WithRetry(dlock.RetryFunc(nil)))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"retry built from nil", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithRetry(dlock.Jitter(nil, 0.5)))
+			return err
+		}, dlock.ErrInvalidOption},
 		{"max wait 0", func() error { _, err := r.Lock(ctx, "x", redlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
 		{"refresh interval not before the deadline", func() error {
 			// A second less 12ms for clock drift.
