@@ -19,7 +19,9 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 // the same or a newer fence goes through. One script, one round trip.
 //
 // The key is used as given, without the client's prefix: it is the
-// caller's data. On Redis Cluster it may live in any slot.
+// caller's data. On Redis Cluster it may live in any slot. A key that
+// holds other data, a lock's own key among them (its fence is the lock's),
+// is refused with ErrWrongType.
 //
 // The same check protects any store that can compare and write at once; in
 // SQL, for example:

@@ -472,6 +472,32 @@ func TestSetFencedInput(t *testing.T) {
 			t.Errorf("fence %d again: %v", f[0], err)
 		}
 	}
+	// A lock's own hash has a fence: SetFenced there would move it.
+	for _, kind := range []string{"lock", "rwlock", "semaphore"} {
+		var l interface{ Release(context.Context) error }
+		var err error
+		switch kind {
+		case "lock":
+			l, err = e.c.TryLock(ctx, "guarded")
+		case "rwlock":
+			l, err = e.c.RWMutex("guarded").TryLock(ctx)
+		default:
+			l, err = e.c.Semaphore("guarded", 2).TryAcquire(ctx)
+		}
+		if err != nil {
+			t.Fatal(kind, err)
+		}
+		before := e.srv.Do(t, "HGETALL", "dlock:{guarded}")
+		if err := e.c.SetFenced(ctx, e.c.RedisKey("guarded"), 1<<60, "v"); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("a %s's key: err = %v, want ErrWrongType", kind, err)
+		}
+		if after := e.srv.Do(t, "HGETALL", "dlock:{guarded}"); after != before {
+			t.Errorf("the refused write changed the %s to %q", kind, after)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, bad := range []string{"nan", "inf", "-1", "1.5"} {
 		e.srv.Do(t, "HSET", "odd", "fence", bad)
 		if err := e.c.SetFenced(ctx, "odd", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {

@@ -542,6 +542,17 @@ func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
 	if got := e.srv.Do(t, "GET", "dlock:{badfence}:fence"); got != "not a number" {
 		t.Errorf("fence counter with other data changed to %q", got)
 	}
+	// A counter at 2^53 or past it, where one more is the same double: the
+	// fences would stop growing.
+	for _, big := range []string{"9007199254740992", "18446744073709551615", "inf"} {
+		e.srv.Do(t, "SET", "dlock:{bigfence}:fence", big)
+		if _, err := e.c.TryLock(ctx, "bigfence"); !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{bigfence}") {
+			t.Errorf("fence counter at %s: err = %v, want ErrWrongType and nothing taken", big, err)
+		}
+		if _, err := e.c.RWMutex("bigfence").TryLock(ctx); !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{bigfence}") {
+			t.Errorf("fence counter at %s, write lock: err = %v, want ErrWrongType and nothing taken", big, err)
+		}
+	}
 	e.srv.Do(t, "RPUSH", "dlock:{listfence}:fence", "x")
 	if _, err := e.c.TryLock(ctx, "listfence"); !errors.Is(err, dlock.ErrWrongType) || e.exists(t, "dlock:{listfence}") {
 		t.Errorf("fence counter of another type: err = %v, want ErrWrongType and nothing taken", err)

@@ -11,7 +11,9 @@
 -- so that increments a failover or restart lost are still overtaken. The
 -- counter is kept for a day after the name's last fence: after that the
 -- clock alone is ahead of every fence issued, unless the server's clock was
--- set back by more than that day.
+-- set back by more than that day. A counter at 2^53 or beyond, where Lua's
+-- numbers stop telling one more apart (the clock gets there in 2255), was
+-- not written by dlock: the fences would stop growing, so it is refused.
 local fence_keep_ms = '86400000'
 
 -- clock_us returns the server's clock from a TIME reply t in microseconds,
@@ -37,6 +39,7 @@ local function next_fence(fk, now_us, last, now_text)
       if not last then return nil end -- not a number
     end
   end
+  if last and last >= 9007199254740992 then return nil end
   if last and last + 1 > now_us then
     now_us = last + 1
     f = string.format('%.0f', now_us)

@@ -5,7 +5,8 @@
 -- ARGV[1] the writer's fence, ARGV[2] the value
 --
 -- Returns {1} when written, or {0, newest} when the fence is stale. Fails
--- with DLOCK_WRONGTYPE 1, writing nothing, when KEYS[1] holds other data.
+-- with DLOCK_WRONGTYPE 1, writing nothing, when KEYS[1] holds other data,
+-- a lock of dlock's own among them: its fence is the lock's.
 
 -- less reports whether the decimal integer a is smaller than b. Fences are
 -- compared as digit strings: Lua's numbers lose digits past 2^53.
@@ -15,10 +16,12 @@ local function less(a, b)
   return a < b
 end
 
-local newest = redis.pcall('HGET', KEYS[1], 'fence')
--- Another type of key, or a 'fence' that is not a decimal integer: not a
--- resource SetFenced wrote.
-if type(newest) == 'table' or (newest and not string.match(newest, '^%d+$')) then
+local cur = redis.pcall('HMGET', KEYS[1], 'fence', 'kind')
+-- Another type of key, a 'fence' that is not a decimal integer, or a
+-- lock: not a resource SetFenced wrote.
+local newest = not cur.err and cur[1]
+if cur.err or (newest and not string.match(newest, '^%d+$'))
+    or cur[2] == 'lock' or cur[2] == 'rwlock' or cur[2] == 'semaphore' then
   return redis.error_reply('DLOCK_WRONGTYPE 1')
 end
 if newest and less(ARGV[1], newest) then
