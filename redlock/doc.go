@@ -53,8 +53,8 @@
 // (appendonly with appendfsync always) or stays down for longer than the
 // longest TTL, since a master that comes back empty can give a second
 // locker the vote that completes its quorum. A process paused for longer
-// than its lock's validity learns of it from Done when it resumes, too
-// late to stop a write it was making. Martin Kleppmann's critique of
+// than its lock's validity finds it ended (Err, Done) the moment it looks
+// when it resumes, too late to stop a write it was making. Martin Kleppmann's critique of
 // Redlock turns on that last point and on the absence of fencing tokens:
 // Redlock cannot hand out a number that grows with every holder, because
 // the nodes count separately. For correctness under pauses, use a

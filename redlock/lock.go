@@ -46,8 +46,10 @@ type Lock struct {
 	ttl      time.Duration // of the last acquisition or refresh
 	acquired time.Time
 	maxHold  time.Duration
-	capped   bool      // the max hold stopped the refreshing
-	ended    time.Time // Deadline once Done is closed
+	interval time.Duration // of the automatic refresh, 0 when off
+	capped   bool          // the max hold stopped the refreshing
+	lostAt   time.Time     // when fewer than a quorum came to hold it
+	ended    time.Time     // Deadline once Done is closed
 	done     chan struct{}
 	err      error
 	onEnd    map[*int]func()
@@ -215,10 +217,15 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	rd.cut = cut
 	now := time.Now()
 	if l.live >= r.quorum && now.Before(valid) {
-		l.held, l.acquired = true, start
+		l.held, l.acquired, l.interval = true, start, o.refreshInterval()
 		l.mu.Unlock()
-		if o.auto {
-			l.autoRefresh(o.refreshInterval())
+		if o.auto && !l.autoRefresh(start) {
+			// Close came after the options were checked: no lock that
+			// nothing refreshes.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_ = l.Release(rctx)
+			return nil, dlock.ErrClosed
 		}
 		return l, nil
 	}
@@ -294,12 +301,50 @@ func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
 	if s.lock != nl || !s.live {
 		return false
 	}
+	lost := l.held && !l.stopped && l.live-1 < l.r.quorum
+	if lost && l.lostAt.IsZero() {
+		// The quorum held it until now, or until its deadline if that
+		// came first (a timer that ran late).
+		l.lostAt = time.Now()
+		if d := l.deadlineLocked(); !d.IsZero() && d.Before(l.lostAt) {
+			l.lostAt = d
+		}
+	}
 	s.live = false
 	if err != nil {
 		s.err = err
 	}
 	l.live--
-	return l.held && !l.stopped && l.live < l.r.quorum
+	return lost
+}
+
+// expireIfDue ends the lock when its deadline has passed by the clock, as
+// a dlock lock does when its holder looks: a process that was paused past
+// the deadline finds the lock ended the moment it looks, not once the
+// timers of its nodes have run.
+func (l *Lock) expireIfDue() {
+	l.mu.Lock()
+	if !l.held || l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if d := l.deadlineLocked(); !d.IsZero() && now.Before(d) {
+		l.mu.Unlock()
+		return
+	}
+	lost := false
+	for i := range l.nodes {
+		if s := &l.nodes[i]; s.live && !now.Before(s.lock.Deadline()) {
+			// Err ends the node's lock too; its end, watched by install,
+			// then finds the node recorded already.
+			lost = l.loseLocked(i, s.lock, s.lock.Err()) || lost
+		}
+	}
+	l.mu.Unlock()
+	if lost {
+		l.endLost()
+	}
 }
 
 // endLost ends the Lock because fewer than a quorum of its nodes hold it.
@@ -530,6 +575,10 @@ func (l *Lock) Release(ctx context.Context) error {
 // when a quorum still holds it but fewer than a quorum refreshed it: the
 // lock then stays held until its deadline, and a later Refresh may
 // succeed. WithAutoRefresh tries again within 250ms in that case.
+//
+// The automatic refresh goes on with the TTL of the last Refresh, so with
+// WithAutoRefresh a TTL whose deadline (less the drift allowance) does not
+// come after the refresh interval is refused with dlock.ErrInvalidTTL.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return dlock.ErrNilContext
@@ -540,6 +589,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl-drift(ttl) <= l.r.timeout {
 		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, drift(ttl), l.r.timeout)
 	}
+	if l.interval > 0 && ttl-drift(ttl) <= l.interval {
+		// The automatic refresh, which goes on with this TTL, would come
+		// after the deadline.
+		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the auto-refresh interval %v", dlock.ErrInvalidTTL, ttl, drift(ttl), l.interval)
+	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	return l.refresh(ctx, ttl)
@@ -547,6 +601,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // refresh is Refresh; l.op must be held.
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	l.expireIfDue()
 	l.mu.Lock()
 	if err := l.aliveLocked(); err != nil {
 		l.mu.Unlock()
@@ -600,6 +655,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		}
 	})
 
+	l.expireIfDue()
 	l.mu.Lock()
 	rd.cut = cut
 	if err := l.aliveLocked(); err != nil {
@@ -645,11 +701,15 @@ func (l *Lock) aliveLocked() error {
 	return nil
 }
 
-// autoRefresh starts the goroutine that refreshes the lock every interval;
-// after Locker.Close there is none, and the lock runs out at its deadline.
-func (l *Lock) autoRefresh(interval time.Duration) {
-	l.r.goOwned(func() {
-		timer := time.NewTimer(interval)
+// autoRefresh starts the goroutine that refreshes the lock every interval,
+// counted from the start of the round that obtained it (from) and of each
+// refresh, as the nodes count their deadlines from when the request was
+// sent: a round that waits for a slow node does not delay the next. It
+// reports false after Locker.Close, which lets no goroutine start.
+func (l *Lock) autoRefresh(from time.Time) bool {
+	interval := l.interval
+	return l.r.goOwned(func() {
+		timer := time.NewTimer(interval - time.Since(from))
 		defer timer.Stop()
 		for {
 			select {
@@ -659,7 +719,8 @@ func (l *Lock) autoRefresh(interval time.Duration) {
 				return
 			case <-timer.C:
 			}
-			ttl, last, ok := l.nextRefresh(time.Now())
+			from = time.Now()
+			ttl, last, ok := l.nextRefresh(from)
 			if !ok {
 				return // the max hold allows no more: the nodes' deadlines end it
 			}
@@ -675,7 +736,7 @@ func (l *Lock) autoRefresh(interval time.Duration) {
 			case err == nil && last:
 				return
 			case err == nil:
-				timer.Reset(interval)
+				timer.Reset(interval - time.Since(from))
 			default:
 				// Not refreshed on a quorum, but still held on one: try
 				// again soon, until the nodes' deadlines end the lock.
@@ -718,6 +779,9 @@ func (l *Lock) end(err error) {
 	default:
 	}
 	l.ended = l.deadlineLocked()
+	if l.ended.IsZero() {
+		l.ended = l.lostAt // the quorum is gone already
+	}
 	if now := time.Now(); l.ended.IsZero() || l.ended.After(now) {
 		l.ended = now
 	}
@@ -735,13 +799,17 @@ func (l *Lock) end(err error) {
 // released, or the moment fewer than a quorum of its nodes hold it (a
 // refresh found it gone from nodes, or their deadlines passed without a
 // refresh). Err then says which.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+func (l *Lock) Done() <-chan struct{} {
+	l.expireIfDue()
+	return l.done
+}
 
 // Err returns nil while the lock is held and after a release that reached
 // a quorum, and an error wrapping dlock.ErrLost once the lock was lost,
 // joined with a *NodeError for each node that lost it: dlock.ErrMaxHold
 // when WithMaxHold ended it.
 func (l *Lock) Err() error {
+	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -756,6 +824,7 @@ func (l *Lock) Err() error {
 // took and the drift, from before the first request. Once Done is closed,
 // it returns when the lock ended, or its deadline if that came first.
 func (l *Lock) Deadline() time.Time {
+	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
@@ -785,9 +854,11 @@ func (l *Lock) deadlineLocked() time.Time {
 // Context returns a context derived from parent that is cancelled when the
 // lock ends: context.Cause then returns Err, or context.Canceled after a
 // release. Work done under the lock should use it, so that it stops the
-// moment the lock is lost.
+// moment the lock is lost. It panics if parent is nil, as
+// context.WithCancelCause does.
 func (l *Lock) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
+	l.expireIfDue()
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -829,6 +900,7 @@ func (l *Lock) Metadata() string { return l.meta }
 // this process knows: those that granted it or last refreshed it, and
 // whose deadline has not passed.
 func (l *Lock) Nodes() []string {
+	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var addrs []string

@@ -327,7 +327,9 @@ func WithMetadata(meta string) Option {
 // WithRetry sets how many attempts Lock makes and the delay between them;
 // the default is DefaultRetry(). Redlock has no notice of a release, so
 // Lock polls: keep the delays random (dlock.Jitter), so that lockers that
-// split the votes do not try again in step.
+// split the votes do not try again in step. A nil s, a nil
+// dlock.RetryFunc or a strategy built from one makes the call fail with
+// dlock.ErrInvalidOption.
 func WithRetry(s dlock.RetryStrategy) Option {
 	return func(o *options) {
 		if what := nilretry.Refused(s); what != "" {

@@ -1107,3 +1107,90 @@ func TestALateReleaseCountsForTheNextRelease(t *testing.T) {
 		t.Errorf("Release again, once the slow releases succeeded: %v", err)
 	}
 }
+
+// TestALockPastItsDeadlineEndsWhenLookedAt: a holder that looks at the
+// lock once its deadline has passed (a process that was paused, say)
+// finds it ended, before the timers of its nodes have run, and Deadline
+// does not move past the deadline it had.
+func TestALockPastItsDeadlineEndsWhenLookedAt(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	for i := range 5 {
+		l, err := r.TryLock(ctx, fmt.Sprintf("looked-at-%d", i), redlock.WithTTL(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := l.Deadline()
+		for time.Now().Before(d) {
+			time.Sleep(time.Until(d))
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+			t.Fatalf("try %d: Err past the deadline = %v, want ErrLost", i, err)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("try %d: Done open past the deadline", i)
+		}
+		if got := l.Deadline(); got.After(d) {
+			t.Errorf("try %d: Deadline moved from %v to %v when the lock ended", i, d, got)
+		}
+	}
+}
+
+// TestARefreshShorterThanTheAutoRefreshIntervalIsRefused: the automatic
+// refresh goes on with a manual Refresh's TTL, so one that would run out
+// before the next automatic refresh is refused, as a dlock lock does.
+func TestARefreshShorterThanTheAutoRefreshIntervalIsRefused(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "short-refresh", redlock.WithTTL(3*time.Second), redlock.WithAutoRefresh(), redlock.WithRefreshInterval(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.Refresh(ctx, 600*time.Millisecond); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("Refresh(600ms) under a 1s auto-refresh: err = %v, want ErrInvalidTTL", err)
+	}
+	if err := l.Refresh(ctx, 2*time.Second); err != nil {
+		t.Errorf("Refresh(2s) under a 1s auto-refresh: %v", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("lock ended: %v", err)
+	}
+}
+
+// TestAutoRefreshCountsFromTheRoundsStart: with a node paused, every round
+// waits the node timeout for it; the next automatic refresh is due an
+// interval after the round started, as the nodes count their deadlines
+// from then, so the lock outlives a round that ran slow.
+func TestAutoRefreshCountsFromTheRoundsStart(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	// Interval + node timeout > TTL less drift (988ms).
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(400*time.Millisecond))
+	ctx := context.Background()
+	warm, err := r.TryLock(ctx, "warm-up") // open a connection to every node
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srvs[2].Pause(t)
+	l, err := r.TryLock(ctx, "slow-rounds", redlock.WithTTL(time.Second), redlock.WithAutoRefresh(), redlock.WithRefreshInterval(650*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three deadlines' worth: the lock must still be held.
+	select {
+	case <-l.Done():
+		t.Errorf("lost with 2 of 3 nodes up: %v", l.Err())
+	case <-time.After(3 * time.Second):
+	}
+	srvs[2].Resume(t)
+	if err := l.Release(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Error(err)
+	}
+}
