@@ -96,3 +96,6 @@ func LeaseDropped(l *Lock) bool {
 	defer l.mu.Unlock()
 	return l.dropped
 }
+
+// RefreshEvery returns how often l is refreshed automatically, 0 when not.
+func RefreshEvery(l *Lock) time.Duration { return l.every() }

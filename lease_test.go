@@ -364,6 +364,24 @@ func TestAutoRefreshStartedLaterAndStoppedByClose(t *testing.T) {
 	}
 }
 
+// TestAutoRefreshKeepsTheLocksTTL: the TTL is the lock's; a WithTTL given
+// to AutoRefresh changes neither it nor the default interval (TTL/3).
+func TestAutoRefreshKeepsTheLocksTTL(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "own-ttl", dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.AutoRefresh(dlock.WithTTL(300 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if got := dlock.RefreshEvery(l); got != 10*time.Second {
+		t.Errorf("refreshed every %v, want 10s (a third of the lock's TTL)", got)
+	}
+}
+
 func TestWatchdogBatchesRefreshes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

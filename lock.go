@@ -17,7 +17,8 @@ import (
 // Lock is a hold on one or more names: an exclusive lock obtained with
 // Client.TryLock, Client.Lock, their multi-key forms or Client.Attach; a
 // read or write hold of an RWMutex; or a permit of a Semaphore. It is given
-// up with Release. Its methods are safe for concurrent use.
+// up with Release. Its methods are safe for concurrent use. Those of a nil
+// *Lock panic: check the error of the call that obtained it.
 type Lock struct {
 	lease
 	kind  *holdKind
@@ -754,9 +755,10 @@ func (l *Lock) foundLost(ctx context.Context, err error) {
 // counts from when the lock was obtained: refreshing that a max hold
 // stopped resumes if the new one allows more, while the lock is still
 // held. Without WithMaxHold, the max hold stays the one the lock was
-// obtained with or last given, if any.
+// obtained with or last given, if any. Other options have no effect: the
+// TTL is the lock's (Refresh changes it).
 func (l *Lock) AutoRefresh(opts ...Option) error {
-	o := newOptions(append([]Option{WithTTL(l.currentTTL()), WithAutoRefresh()}, opts...))
+	o := newOptions(append(append([]Option{WithAutoRefresh()}, opts...), WithTTL(l.currentTTL())))
 	if o.err != nil {
 		return o.err
 	}

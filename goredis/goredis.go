@@ -37,7 +37,7 @@ type Driver struct {
 var _ dlock.Driver = (*Driver)(nil)
 
 // New returns a Driver over rdb. The client stays the caller's: dlock never
-// closes it.
+// closes it. New panics if rdb is nil.
 func New(rdb redis.UniversalClient) *Driver {
 	if rdb == nil {
 		panic("goredis: New with a nil client")

@@ -31,8 +31,9 @@ type Config struct {
 	// or ManyMaxTime, whichever comes first.
 	ManyWaiters, ManyClients, ManyHandoffs int
 	ManyWarmup, ManyMaxTime                time.Duration
-	// Scenario 6: RefreshLocks auto-refreshed locks with RefreshTTL, so a
-	// refresh every RefreshTTL/2, measured over RefreshIntervals intervals.
+	// Scenario 6: RefreshLocks auto-refreshed locks with RefreshTTL,
+	// measured over RefreshIntervals intervals of RefreshTTL/2 (the floor's
+	// and rueidislock's refresh period; dlock's is RefreshTTL/3).
 	RefreshLocks, RefreshIntervals int
 	RefreshTTL                     time.Duration
 }

@@ -44,7 +44,8 @@ var (
 type ClientConfig struct {
 	Addr string
 	// TTL is the lock's time to live (rueidislock: its key validity).
-	// Auto-refreshing libraries refresh every TTL/2.
+	// The floor and rueidislock refresh every TTL/2, dlock every TTL/3
+	// (its default).
 	TTL time.Duration
 	// PoolSize is the connection pool size of go-redis clients.
 	PoolSize int

@@ -107,7 +107,7 @@ func Scenarios() []*Scenario {
 		},
 		{
 			ID: 6, Title: "auto-refresh", Short: "auto-refresh", Unit: "lock refresh",
-			What: "10,000 locks held and refreshed by the library every TTL/2 (1 s); cost per refresh interval",
+			What: "10,000 locks held and refreshed by the library (the floor and rueidislock every TTL/2, dlock every TTL/3, its default); cost per 1 s interval",
 			Metrics: []Metric{
 				{Key: "reads", Label: "server reads/interval"}, {Key: "rtts", Label: "client round trips/interval"},
 				{Key: "reqs", Label: "reqs/interval"}, {Key: "cmds", Label: "cmds/interval"},
