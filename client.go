@@ -16,7 +16,8 @@ import (
 const DefaultPrefix = "dlock:"
 
 // Client obtains locks through a Driver. It is safe for concurrent use; make
-// one per Redis deployment and share it.
+// one per Redis deployment, with New, and share it. The zero Client is not
+// usable.
 type Client struct {
 	driver Driver
 	prefix string

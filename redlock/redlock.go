@@ -63,8 +63,9 @@ type Node struct {
 	// must name the server that Client reaches: New cannot verify that
 	// without asking the servers.
 	Addr string
-	// Client reaches the master, such as dlock.New(goredis.New(rdb)). It
-	// stays the caller's: the Locker never closes it.
+	// Client reaches the master, made by dlock.New, such as
+	// dlock.New(goredis.New(rdb)). It stays the caller's: the Locker never
+	// closes it.
 	Client *dlock.Client
 }
 
