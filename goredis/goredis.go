@@ -2,7 +2,8 @@
 // Sentinel-managed failover client, or a Redis Cluster, anything that
 // implements redis.UniversalClient. On a Ring, a lock on names of several
 // hash tags is refused with dlock.ErrUnsupported: a Ring would run its
-// script on the first name's shard only.
+// script on the first name's shard only. A Ring cannot subscribe either
+// (its shards' channels are separate): waits on it poll.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))
@@ -18,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,14 +120,34 @@ func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
 	}
 }
 
-// load loads the function library, on every primary of a cluster.
+// load loads the function library, on every primary of a cluster and
+// every shard of a Ring.
 func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
-	if c, ok := d.rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.FunctionLoadReplace(ctx, lib.Src).Err()
-		})
+	each := func(ctx context.Context, node *redis.Client) error {
+		return node.FunctionLoadReplace(ctx, lib.Src).Err()
+	}
+	switch c := d.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		return forEachShard(ctx, c, "the library was not loaded there", each)
 	}
 	return d.rdb.FunctionLoadReplace(ctx, lib.Src).Err()
+}
+
+// forEachShard calls fn for every shard of a Ring at once, and fails, saying
+// what that means (missing), when a shard is down: ForEachShard skips the
+// shards it takes for down without a word.
+func forEachShard(ctx context.Context, c *redis.Ring, missing string, fn func(context.Context, *redis.Client) error) error {
+	var walked atomic.Int64
+	err := c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+		walked.Add(1)
+		return fn(ctx, node)
+	})
+	if n, want := int(walked.Load()), len(c.Options().Addrs); err == nil && n < want {
+		err = fmt.Errorf("goredis: %d of the Ring's %d shards are down; %s", want-n, want, missing)
+	}
+	return err
 }
 
 // send adds one call to c: by FCALL when it has a library, else by
@@ -180,42 +202,164 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 	}
 }
 
-// Subscribe opens a go-redis PubSub; go-redis reconnects it and re-subscribes
-// its channels after a connection loss.
+// Subscribe opens a go-redis PubSub, read by a goroutine of its own.
+// go-redis reconnects it and re-subscribes its channels after a connection
+// fails with an error; one that goes silent (a connection cut off without
+// a reset, as to a host that vanished, which TCP reports only after many
+// minutes) is sent a PING after 3s without a message, and one that answers
+// nothing within 3s more is replaced by a new connection with the same
+// channels. A Ring returns dlock.ErrUnsupported: its shards are separate
+// servers, each with its own channels, and a release publishes on the
+// shard of its lock.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	ps := d.rdb.Subscribe(ctx)
-	s := &subscription{ps: ps, done: make(chan struct{})}
-	ch := ps.Channel()
-	go func() {
-		defer close(s.done)
-		for msg := range ch {
-			notify(msg.Channel, msg.Payload)
-		}
-	}()
+	if d.ring {
+		return nil, fmt.Errorf("%w: pub/sub on a go-redis Ring", dlock.ErrUnsupported)
+	}
+	s := &subscription{rdb: d.rdb, ps: d.rdb.Subscribe(ctx), notify: notify,
+		channels: map[string]bool{}, done: make(chan struct{})}
+	go s.receive()
 	return s, nil
 }
 
 type subscription struct {
-	ps    *redis.PubSub
-	done  chan struct{}
-	close sync.Once
-	err   error
+	rdb    redis.UniversalClient
+	notify func(channel, payload string)
+	done   chan struct{} // closed when receive returns
+
+	// mu is held by Subscribe and Unsubscribe, and while a silent ps is
+	// replaced, so that no change of channels is lost in between.
+	mu       sync.Mutex
+	ps       *redis.PubSub
+	channels map[string]bool
+	closed   bool
+	stop     chan struct{} // closed by Close, made by closing
+	err      error         // of Close
+}
+
+// subscribeRetry is how long receive waits before reading again after a
+// failed read: go-redis reconnects at the next read.
+const subscribeRetry = 100 * time.Millisecond
+
+// receive delivers the messages of the subscription until Close.
+func (s *subscription) receive() {
+	defer close(s.done)
+	pinged := false
+	for {
+		s.mu.Lock()
+		ps, closed := s.ps, s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		msg, err := ps.ReceiveTimeout(context.Background(), shardSilence)
+		if err == nil {
+			pinged = false
+			if m, ok := msg.(*redis.Message); ok {
+				s.notify(m.Channel, m.Payload)
+			}
+			continue
+		}
+		var ne net.Error
+		switch {
+		case !errors.As(err, &ne) || !ne.Timeout():
+			// Failed, or closed: go-redis reconnects at the next read.
+			pinged = false
+			s.pause(subscribeRetry)
+		case !pinged:
+			// Silent for a while: a PING tells a quiet connection from a
+			// dead one.
+			pinged = true
+			if ps.Ping(context.Background()) != nil {
+				s.pause(subscribeRetry)
+			}
+		default:
+			// No answer to the PING either: a new connection.
+			pinged = false
+			s.replace(ps)
+		}
+	}
+}
+
+// pause waits d, or until Close.
+func (s *subscription) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing():
+	}
+}
+
+// closing returns a channel that is closed once Close was called.
+func (s *subscription) closing() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return closedChan
+	}
+	if s.stop == nil {
+		s.stop = make(chan struct{})
+	}
+	return s.stop
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// replace puts a new PubSub with the subscription's channels in the place
+// of old, which is silent, and closes old.
+func (s *subscription) replace(old *redis.PubSub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ps != old {
+		return
+	}
+	_ = old.Close()
+	s.ps = s.rdb.Subscribe(context.Background())
+	if len(s.channels) == 0 {
+		return
+	}
+	chans := make([]string, 0, len(s.channels))
+	for ch := range s.channels {
+		chans = append(chans, ch)
+	}
+	// The channels are kept even if this fails: go-redis subscribes them
+	// on the connection it makes at the next read.
+	ctx, cancel := context.WithTimeout(context.Background(), shardSilence)
+	defer cancel()
+	_ = s.ps.Subscribe(ctx, chans...)
 }
 
 func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range channels {
+		s.channels[ch] = true
+	}
 	return s.ps.Subscribe(ctx, channels...)
 }
 
 func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range channels {
+		delete(s.channels, ch)
+	}
 	return s.ps.Unsubscribe(ctx, channels...)
 }
 
 func (s *subscription) Close() error {
-	s.close.Do(func() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		if s.stop != nil {
+			close(s.stop)
+		}
 		s.err = s.ps.Close()
-		<-s.done
-	})
-	return s.err
+	}
+	err := s.err
+	s.mu.Unlock()
+	<-s.done
+	return err
 }
 
 var _ dlock.Scanner = (*Driver)(nil)
@@ -242,17 +386,7 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
-		// ForEachShard skips the shards it takes for down: their locks
-		// would be missing without a word.
-		var walked atomic.Int64
-		err := c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-			walked.Add(1)
-			return each(ctx, node)
-		})
-		if n, want := int(walked.Load()), len(c.Options().Addrs); err == nil && n < want {
-			err = fmt.Errorf("goredis: %d of the Ring's %d shards are down; their locks were not scanned", want-n, want)
-		}
-		return err
+		return forEachShard(ctx, c, "their locks were not scanned", each)
 	}
 	return scan(ctx, d.rdb, match, typ, fn)
 }
@@ -283,6 +417,10 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		defer d.reloadAfterFailure(calls)
 		groups := map[*redis.Client][]*dlock.Call{}
 		for _, call := range calls {
+			if len(call.Keys) == 0 {
+				call.Val, call.Err = nil, fmt.Errorf("%w: a call without keys through WAIT on a cluster", dlock.ErrUnsupported)
+				continue
+			}
 			node, err := c.MasterForKey(ctx, call.Keys[0])
 			if err != nil {
 				return 0, err

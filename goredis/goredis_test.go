@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,60 @@ func TestRingListsEveryShard(t *testing.T) {
 	}
 	if infos, err := c.List(ctx, "job:*"); err == nil {
 		t.Errorf("List with a shard down: %d locks and no error", len(infos))
+	}
+}
+
+// TestRingWaitsAndRunsFunctions: on a Ring, a Lock that must wait gets
+// the lock once it is released (its waits poll: a Ring cannot subscribe),
+// and WithFunctions loads the library on every shard.
+func TestRingWaitsAndRunsFunctions(t *testing.T) {
+	srvs, rdb, c := newRing(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := c.TryLock(ctx, "ring-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, refused := make(chan error, 1), make(chan struct{})
+	go func() {
+		var once sync.Once
+		l, err := c.Lock(ctx, "ring-wait", dlock.WithRetry(dlock.ConstantBackoff(20*time.Millisecond)),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-refused:
+	case err := <-got:
+		t.Fatalf("Lock returned before the lock was released: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Lock waiting on a Ring: %v", err)
+	}
+
+	fc, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	for i := range 20 {
+		l, err := fc.TryLock(ctx, "fn:"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("TryLock %d with functions on a Ring: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, srv := range srvs {
+		if srv.Do(t, "FUNCTION", "LIST") == "" {
+			t.Errorf("no library on %s", srv.Addr())
+		}
 	}
 }
 

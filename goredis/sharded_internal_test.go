@@ -69,12 +69,7 @@ func TestAChannelLetGoWhileMovingStaysGone(t *testing.T) {
 // instead of waiting for TCP keep-alive. Quiet connections that answer the
 // PING go on.
 func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
-	defer func(d time.Duration) { shardSilence = d }(shardSilence)
-	shardSilence = 100 * time.Millisecond
-	srv := redistest.Start(t)
-	px := redistest.StartCutProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: px.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	srv, px, rdb := behindCutProxy(t)
 	ctx := context.Background()
 	ps := rdb.SSubscribe(ctx, "ch")
 	defer ps.Close()

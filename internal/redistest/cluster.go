@@ -261,9 +261,21 @@ func (c *Cluster) MoveEmptySlot(tb testing.TB, key string, to *Server) *Server {
 // for at most 15s; other payloads on got are skipped.
 func PublishUntilReceived(tb testing.TB, srv *Server, ch, payload string, got <-chan string) {
 	tb.Helper()
+	publishUntilReceived(tb, srv, "SPUBLISH", ch, payload, got)
+}
+
+// PlainPublishUntilReceived is PublishUntilReceived for a channel of
+// SUBSCRIBE: it PUBLISHes.
+func PlainPublishUntilReceived(tb testing.TB, srv *Server, ch, payload string, got <-chan string) {
+	tb.Helper()
+	publishUntilReceived(tb, srv, "PUBLISH", ch, payload, got)
+}
+
+func publishUntilReceived(tb testing.TB, srv *Server, cmd, ch, payload string, got <-chan string) {
+	tb.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		srv.Do(tb, "SPUBLISH", ch, payload)
+		srv.Do(tb, cmd, ch, payload)
 		select {
 		case p := <-got:
 			if p == payload {
