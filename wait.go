@@ -69,6 +69,9 @@ type waitHub struct {
 	ended    map[string]uint64        // request tokens of Locks that asked for grants and ended, and the fence each obtained (see forget)
 	endedAt  []endedReq               // the same, oldest first
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
+	openers  sync.WaitGroup           // the goroutine opening the subscription
+	life     context.Context          // ends at close: an opening subscription gives up
+	end      context.CancelFunc       // ends life
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
 	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
 	noticed  func()                   // tests: called after each notice is handled, nil otherwise
@@ -90,9 +93,11 @@ type waiter struct {
 
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
-	return &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
+	h := &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
 		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
+	h.life, h.end = context.WithCancel(context.Background())
+	return h
 }
 
 // member is the client's name in waiter sets.
@@ -253,11 +258,19 @@ func (h *waitHub) finish(chans []string, done chan struct{}) {
 }
 
 // subscribed opens the client's subscription on first use and reports
-// whether notices can be had. The subscription is opened without holding
-// h.mu, so that notices and other waiters are not held up by the dial; the
-// callers that come meanwhile wait for it.
+// whether notices can be had. The subscription is opened by a goroutine of
+// the hub, without holding h.mu, so that notices and other waiters are not
+// held up by the dial; callers wait for it only while their contexts last
+// (a driver may dial for its own timeout, whatever the context says), and
+// one that gives up leaves it to go on, for the callers that come later.
 func (h *waitHub) subscribed(ctx context.Context) bool {
 	h.mu.Lock()
+	if h.opening == nil && h.sub == nil && !h.failed {
+		opening := make(chan struct{})
+		h.opening = opening
+		h.openers.Add(1)
+		go h.openSubscription(opening)
+	}
 	for h.opening != nil {
 		opening := h.opening
 		h.mu.Unlock()
@@ -268,14 +281,18 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 		}
 		h.mu.Lock()
 	}
-	if h.sub != nil || h.failed {
-		defer h.mu.Unlock()
-		return h.sub != nil
-	}
-	opening := make(chan struct{})
-	h.opening = opening
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	return h.sub != nil
+}
 
+// subscribeTimeout bounds an attempt to open the client's subscription.
+const subscribeTimeout = 10 * time.Second
+
+// openSubscription opens the client's subscription and closes opening.
+func (h *waitHub) openSubscription(opening chan struct{}) {
+	defer h.openers.Done()
+	ctx, cancel := context.WithTimeout(h.life, subscribeTimeout)
+	defer cancel()
 	sub, sharded, err := h.open(ctx)
 
 	h.mu.Lock()
@@ -290,14 +307,11 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 	}
 	h.mu.Unlock()
 	switch {
-	case err != nil:
-		h.c.log.WarnContext(ctx, "dlock: cannot subscribe for lock notices; waiting polls instead", "err", err)
-		return false
-	case closed:
+	case err != nil && !closed:
+		h.c.log.Warn("dlock: cannot subscribe for lock notices; waiting polls instead", "err", err)
+	case err == nil && closed:
 		_ = sub.Close()
-		return false
 	}
-	return true
 }
 
 // open opens the client's subscription: to shard channels where the
@@ -586,9 +600,11 @@ func (h *waitHub) close() {
 	sub := h.sub
 	h.sub, h.failed = nil, true
 	h.mu.Unlock()
+	h.end()
 	if sub != nil {
 		_ = sub.Close()
 	}
+	h.openers.Wait()
 	h.givers.Wait()
 }
 

@@ -452,6 +452,71 @@ func TestAGrantKeepsTheClientsOtherCallersRegistered(t *testing.T) {
 	_ = m.l.Release(ctx)
 }
 
+// slowSubscribe is a driver whose Subscribe returns only once open is
+// closed, whatever its context says, as a driver that dials a server that
+// does not answer for its own timeout does.
+type slowSubscribe struct {
+	dlock.Driver
+	open chan struct{}
+}
+
+func (d slowSubscribe) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	<-d.open
+	return d.Driver.Subscribe(ctx, notify)
+}
+
+// TestAWaitEndsWithItsContextWhileTheSubscriptionOpens: a Lock whose
+// context ends while the client's subscription is still being opened
+// returns then; the subscription opens in the background, and serves the
+// next waiter.
+func TestAWaitEndsWithItsContextWhileTheSubscriptionOpens(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	drv := slowSubscribe{e.newDriver(t), make(chan struct{})}
+	c := dlock.New(drv)
+	defer c.Close()
+	held, err := e.c.TryLock(ctx, "slow-sub", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(short, "slow-sub")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock: err = %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock waited for the subscription past its context")
+	}
+	close(drv.open)
+	// The next waiter is woken by the release's notice.
+	dlock.SetWaitBeat(c, time.Hour)
+	go func() {
+		l, err := c.Lock(ctx, "slow-sub", dlock.WithMaxWait(10*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); dlock.Waiting(c, "slow-sub") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second Lock does not wait")
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("Lock after the subscription opened: %v", err)
+	}
+}
+
 // silentDriver is a tapDriver whose subscription drops every notice while
 // silent is set, as a connection that is slow to deliver them would keep
 // them from the client until it gave up.
