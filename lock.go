@@ -92,6 +92,13 @@ func (k *holdKind) args(common ...any) []any {
 
 // TryLock obtains the exclusive lock called name if it is free, in one round
 // trip, and returns ErrNotObtained at once if it is not.
+//
+// An attempt that gets no reply (ctx ended, or the connection failed) may
+// have taken the lock on the server: before returning its error, TryLock
+// (as every call that acquires) gives back whatever that attempt may hold,
+// for up to 2 seconds more than ctx allowed, so that no half-taken lock
+// stays behind; a clean-up that fails is logged, and the lock expires with
+// its TTL.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
 }
