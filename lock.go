@@ -762,8 +762,9 @@ func (l *Lock) foundLost(ctx context.Context, err error) {
 // counts from when the lock was obtained: refreshing that a max hold
 // stopped resumes if the new one allows more, while the lock is still
 // held. Without WithMaxHold, the max hold stays the one the lock was
-// obtained with or last given, if any. Other options have no effect: the
-// TTL is the lock's (Refresh changes it).
+// obtained with or last given, if any. Other options are not used (one
+// that is invalid still fails the call): the TTL is the lock's (Refresh
+// changes it).
 func (l *Lock) AutoRefresh(opts ...Option) error {
 	o := newOptions(append(append([]Option{WithAutoRefresh()}, opts...), WithTTL(l.currentTTL())))
 	if o.err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -46,10 +47,11 @@ type Lock struct {
 	ttl      time.Duration // of the last acquisition or refresh
 	acquired time.Time
 	maxHold  time.Duration
-	interval time.Duration // of the automatic refresh, 0 when off
-	capped   bool          // the max hold stopped the refreshing
-	lostAt   time.Time     // when fewer than a quorum came to hold it
-	ended    time.Time     // Deadline once Done is closed
+	interval time.Duration             // of the automatic refresh, 0 when off
+	capped   bool                      // the max hold stopped the refreshing
+	lostAt   time.Time                 // when fewer than a quorum came to hold it
+	due      atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
+	ended    time.Time                 // Deadline once Done is closed
 	done     chan struct{}
 	err      error
 	onEnd    map[*int]func()
@@ -62,6 +64,7 @@ type nodeLock struct {
 	busy bool        // a request to obtain or refresh the lock there is under way
 	gone bool        // Release gave it up there
 	err  error       // why the node does not hold it
+	end  time.Time   // when lock ended there: found not held, or its deadline
 	stop func() bool // stops watching lock's end
 }
 
@@ -279,6 +282,7 @@ func (l *Lock) install(i int, nl *dlock.Lock) {
 	}
 	s.lock, s.live, s.err = nl, true, nil
 	l.live++
+	l.setDueLocked()
 	ctx := nl.Context(context.Background())
 	s.stop = context.AfterFunc(ctx, func() {
 		if l.lose(i, nl, nl.Err()) {
@@ -301,28 +305,66 @@ func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
 	if s.lock != nl || !s.live {
 		return false
 	}
-	lost := l.held && !l.stopped && l.live-1 < l.r.quorum
-	if lost && l.lostAt.IsZero() {
-		// The quorum held it until now, or until its deadline if that
-		// came first (a timer that ran late).
-		l.lostAt = time.Now()
-		if d := l.deadlineLocked(); !d.IsZero() && d.Before(l.lostAt) {
-			l.lostAt = d
-		}
+	s.live, s.end = false, time.Now()
+	if d := nl.Deadline(); d.Before(s.end) {
+		s.end = d // a timer that ran late, or a process that was paused
 	}
-	s.live = false
 	if err != nil {
 		s.err = err
 	}
 	l.live--
+	lost := l.held && !l.stopped && l.live < l.r.quorum
+	if lost && l.lostAt.IsZero() {
+		l.lostAt = l.quorumEndLocked()
+	}
+	l.setDueLocked()
 	return lost
+}
+
+// quorumEndLocked returns when fewer than a quorum of the nodes came to
+// hold the lock, once they have: the quorum-th latest of the nodes' ends,
+// a live node's being its deadline; l.mu must be held.
+func (l *Lock) quorumEndLocked() time.Time {
+	ends := make([]time.Time, 0, len(l.nodes))
+	for _, s := range l.nodes {
+		switch {
+		case s.live:
+			ends = append(ends, s.lock.Deadline())
+		case !s.end.IsZero():
+			ends = append(ends, s.end)
+		}
+	}
+	if len(ends) < l.r.quorum {
+		return time.Now()
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
+	return ends[l.r.quorum-1]
+}
+
+// setDueLocked records the quorum deadline for expireIfDue; l.mu must be
+// held, and it is called whenever a node's lock is installed, refreshed or
+// lost, the only ways the deadline moves.
+func (l *Lock) setDueLocked() {
+	if d := l.deadlineLocked(); d.IsZero() {
+		l.due.Store(nil)
+	} else {
+		l.due.Store(&d)
+	}
 }
 
 // expireIfDue ends the lock when its deadline has passed by the clock, as
 // a dlock lock does when its holder looks: a process that was paused past
 // the deadline finds the lock ended the moment it looks, not once the
-// timers of its nodes have run.
+// timers of its nodes have run. Before the deadline it costs a clock read.
 func (l *Lock) expireIfDue() {
+	if d := l.due.Load(); d != nil && time.Now().Before(*d) {
+		return
+	}
+	select {
+	case <-l.done:
+		return
+	default:
+	}
 	l.mu.Lock()
 	if !l.held || l.stopped {
 		l.mu.Unlock()
@@ -333,12 +375,26 @@ func (l *Lock) expireIfDue() {
 		l.mu.Unlock()
 		return
 	}
+	var due []int
+	locks := make([]*dlock.Lock, len(l.nodes))
+	for i, s := range l.nodes {
+		if s.live && !now.Before(s.lock.Deadline()) {
+			due, locks[i] = append(due, i), s.lock
+		}
+	}
+	l.mu.Unlock()
+	// Err ends a node's lock past its deadline, and runs the node client's
+	// End hook, which may call this Lock: not under l.mu. Its end, watched
+	// by install, then finds the node recorded already.
+	errs := make([]error, len(l.nodes))
+	for _, i := range due {
+		errs[i] = locks[i].Err()
+	}
 	lost := false
-	for i := range l.nodes {
-		if s := &l.nodes[i]; s.live && !now.Before(s.lock.Deadline()) {
-			// Err ends the node's lock too; its end, watched by install,
-			// then finds the node recorded already.
-			lost = l.loseLocked(i, s.lock, s.lock.Err()) || lost
+	l.mu.Lock()
+	for _, i := range due {
+		if errs[i] != nil { // not refreshed meanwhile
+			lost = l.loseLocked(i, locks[i], errs[i]) || lost
 		}
 	}
 	l.mu.Unlock()
@@ -441,7 +497,7 @@ func (r *Locker) final(err error) bool {
 			n++
 		}
 	}
-	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument)
+	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument) || errors.Is(err, dlock.ErrClosed)
 }
 
 // joined returns the errors joined in err, or err alone.
@@ -648,6 +704,8 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 			lost = l.loseLocked(i, nl, err)
 		} else if err != nil {
 			l.nodes[i].err = err
+		} else {
+			l.setDueLocked() // the node's deadline moved
 		}
 		l.mu.Unlock()
 		if lost {

@@ -187,11 +187,18 @@ func newSlowLocker(t testing.TB, srvs []*redistest.Server, script string, delay 
 // goes through wrap(i, its go-redis driver).
 func newWrappedLocker(t testing.TB, srvs []*redistest.Server, wrap func(i int, d dlock.Driver) dlock.Driver) *redlock.Locker {
 	t.Helper()
+	return newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client { return dlock.New(wrap(i, d)) })
+}
+
+// newLockerOf returns a Locker over the servers whose node i's client is
+// made by mk over its go-redis driver.
+func newLockerOf(t testing.TB, srvs []*redistest.Server, mk func(i int, d dlock.Driver) *dlock.Client) *redlock.Locker {
+	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(wrap(i, goredis.New(rdb)))
+		c := mk(i, goredis.New(rdb))
 		t.Cleanup(func() { _ = c.Close() })
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
 	}

@@ -1194,3 +1194,70 @@ func TestAutoRefreshCountsFromTheRoundsStart(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestAnEndHookMayLookAtTheLock: a node client's End hook runs when the
+// node's lock ends, and may call the Redlock lock (Nodes, Err) then.
+func TestAnEndHookMayLookAtTheLock(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var cur atomic.Pointer[redlock.Lock]
+	var ended atomic.Int32
+	r := newLockerOf(t, srvs, func(_ int, d dlock.Driver) *dlock.Client {
+		return dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) {
+			if l := cur.Load(); l != nil {
+				_, _ = l.Nodes(), l.Err()
+			}
+			ended.Add(1)
+		}}))
+	})
+	l, err := r.TryLock(context.Background(), "hooked", redlock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Store(l)
+	defer cur.Store(nil)
+	eventually(t, 5*time.Second, "every node's End hook returned", func() bool { return ended.Load() == 3 })
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", err)
+	}
+}
+
+// TestLockStopsAtClose: a Lock with WithAutoRefresh that is waiting when
+// the Locker closes stops with ErrClosed at its next attempt, instead of
+// taking and giving back the lock until its wait ends.
+func TestLockStopsAtClose(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	other := newLocker(t, srvs)
+	ctx := context.Background()
+	h, err := other.TryLock(ctx, "closing", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	refused := make(chan struct{})
+	retry := dlock.RetryFunc(func(int) (time.Duration, bool) {
+		once.Do(func() { close(refused) })
+		return 20 * time.Millisecond, true
+	})
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := r.Lock(lctx, "closing", redlock.WithAutoRefresh(), redlock.WithRetry(retry))
+		got <- err
+	}()
+	<-refused
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-got
+	if !errors.Is(err, dlock.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock across Close: err = %v, want ErrClosed, not the end of its wait", err)
+	}
+	if n := heldOn(t, srvs, "closing"); n != 0 {
+		t.Errorf("%d nodes hold the lock", n)
+	}
+}
