@@ -186,8 +186,10 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // channels close at their deadlines. A refresh under way is abandoned, and
 // not reported as a failed refresh; Close waits for the driver to give it
 // up, which, when the server does not answer, can take the driver's read
-// timeout (go-redis: ReadTimeout, 3s by default). Close does not close the
-// Redis client under the driver. It is safe to call more than once.
+// timeout (go-redis: ReadTimeout, 3s by default). So does a subscription
+// being opened, for a driver that dials for its own timeout whatever its
+// context says (up to 10s). Close does not close the Redis client under
+// the driver. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	wd, waits := c.wd, c.waits

@@ -307,6 +307,8 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	}
 	h.mu.Unlock()
 	switch {
+	case err != nil && !closed && errors.Is(err, ErrUnsupported):
+		h.c.log.Info("dlock: the driver cannot subscribe for lock notices; waiting polls", "err", err)
 	case err != nil && !closed:
 		h.c.log.Warn("dlock: cannot subscribe for lock notices; waiting polls instead", "err", err)
 	case err == nil && closed:

@@ -130,24 +130,11 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
-		return forEachShard(ctx, c, "the library was not loaded there", each)
+		// A shard that is down is skipped: its calls fail anyway, and once
+		// it is back, one that finds the library missing loads it again.
+		return c.ForEachShard(ctx, each)
 	}
 	return d.rdb.FunctionLoadReplace(ctx, lib.Src).Err()
-}
-
-// forEachShard calls fn for every shard of a Ring at once, and fails, saying
-// what that means (missing), when a shard is down: ForEachShard skips the
-// shards it takes for down without a word.
-func forEachShard(ctx context.Context, c *redis.Ring, missing string, fn func(context.Context, *redis.Client) error) error {
-	var walked atomic.Int64
-	err := c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-		walked.Add(1)
-		return fn(ctx, node)
-	})
-	if n, want := int(walked.Load()), len(c.Options().Addrs); err == nil && n < want {
-		err = fmt.Errorf("goredis: %d of the Ring's %d shards are down; %s", want-n, want, missing)
-	}
-	return err
 }
 
 // send adds one call to c: by FCALL when it has a library, else by
@@ -386,7 +373,17 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
-		return forEachShard(ctx, c, "their locks were not scanned", each)
+		// ForEachShard skips the shards it takes for down: their locks
+		// would be missing without a word.
+		var walked atomic.Int64
+		err := c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			walked.Add(1)
+			return each(ctx, node)
+		})
+		if n, want := int(walked.Load()), len(c.Options().Addrs); err == nil && n < want {
+			err = fmt.Errorf("goredis: %d of the Ring's %d shards are down; their locks were not scanned", want-n, want)
+		}
+		return err
 	}
 	return scan(ctx, d.rdb, match, typ, fn)
 }

@@ -164,6 +164,25 @@ func TestRingWaitsAndRunsFunctions(t *testing.T) {
 			t.Errorf("no library on %s", srv.Addr())
 		}
 	}
+
+	// A shard down does not fail the calls of the others when the library
+	// must be loaded again (a shard that restarted empty).
+	srvs[1].Kill(t)
+	for deadline := time.Now().Add(20 * time.Second); rdb.Len() > 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Ring did not take the killed shard for down")
+		}
+	}
+	srvs[0].Do(t, "FUNCTION", "FLUSH")
+	for i := range 20 {
+		l, err := fc.TryLock(ctx, "fn-again:"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("TryLock %d with a shard down: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestAWaitLongerThanTheReadTimeout: WithReplicas waits on the server for
