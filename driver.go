@@ -30,8 +30,10 @@ type Driver interface {
 	// Subscribe opens a pub/sub connection that calls notify with the
 	// channel and payload of every message it receives, from a single
 	// goroutine that the driver owns. Subscribe and Unsubscribe on the returned Subscription
-	// change the set of channels. A driver that cannot subscribe returns
-	// ErrUnsupported; dlock then wakes waiters by timers and retries alone.
+	// change the set of channels. ctx bounds the opening only: the
+	// subscription lives until Close, after ctx ends. A driver that cannot
+	// subscribe returns ErrUnsupported; dlock then wakes waiters by timers
+	// and retries alone.
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 

@@ -5,7 +5,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		dlocktest.Run(t, func(t testing.TB, d dlocktest.Deployment) dlock.Driver {
-//			rdb := redis.NewClient(&redis.Options{Addr: d.Addrs[0]})
+//			rdb := redis.NewClient(&redis.Options{Addr: d.Addrs[0], ContextTimeoutEnabled: true})
 //			t.Cleanup(func() { _ = rdb.Close() })
 //			return goredis.New(rdb)
 //		}, dlocktest.Standalone)
@@ -14,11 +14,16 @@
 // The suite checks the driver's side of the contract directly (script
 // replies of every shape, error replies, the EVALSHA fallback after SCRIPT
 // FLUSH, pipelined batches, ended contexts, pub/sub delivery, reconnection
-// and Close, SCAN, scripts and WAIT on one connection) and then dlock's
+// and Close, SCAN, scripts and WAIT on one connection, a failed connection
+// and a deadline that passes during a call) and then dlock's
 // primitives through dlock.New(driver): locks on one and several names,
 // refusal of foreign data, waiting woken by a release, auto-refresh and
 // loss notification, inspection, fenced writes, and acquires confirmed on
 // replicas; and all of those again with dlock.WithFunctions, by FCALL.
+//
+// A driver with shard channels (dlock.ShardedSubscriber) also runs
+// RunShardedResilience, which fails over, moves slots and pauses primaries
+// under its subscriptions.
 //
 // Run starts the servers itself (see Topology) and needs redis-server,
 // redis-cli and, for Sentinel, redis-sentinel on PATH; without them the
@@ -86,15 +91,17 @@ type NewDriver func(t testing.TB, d Deployment) dlock.Driver
 
 // Run runs the conformance suite for the drivers newDriver makes, once on
 // each of the topologies (Standalone if none are given), each in a subtest
-// named after it, the topologies in parallel. Within a topology the tests
-// run one after the other on servers of their own, in about two seconds;
-// starting the servers takes a fraction of a second for Standalone and a
-// few seconds for Cluster and Sentinel.
+// named after it, the topologies in parallel (so Run returns before they
+// do: put nothing after it that expects them done). Within a topology the
+// tests run one after the other on servers of their own, in about four
+// seconds; starting the servers takes a fraction of a second for
+// Standalone and a few seconds for Cluster and Sentinel.
 //
-// A driver that does not implement dlock.Scanner must make List fail with
-// dlock.ErrUnsupported, and one without dlock.Replicator WithReplicas; one
-// whose Subscribe returns dlock.ErrUnsupported skips the pub/sub tests
-// (and must still let waiters in, by polling).
+// Without dlock.Scanner, dlock's List fails with dlock.ErrUnsupported, and
+// without dlock.Replicator, WithReplicas does: the suite checks that. A
+// driver whose Subscribe returns dlock.ErrUnsupported skips the pub/sub
+// tests, and its waiters are let in by polling; one that ignores Call.Lib
+// skips the test that counts FCALLs.
 func Run(t *testing.T, newDriver NewDriver, topologies ...Topology) {
 	t.Helper()
 	if newDriver == nil {
@@ -149,3 +156,6 @@ var groups = []group{
 
 // onCluster limits a test to the Cluster topology.
 func onCluster(e *env) bool { return e.dep.Topology == Cluster }
+
+// onStandalone limits a test to the Standalone topology.
+func onStandalone(e *env) bool { return e.dep.Topology == Standalone }

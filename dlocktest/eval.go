@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 var evalTests = []test{
@@ -22,6 +24,8 @@ var evalTests = []test{
 	{name: "Pipeline", run: testPipeline},
 	{name: "Concurrent", run: testConcurrentEval},
 	{name: "EndedContext", run: testEndedContext},
+	{name: "FailedConnection", run: testFailedConnection, only: onStandalone},
+	{name: "DeadlineDuringCall", run: testDeadlineDuringCall, only: onStandalone},
 	{name: "CrossSlot", run: testCrossSlot, only: onCluster},
 }
 
@@ -199,6 +203,10 @@ func testFallback(t *testing.T, e *env) {
 	}
 }
 
+// testFallbackBatch: in a batch, only the calls the server answered
+// NOSCRIPT run again by EVAL: the others ran already, and run once, those
+// that changed data and those that answered an error alike. The first
+// round knows none of the scripts, the next ones know b and the erring d.
 func testFallbackBatch(t *testing.T, e *env) {
 	drv := e.driver(t)
 	ctx := timeout(t)
@@ -207,17 +215,29 @@ func testFallbackBatch(t *testing.T, e *env) {
 		dlock.NewScript("b", "return redis.call('INCRBY', KEYS[1], ARGV[1])"),
 		dlock.NewScript("c", "if ARGV[1] == '8' then return redis.error_reply('DLOCK_EIGHT 8') end return {ARGV[1]}"),
 	}
+	erring := dlock.NewScript("d", "redis.call('INCR', KEYS[1]) return redis.error_reply('DLOCK_COUNTED 1')")
+	counted := prefix(t) + "{counted}"
 	batch := func() []*dlock.Call {
-		calls := make([]*dlock.Call, 30)
-		for i := range calls {
+		calls := make([]*dlock.Call, 31)
+		for i := range 30 {
 			// Keys in many slots: on a cluster the batch spans every primary.
 			calls[i] = &dlock.Call{Script: scripts[i%3], Keys: []string{fmt.Sprintf("%s{%d}", prefix(t), i)}, Args: []any{i}}
 		}
+		calls[30] = &dlock.Call{Script: erring, Keys: []string{counted}}
 		return calls
 	}
 	for round := range 3 {
+		if round > 0 {
+			e.onPrimaries(t, "SCRIPT", "LOAD", scripts[1].Src)
+			e.onPrimaries(t, "SCRIPT", "LOAD", erring.Src)
+		}
 		calls := batch()
 		drv.Eval(ctx, calls...)
+		checkError(t, fmt.Sprintf("round %d, erring call", round), calls[30], "DLOCK_COUNTED 1", "", "")
+		if got := e.do(t, counted, "GET", counted); got != strconv.Itoa(round+1) {
+			t.Errorf("round %d: the erring script ran %s times in all, want %d", round, got, round+1)
+		}
+		calls = calls[:30]
 		for i, call := range calls {
 			what := fmt.Sprintf("round %d, call %d", round, i)
 			switch {
@@ -325,6 +345,66 @@ func testEndedContext(t *testing.T, e *env) {
 	after := &dlock.Call{Script: s}
 	drv.Eval(timeout(t), after)
 	checkReply(t, "after", after, int64(1))
+}
+
+// testFailedConnection: a call that cannot reach its server (gone: its
+// connections closed, new ones refused) fails with an error of its own in
+// Call.Err, alone and in a pipeline, not with a nil reply, which would
+// read as a script's answer.
+func testFailedConnection(t *testing.T, e *env) {
+	px := redistest.StartCutProxy(t, e.primaries[0].Addr())
+	addr := px.Addr()
+	drv := e.newDriver(t, Deployment{Topology: Standalone, Addrs: []string{addr}})
+	s := dlock.NewScript("unreachable", "return 1")
+	warm := &dlock.Call{Script: s}
+	drv.Eval(timeout(t), warm)
+	checkReply(t, "before the server went away", warm, int64(1))
+	px.Close()
+	for _, n := range []int{1, 3} {
+		calls := make([]*dlock.Call, n)
+		for i := range calls {
+			calls[i] = &dlock.Call{Script: s, Keys: []string{fmt.Sprintf("%s{%d}", prefix(t), i)}}
+		}
+		drv.Eval(timeout(t), calls...)
+		for i, call := range calls {
+			if call.Err == nil || call.Val != nil {
+				t.Errorf("%d calls to %s, where nothing listens: call %d: Val %#v, Err %v; want an error", n, addr, i, call.Val, call.Err)
+			}
+		}
+	}
+}
+
+// testDeadlineDuringCall: a call whose server stops answering while it
+// waits for the reply (a connection cut off without a reset) fails with
+// context.DeadlineExceeded when its context's deadline passes, not at the
+// client's own read timeout: dlock bounds its refreshes, clean-ups and
+// waits by deadlines. (go-redis needs ContextTimeoutEnabled for this.)
+func testDeadlineDuringCall(t *testing.T, e *env) {
+	px := redistest.StartCutProxy(t, e.primaries[0].Addr())
+	drv := e.newDriver(t, Deployment{Topology: Standalone, Addrs: []string{px.Addr()}})
+	s := dlock.NewScript("silent", "return 1")
+	warm := &dlock.Call{Script: s}
+	drv.Eval(timeout(t), warm) // a connection is open and idle
+	checkReply(t, "before the cut", warm, int64(1))
+	px.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	call := &dlock.Call{Script: s}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		drv.Eval(ctx, call)
+	}()
+	receive(t, done, "return of a call whose deadline passed")
+	if !errors.Is(call.Err, context.DeadlineExceeded) || call.Val != nil {
+		t.Errorf("a call on a silent connection, 300ms deadline: Val %#v, Err %v; want context.DeadlineExceeded", call.Val, call.Err)
+	}
+	// Slack for a loaded machine, short of go-redis's default read timeout
+	// (3s), which a client that ignores deadlines on a connection waits.
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Errorf("a call with a 300ms deadline returned after %v", took.Round(time.Millisecond))
+	}
 }
 
 // testCrossSlot: a call whose keys lie in different slots is refused by

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
 )
@@ -26,6 +27,10 @@ func testSharded(t *testing.T, e *env) {
 	}
 	ctx := timeout(t)
 	rec := newRecorder()
+	// Messages of several primaries arrive on several connections: a call
+	// that lasts a while meets the next if the driver does not deliver
+	// them one at a time.
+	rec.linger = 20 * time.Millisecond
 	sub, err := ss.SubscribeSharded(ctx, rec.notify)
 	if e.dep.Topology != Cluster {
 		if errors.Is(err, dlock.ErrUnsupported) {

@@ -34,10 +34,11 @@ type recorder struct {
 	gids    []uint64 // the goroutines that called notify, in order of first call
 	arrived chan struct{}
 
-	running atomic.Int32 // calls in progress
-	overlap atomic.Bool  // two calls ran at once
-	closed  atomic.Bool  // set once Close returned
-	late    atomic.Int32 // calls after Close returned
+	linger  time.Duration // how long each call lasts, so that calls at once meet
+	running atomic.Int32  // calls in progress
+	overlap atomic.Bool   // two calls ran at once
+	closed  atomic.Bool   // set once Close returned
+	late    atomic.Int32  // calls after Close returned
 }
 
 func newRecorder() *recorder { return &recorder{arrived: make(chan struct{}, 1)} }
@@ -57,6 +58,9 @@ func (r *recorder) notify(channel, payload string) {
 		r.gids = append(r.gids, id)
 	}
 	r.mu.Unlock()
+	if r.linger > 0 {
+		time.Sleep(r.linger)
+	}
 	select {
 	case r.arrived <- struct{}{}:
 	default:
@@ -265,6 +269,8 @@ func testCloseWaitsForNotify(t *testing.T, e *env) {
 	select {
 	case <-closed:
 		t.Error("Close returned while notify was running")
+		close(release)
+		return
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)

@@ -29,11 +29,11 @@ func newDriver(t testing.TB, d dlocktest.Deployment) dlock.Driver {
 	var rdb redis.UniversalClient
 	switch d.Topology {
 	case dlocktest.Cluster:
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: d.Addrs})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: d.Addrs, ContextTimeoutEnabled: true})
 	case dlocktest.Sentinel:
-		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.Addrs})
+		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.Addrs, ContextTimeoutEnabled: true})
 	default:
-		rdb = redis.NewClient(&redis.Options{Addr: d.Addrs[0]})
+		rdb = redis.NewClient(&redis.Options{Addr: d.Addrs[0], ContextTimeoutEnabled: true})
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	return goredis.New(rdb)

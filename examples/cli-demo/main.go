@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlockio/dlock/examples/internal/interrupt"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -111,6 +112,10 @@ func demo(workers, runs int) error {
 		return err
 	}
 	defer stop() // kills the server by its PID
+	defer interrupt.OnInterrupt("Redis", func() {
+		stop()
+		_ = os.RemoveAll(dir)
+	})()
 	self, err := os.Executable()
 	if err != nil {
 		return err

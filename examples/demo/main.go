@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/examples/internal/interrupt"
 	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
@@ -68,6 +69,18 @@ func runDemo(workers, runs int) error {
 		return err
 	}
 	defer srv.stop()
+	var (
+		mu      sync.Mutex
+		started []*exec.Cmd
+	)
+	defer interrupt.OnInterrupt("the workers and Redis", func() {
+		mu.Lock()
+		for _, cmd := range started {
+			_ = cmd.Process.Kill()
+		}
+		mu.Unlock()
+		srv.stop()
+	})()
 	fmt.Printf("Redis %s started (pid %d); %d workers will each run %q %d times.\n\n",
 		srv.addr, srv.cmd.Process.Pid, workers, job, runs)
 
@@ -77,7 +90,6 @@ func runDemo(workers, runs int) error {
 		return err
 	}
 	var (
-		mu     sync.Mutex
 		events []event
 		wg     sync.WaitGroup
 		errs   = make(chan error, workers)
@@ -90,7 +102,13 @@ func runDemo(workers, runs int) error {
 		if err != nil {
 			return err
 		}
-		if err := cmd.Start(); err != nil {
+		mu.Lock()
+		err = cmd.Start()
+		if err == nil {
+			started = append(started, cmd)
+		}
+		mu.Unlock()
+		if err != nil {
 			return err
 		}
 		wg.Add(1)
@@ -169,6 +187,7 @@ func runWorker(addr string, id, runs int, start time.Time) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
 	emit := func(what, detail string) {
 		fmt.Printf("%d %d %s %s\n", time.Since(start).Nanoseconds(), id, what, detail)
 	}
@@ -206,6 +225,7 @@ type server struct {
 	addr string
 	cmd  *exec.Cmd
 	dir  string
+	once sync.Once
 }
 
 func startRedis() (*server, error) {
@@ -243,7 +263,9 @@ func startRedis() (*server, error) {
 }
 
 func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	_ = os.RemoveAll(s.dir)
+	s.once.Do(func() {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		_ = os.RemoveAll(s.dir)
+	})
 }

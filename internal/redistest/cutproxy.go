@@ -56,16 +56,22 @@ func StartCutProxy(tb testing.TB, target string) *CutProxy {
 		}
 	}()
 	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		p.closed = true
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
+		p.Close()
 		p.copies.Wait()
 	})
 	return p
+}
+
+// Close closes every connection and stops listening, as a server that
+// went away does: a connection in use fails, and a new one is refused.
+func (p *CutProxy) Close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
 }
 
 // Addr is the address to dial instead of the server's.
