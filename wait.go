@@ -59,6 +59,7 @@ type waitHub struct {
 	sharded  bool          // sub is a ShardedSubscriber's
 	opening  chan struct{} // closed when a Subscribe under way ends
 	failed   bool          // no notices for good (unsupported, or closed)
+	retryAt  time.Time     // after a failed Subscribe, when the next may be tried
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt registered the client in since they were last idle
@@ -265,7 +266,7 @@ func (h *waitHub) finish(chans []string, done chan struct{}) {
 // one that gives up leaves it to go on, for the callers that come later.
 func (h *waitHub) subscribed(ctx context.Context) bool {
 	h.mu.Lock()
-	if h.opening == nil && h.sub == nil && !h.failed {
+	if h.opening == nil && h.sub == nil && !h.failed && !time.Now().Before(h.retryAt) {
 		opening := make(chan struct{})
 		h.opening = opening
 		h.openers.Add(1)
@@ -285,8 +286,12 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 	return h.sub != nil
 }
 
-// subscribeTimeout bounds an attempt to open the client's subscription.
-const subscribeTimeout = 10 * time.Second
+// subscribeTimeout bounds an attempt to open the client's subscription;
+// subscribeRetry is how long after a failed one the next may be made.
+const (
+	subscribeTimeout = 10 * time.Second
+	subscribeRetry   = time.Second
+)
 
 // openSubscription opens the client's subscription and closes opening.
 func (h *waitHub) openSubscription(opening chan struct{}) {
@@ -304,6 +309,11 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	}
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
+	} else if err != nil {
+		// Waits poll by their beat until the next try, so that a server
+		// that refuses the subscription is not asked, and the failure not
+		// logged, by every waiting attempt.
+		h.retryAt = time.Now().Add(subscribeRetry)
 	}
 	h.mu.Unlock()
 	switch {

@@ -452,6 +452,52 @@ func TestAGrantKeepsTheClientsOtherCallersRegistered(t *testing.T) {
 	_ = m.l.Release(ctx)
 }
 
+// refusedSubscribe is a driver whose Subscribe always fails (not
+// ErrUnsupported: the server may allow it later), counting its calls.
+type refusedSubscribe struct {
+	dlock.Driver
+	calls *atomic.Int32
+}
+
+func (d refusedSubscribe) Subscribe(context.Context, func(string, string)) (dlock.Subscription, error) {
+	d.calls.Add(1)
+	return nil, errors.New("refused")
+}
+
+// TestAFailedSubscribeIsNotRetriedByEveryAttempt: after a Subscribe fails,
+// the waiters poll, and the next Subscribe waits a second, however many
+// attempts they make meanwhile.
+func TestAFailedSubscribeIsNotRetriedByEveryAttempt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	drv := refusedSubscribe{e.newDriver(t), new(atomic.Int32)}
+	c := dlock.New(drv)
+	defer c.Close()
+	held, err := e.c.TryLock(ctx, "refused-sub", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx, cancel := context.WithTimeout(ctx, 1200*time.Millisecond)
+			defer cancel()
+			_, err := c.Lock(wctx, "refused-sub", dlock.WithRetry(dlock.ConstantBackoff(20*time.Millisecond)))
+			if !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("Lock on a held name: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	// One at the start, one a second later, and one more for slack.
+	if n := drv.calls.Load(); n < 1 || n > 3 {
+		t.Errorf("%d calls of Subscribe in 1.2s, want 1 to 3", n)
+	}
+}
+
 // slowSubscribe is a driver whose Subscribe returns only once open is
 // closed, whatever its context says, as a driver that dials a server that
 // does not answer for its own timeout does.
