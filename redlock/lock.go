@@ -253,6 +253,12 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration, rd *round) {
 	n := l.r.nodes[i]
 	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	var ended context.Context
+	if err == nil {
+		// Not under l.mu: a lock already past its deadline ends here, and
+		// runs the node client's End hook, which may call this Lock.
+		ended = nl.Context(context.Background())
+	}
 	l.mu.Lock()
 	s := &l.nodes[i]
 	s.busy = false
@@ -268,14 +274,14 @@ func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration,
 		_ = nl.Release(ctx) // if it fails, the lock expires there with its TTL
 		return
 	default:
-		l.install(i, nl)
+		l.install(i, nl, ended)
 	}
 	l.mu.Unlock()
 }
 
 // install records the lock held on node i and watches for its end; l.mu
 // must be held.
-func (l *Lock) install(i int, nl *dlock.Lock) {
+func (l *Lock) install(i int, nl *dlock.Lock, ended context.Context) {
 	s := &l.nodes[i]
 	if s.stop != nil {
 		s.stop()
@@ -283,8 +289,7 @@ func (l *Lock) install(i int, nl *dlock.Lock) {
 	s.lock, s.live, s.err = nl, true, nil
 	l.live++
 	l.setDueLocked()
-	ctx := nl.Context(context.Background())
-	s.stop = context.AfterFunc(ctx, func() {
+	s.stop = context.AfterFunc(ended, func() {
 		if l.lose(i, nl, nl.Err()) {
 			l.endLost()
 		}
@@ -390,13 +395,15 @@ func (l *Lock) expireIfDue() {
 	for _, i := range due {
 		errs[i] = locks[i].Err()
 	}
-	lost := false
 	l.mu.Lock()
 	for _, i := range due {
 		if errs[i] != nil { // not refreshed meanwhile
-			lost = l.loseLocked(i, locks[i], errs[i]) || lost
+			l.loseLocked(i, locks[i], errs[i])
 		}
 	}
+	// Whoever recorded the last loss (the watcher of a node's end may
+	// have, meanwhile), the caller must find the lock ended on return.
+	lost := l.held && !l.stopped && l.live < l.r.quorum
 	l.mu.Unlock()
 	if lost {
 		l.endLost()
@@ -684,6 +691,14 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 			rd.errs[i] = errBusy
 		}
 	}
+	// While the round runs, a node's deadline may move earlier (a shorter
+	// TTL whose outcome is unknown): the clock check takes its slow path
+	// from where that would put it.
+	if d := l.due.Load(); d != nil {
+		if bound := time.Now().Add(ttl - drift(ttl)); bound.Before(*d) {
+			l.due.Store(&bound)
+		}
+	}
 	l.mu.Unlock()
 
 	cut := l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
@@ -704,9 +719,10 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 			lost = l.loseLocked(i, nl, err)
 		} else if err != nil {
 			l.nodes[i].err = err
-		} else {
-			l.setDueLocked() // the node's deadline moved
 		}
+		// The node's deadline moved: later when refreshed, or earlier when
+		// a shorter TTL's outcome is unknown.
+		l.setDueLocked()
 		l.mu.Unlock()
 		if lost {
 			l.endLost()

@@ -1261,3 +1261,48 @@ func TestLockStopsAtClose(t *testing.T) {
 		t.Errorf("%d nodes hold the lock", n)
 	}
 }
+
+// lostRefreshReply is a driver that runs the refresh script, and then,
+// while armed, reports its reply lost: the outcome is unknown to the
+// client.
+type lostRefreshReply struct {
+	dlock.Driver
+	armed *atomic.Bool
+}
+
+func (d lostRefreshReply) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	if d.armed.Load() && len(calls) == 1 && calls[0].Script.Name == "refresh" {
+		calls[0].Err = errors.New("reply lost")
+	}
+}
+
+// TestTheClockCheckFollowsAShorterRefreshOfUnknownOutcome: a refresh to a
+// shorter TTL whose outcome is unknown on a quorum of nodes moves their
+// deadlines earlier; the deadline the clock check trusts follows, so a
+// holder paused past it finds the lock ended when it looks.
+func TestTheClockCheckFollowsAShorterRefreshOfUnknownOutcome(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var armed atomic.Bool
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 2 {
+			return d
+		}
+		return lostRefreshReply{d, &armed}
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "shorter", redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	armed.Store(true)
+	err = l.Refresh(ctx, time.Second)
+	armed.Store(false)
+	if err == nil {
+		t.Fatal("Refresh with 2 of 3 replies lost succeeded")
+	}
+	if due, dl := redlock.DueOf(l), l.Deadline(); due.After(dl) {
+		t.Errorf("the clock check trusts %v, past the deadline %v", due, dl)
+	}
+}

@@ -111,11 +111,12 @@ func demo(workers, runs int) error {
 	if err != nil {
 		return err
 	}
-	defer stop() // kills the server by its PID
+	// Watched until the server is stopped (defers run last first).
 	defer interrupt.OnInterrupt("Redis", func() {
 		stop()
 		_ = os.RemoveAll(dir)
 	})()
+	defer stop() // kills the server by its PID
 	self, err := os.Executable()
 	if err != nil {
 		return err

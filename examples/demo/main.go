@@ -68,11 +68,11 @@ func runDemo(workers, runs int) error {
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
 	var (
 		mu      sync.Mutex
 		started []*exec.Cmd
 	)
+	// Watched until the server is stopped (defers run last first).
 	defer interrupt.OnInterrupt("the workers and Redis", func() {
 		mu.Lock()
 		for _, cmd := range started {
@@ -81,6 +81,7 @@ func runDemo(workers, runs int) error {
 		mu.Unlock()
 		srv.stop()
 	})()
+	defer srv.stop()
 	fmt.Printf("Redis %s started (pid %d); %d workers will each run %q %d times.\n\n",
 		srv.addr, srv.cmd.Process.Pid, workers, job, runs)
 
@@ -184,7 +185,7 @@ func parseEvent(line string) (event, bool) {
 // runWorker is one process of the fleet.
 func runWorker(addr string, id, runs int, start time.Time) error {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()

@@ -9,8 +9,9 @@ import (
 	"syscall"
 )
 
-// OnInterrupt runs cleanup and exits with code 130 when the program is
-// interrupted (Ctrl-C, SIGTERM), so that nothing it started is left behind;
+// OnInterrupt runs cleanup and exits with code 130 (SIGINT) or 143
+// (SIGTERM) when the program is interrupted, so that nothing it started is
+// left behind;
 // what prints what is being stopped. The function it returns stops
 // watching.
 func OnInterrupt(what string, cleanup func()) (stop func()) {
@@ -22,6 +23,9 @@ func OnInterrupt(what string, cleanup func()) (stop func()) {
 		case s := <-sig:
 			fmt.Fprintf(os.Stderr, "%v: stopping %s\n", s, what)
 			cleanup()
+			if s == syscall.SIGTERM {
+				os.Exit(143)
+			}
 			os.Exit(130)
 		case <-done:
 		}

@@ -1,0 +1,12 @@
+package redlock
+
+import "time"
+
+// DueOf returns the quorum deadline l's clock check trusts (see
+// expireIfDue), the zero time when none.
+func DueOf(l *Lock) time.Time {
+	if d := l.due.Load(); d != nil {
+		return *d
+	}
+	return time.Time{}
+}
