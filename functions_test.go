@@ -17,11 +17,7 @@ import (
 func TestFunctionsShowLockTrafficByName(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	c, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := e.functionsClient(t)
 	lib := dlock.FunctionLibrary()
 	if got := e.srv.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", lib.Name); !strings.Contains(got, lib.Name+"_acquire") {
 		t.Fatalf("Open did not load the library %s: FUNCTION LIST says %q", lib.Name, got)
@@ -135,11 +131,7 @@ func TestFunctionsRefusedToTheACLUser(t *testing.T) {
 func TestFunctionsThatReadOrFreeRunAtMaxmemory(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	c, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := e.functionsClient(t)
 	l, err := c.TryLock(ctx, "full", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -230,4 +222,17 @@ func TestOpenReportsAnUnreachableServerAsAServerError(t *testing.T) {
 	if !errors.As(err, &se) {
 		t.Errorf("Open: err = %v (%T), want a *ServerError", err, err)
 	}
+}
+
+// functionsClient returns a client over a driver of its own that runs its
+// scripts as Redis Functions, opened (the library loaded) and closed with
+// the test.
+func (e *env) functionsClient(t *testing.T) *dlock.Client {
+	t.Helper()
+	c, err := dlock.Open(context.Background(), e.newDriver(t), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -707,14 +707,7 @@ func TestAMultiNameWaiterPassesOnANoticeItCannotUse(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var held []*dlock.Lock
-	for _, name := range []string{"pass-a", "pass-b"} {
-		l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdEach(t, ctx, e.c, "pass-a", "pass-b")
 	const waiters = "dlock:{pass-a}:waiters"
 	multi, single := e.newClient(t), e.newClient(t)
 	for _, c := range []*dlock.Client{multi, single} {
@@ -754,14 +747,7 @@ func TestAMultiNameWaiterLeavesAnotherCallersRegistration(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var held []*dlock.Lock
-	for _, name := range []string{"other-a", "other-b"} {
-		l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdEach(t, ctx, e.c, "other-a", "other-b")
 	// The multi-name caller's first registering attempt is held back.
 	var armed atomic.Bool
 	sent, proceed := make(chan struct{}), make(chan struct{})
@@ -802,4 +788,18 @@ func TestAMultiNameWaiterLeavesAnotherCallersRegistration(t *testing.T) {
 	mcancel()
 	<-multi
 	_ = held[1].Release(ctx)
+}
+
+// holdEach takes each of the names with c, for a minute.
+func holdEach(t *testing.T, ctx context.Context, c *dlock.Client, names ...string) []*dlock.Lock {
+	t.Helper()
+	held := make([]*dlock.Lock, len(names))
+	for i, name := range names {
+		l, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	return held
 }

@@ -102,11 +102,7 @@ func TestRingListsEveryShard(t *testing.T) {
 	}
 	// A shard the Ring takes for down is not skipped without a word.
 	srvs[1].Kill(t)
-	for deadline := time.Now().Add(20 * time.Second); rdb.Len() > 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the Ring did not take the killed shard for down")
-		}
-	}
+	awaitShardDown(t, rdb)
 	if infos, err := c.List(ctx, "job:*"); err == nil {
 		t.Errorf("List with a shard down: %d locks and no error", len(infos))
 	}
@@ -150,15 +146,19 @@ func TestRingWaitsAndRunsFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fc.Close()
-	for i := range 20 {
-		l, err := fc.TryLock(ctx, "fn:"+strconv.Itoa(i))
-		if err != nil {
-			t.Fatalf("TryLock %d with functions on a Ring: %v", i, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
+	lockEach := func(prefix, what string) {
+		t.Helper()
+		for i := range 20 {
+			l, err := fc.TryLock(ctx, prefix+strconv.Itoa(i))
+			if err != nil {
+				t.Fatalf("TryLock %d %s: %v", i, what, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	lockEach("fn:", "with functions on a Ring")
 	for _, srv := range srvs {
 		if srv.Do(t, "FUNCTION", "LIST") == "" {
 			t.Errorf("no library on %s", srv.Addr())
@@ -168,19 +168,17 @@ func TestRingWaitsAndRunsFunctions(t *testing.T) {
 	// A shard down does not fail the calls of the others when the library
 	// must be loaded again (a shard that restarted empty).
 	srvs[1].Kill(t)
+	awaitShardDown(t, rdb)
+	srvs[0].Do(t, "FUNCTION", "FLUSH")
+	lockEach("fn-again:", "with a shard down")
+}
+
+// awaitShardDown waits until rdb takes one of its two shards for down.
+func awaitShardDown(t *testing.T, rdb *redis.Ring) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); rdb.Len() > 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the Ring did not take the killed shard for down")
-		}
-	}
-	srvs[0].Do(t, "FUNCTION", "FLUSH")
-	for i := range 20 {
-		l, err := fc.TryLock(ctx, "fn-again:"+strconv.Itoa(i))
-		if err != nil {
-			t.Fatalf("TryLock %d with a shard down: %v", i, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

@@ -342,8 +342,14 @@ func (l *Lock) quorumEndLocked() time.Time {
 	if len(ends) < l.r.quorum {
 		return time.Now()
 	}
-	slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
-	return ends[l.r.quorum-1]
+	return l.quorumLatest(ends)
+}
+
+// quorumLatest returns the quorum-th latest of ts, which holds at least a
+// quorum of times; it reorders ts.
+func (l *Lock) quorumLatest(ts []time.Time) time.Time {
+	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+	return ts[l.r.quorum-1]
 }
 
 // setDueLocked records the quorum deadline for expireIfDue; l.mu must be
@@ -921,8 +927,7 @@ func (l *Lock) deadlineLocked() time.Time {
 	if len(ds) < l.r.quorum {
 		return time.Time{}
 	}
-	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
-	return ds[l.r.quorum-1]
+	return l.quorumLatest(ds)
 }
 
 // Context returns a context derived from parent that is cancelled when the
