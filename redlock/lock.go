@@ -427,7 +427,9 @@ func (l *Lock) endLost() {
 		}
 	}
 	why := error(nil)
-	if l.capped {
+	if l.capped && !l.lostAt.Before(l.acquired.Add(l.maxHold-drift(l.ttl))) {
+		// Lost when the last refresh the max hold allowed ran out, not
+		// earlier for another reason.
 		why = dlock.ErrMaxHold
 	}
 	l.mu.Unlock()
@@ -645,9 +647,10 @@ func (l *Lock) Release(ctx context.Context) error {
 // lock then stays held until its deadline, and a later Refresh may
 // succeed. WithAutoRefresh tries again within 250ms in that case.
 //
-// The automatic refresh goes on with the TTL of the last Refresh, so with
-// WithAutoRefresh a TTL whose deadline (less the drift allowance) does not
-// come after the refresh interval is refused with dlock.ErrInvalidTTL.
+// The automatic refresh goes on with the TTL of the last Refresh, so while
+// WithAutoRefresh refreshes the lock (not after Locker.Close, nor once the
+// max hold stopped it) a TTL whose deadline (less the drift allowance) does
+// not come after the refresh interval is refused with dlock.ErrInvalidTTL.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return dlock.ErrNilContext
@@ -658,23 +661,25 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl-drift(ttl) <= l.r.timeout {
 		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, drift(ttl), l.r.timeout)
 	}
-	if l.interval > 0 && ttl-drift(ttl) <= l.interval {
-		// The automatic refresh, which goes on with this TTL, would come
-		// after the deadline.
-		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the auto-refresh interval %v", dlock.ErrInvalidTTL, ttl, drift(ttl), l.interval)
-	}
 	l.op.Lock()
 	defer l.op.Unlock()
-	return l.refresh(ctx, ttl)
+	return l.refresh(ctx, ttl, true)
 }
 
-// refresh is Refresh; l.op must be held.
-func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+// refresh is Refresh; l.op must be held. manual is set for a call of
+// Refresh, which a running automatic refresh goes on from.
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) error {
 	l.expireIfDue()
 	l.mu.Lock()
 	if err := l.aliveLocked(); err != nil {
 		l.mu.Unlock()
 		return err
+	}
+	if manual && l.interval > 0 && !l.capped && l.r.bg.Err() == nil && ttl-drift(ttl) <= l.interval {
+		// The automatic refresh, which goes on with this TTL, would come
+		// after the deadline.
+		l.mu.Unlock()
+		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the auto-refresh interval %v", dlock.ErrInvalidTTL, ttl, drift(ttl), l.interval)
 	}
 	var idx []int
 	locks := make([]*dlock.Lock, len(l.nodes))
@@ -805,7 +810,7 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 				return // the max hold allows no more: the nodes' deadlines end it
 			}
 			l.op.Lock()
-			err := l.refresh(l.r.bg, ttl)
+			err := l.refresh(l.r.bg, ttl, false)
 			l.op.Unlock()
 			select {
 			case <-l.done:

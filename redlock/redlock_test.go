@@ -707,6 +707,48 @@ func TestMaxHoldEndsTheRefreshing(t *testing.T) {
 	}
 }
 
+// TestALossBeforeTheMaxHoldIsNotBlamedOnIt: the last refresh the max hold
+// allows finds the lock gone from a quorum (deleted there); the loss is
+// the deletion's, not the max hold's.
+func TestALossBeforeTheMaxHoldIsNotBlamedOnIt(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	// Refreshes at 300ms (not capped: 650ms left) and at 600ms (capped:
+	// 350ms left, the last).
+	l, err := r.TryLock(context.Background(), "cut", redlock.WithTTL(400*time.Millisecond),
+		redlock.WithRefreshInterval(300*time.Millisecond), redlock.WithMaxHold(950*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first refresh raises the key's PTTL again; delete it after that.
+	pttl := func() int {
+		n, err := strconv.Atoi(srvs[0].Do(t, "PTTL", "dlock:{cut}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	low := false
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("no refresh seen")
+		}
+		p := pttl()
+		if p < 250 {
+			low = true
+		} else if low && p > 300 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	srvs[0].Do(t, "DEL", "dlock:{cut}")
+	srvs[1].Do(t, "DEL", "dlock:{cut}")
+	waitDone(t, l, 3*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrLost without ErrMaxHold", err)
+	}
+}
+
 func TestCloseStopsRefreshing(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	r := newLocker(t, srvs)
@@ -1159,6 +1201,20 @@ func TestARefreshShorterThanTheAutoRefreshIntervalIsRefused(t *testing.T) {
 	}
 	if err := l.Err(); err != nil {
 		t.Errorf("lock ended: %v", err)
+	}
+	// Once the locker is closed nothing refreshes the lock: a short TTL is
+	// the caller's to give, and a released lock says so first.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, 600*time.Millisecond); err != nil {
+		t.Errorf("Refresh(600ms) after Close: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, 600*time.Millisecond); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh(600ms) after Release: err = %v, want ErrNotHeld", err)
 	}
 }
 
