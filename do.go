@@ -9,7 +9,8 @@ import (
 
 // Do runs fn while holding the exclusive lock called name: it obtains the
 // lock as Lock does (waiting as opts say), refreshes it automatically,
-// runs fn with a context that is cancelled the moment the lock is lost,
+// runs fn with a context that is cancelled as soon as the lock is known
+// lost (at its local deadline, or at the refresh that finds it gone),
 // and releases the lock when fn returns. It returns fn's error, joined with
 // the loss (matching ErrLost) if the lock was lost while fn ran. If fn
 // panics, Do releases the lock and lets the panic go on.

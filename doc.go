@@ -50,9 +50,9 @@
 // decides how many attempts are made and the backoff after Redis errors:
 // NoRetry, ConstantBackoff, LinearBackoff, ExponentialBackoff, Intervals,
 // LimitRetry, RetryFunc, each optionally wrapped in Jitter. Strategies are
-// stateless and may be shared. Lock gives up when the strategy stops or ctx
-// ends; without a deadline on ctx it waits at most DefaultMaxWait (see
-// WithMaxWait).
+// stateless and may be shared. Lock gives up when the strategy stops, ctx
+// ends or WithMaxWait's bound passes; without either bound it waits at most
+// DefaultMaxWait.
 //
 // Requests that many goroutines make at once through one client are sent
 // together in pipelines (see WithPipelines); a lone request goes at once.
@@ -61,7 +61,8 @@
 //
 // A held lock is a lease. WithAutoRefresh has the client's watchdog (one
 // goroutine for all its locks, refreshing in pipelined batches) keep it
-// alive until released. Done closes the moment the lock is known lost, or
+// alive until released. Done closes the moment the lock is known lost (a
+// refresh found it gone: a deletion is noticed at the next refresh), or
 // its local Deadline passes without a refresh, and Err says why (ErrLost);
 // Context returns a context cancelled then. Do runs a function under a
 // lock that is refreshed, with such a context, and releases it after, also

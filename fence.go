@@ -21,7 +21,9 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 // The key is used as given, without the client's prefix: it is the
 // caller's data. On Redis Cluster it may live in any slot. A key that
 // holds other data, a lock's own key among them (its fence is the lock's),
-// is refused with ErrWrongType.
+// is refused with ErrWrongType. A fence of 0 is refused with
+// ErrInvalidArgument: no lock issues it, and a Lock without a fence (a
+// read hold, a semaphore's permit) reports it.
 //
 // The same check protects any store that can compare and write at once; in
 // SQL, for example:
@@ -37,6 +39,9 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	}
 	if key == "" {
 		return fmt.Errorf("%w: SetFenced", ErrEmptyKey)
+	}
+	if fence == 0 {
+		return fmt.Errorf("%w: SetFenced with fence 0: a read hold or a permit has no fence", ErrInvalidArgument)
 	}
 	v, err := c.eval(ctx, scriptFencedSet, []string{key}, strconv.FormatUint(fence, 10), value)
 	if err != nil {

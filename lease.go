@@ -421,9 +421,10 @@ func (s *lease) Deadline() time.Time {
 
 // Context returns a context derived from parent that is cancelled when the
 // lock ends: context.Cause then returns Err, or context.Canceled after a
-// release. Work done under the lock should use it, so that it stops the
-// moment the lock is lost. Like context.WithCancel, it panics if parent is
-// nil.
+// release. Work done under the lock should use it, so that it stops as
+// soon as the lock is known lost (see Done: at its local deadline, or at
+// the refresh that finds it gone). Like context.WithCancel, it panics if
+// parent is nil.
 func (s *lease) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
 	s.expireIfDue()

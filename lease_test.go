@@ -457,6 +457,14 @@ func TestSetFencedInput(t *testing.T) {
 	if err := e.c.SetFenced(ctx, "", 1, "v"); !errors.Is(err, dlock.ErrEmptyKey) {
 		t.Errorf("empty key: err = %v", err)
 	}
+	// Fence 0 is what a Lock without a fence (a read hold, a permit)
+	// reports: it would protect nothing.
+	if err := e.c.SetFenced(ctx, "fresh", 0, "v"); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("fence 0: err = %v, want ErrInvalidArgument", err)
+	}
+	if e.exists(t, "fresh") {
+		t.Error("a write with fence 0 was made")
+	}
 	e.srv.Do(t, "SET", "plain", "x")
 	if err := e.c.SetFenced(ctx, "plain", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("string key: err = %v, want ErrWrongType", err)

@@ -65,6 +65,7 @@ type Lock struct {
 // watchdog treat them alike.
 type holdKind struct {
 	mode                           string // as in Holder.Mode
+	refused                        string // why an acquire was refused, after the name
 	acquire, release, refresh, ttl *Script
 	// modeArg is set for the kinds whose hold scripts take the mode after
 	// the common arguments (they are shared by several modes).
@@ -79,7 +80,7 @@ const (
 	ModePermit    = "permit"    // a permit of a Semaphore
 )
 
-var exclusiveHold = &holdKind{mode: ModeExclusive,
+var exclusiveHold = &holdKind{mode: ModeExclusive, refused: "is held",
 	acquire: scriptAcquire, release: scriptRelease, refresh: scriptRefresh, ttl: scriptTTL}
 
 // args returns the arguments of a script on a hold of the kind.
@@ -118,9 +119,13 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // after a Redis error; with a driver that cannot subscribe, its waits are
 // also the polling interval.
 //
-// Lock gives up when the strategy stops, when ctx ends, or, if ctx has no
-// deadline, after the WithMaxWait bound (DefaultMaxWait); the error then
-// matches ErrNotObtained, and ctx.Err() when ctx ended.
+// Lock gives up when the strategy stops, when ctx ends, or after the
+// WithMaxWait bound (DefaultMaxWait when ctx has no deadline); the error then
+// matches ErrNotObtained, and ctx.Err() when ctx ended. When no attempt
+// found the lock held because Redis failed or did not answer, the error
+// is Redis's (a *ServerError, matching ctx.Err() when ctx ended) and does
+// not match ErrNotObtained: a caller that skips its work while another
+// holds the lock does not skip it silently while Redis is down.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }
@@ -506,7 +511,7 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		}
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
-		return "", nil, time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q is held", ErrNotObtained, p.name(l.names, i))
+		return "", nil, time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused)
 	}
 	token, _ = r[1].(string)
 	fences, ok = int64s(r[2:])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestTryLockExcludesOthersUntilReleased(t *testing.T) {
@@ -116,6 +119,53 @@ func TestLockTakesOverAtTheHoldersExpiry(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// TestAWaitOnAFailingRedisIsNotTakenForAHeldLock: a wait in which Redis
+// never said the lock was held, because it refused connections or did not
+// answer, ends with Redis's error, not ErrNotObtained: a caller that skips
+// its work while another holds the lock must learn that Redis is down.
+func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
+	check := func(t *testing.T, err error, maxWait bool) {
+		t.Helper()
+		var se *dlock.ServerError
+		if errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &se) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want a *ServerError matching DeadlineExceeded and not ErrNotObtained", err)
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, `"job"`) || (maxWait && !strings.Contains(msg, "max wait, 300ms")) {
+			t.Errorf("message %q: want one line naming the lock and why the wait ended", msg)
+		}
+	}
+	t.Run("refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close() // nothing listens there now
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		defer rdb.Close()
+		c := dlock.New(goredis.New(rdb))
+		defer c.Close()
+		_, err = c.Lock(context.Background(), "job", dlock.WithMaxWait(300*time.Millisecond))
+		check(t, err, true)
+		if !strings.Contains(err.Error(), "dial tcp "+addr) {
+			t.Errorf("err = %v, want the connection's failure", err)
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		e := newEnv(t)
+		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		c := dlock.New(goredis.New(rdb))
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		e.srv.Pause(t)
+		defer e.srv.Resume(t)
+		_, err := c.Lock(ctx, "job")
+		check(t, err, false)
+	})
+}
+
 func TestLockGivesUp(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -138,6 +188,14 @@ func TestLockGivesUp(t *testing.T) {
 		// One line, for logs, that names the lock and why the wait ended.
 		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, `"busy" still held`) || !strings.Contains(msg, "max wait, 50ms") {
 			t.Errorf("message %q: want one line naming the lock and the max wait", msg)
+		}
+	})
+	t.Run("max wait within a later deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := e.c.Lock(ctx, "busy", dlock.WithMaxWait(50*time.Millisecond))
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "max wait, 50ms") {
+			t.Errorf("err = %v, want ErrNotObtained at the max wait", err)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {

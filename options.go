@@ -12,8 +12,8 @@ const (
 	// DefaultTTL is how long a lock lives unless refreshed, when WithTTL is
 	// not given.
 	DefaultTTL = 10 * time.Second
-	// DefaultMaxWait bounds how long Lock waits when its context has no
-	// deadline and WithMaxWait is not given.
+	// DefaultMaxWait bounds how long Lock waits when WithMaxWait is not
+	// given and its context has no deadline.
 	DefaultMaxWait = time.Minute
 )
 
@@ -34,7 +34,7 @@ type options struct {
 	ttl      time.Duration
 	retry    RetryStrategy
 	onRetry  func(failed int, err error)
-	maxWait  time.Duration
+	maxWait  time.Duration // WithMaxWait; zero when not given
 	metadata string
 	token    string
 	owner    string
@@ -46,7 +46,7 @@ type options struct {
 }
 
 func newOptions(opts []Option) *options {
-	o := &options{ttl: DefaultTTL, retry: defaultRetry, maxWait: DefaultMaxWait}
+	o := &options{ttl: DefaultTTL, retry: defaultRetry}
 	for _, f := range opts {
 		if f != nil {
 			f(o)
@@ -101,8 +101,10 @@ func WithOnRetry(f func(failed int, err error)) Option {
 	return func(o *options) { o.onRetry = f }
 }
 
-// WithMaxWait bounds how long Lock waits when its context has no deadline;
-// the default is DefaultMaxWait (1m). A context deadline always wins.
+// WithMaxWait bounds how long Lock waits: it gives up after d, or when its
+// context ends if that is sooner. Without it, Lock waits as long as its
+// context allows, and at most DefaultMaxWait (1m) when the context has no
+// deadline.
 func WithMaxWait(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -80,7 +80,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	return s.c.obtain(ctx, opts, false, s.hold)
 }
 
-var permitHold = &holdKind{mode: ModePermit, modeArg: true,
+var permitHold = &holdKind{mode: ModePermit, modeArg: true, refused: "has every permit held",
 	acquire: scriptSemAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
 
 // hold builds the Lock an acquire fills in.

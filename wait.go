@@ -701,9 +701,9 @@ type grantee struct {
 // this client that came first.
 func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, eager bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
-	if _, ok := ctx.Deadline(); !ok {
+	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, o.maxWait, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, o.maxWait))
+		ctx, cancel = context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound))
 		defer cancel()
 	}
 	hub := c.hub()
@@ -720,6 +720,10 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
 	retriedLate := false
+	// failing is the last failure of an attempt that Redis did not answer
+	// with a refusal, since the last refusal; refused is set once one was.
+	var failing error
+	refused := false
 	for failed := 0; ; {
 		// An owner's re-entry, or an acquire with its token, may succeed
 		// while the lock is held: its first attempt does not wait behind
@@ -733,8 +737,11 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// first; an attempt ahead of its turn does not register.
 		first := hub.first(key, w)
 		for ; !first && !ahead; first = hub.first(key, w) {
+			// The callers ahead wait while the lock is held: the client
+			// knows it to be held, whatever this caller's attempts say.
+			refused = true
 			if w.sleep(ctx, time.Hour) != nil {
-				return abandon(uncertain, waitEnded(ctx, what, nil))
+				return abandon(uncertain, waitEnded(ctx, what, true, failing, nil))
 			}
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
@@ -763,6 +770,12 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late
 		uncertain = uncertain || !notHeld
+		switch {
+		case notHeld:
+			failing, refused = nil, true
+		case !cutShort(ctx, err):
+			failing = err
+		}
 		if notHeld && notices {
 			hub.enroll(keys)
 		}
@@ -791,10 +804,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			d = holderTTL
 		}
 		if w.sleep(ctx, d) != nil {
-			if notHeld {
-				err = nil // a refusal: the error says the lock was still held
-			}
-			return abandon(uncertain, waitEnded(ctx, what, err))
+			return abandon(uncertain, waitEnded(ctx, what, refused, failing, err))
 		}
 	}
 }
@@ -812,11 +822,32 @@ func onRetry(f func(int, error), failed int, err error, abandon func()) {
 	f(failed, err)
 }
 
+// maxWait returns the bound of a wait under ctx: the WithMaxWait given
+// (zero when not), or DefaultMaxWait when ctx has no deadline; zero for
+// none but ctx's.
+func maxWait(ctx context.Context, given time.Duration) time.Duration {
+	if given > 0 {
+		return given
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return DefaultMaxWait
+	}
+	return 0
+}
+
 // waitEnded is the error of a wait for the lock what that ended (ctx did)
-// before the lock was obtained, on one line: it matches ErrNotObtained and
-// ctx's error, and its cause (the max wait, say). last is the last
-// attempt's failure, nil when the lock was held.
-func waitEnded(ctx context.Context, what string, last error) error {
+// before the lock was obtained, on one line. It matches ctx's error and its
+// cause (the max wait, say), and ErrNotObtained when an attempt found the
+// lock held or the caller waited behind callers of its client that were
+// waiting for it (refused). failing is the last failure since the last
+// refusal that the end of the wait did not cut short, last the last
+// attempt's error.
+//
+// A wait in which Redis never answered an attempt with a refusal (it
+// failed, or did not answer in time) does not match ErrNotObtained: a
+// caller that skips its work when the lock is held must not take a Redis
+// that does not work for a lock held by another.
+func waitEnded(ctx context.Context, what string, refused bool, failing, last error) error {
 	why := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
@@ -826,12 +857,22 @@ func waitEnded(ctx context.Context, what string, last error) error {
 		}
 	}
 	switch {
-	case last != nil && errors.Is(last, ctx.Err()):
+	case !refused && failing != nil:
+		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, failing)
+	case !refused && last != nil:
+		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
+	case failing != nil:
+		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, failing)
+	case last != nil && !errors.Is(last, ErrNotObtained):
 		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
-	case last != nil:
-		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, last)
 	}
 	return fmt.Errorf("%w: %s still held when the wait ended: %w", ErrNotObtained, what, why)
+}
+
+// cutShort reports whether err is that of an attempt that the end of ctx
+// cut short.
+func cutShort(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
 }
 
 // hub returns the client's waitHub, creating it on first use.

@@ -6,7 +6,7 @@
 //
 //	var nodes []redlock.Node
 //	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"} {
-//		rdb := redis.NewClient(&redis.Options{Addr: addr})
+//		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //		nodes = append(nodes, redlock.Node{Addr: addr, Client: dlock.New(goredis.New(rdb))})
 //	}
 //	locks, err := redlock.New(nodes)

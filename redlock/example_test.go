@@ -18,7 +18,7 @@ func Example() {
 	// One client per independent master.
 	var nodes []redlock.Node
 	for _, addr := range exampleAddrs {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		locks := dlock.New(goredis.New(rdb))
 		defer locks.Close()
@@ -50,7 +50,7 @@ func ExampleLocker_Do() {
 	ctx := context.Background()
 	var nodes []redlock.Node
 	for _, addr := range exampleAddrs {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		locks := dlock.New(goredis.New(rdb))
 		defer locks.Close()

@@ -136,18 +136,22 @@ func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 
 // Lock obtains the lock called name as TryLock does, trying again after a
 // random delay (WithRetry) while it is held by another or a quorum cannot
-// be reached. It gives up when the retry strategy stops, when ctx ends, or,
-// if ctx has no deadline, after the WithMaxWait bound (dlock.DefaultMaxWait);
-// the error is then the last attempt's, joined with ctx.Err() when ctx
-// ended.
+// be reached. It gives up when the retry strategy stops, when ctx ends, or
+// after the WithMaxWait bound (dlock.DefaultMaxWait when ctx has no
+// deadline); the error is then the last attempt's, joined with ctx.Err()
+// when ctx ended.
 func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o, err := r.options(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
+	bound := o.maxWait
+	if _, ok := ctx.Deadline(); !ok && bound == 0 {
+		bound = dlock.DefaultMaxWait
+	}
+	if bound > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.maxWait)
+		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
 	for failed := 1; ; failed++ {
@@ -176,7 +180,7 @@ func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 
 // Do runs fn while holding the lock called name: it obtains the lock as
 // Lock does, refreshes it automatically, runs fn with a context that is
-// cancelled the moment the lock is lost, and releases the lock when fn
+// cancelled as soon as the lock is known lost, and releases the lock when fn
 // returns. It returns fn's error, joined with the loss (matching
 // dlock.ErrLost) if the lock was lost while fn ran.
 func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {

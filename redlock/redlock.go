@@ -291,7 +291,7 @@ type Option func(*options)
 type options struct {
 	ttl      time.Duration
 	retry    dlock.RetryStrategy
-	maxWait  time.Duration
+	maxWait  time.Duration // WithMaxWait; zero when not given
 	meta     string
 	auto     bool
 	interval time.Duration
@@ -340,8 +340,10 @@ func WithRetry(s dlock.RetryStrategy) Option {
 	}
 }
 
-// WithMaxWait bounds how long Lock waits when its context has no deadline;
-// the default is dlock.DefaultMaxWait (1m).
+// WithMaxWait bounds how long Lock waits: it gives up after d, or when its
+// context ends if that is sooner. Without it, Lock waits as long as its
+// context allows, and at most dlock.DefaultMaxWait (1m) when the context
+// has no deadline.
 func WithMaxWait(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -389,7 +391,7 @@ func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
 	if ctx == nil {
 		return nil, dlock.ErrNilContext
 	}
-	o := &options{ttl: dlock.DefaultTTL, retry: defaultRetry, maxWait: dlock.DefaultMaxWait}
+	o := &options{ttl: dlock.DefaultTTL, retry: defaultRetry}
 	for _, f := range opts {
 		if f != nil {
 			f(o)

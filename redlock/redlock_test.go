@@ -273,6 +273,35 @@ func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
 	eventually(t, 2*time.Second, "nothing left after Lock gave up", func() bool { return heldOn(t, srvs[3:], "job") == 0 })
 }
 
+// TestMaxWaitBoundsAWaitUnderALaterDeadline: WithMaxWait ends the wait
+// even when the context allows a longer one.
+func TestMaxWaitBoundsAWaitUnderALaterDeadline(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	held, err := r.TryLock(ctx, "busy", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	other := newLocker(t, srvs)
+	got := make(chan error, 1)
+	go func() {
+		_, err := other.Lock(wctx, "busy", redlock.WithMaxWait(100*time.Millisecond))
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock: err = %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock waited past its max wait")
+	}
+}
+
 func TestEvenNodeCount(t *testing.T) {
 	srvs := redistest.StartMasters(t, 4)
 	r := newLocker(t, srvs)
