@@ -77,7 +77,9 @@ const (
 	// OutcomeObtained: the lock was obtained.
 	OutcomeObtained = "obtained"
 	// OutcomeNotObtained: the lock was held by another; TryLock found it
-	// taken, or Lock gave up waiting (its error matches ErrNotObtained).
+	// taken, or Lock gave up waiting for it (its error matches
+	// ErrNotObtained). A wait in which Redis never answered is an
+	// OutcomeError.
 	OutcomeNotObtained = "not_obtained"
 	// OutcomeError: Redis failed, or refused the request for a reason that
 	// retrying does not change (such as ErrWrongType).

@@ -134,7 +134,7 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			t.Errorf("message %q: want one line naming the lock and why the wait ended", msg)
 		}
 	}
-	t.Run("refused", func(t *testing.T) {
+	refusing := func(t *testing.T) (*dlock.Client, string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -142,13 +142,32 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 		addr := ln.Addr().String()
 		_ = ln.Close() // nothing listens there now
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		defer rdb.Close()
+		t.Cleanup(func() { _ = rdb.Close() })
 		c := dlock.New(goredis.New(rdb))
-		defer c.Close()
-		_, err = c.Lock(context.Background(), "job", dlock.WithMaxWait(300*time.Millisecond))
+		t.Cleanup(func() { _ = c.Close() })
+		return c, addr
+	}
+	t.Run("refused", func(t *testing.T) {
+		c, addr := refusing(t)
+		_, err := c.Lock(context.Background(), "job", dlock.WithMaxWait(300*time.Millisecond))
 		check(t, err, true)
 		if !strings.Contains(err.Error(), "dial tcp "+addr) {
 			t.Errorf("err = %v, want the connection's failure", err)
+		}
+	})
+	// Callers of one client queue behind the first, whose attempts fail:
+	// what they found is the queued callers' answer too.
+	t.Run("refused, queued", func(t *testing.T) {
+		c, _ := refusing(t)
+		errs := make(chan error, 3)
+		for i := range 3 {
+			go func() {
+				_, err := c.Lock(context.Background(), "job", dlock.WithMaxWait(time.Duration(300+100*i)*time.Millisecond))
+				errs <- err
+			}()
+		}
+		for range 3 {
+			check(t, <-errs, false)
 		}
 	})
 	t.Run("silent", func(t *testing.T) {

@@ -75,9 +75,10 @@ func Intervals(ds ...time.Duration) RetryStrategy {
 
 // LimitRetry stops s after max attempts in all (the first included). A nil
 // s (or a nil RetryFunc) makes WithRetry fail with ErrInvalidOption. It
-// bounds attempts, not time: while the lock is held, a waiter sleeps until
-// it is woken or half a second passes, whatever s's delay, so bound a wait
-// by time with WithMaxWait or the context.
+// bounds attempts, not time: while the lock is held and the client gets
+// Redis's notices, a waiter sleeps until it is woken or half a second
+// passes, whatever s's delay, so bound a wait by time with WithMaxWait or
+// the context.
 func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 	if isNilRetry(s) {
 		return nilRetry("LimitRetry")

@@ -63,6 +63,7 @@ type waitHub struct {
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt registered the client in since they were last idle
+	found    map[string]keyFound      // what the callers' attempts found at keys since they were last idle
 	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
@@ -95,7 +96,7 @@ type waiter struct {
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	h := &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, found: map[string]keyFound{}, shards: map[string]int{}, unsent: map[string]bool{},
 		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
 	h.life, h.end = context.WithCancel(context.Background())
 	return h
@@ -592,9 +593,46 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 				idle = append(idle, k)
 			}
 			delete(h.enrolled, k)
+			delete(h.found, k)
 		}
 	}
 	return idle
+}
+
+// keyFound is what the attempts of a client's callers found at a lock's
+// key: refused once one found the lock held, failing the last failure
+// since (see waitEnded).
+type keyFound struct {
+	refused bool
+	failing error
+}
+
+// saw records what an attempt of a caller waiting at key found, which the
+// attempt's end did not cut short: the lock held (err nil), or a failure.
+func (h *waitHub) saw(key string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.found[key]
+	if err == nil {
+		f = keyFound{refused: true}
+	} else {
+		f.failing = err
+	}
+	h.found[key] = f
+}
+
+// known returns what the attempts of the client's callers found at key
+// (see saw), the latest of them: while a caller waits its turn, the caller
+// ahead makes the attempts, and what they find (the lock held, or Redis
+// failing) is its answer too. It returns refused and failing, what the
+// caller's own attempts found, when nothing was recorded.
+func (h *waitHub) known(key string, refused bool, failing error) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f, ok := h.found[key]; ok {
+		return f.refused, f.failing
+	}
+	return refused, failing
 }
 
 // without removes w from ws.
@@ -737,11 +775,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// first; an attempt ahead of its turn does not register.
 		first := hub.first(key, w)
 		for ; !first && !ahead; first = hub.first(key, w) {
-			// The callers ahead wait while the lock is held: the client
-			// knows it to be held, whatever this caller's attempts say.
-			refused = true
 			if w.sleep(ctx, time.Hour) != nil {
-				return abandon(uncertain, waitEnded(ctx, what, true, failing, nil))
+				refused, failing := hub.known(key, refused, failing)
+				return abandon(uncertain, waitEnded(ctx, key, what, refused, failing, nil))
 			}
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
@@ -773,8 +809,10 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		switch {
 		case notHeld:
 			failing, refused = nil, true
+			hub.saw(key, nil)
 		case !cutShort(ctx, err):
 			failing = err
+			hub.saw(key, err)
 		}
 		if notHeld && notices {
 			hub.enroll(keys)
@@ -804,7 +842,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			d = holderTTL
 		}
 		if w.sleep(ctx, d) != nil {
-			return abandon(uncertain, waitEnded(ctx, what, refused, failing, err))
+			refused, failing := hub.known(key, refused, failing)
+			return abandon(uncertain, waitEnded(ctx, key, what, refused, failing, err))
 		}
 	}
 }
@@ -835,19 +874,19 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 	return 0
 }
 
-// waitEnded is the error of a wait for the lock what that ended (ctx did)
-// before the lock was obtained, on one line. It matches ctx's error and its
-// cause (the max wait, say), and ErrNotObtained when an attempt found the
-// lock held or the caller waited behind callers of its client that were
-// waiting for it (refused). failing is the last failure since the last
-// refusal that the end of the wait did not cut short, last the last
-// attempt's error.
+// waitEnded is the error of a wait for the lock what (at key) that ended
+// (ctx did) before the lock was obtained, on one line. It matches ctx's
+// error and its cause (the max wait, say), and ErrNotObtained when an
+// attempt, the caller's or one of its client's callers ahead of it, found
+// the lock held (refused). failing is the last failure since the last
+// refusal that the end of the wait did not cut short, last the caller's
+// last attempt's error.
 //
 // A wait in which Redis never answered an attempt with a refusal (it
 // failed, or did not answer in time) does not match ErrNotObtained: a
 // caller that skips its work when the lock is held must not take a Redis
 // that does not work for a lock held by another.
-func waitEnded(ctx context.Context, what string, refused bool, failing, last error) error {
+func waitEnded(ctx context.Context, key, what string, refused bool, failing, last error) error {
 	why := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
@@ -859,7 +898,10 @@ func waitEnded(ctx context.Context, what string, refused bool, failing, last err
 	switch {
 	case !refused && failing != nil:
 		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, failing)
-	case !refused && last != nil:
+	case !refused:
+		if last == nil {
+			last = &ServerError{Key: key, Err: why} // the attempts ahead got no answer either
+		}
 		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
 	case failing != nil:
 		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, failing)

@@ -49,6 +49,7 @@ type Lock struct {
 	maxHold  time.Duration
 	interval time.Duration             // of the automatic refresh, 0 when off
 	capped   bool                      // the max hold stopped the refreshing
+	capEnd   time.Time                 // once capped: a loss from then on is the max hold's
 	lostAt   time.Time                 // when fewer than a quorum came to hold it
 	due      atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
 	ended    time.Time                 // Deadline once Done is closed
@@ -431,7 +432,7 @@ func (l *Lock) endLost() {
 		}
 	}
 	why := error(nil)
-	if l.capped && !l.lostAt.Before(l.acquired.Add(l.maxHold-drift(l.ttl))) {
+	if l.capped && !l.lostAt.Before(l.capEnd) {
 		// Lost when the last refresh the max hold allowed ran out, not
 		// earlier for another reason.
 		why = dlock.ErrMaxHold
@@ -852,7 +853,16 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 	left := l.acquired.Add(l.maxHold).Sub(now)
 	if left <= ttl {
 		l.capped = true
-		return left, true, left-drift(left) > l.r.timeout
+		ok = left-drift(left) > l.r.timeout
+		if ok {
+			// The nodes' deadlines of this last refresh, less a margin
+			// for the TTL kept in whole milliseconds.
+			l.capEnd = l.acquired.Add(l.maxHold - drift(left) - 5*time.Millisecond)
+		} else {
+			// No last refresh: the lock runs out at the deadline it has.
+			l.capEnd = l.deadlineLocked()
+		}
+		return left, true, ok
 	}
 	return ttl, false, true
 }

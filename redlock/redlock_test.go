@@ -736,6 +736,24 @@ func TestMaxHoldEndsTheRefreshing(t *testing.T) {
 	}
 }
 
+// TestAMaxHoldThatAllowsNoLastRefreshIsBlamed: at the refresh due at
+// 760ms, 40ms are left of the max hold, too little for the node timeout:
+// no last refresh is sent, the lock runs out at the deadline of the one
+// before, and the max hold is why.
+func TestAMaxHoldThatAllowsNoLastRefreshIsBlamed(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(100*time.Millisecond))
+	l, err := r.TryLock(context.Background(), "capped", redlock.WithTTL(400*time.Millisecond),
+		redlock.WithRefreshInterval(380*time.Millisecond), redlock.WithMaxHold(800*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 3*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrMaxHold", err)
+	}
+}
+
 // TestALossBeforeTheMaxHoldIsNotBlamedOnIt: the last refresh the max hold
 // allows finds the lock gone from a quorum (deleted there); the loss is
 // the deletion's, not the max hold's.
