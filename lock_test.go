@@ -124,13 +124,13 @@ func TestLockTakesOverAtTheHoldersExpiry(t *testing.T) {
 // answer, ends with Redis's error, not ErrNotObtained: a caller that skips
 // its work while another holds the lock must learn that Redis is down.
 func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
-	check := func(t *testing.T, err error, maxWait bool) {
+	check := func(t *testing.T, err error, name string, maxWait bool) {
 		t.Helper()
 		var se *dlock.ServerError
 		if errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &se) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want a *ServerError matching DeadlineExceeded and not ErrNotObtained", err)
 		}
-		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, `"job"`) || (maxWait && !strings.Contains(msg, "max wait, 300ms")) {
+		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, strconv.Quote(name)) || (maxWait && !strings.Contains(msg, "max wait, 300ms")) {
 			t.Errorf("message %q: want one line naming the lock and why the wait ended", msg)
 		}
 	}
@@ -150,7 +150,7 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		c, addr := refusing(t)
 		_, err := c.Lock(context.Background(), "job", dlock.WithMaxWait(300*time.Millisecond))
-		check(t, err, true)
+		check(t, err, "job", true)
 		if !strings.Contains(err.Error(), "dial tcp "+addr) {
 			t.Errorf("err = %v, want the connection's failure", err)
 		}
@@ -167,8 +167,67 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			}()
 		}
 		for range 3 {
-			check(t, <-errs, false)
+			check(t, <-errs, "job", false)
 		}
+	})
+	// What the callers of a client found at a name answers only for those
+	// that waited behind them at that name, at the time: a lock on several
+	// names refused (for another of its names) or a caller that left
+	// before a Redis failure do not make a later caller take the lock for
+	// held.
+	t.Run("what others found", func(t *testing.T) {
+		e := newEnv(t)
+		proxy := redistest.StartCutProxy(t, e.srv.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		ctx := context.Background()
+		if _, err := e.c.TryLock(ctx, "b", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.TryLock(ctx, "c", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		lock := func(name string, wait time.Duration, refused chan<- struct{}) <-chan error {
+			got := make(chan error, 1)
+			var once sync.Once
+			go func() {
+				_, err := c.Lock(ctx, name, dlock.WithMaxWait(wait), dlock.WithOnRetry(func(int, error) {
+					once.Do(func() { close(refused) })
+				}))
+				got <- err
+			}()
+			return got
+		}
+		multiRefused := make(chan struct{})
+		var multi <-chan error
+		{
+			got := make(chan error, 1)
+			var once sync.Once
+			go func() {
+				_, err := c.LockMulti(ctx, []string{"a", "b"}, dlock.WithMaxWait(3*time.Second), dlock.WithOnRetry(func(int, error) {
+					once.Do(func() { close(multiRefused) })
+				}))
+				got <- err
+			}()
+			multi = got
+		}
+		<-multiRefused
+		s1Refused := make(chan struct{})
+		s1 := lock("c", 300*time.Millisecond, s1Refused)
+		<-s1Refused
+		s2 := lock("c", 800*time.Millisecond, make(chan struct{}))
+		proxy.Close() // Redis goes away: refused from now on
+		if err := <-s1; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("the caller that found c held: err = %v, want ErrNotObtained", err)
+		}
+		s3 := lock("c", 1300*time.Millisecond, make(chan struct{}))
+		a := lock("a", 300*time.Millisecond, make(chan struct{}))
+		check(t, <-a, "a", false)
+		<-s2
+		check(t, <-s3, "c", false)
+		<-multi
 	})
 	t.Run("silent", func(t *testing.T) {
 		e := newEnv(t)
@@ -181,7 +240,7 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 		e.srv.Pause(t)
 		defer e.srv.Resume(t)
 		_, err := c.Lock(ctx, "job")
-		check(t, err, false)
+		check(t, err, "job", false)
 	})
 }
 

@@ -63,7 +63,6 @@ type waitHub struct {
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt registered the client in since they were last idle
-	found    map[string]keyFound      // what the callers' attempts found at keys since they were last idle
 	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
@@ -91,12 +90,13 @@ type waiter struct {
 	multi     bool          // it waits for a lock on several names
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
+	found     keyFound // what the attempts of the caller first in line found while this one waited behind it (see saw)
 }
 
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	h := &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, found: map[string]keyFound{}, shards: map[string]int{}, unsent: map[string]bool{},
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
 		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
 	h.life, h.end = context.WithCancel(context.Background())
 	return h
@@ -593,43 +593,55 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 				idle = append(idle, k)
 			}
 			delete(h.enrolled, k)
-			delete(h.found, k)
 		}
 	}
 	return idle
 }
 
-// keyFound is what the attempts of a client's callers found at a lock's
-// key: refused once one found the lock held, failing the last failure
-// since (see waitEnded).
+// keyFound is what attempts at a lock's key found: refused once one found
+// the lock held, failing the last failure since (see waitEnded).
 type keyFound struct {
 	refused bool
 	failing error
 }
 
-// saw records what an attempt of a caller waiting at key found, which the
-// attempt's end did not cut short: the lock held (err nil), or a failure.
-func (h *waitHub) saw(key string, err error) {
+// saw hands what an attempt of w at key found, which the attempt's end did
+// not cut short (the lock held, err nil, or a failure), to the callers
+// waiting behind w, when w is first in line for key alone: they make no
+// attempts of their own meanwhile, and what w finds is their answer too.
+func (h *waitHub) saw(key string, w *waiter, err error) {
+	if w.multi {
+		return // nobody waits behind it
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	f := h.found[key]
-	if err == nil {
-		f = keyFound{refused: true}
-	} else {
-		f.failing = err
+	q := h.queues[key]
+	if !isFirst(q, w) {
+		return
 	}
-	h.found[key] = f
+	behind := false
+	for _, x := range q {
+		switch {
+		case x == w:
+			behind = true
+		case !behind || x.multi:
+		case err == nil:
+			x.found = keyFound{refused: true}
+		default:
+			x.found.failing = err
+		}
+	}
 }
 
-// known returns what the attempts of the client's callers found at key
-// (see saw), the latest of them: while a caller waits its turn, the caller
-// ahead makes the attempts, and what they find (the lock held, or Redis
-// failing) is its answer too. It returns refused and failing, what the
-// caller's own attempts found, when nothing was recorded.
-func (h *waitHub) known(key string, refused bool, failing error) (bool, error) {
+// handed returns, and forgets, what the attempts of the caller ahead of w
+// found while w waited behind it (see saw), with refused and failing,
+// what w's own attempts found before, when nothing was handed to it.
+func (h *waitHub) handed(w *waiter, refused bool, failing error) (bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if f, ok := h.found[key]; ok {
+	f := w.found
+	w.found = keyFound{}
+	if f.refused || f.failing != nil {
 		return f.refused, f.failing
 	}
 	return refused, failing
@@ -774,10 +786,15 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// Wait for our turn behind the callers of this client that came
 		// first; an attempt ahead of its turn does not register.
 		first := hub.first(key, w)
-		for ; !first && !ahead; first = hub.first(key, w) {
+		for !first && !ahead {
 			if w.sleep(ctx, time.Hour) != nil {
-				refused, failing := hub.known(key, refused, failing)
-				return abandon(uncertain, waitEnded(ctx, key, what, refused, failing, nil))
+				refused, failing = hub.handed(w, refused, failing)
+				return abandon(uncertain, waitEnded(ctx, what, refused, failing, nil))
+			}
+			if first = hub.first(key, w); first {
+				// First in line now: it goes on from what the caller
+				// ahead found.
+				refused, failing = hub.handed(w, refused, failing)
 			}
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
@@ -809,10 +826,10 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		switch {
 		case notHeld:
 			failing, refused = nil, true
-			hub.saw(key, nil)
+			hub.saw(key, w, nil)
 		case !cutShort(ctx, err):
 			failing = err
-			hub.saw(key, err)
+			hub.saw(key, w, err)
 		}
 		if notHeld && notices {
 			hub.enroll(keys)
@@ -842,8 +859,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			d = holderTTL
 		}
 		if w.sleep(ctx, d) != nil {
-			refused, failing := hub.known(key, refused, failing)
-			return abandon(uncertain, waitEnded(ctx, key, what, refused, failing, err))
+			return abandon(uncertain, waitEnded(ctx, what, refused, failing, err))
 		}
 	}
 }
@@ -874,8 +890,8 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 	return 0
 }
 
-// waitEnded is the error of a wait for the lock what (at key) that ended
-// (ctx did) before the lock was obtained, on one line. It matches ctx's
+// waitEnded is the error of a wait for the lock what that ended (ctx did)
+// before the lock was obtained, on one line. It matches ctx's
 // error and its cause (the max wait, say), and ErrNotObtained when an
 // attempt, the caller's or one of its client's callers ahead of it, found
 // the lock held (refused). failing is the last failure since the last
@@ -886,7 +902,7 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 // failed, or did not answer in time) does not match ErrNotObtained: a
 // caller that skips its work when the lock is held must not take a Redis
 // that does not work for a lock held by another.
-func waitEnded(ctx context.Context, key, what string, refused bool, failing, last error) error {
+func waitEnded(ctx context.Context, what string, refused bool, failing, last error) error {
 	why := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
@@ -898,11 +914,10 @@ func waitEnded(ctx context.Context, key, what string, refused bool, failing, las
 	switch {
 	case !refused && failing != nil:
 		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, failing)
-	case !refused:
-		if last == nil {
-			last = &ServerError{Key: key, Err: why} // the attempts ahead got no answer either
-		}
+	case !refused && last != nil:
 		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
+	case !refused:
+		return fmt.Errorf("%s: the wait ended (%w) before Redis answered the caller ahead in this client", what, why)
 	case failing != nil:
 		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, failing)
 	case last != nil && !errors.Is(last, ErrNotObtained):

@@ -49,7 +49,7 @@ type Lock struct {
 	maxHold  time.Duration
 	interval time.Duration             // of the automatic refresh, 0 when off
 	capped   bool                      // the max hold stopped the refreshing
-	capEnd   time.Time                 // once capped: a loss from then on is the max hold's
+	capEnd   time.Time                 // once capped: a loss from then on is the max hold's (zero: none is)
 	lostAt   time.Time                 // when fewer than a quorum came to hold it
 	due      atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
 	ended    time.Time                 // Deadline once Done is closed
@@ -432,7 +432,7 @@ func (l *Lock) endLost() {
 		}
 	}
 	why := error(nil)
-	if l.capped && !l.lostAt.Before(l.capEnd) {
+	if l.capped && !l.capEnd.IsZero() && !l.lostAt.Before(l.capEnd) {
 		// Lost when the last refresh the max hold allowed ran out, not
 		// earlier for another reason.
 		why = dlock.ErrMaxHold
@@ -854,12 +854,14 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 	if left <= ttl {
 		l.capped = true
 		ok = left-drift(left) > l.r.timeout
-		if ok {
+		switch {
+		case ok:
 			// The nodes' deadlines of this last refresh, less a margin
 			// for the TTL kept in whole milliseconds.
 			l.capEnd = l.acquired.Add(l.maxHold - drift(left) - 5*time.Millisecond)
-		} else {
-			// No last refresh: the lock runs out at the deadline it has.
+		case l.capEnd.IsZero():
+			// No last refresh, nor one tried (whose failure would be
+			// the loss's cause): the lock runs out at the deadline it has.
 			l.capEnd = l.deadlineLocked()
 		}
 		return left, true, ok

@@ -754,6 +754,34 @@ func TestAMaxHoldThatAllowsNoLastRefreshIsBlamed(t *testing.T) {
 	}
 }
 
+// TestAnOutageAtTheLastRefreshIsNotBlamedOnTheMaxHold: the last refresh
+// the max hold allows (due at 1000ms, 830ms left) fails with every node
+// down, and its retries, every 50ms, come to too little time left for
+// another (at 1750ms); the lock runs out at the deadline of the refresh
+// before (about 1788ms), for the outage.
+func TestAnOutageAtTheLastRefreshIsNotBlamedOnTheMaxHold(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(100*time.Millisecond))
+	start := time.Now()
+	l, err := r.TryLock(context.Background(), "out", redlock.WithTTL(time.Second),
+		redlock.WithRefreshInterval(200*time.Millisecond), redlock.WithMaxHold(1830*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Between the refresh at 800ms and the last one, at 1000ms.
+	time.Sleep(time.Until(start.Add(900 * time.Millisecond)))
+	for _, srv := range srvs {
+		srv.Kill(t)
+	}
+	if late := time.Since(start); late > 980*time.Millisecond {
+		t.Skipf("the nodes went down at %v, after the last refresh may have run (a loaded machine)", late)
+	}
+	waitDone(t, l, 5*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrLost without ErrMaxHold", err)
+	}
+}
+
 // TestALossBeforeTheMaxHoldIsNotBlamedOnIt: the last refresh the max hold
 // allows finds the lock gone from a quorum (deleted there); the loss is
 // the deletion's, not the max hold's.
