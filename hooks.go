@@ -78,8 +78,8 @@ const (
 	OutcomeObtained = "obtained"
 	// OutcomeNotObtained: the lock was held by another; TryLock found it
 	// taken, or Lock gave up waiting for it (its error matches
-	// ErrNotObtained). A wait in which Redis never answered is an
-	// OutcomeError.
+	// ErrNotObtained). A wait whose last answer from Redis was a failure,
+	// or that got none, is an OutcomeError.
 	OutcomeNotObtained = "not_obtained"
 	// OutcomeError: Redis failed, or refused the request for a reason that
 	// retrying does not change (such as ErrWrongType).

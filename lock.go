@@ -121,13 +121,13 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 //
 // Lock gives up when the strategy stops, when ctx ends, or after the
 // WithMaxWait bound (DefaultMaxWait when ctx has no deadline); the error then
-// matches ErrNotObtained, and ctx.Err() when ctx ended. When no attempt
-// (the caller's, or, while it waited behind another caller of the client,
-// that caller's) found the lock held because Redis failed or did not
-// answer, the error does not match ErrNotObtained: it carries Redis's
-// failure (a *ServerError), and matches ctx.Err() when ctx ended. So a
-// caller that skips its work while another holds the lock does not skip
-// it silently while Redis is down.
+// matches ErrNotObtained, and ctx.Err() when ctx ended. When the last
+// answer Redis gave to the caller's attempts (or, while it waited behind
+// another caller of its client, to that caller's) was a failure, or Redis
+// gave none, the error does not match ErrNotObtained: it carries the
+// failure (a *ServerError) when there was one, and matches ctx.Err() when
+// ctx ended. So a caller that skips its work while another holds the lock
+// does not skip it silently while Redis is down.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }

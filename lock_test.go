@@ -229,6 +229,33 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 		check(t, <-s3, "c", false)
 		<-multi
 	})
+	// Behind a caller of the client that found the lock held, a short wait
+	// and a lock on several names take that for their answer.
+	t.Run("held, queued", func(t *testing.T) {
+		e := newEnv(t)
+		ctx := context.Background()
+		if _, err := e.c.TryLock(ctx, "x", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		c := e.newClient(t)
+		refused := make(chan struct{})
+		var once sync.Once
+		first := make(chan error, 1)
+		go func() {
+			_, err := c.Lock(ctx, "x", dlock.WithMaxWait(time.Second), dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+			first <- err
+		}()
+		<-refused
+		if _, err := c.Lock(ctx, "x", dlock.WithMaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("a short wait behind it: err = %v, want ErrNotObtained", err)
+		}
+		if _, err := c.LockMulti(ctx, []string{"x", "y"}, dlock.WithMaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("a lock on several names behind it: err = %v, want ErrNotObtained", err)
+		}
+		if err := <-first; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("the caller first in line: err = %v, want ErrNotObtained", err)
+		}
+	})
 	t.Run("silent", func(t *testing.T) {
 		e := newEnv(t)
 		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})

@@ -90,7 +90,7 @@ type waiter struct {
 	multi     bool          // it waits for a lock on several names
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
-	found     keyFound // what the attempts of the caller first in line found while this one waited behind it (see saw)
+	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -410,6 +410,14 @@ func signalFront(q []*waiter) {
 func (h *waitHub) join(keys []string, req string) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1), req: req, multi: len(keys) > 1}
 	h.mu.Lock()
+	for _, x := range h.queues[keys[0]] {
+		if !x.multi {
+			// What the caller first in line knows of the name is where
+			// this one starts: it waits on that caller's attempts.
+			w.found = x.found
+			break
+		}
+	}
 	h.queues[keys[0]] = append(h.queues[keys[0]], w)
 	if isFirst(h.queues[keys[0]], w) {
 		w.signal()
@@ -598,53 +606,47 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 	return idle
 }
 
-// keyFound is what attempts at a lock's key found: refused once one found
-// the lock held, failing the last failure since (see waitEnded).
+// keyFound is what the last answered attempt at a lock's key found: the
+// lock held (refused), or a failure (see waitEnded); neither before one.
 type keyFound struct {
 	refused bool
 	failing error
 }
 
-// saw hands what an attempt of w at key found, which the attempt's end did
-// not cut short (the lock held, err nil, or a failure), to the callers
-// waiting behind w, when w is first in line for key alone: they make no
-// attempts of their own meanwhile, and what w finds is their answer too.
+// add records what an attempt found: the lock held (err nil), or a failure.
+func (f *keyFound) add(err error) {
+	*f = keyFound{refused: err == nil, failing: err}
+}
+
+// saw records what an attempt of w at key found, which the attempt's end
+// did not cut short (the lock held, err nil, or a failure), and, when w is
+// first in line for key alone, hands it to the callers waiting behind it:
+// they make no attempts of their own meanwhile, and what w finds is their
+// answer too (a lock on several names may be refused for another of its
+// names, and hands nothing).
 func (h *waitHub) saw(key string, w *waiter, err error) {
-	if w.multi {
-		return // nobody waits behind it
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	w.found.add(err)
 	q := h.queues[key]
-	if !isFirst(q, w) {
+	if w.multi || !isFirst(q, w) {
 		return
 	}
 	behind := false
 	for _, x := range q {
-		switch {
-		case x == w:
-			behind = true
-		case !behind || x.multi:
-		case err == nil:
-			x.found = keyFound{refused: true}
-		default:
-			x.found.failing = err
+		if behind {
+			x.found.add(err)
 		}
+		behind = behind || x == w
 	}
 }
 
-// handed returns, and forgets, what the attempts of the caller ahead of w
-// found while w waited behind it (see saw), with refused and failing,
-// what w's own attempts found before, when nothing was handed to it.
-func (h *waitHub) handed(w *waiter, refused bool, failing error) (bool, error) {
+// knows returns what w's attempts, and those of the callers ahead of it
+// while it waited behind them, found (see saw).
+func (h *waitHub) knows(w *waiter) keyFound {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	f := w.found
-	w.found = keyFound{}
-	if f.refused || f.failing != nil {
-		return f.refused, f.failing
-	}
-	return refused, failing
+	return w.found
 }
 
 // without removes w from ws.
@@ -770,10 +772,6 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
 	retriedLate := false
-	// failing is the last failure of an attempt that Redis did not answer
-	// with a refusal, since the last refusal; refused is set once one was.
-	var failing error
-	refused := false
 	for failed := 0; ; {
 		// An owner's re-entry, or an acquire with its token, may succeed
 		// while the lock is held: its first attempt does not wait behind
@@ -786,15 +784,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		// Wait for our turn behind the callers of this client that came
 		// first; an attempt ahead of its turn does not register.
 		first := hub.first(key, w)
-		for !first && !ahead {
+		for ; !first && !ahead; first = hub.first(key, w) {
 			if w.sleep(ctx, time.Hour) != nil {
-				refused, failing = hub.handed(w, refused, failing)
-				return abandon(uncertain, waitEnded(ctx, what, refused, failing, nil))
-			}
-			if first = hub.first(key, w); first {
-				// First in line now: it goes on from what the caller
-				// ahead found.
-				refused, failing = hub.handed(w, refused, failing)
+				return abandon(uncertain, waitEnded(ctx, what, hub.knows(w), nil))
 			}
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
@@ -825,10 +817,8 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		uncertain = uncertain || !notHeld
 		switch {
 		case notHeld:
-			failing, refused = nil, true
 			hub.saw(key, w, nil)
 		case !cutShort(ctx, err):
-			failing = err
 			hub.saw(key, w, err)
 		}
 		if notHeld && notices {
@@ -859,7 +849,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 			d = holderTTL
 		}
 		if w.sleep(ctx, d) != nil {
-			return abandon(uncertain, waitEnded(ctx, what, refused, failing, err))
+			return abandon(uncertain, waitEnded(ctx, what, hub.knows(w), err))
 		}
 	}
 }
@@ -891,18 +881,17 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 }
 
 // waitEnded is the error of a wait for the lock what that ended (ctx did)
-// before the lock was obtained, on one line. It matches ctx's
-// error and its cause (the max wait, say), and ErrNotObtained when an
-// attempt, the caller's or one of its client's callers ahead of it, found
-// the lock held (refused). failing is the last failure since the last
-// refusal that the end of the wait did not cut short, last the caller's
-// last attempt's error.
+// before the lock was obtained, on one line. found is what the last
+// answered attempt, the caller's or one of a caller of its client ahead of
+// it (see saw), found; last is the caller's last attempt's error. It
+// matches ctx's error and its cause (the max wait, say), and ErrNotObtained
+// when that attempt found the lock held.
 //
-// A wait in which Redis never answered an attempt with a refusal (it
-// failed, or did not answer in time) does not match ErrNotObtained: a
-// caller that skips its work when the lock is held must not take a Redis
-// that does not work for a lock held by another.
-func waitEnded(ctx context.Context, what string, refused bool, failing, last error) error {
+// A wait whose last answer from Redis was a failure, or that got none,
+// does not match ErrNotObtained: a caller that skips its work when the
+// lock is held must not take a Redis that does not work for a lock held by
+// another.
+func waitEnded(ctx context.Context, what string, found keyFound, last error) error {
 	why := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
@@ -912,14 +901,12 @@ func waitEnded(ctx context.Context, what string, refused bool, failing, last err
 		}
 	}
 	switch {
-	case !refused && failing != nil:
-		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, failing)
-	case !refused && last != nil:
+	case found.failing != nil:
+		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, found.failing)
+	case !found.refused && last != nil:
 		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
-	case !refused:
+	case !found.refused:
 		return fmt.Errorf("%s: the wait ended (%w) before Redis answered the caller ahead in this client", what, why)
-	case failing != nil:
-		return fmt.Errorf("%w: %s: the wait ended (%w) after: %w", ErrNotObtained, what, why, failing)
 	case last != nil && !errors.Is(last, ErrNotObtained):
 		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
 	}

@@ -857,8 +857,13 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 		switch {
 		case ok:
 			// The nodes' deadlines of this last refresh, less a margin
-			// for the TTL kept in whole milliseconds.
+			// for the TTL kept in whole milliseconds; at least past the
+			// deadline the lock has, which a loss for this refresh's
+			// failure comes at.
 			l.capEnd = l.acquired.Add(l.maxHold - drift(left) - 5*time.Millisecond)
+			if d := l.deadlineLocked(); !d.IsZero() && !l.capEnd.After(d) {
+				l.capEnd = d.Add(time.Microsecond)
+			}
 		case l.capEnd.IsZero():
 			// No last refresh, nor one tried (whose failure would be
 			// the loss's cause): the lock runs out at the deadline it has.
