@@ -256,6 +256,41 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			t.Errorf("the caller first in line: err = %v, want ErrNotObtained", err)
 		}
 	})
+	// Refused, then an attempt that the end of the wait cuts short (a
+	// paused server; go-redis reports the socket's deadline, set from the
+	// context, as an i/o timeout): Redis's last answer was the refusal,
+	// whether the strategy stops with that attempt or the wait ends after.
+	t.Run("refused, then cut short", func(t *testing.T) {
+		e := newEnv(t)
+		ctx := context.Background()
+		if _, err := e.c.TryLock(ctx, "x", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		var refusals sync.WaitGroup
+		refusals.Add(2)
+		errs := make(chan error, 2)
+		for _, retry := range []dlock.RetryStrategy{dlock.DefaultRetry(), dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)} {
+			rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := dlock.New(goredis.New(rdb))
+			t.Cleanup(func() { _ = c.Close() })
+			go func() {
+				var once sync.Once
+				wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+				defer cancel()
+				_, err := c.Lock(wctx, "x", dlock.WithRetry(retry), dlock.WithOnRetry(func(int, error) { once.Do(refusals.Done) }))
+				errs <- err
+			}()
+		}
+		refusals.Wait()
+		e.srv.Pause(t)
+		defer e.srv.Resume(t)
+		for range 2 {
+			if err := <-errs; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want ErrNotObtained and DeadlineExceeded", err)
+			}
+		}
+	})
 	t.Run("silent", func(t *testing.T) {
 		e := newEnv(t)
 		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -791,6 +792,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
 			obtained = true
+			hub.saw(key, w, nil) // held now, for the callers behind
 			return nil
 		}
 		w.drain() // a signal from before this attempt is answered by it
@@ -804,6 +806,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
 			obtained = true
+			hub.saw(key, w, nil) // held now, for the callers behind
 			return nil
 		}
 		if isFinal(err) {
@@ -831,6 +834,11 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		c.log.DebugContext(ctx, "dlock: attempt failed", "key", key, "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
 		if !ok {
+			if cutShort(ctx, err) {
+				// The wait ended with the attempt: what Redis said last
+				// decides, as when the wait ends between attempts.
+				return abandon(uncertain, waitEnded(ctx, what, hub.knows(w), err))
+			}
 			return abandon(uncertain, err)
 		}
 		switch {
@@ -892,6 +900,9 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 // lock is held must not take a Redis that does not work for a lock held by
 // another.
 func waitEnded(ctx context.Context, what string, found keyFound, last error) error {
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(dl) {
+		<-ctx.Done() // past its deadline (see cutShort): ends at once
+	}
 	why := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
@@ -914,9 +925,16 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 }
 
 // cutShort reports whether err is that of an attempt that the end of ctx
-// cut short.
+// cut short: it got no answer.
 func cutShort(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return true
+	}
+	// A driver may report the end of ctx as a network timeout, and
+	// before ctx says so (go-redis with ContextTimeoutEnabled sets the
+	// socket's deadline from ctx's).
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl) && errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // hub returns the client's waitHub, creating it on first use.

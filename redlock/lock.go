@@ -857,12 +857,17 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 		switch {
 		case ok:
 			// The nodes' deadlines of this last refresh, less a margin
-			// for the TTL kept in whole milliseconds; at least past the
-			// deadline the lock has, which a loss for this refresh's
-			// failure comes at.
+			// for the TTL kept in whole milliseconds; at least past every
+			// node's deadline now, which a loss for this refresh's failure
+			// comes by.
 			l.capEnd = l.acquired.Add(l.maxHold - drift(left) - 5*time.Millisecond)
-			if d := l.deadlineLocked(); !d.IsZero() && !l.capEnd.After(d) {
-				l.capEnd = d.Add(time.Microsecond)
+			for _, s := range l.nodes {
+				if !s.live {
+					continue
+				}
+				if d := s.lock.Deadline(); !l.capEnd.After(d) {
+					l.capEnd = d.Add(time.Microsecond)
+				}
 			}
 		case l.capEnd.IsZero():
 			// No last refresh, nor one tried (whose failure would be
