@@ -291,6 +291,33 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			}
 		}
 	})
+	// A reader obtains a read hold: the reader behind it, whose own
+	// attempt gets no answer in time, did not find the lock held.
+	t.Run("behind a shared hold", func(t *testing.T) {
+		e := newEnv(t)
+		ctx := context.Background()
+		drv := &slowEval{Driver: e.newDriver(t), delay: 100 * time.Millisecond, started: make(chan struct{})}
+		c := dlock.New(drv)
+		t.Cleanup(func() { _ = c.Close() })
+		m := c.RWMutex("shared")
+		first := make(chan error, 1)
+		go func() {
+			l, err := m.RLock(ctx)
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+			first <- err
+		}()
+		<-drv.started
+		wctx, cancel := context.WithTimeout(ctx, 130*time.Millisecond)
+		defer cancel()
+		if _, err := m.RLock(wctx); errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the reader behind: err = %v, want DeadlineExceeded and not ErrNotObtained", err)
+		}
+		if err := <-first; err != nil {
+			t.Errorf("the first reader: %v", err)
+		}
+	})
 	t.Run("silent", func(t *testing.T) {
 		e := newEnv(t)
 		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
@@ -1436,4 +1463,19 @@ func TestANilClientOptionIsSkipped(t *testing.T) {
 	if got := c.RedisKey("k"); !strings.HasPrefix(got, "nilopt:") {
 		t.Errorf("RedisKey = %q: the options after nil were not applied", got)
 	}
+}
+
+// slowEval is a driver whose calls take delay longer; started is closed at
+// the first.
+type slowEval struct {
+	dlock.Driver
+	delay   time.Duration
+	once    sync.Once
+	started chan struct{}
+}
+
+func (d *slowEval) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.once.Do(func() { close(d.started) })
+	time.Sleep(d.delay)
+	d.Driver.Eval(ctx, calls...)
 }

@@ -642,6 +642,25 @@ func (h *waitHub) saw(key string, w *waiter, err error) {
 	}
 }
 
+// obtained records that w obtained the lock at key: what w found before
+// says nothing of the lock now, for the callers waiting behind it (it may
+// be shared), which start again from no answer.
+func (h *waitHub) obtained(key string, w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[key]
+	if w.multi || !isFirst(q, w) {
+		return
+	}
+	behind := false
+	for _, x := range q {
+		if behind {
+			x.found = keyFound{}
+		}
+		behind = behind || x == w
+	}
+}
+
 // knows returns what w's attempts, and those of the callers ahead of it
 // while it waited behind them, found (see saw).
 func (h *waitHub) knows(w *waiter) keyFound {
@@ -792,7 +811,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
 			obtained = true
-			hub.saw(key, w, nil) // held now, for the callers behind
+			hub.obtained(key, w)
 			return nil
 		}
 		w.drain() // a signal from before this attempt is answered by it
@@ -806,7 +825,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
 			obtained = true
-			hub.saw(key, w, nil) // held now, for the callers behind
+			hub.obtained(key, w)
 			return nil
 		}
 		if isFinal(err) {
@@ -901,9 +920,19 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 // another.
 func waitEnded(ctx context.Context, what string, found keyFound, last error) error {
 	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(dl) {
-		<-ctx.Done() // past its deadline (see cutShort): ends at once
+		// Past its deadline (see cutShort): ctx ends at once, with its
+		// cause.
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	why := ctx.Err()
+	if why == nil {
+		why = context.DeadlineExceeded
+	}
 	if cause := context.Cause(ctx); cause != nil && cause != why {
 		if errors.Is(cause, why) {
 			why = cause
@@ -917,7 +946,7 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 	case !found.refused && last != nil:
 		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
 	case !found.refused:
-		return fmt.Errorf("%s: the wait ended (%w) before Redis answered the caller ahead in this client", what, why)
+		return fmt.Errorf("%s: the wait ended (%w) before an attempt of this caller, or of the one ahead of it in this client, was answered", what, why)
 	case last != nil && !errors.Is(last, ErrNotObtained):
 		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
 	}
@@ -932,10 +961,19 @@ func cutShort(ctx context.Context, err error) bool {
 	}
 	// A driver may report the end of ctx as a network timeout, and
 	// before ctx says so (go-redis with ContextTimeoutEnabled sets the
-	// socket's deadline from ctx's).
+	// socket's deadline from ctx's); one well after ctx's deadline is the
+	// driver's own timeout: a failure.
 	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl) && errors.Is(err, os.ErrDeadlineExceeded)
+	if !ok || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	past := time.Since(dl)
+	return past >= 0 && past < cutShortSlack
 }
+
+// cutShortSlack is how long after its context's deadline a network
+// timeout still counts as that deadline's (see cutShort).
+const cutShortSlack = 50 * time.Millisecond
 
 // hub returns the client's waitHub, creating it on first use.
 func (c *Client) hub() *waitHub {
