@@ -629,17 +629,7 @@ func (h *waitHub) saw(key string, w *waiter, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.found.add(err)
-	q := h.queues[key]
-	if w.multi || !isFirst(q, w) {
-		return
-	}
-	behind := false
-	for _, x := range q {
-		if behind {
-			x.found.add(err)
-		}
-		behind = behind || x == w
-	}
+	h.eachBehindLocked(key, w, func(x *waiter) { x.found.add(err) })
 }
 
 // obtained records that w obtained the lock at key: what w found before
@@ -648,6 +638,12 @@ func (h *waitHub) saw(key string, w *waiter, err error) {
 func (h *waitHub) obtained(key string, w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.eachBehindLocked(key, w, func(x *waiter) { x.found = keyFound{} })
+}
+
+// eachBehindLocked calls f with each caller waiting behind w at key, when
+// w is first in line for key alone; h.mu must be held.
+func (h *waitHub) eachBehindLocked(key string, w *waiter, f func(x *waiter)) {
 	q := h.queues[key]
 	if w.multi || !isFirst(q, w) {
 		return
@@ -655,7 +651,7 @@ func (h *waitHub) obtained(key string, w *waiter) {
 	behind := false
 	for _, x := range q {
 		if behind {
-			x.found = keyFound{}
+			f(x)
 		}
 		behind = behind || x == w
 	}
