@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -267,9 +268,11 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		var refusals sync.WaitGroup
-		refusals.Add(2)
-		errs := make(chan error, 2)
-		for _, retry := range []dlock.RetryStrategy{dlock.DefaultRetry(), dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)} {
+		refusals.Add(3)
+		errs := make(chan error, 3)
+		stops := dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)
+		// The last one's OnRetry takes its time over the attempt cut short.
+		for i, retry := range []dlock.RetryStrategy{dlock.DefaultRetry(), stops, stops} {
 			rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := dlock.New(goredis.New(rdb))
@@ -278,46 +281,60 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 				var once sync.Once
 				wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
 				defer cancel()
-				_, err := c.Lock(wctx, "x", dlock.WithRetry(retry), dlock.WithOnRetry(func(int, error) { once.Do(refusals.Done) }))
+				_, err := c.Lock(wctx, "x", dlock.WithRetry(retry), dlock.WithOnRetry(func(n int, _ error) {
+					once.Do(refusals.Done)
+					if i == 2 && n == 2 {
+						time.Sleep(100 * time.Millisecond)
+					}
+				}))
 				errs <- err
 			}()
 		}
 		refusals.Wait()
 		e.srv.Pause(t)
 		defer e.srv.Resume(t)
-		for range 2 {
+		for range 3 {
 			if err := <-errs; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("err = %v, want ErrNotObtained and DeadlineExceeded", err)
 			}
 		}
 	})
-	// A reader obtains a read hold: the reader behind it, whose own
-	// attempt gets no answer in time, did not find the lock held.
-	t.Run("behind a shared hold", func(t *testing.T) {
-		e := newEnv(t)
-		ctx := context.Background()
-		drv := &slowEval{Driver: e.newDriver(t), delay: 100 * time.Millisecond, started: make(chan struct{})}
-		c := dlock.New(drv)
-		t.Cleanup(func() { _ = c.Close() })
-		m := c.RWMutex("shared")
-		first := make(chan error, 1)
-		go func() {
-			l, err := m.RLock(ctx)
-			if err == nil {
-				_ = l.Release(ctx)
+	// A caller obtains the lock while another of its client waits behind
+	// it, whose own attempt gets no answer in time: behind a read hold it
+	// did not find the lock held; behind an exclusive lock it did.
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("behind a hold just taken, shared %v", shared), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			drv := &slowEval{Driver: e.newDriver(t), delay: 100 * time.Millisecond, started: make(chan struct{})}
+			c := dlock.New(drv)
+			t.Cleanup(func() { _ = c.Close() })
+			m := c.RWMutex("shared")
+			lock := func(ctx context.Context) (*dlock.Lock, error) {
+				if shared {
+					return m.RLock(ctx)
+				}
+				return c.Lock(ctx, "excl")
 			}
-			first <- err
-		}()
-		<-drv.started
-		wctx, cancel := context.WithTimeout(ctx, 130*time.Millisecond)
-		defer cancel()
-		if _, err := m.RLock(wctx); errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("the reader behind: err = %v, want DeadlineExceeded and not ErrNotObtained", err)
-		}
-		if err := <-first; err != nil {
-			t.Errorf("the first reader: %v", err)
-		}
-	})
+			first := make(chan error, 1)
+			go func() {
+				l, err := lock(ctx)
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+				first <- err
+			}()
+			<-drv.started
+			wctx, cancel := context.WithTimeout(ctx, 130*time.Millisecond)
+			defer cancel()
+			if _, err := lock(wctx); errors.Is(err, dlock.ErrNotObtained) == shared || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the caller behind: err = %v, want DeadlineExceeded, and ErrNotObtained %v", err, !shared)
+			}
+			if err := <-first; err != nil {
+				t.Errorf("the first caller: %v", err)
+			}
+		})
+	}
 	t.Run("silent", func(t *testing.T) {
 		e := newEnv(t)
 		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})

@@ -633,12 +633,15 @@ func (h *waitHub) saw(key string, w *waiter, err error) {
 }
 
 // obtained records that w obtained the lock at key: what w found before
-// says nothing of the lock now, for the callers waiting behind it (it may
-// be shared), which start again from no answer.
-func (h *waitHub) obtained(key string, w *waiter) {
+// says nothing of the lock now. For the callers waiting behind it, the lock
+// is held when w's hold excludes them (an exclusive lock, a write hold);
+// otherwise (a read hold, a permit) they start again from no answer.
+func (h *waitHub) obtained(key string, w *waiter, excludes bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.eachBehindLocked(key, w, func(x *waiter) { x.found = keyFound{} })
+	now := keyFound{refused: excludes}
+	w.found = now // a caller joining before w leaves starts from it
+	h.eachBehindLocked(key, w, func(x *waiter) { x.found = now })
 }
 
 // eachBehindLocked calls f with each caller waiting behind w at key, when
@@ -766,8 +769,9 @@ type grantee struct {
 //
 // what names the lock in the error of a wait that ended first. eager makes
 // the first attempt before the caller gets in line behind the callers of
-// this client that came first.
-func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, eager bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
+// this client that came first. excludes is set when the hold keeps out
+// every other (an exclusive lock, a write hold).
+func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, eager, excludes bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
 	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
@@ -807,7 +811,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		}
 		if n, ok := hub.granted(w); ok && g.claim(ctx, n) {
 			obtained = true
-			hub.obtained(key, w)
+			hub.obtained(key, w, excludes)
 			return nil
 		}
 		w.drain() // a signal from before this attempt is answered by it
@@ -821,7 +825,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
 			obtained = true
-			hub.obtained(key, w)
+			hub.obtained(key, w, excludes)
 			return nil
 		}
 		if isFinal(err) {
@@ -833,10 +837,13 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late
 		uncertain = uncertain || !notHeld
+		// Cut short by the wait's end: no answer (decided once, as the
+		// clock moves on).
+		short := !notHeld && cutShort(ctx, err)
 		switch {
 		case notHeld:
 			hub.saw(key, w, nil)
-		case !cutShort(ctx, err):
+		case !short:
 			hub.saw(key, w, err)
 		}
 		if notHeld && notices {
@@ -849,7 +856,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		c.log.DebugContext(ctx, "dlock: attempt failed", "key", key, "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
 		if !ok {
-			if cutShort(ctx, err) {
+			if short {
 				// The wait ended with the attempt: what Redis said last
 				// decides, as when the wait ends between attempts.
 				return abandon(uncertain, waitEnded(ctx, what, hub.knows(w), err))
