@@ -190,41 +190,38 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 		if _, err := e.c.TryLock(ctx, "c", dlock.WithTTL(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		lock := func(name string, wait time.Duration, refused chan<- struct{}) <-chan error {
+		// lock starts a wait for names, of which refused is closed at the
+		// first failed attempt.
+		lock := func(names []string, wait time.Duration, refused chan<- struct{}) <-chan error {
 			got := make(chan error, 1)
 			var once sync.Once
 			go func() {
-				_, err := c.Lock(ctx, name, dlock.WithMaxWait(wait), dlock.WithOnRetry(func(int, error) {
+				opts := []dlock.Option{dlock.WithMaxWait(wait), dlock.WithOnRetry(func(int, error) {
 					once.Do(func() { close(refused) })
-				}))
+				})}
+				var err error
+				if len(names) == 1 {
+					_, err = c.Lock(ctx, names[0], opts...)
+				} else {
+					_, err = c.LockMulti(ctx, names, opts...)
+				}
 				got <- err
 			}()
 			return got
 		}
 		multiRefused := make(chan struct{})
-		var multi <-chan error
-		{
-			got := make(chan error, 1)
-			var once sync.Once
-			go func() {
-				_, err := c.LockMulti(ctx, []string{"a", "b"}, dlock.WithMaxWait(3*time.Second), dlock.WithOnRetry(func(int, error) {
-					once.Do(func() { close(multiRefused) })
-				}))
-				got <- err
-			}()
-			multi = got
-		}
+		multi := lock([]string{"a", "b"}, 3*time.Second, multiRefused)
 		<-multiRefused
 		s1Refused := make(chan struct{})
-		s1 := lock("c", 300*time.Millisecond, s1Refused)
+		s1 := lock([]string{"c"}, 300*time.Millisecond, s1Refused)
 		<-s1Refused
-		s2 := lock("c", 800*time.Millisecond, make(chan struct{}))
+		s2 := lock([]string{"c"}, 800*time.Millisecond, make(chan struct{}))
 		proxy.Close() // Redis goes away: refused from now on
 		if err := <-s1; !errors.Is(err, dlock.ErrNotObtained) {
 			t.Errorf("the caller that found c held: err = %v, want ErrNotObtained", err)
 		}
-		s3 := lock("c", 1300*time.Millisecond, make(chan struct{}))
-		a := lock("a", 300*time.Millisecond, make(chan struct{}))
+		s3 := lock([]string{"c"}, 1300*time.Millisecond, make(chan struct{}))
+		a := lock([]string{"a"}, 300*time.Millisecond, make(chan struct{}))
 		check(t, <-a, "a", false)
 		<-s2
 		check(t, <-s3, "c", false)

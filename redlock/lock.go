@@ -432,7 +432,7 @@ func (l *Lock) endLost() {
 		}
 	}
 	why := error(nil)
-	if l.capped && !l.capEnd.IsZero() && !l.lostAt.Before(l.capEnd) {
+	if !l.capEnd.IsZero() && !l.lostAt.Before(l.capEnd) { // set once capped
 		// Lost when the last refresh the max hold allowed ran out, not
 		// earlier for another reason.
 		why = dlock.ErrMaxHold

@@ -722,17 +722,32 @@ func TestMaxHoldEndsTheRefreshing(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	r := newLocker(t, srvs)
 	start := time.Now()
-	l, err := r.TryLock(context.Background(), "capped", redlock.WithTTL(400*time.Millisecond),
-		redlock.WithRefreshInterval(50*time.Millisecond), redlock.WithMaxHold(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cappedLock(t, r, "capped", 400*time.Millisecond, 50*time.Millisecond, time.Second)
 	waitDone(t, l, 3*time.Second)
 	if took := time.Since(start); took < 900*time.Millisecond || took > 2*time.Second {
 		t.Errorf("Done closed after %v, want about the max hold of 1s", took)
 	}
-	if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Err = %v, want ErrMaxHold", err)
+	checkMaxHoldBlamed(t, l, true)
+}
+
+// cappedLock takes name on r, refreshed every interval with the TTL ttl
+// until the max hold.
+func cappedLock(t *testing.T, r *redlock.Locker, name string, ttl, interval, maxHold time.Duration) *redlock.Lock {
+	t.Helper()
+	l, err := r.TryLock(context.Background(), name, redlock.WithTTL(ttl),
+		redlock.WithRefreshInterval(interval), redlock.WithMaxHold(maxHold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// checkMaxHoldBlamed checks that the lost lock l blames its max hold, or
+// not.
+func checkMaxHoldBlamed(t *testing.T, l *redlock.Lock, want bool) {
+	t.Helper()
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) != want {
+		t.Errorf("Err = %v, want ErrLost, and ErrMaxHold %v", err, want)
 	}
 }
 
@@ -743,15 +758,9 @@ func TestMaxHoldEndsTheRefreshing(t *testing.T) {
 func TestAMaxHoldThatAllowsNoLastRefreshIsBlamed(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	r := newLocker(t, srvs, redlock.WithNodeTimeout(100*time.Millisecond))
-	l, err := r.TryLock(context.Background(), "capped", redlock.WithTTL(400*time.Millisecond),
-		redlock.WithRefreshInterval(380*time.Millisecond), redlock.WithMaxHold(800*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cappedLock(t, r, "capped", 400*time.Millisecond, 380*time.Millisecond, 800*time.Millisecond)
 	waitDone(t, l, 3*time.Second)
-	if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Err = %v, want ErrMaxHold", err)
-	}
+	checkMaxHoldBlamed(t, l, true)
 }
 
 // TestAnOutageAtTheLastRefreshIsNotBlamedOnTheMaxHold: the last refresh
@@ -763,11 +772,7 @@ func TestAnOutageAtTheLastRefreshIsNotBlamedOnTheMaxHold(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	r := newLocker(t, srvs, redlock.WithNodeTimeout(100*time.Millisecond))
 	start := time.Now()
-	l, err := r.TryLock(context.Background(), "out", redlock.WithTTL(time.Second),
-		redlock.WithRefreshInterval(200*time.Millisecond), redlock.WithMaxHold(1830*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cappedLock(t, r, "out", time.Second, 200*time.Millisecond, 1830*time.Millisecond)
 	// Between the refresh at 800ms and the last one, at 1000ms.
 	time.Sleep(time.Until(start.Add(900 * time.Millisecond)))
 	for _, srv := range srvs {
@@ -777,9 +782,7 @@ func TestAnOutageAtTheLastRefreshIsNotBlamedOnTheMaxHold(t *testing.T) {
 		t.Skipf("the nodes went down at %v, after the last refresh may have run (a loaded machine)", late)
 	}
 	waitDone(t, l, 5*time.Second)
-	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) {
-		t.Errorf("Err = %v, want ErrLost without ErrMaxHold", err)
-	}
+	checkMaxHoldBlamed(t, l, false)
 }
 
 // TestALossBeforeTheMaxHoldIsNotBlamedOnIt: the last refresh the max hold
@@ -790,11 +793,7 @@ func TestALossBeforeTheMaxHoldIsNotBlamedOnIt(t *testing.T) {
 	r := newLocker(t, srvs)
 	// Refreshes at 300ms (not capped: 650ms left) and at 600ms (capped:
 	// 350ms left, the last).
-	l, err := r.TryLock(context.Background(), "cut", redlock.WithTTL(400*time.Millisecond),
-		redlock.WithRefreshInterval(300*time.Millisecond), redlock.WithMaxHold(950*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cappedLock(t, r, "cut", 400*time.Millisecond, 300*time.Millisecond, 950*time.Millisecond)
 	// The first refresh raises the key's PTTL again; delete it after that.
 	pttl := func() int {
 		n, err := strconv.Atoi(srvs[0].Do(t, "PTTL", "dlock:{cut}"))
@@ -819,9 +818,7 @@ func TestALossBeforeTheMaxHoldIsNotBlamedOnIt(t *testing.T) {
 	srvs[0].Do(t, "DEL", "dlock:{cut}")
 	srvs[1].Do(t, "DEL", "dlock:{cut}")
 	waitDone(t, l, 3*time.Second)
-	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) {
-		t.Errorf("Err = %v, want ErrLost without ErrMaxHold", err)
-	}
+	checkMaxHoldBlamed(t, l, false)
 }
 
 func TestCloseStopsRefreshing(t *testing.T) {
