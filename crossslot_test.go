@@ -549,6 +549,44 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 		awaitCond(t, 5*time.Second, func() bool { return len(e.taken(t, low, high)) == 0 })
 	})
+
+	// Last: it leaves the names kept until it force-releases them.
+	t.Run("MinHold", func(t *testing.T) {
+		c, _ := e.newClient(t)
+		other, _ := e.newClient(t)
+		blocker, err := other.TryLock(ctx, mid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A refused attempt gives back the part it took: kept by nobody.
+		if _, err := c.TryLockMulti(ctx, []string{high, mid, low}, dlock.WithMinHold(time.Minute)); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("err = %v, want ErrNotObtained", err)
+		}
+		if got := e.taken(t, low, high); len(got) > 0 {
+			t.Fatalf("a refused attempt left %q taken", got)
+		}
+		if err := blocker.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryLockMulti(ctx, []string{high, mid, low}, dlock.WithMinHold(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range e.names {
+			if _, err := other.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("TryLock(%q) within the minimum hold: err = %v", name, err)
+			}
+			if count := e.hget(t, name, "count"); count != "0" {
+				t.Errorf("%q kept with count %q, want 0", name, count)
+			}
+			if _, err := other.ForceRelease(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 // giveBackLoser is a tapDriver that loses the reply of the first release

@@ -69,7 +69,10 @@
 // when the function panics. Refreshes of one lock, by Refresh or the
 // watchdog, go one at a time, so that Deadline follows the last one the
 // server ran.
-// WithMaxHold caps how long refreshing may keep a lock.
+// WithMaxHold caps how long refreshing may keep a lock. WithMinHold keeps
+// an exclusive lock taken after an early Release, until that long after it
+// was obtained: a job that every host's schedule starts then runs at most
+// once per period.
 //
 // # Several names at once
 //

@@ -58,8 +58,8 @@ var (
 	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
 	// ErrInvalidToken means a token given with WithToken or Attach was empty.
 	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)
-	// ErrInvalidOption means an option's value is out of range; the message
-	// names the option.
+	// ErrInvalidOption means an option's value is out of range, or the
+	// option does not apply to the primitive; the message names the option.
 	ErrInvalidOption = fmt.Errorf("%w: option", ErrInvalidArgument)
 	// ErrInvalidPermits means a semaphore was given zero or fewer permits.
 	ErrInvalidPermits = fmt.Errorf("%w: permits", ErrInvalidArgument)

@@ -153,6 +153,35 @@ func ExampleWithOwner() {
 	// Output: re-entered: true same fence: true
 }
 
+func ExampleWithMinHold() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// Each host runs this when its schedule fires, once an hour.
+	cleanup := func(host string) {
+		err := locks.Do(ctx, "hourly-cleanup", func(ctx context.Context) error {
+			fmt.Println(host, "cleans up")
+			return nil
+		}, dlock.WithRetry(dlock.NoRetry()), dlock.WithMinHold(50*time.Minute))
+		if errors.Is(err, dlock.ErrNotObtained) {
+			fmt.Println(host, "skips: done this hour")
+		}
+	}
+	cleanup("host-a")
+	cleanup("host-b") // fires after host-a's run has ended
+
+	info, _ := locks.Inspect(ctx, "hourly-cleanup")
+	fmt.Println("kept, released:", info.Holders[0].Count == 0)
+	_, _ = locks.ForceRelease(ctx, "hourly-cleanup") // the example's own clean-up
+	// Output:
+	// host-a cleans up
+	// host-b skips: done this hour
+	// kept, released: true
+}
+
 func ExampleClient_RWMutex() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})

@@ -52,7 +52,7 @@ type Holder struct {
 	Mode     string        // ModeExclusive, ModeWrite, ModeRead or ModePermit
 	Owner    string        // the WithOwner id, or ""
 	Metadata string        // the WithMetadata string
-	Count    int           // the hold count (above 1 when re-entered)
+	Count    int           // the hold count (above 1 when re-entered; 0 for an exclusive lock released and kept for its minimum hold, see WithMinHold)
 	Since    time.Time     // when it was obtained, by the server's clock
 	TTL      time.Duration // how long it has left unless refreshed
 	Fence    uint64        // its fencing token; 0 for read holds and permits

@@ -35,6 +35,9 @@ type Lock struct {
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
 	owner      string
+	// minHold is WithMinHold in whole milliseconds, rounded up, as a
+	// release argument; zero when not given.
+	minHold int64
 	// reqArg is req as a script argument, boxed once for the acquire
 	// attempts and the release: set by the first acquireArgs, on the
 	// acquiring goroutine, before the Lock is handed out.
@@ -187,7 +190,10 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // (DefaultTTL if not given), whatever it was obtained with; WithAutoRefresh
 // and the options that go with it refresh it automatically from the start,
 // the first time soon enough to keep it however little of its TTL it has
-// left. Options that only matter to an acquire are ignored.
+// left. WithMinHold applies to its Release as to an acquired Lock's (the
+// minimum hold counts from when the hold began): a Lock handed over to
+// another process keeps the hold after its Release only if Attach is given
+// WithMinHold too. Options that only matter to an acquire are ignored.
 func (c *Client) Attach(ctx context.Context, name, token string, opts ...Option) (*Lock, error) {
 	return c.AttachMulti(ctx, []string{name}, token, opts...)
 }
@@ -256,13 +262,23 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		names = append([]string(nil), names...)
 	}
 	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
-		owner: o.owner, meta: o.metadata, givenToken: o.token != ""}
+		owner: o.owner, meta: o.metadata, givenToken: o.token != "",
+		minHold: ceilMilliseconds(o.minHold)}
 	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
 		l.parts = l.split()
 	}
 	l.init(c, o)
 	return l, nil
+}
+
+// ceilMilliseconds returns d in whole milliseconds, rounded up.
+func ceilMilliseconds(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
 }
 
 // exclusive returns what obtain builds an exclusive lock on names with;
@@ -603,7 +619,11 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // Release gives the lock up. It returns ErrNotHeld if the lock had already
 // been released, had expired or was taken over; with several names, the
 // names still held are released all the same. A lock re-entered by its owner
-// (WithOwner) is freed when every acquisition has been released. Done is
+// (WithOwner) is freed when every acquisition has been released. One
+// obtained WithMinHold stays taken, by nobody, until its minimum hold has
+// passed, when the Release that frees it comes sooner (a Release sent
+// again after that time reports ErrNotHeld, the kept hold having run out
+// and taken the record of the first with it). Done is
 // closed once Release returns without a Redis error. Release stops the
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
@@ -651,6 +671,11 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.ended()
 	args := l.releaseArgs(token, id)
+	if l.minHold > 0 {
+		// No grant request to take back, any fence, and the minimum hold
+		// (see release.lua): only a Release keeps the hold, not a clean-up.
+		args = append(args, "", "", l.minHold)
+	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}

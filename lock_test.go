@@ -894,6 +894,20 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 			return err
 		}, dlock.ErrInvalidOption},
 		{"zero max wait", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMaxWait(0)); return err }, dlock.ErrInvalidOption},
+		{"zero min hold", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithMinHold(0)); return err }, dlock.ErrInvalidOption},
+		{"negative min hold", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithMinHold(-time.Second)); return err }, dlock.ErrInvalidOption},
+		{"min hold of a read hold", func() error {
+			_, err := e.c.RWMutex("doc").RLock(ctx, dlock.WithMinHold(time.Second))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"min hold of a write hold", func() error {
+			_, err := e.c.RWMutex("doc").TryLock(ctx, dlock.WithMinHold(time.Second))
+			return err
+		}, dlock.ErrInvalidOption},
+		{"min hold of a permit", func() error {
+			_, err := e.c.Semaphore("s", 2).Acquire(ctx, dlock.WithMinHold(time.Second))
+			return err
+		}, dlock.ErrInvalidOption},
 		{"refresh interval past the deadline", func() error {
 			// The deadline is 100ms less 3ms for clock drift.
 			_, err := e.c.TryLock(ctx, "k", dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(98*time.Millisecond))

@@ -41,6 +41,7 @@ type options struct {
 	auto     bool          // refresh automatically
 	interval time.Duration // WithRefreshInterval; zero for the default
 	maxHold  time.Duration
+	minHold  time.Duration // WithMinHold; zero when not given
 	repl     replication
 	err      error // the first invalid option
 }
@@ -192,6 +193,36 @@ func WithMaxHold(d time.Duration) Option {
 		o.maxHold = d
 	}
 }
+
+// WithMinHold keeps an exclusive lock held after its Release until d has
+// passed since the hold began (by the server's clock): a job that ends
+// sooner leaves the name taken for the rest of d, so that others who try it
+// meanwhile are refused. It makes a job run at most once per period across
+// hosts whose schedules fire at slightly different times: with d shorter
+// than the period and longer than the spread of the hosts' clocks, the
+// first host's run keeps the others out of that tick even when it ends at
+// once (as ShedLock's lockAtLeastFor does). The hold kept is nobody's: the
+// Lock is released, nothing refreshes the hold, Inspect shows its holder
+// with Count 0, it runs out at d, and only ForceRelease ends it sooner.
+// A lock that is lost, or whose holder dies without releasing it, is
+// not kept: it runs out with its TTL, which may be sooner than d (a lock on
+// several names keeps those it still held). The
+// release of one acquisition of a lock held more than once (WithOwner)
+// keeps nothing, since the others still hold it; the Release that frees the
+// hold keeps it with its own WithMinHold. d must be positive; Redis keeps
+// it in whole milliseconds, rounded up. Read/write locks and semaphores
+// refuse it (ErrInvalidOption).
+func WithMinHold(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: WithMinHold(%v) must be positive", ErrInvalidOption, d))
+		}
+		o.minHold = d
+	}
+}
+
+// errMinHoldKind refuses WithMinHold to the primitives that do not keep it.
+var errMinHoldKind = fmt.Errorf("%w: WithMinHold is for exclusive locks, not read/write locks or semaphores", ErrInvalidOption)
 
 // refreshInterval is the automatic refresh period, or zero when off.
 func (o *options) refreshInterval() time.Duration {

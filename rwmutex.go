@@ -121,6 +121,9 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 		if err := checkName(m.name); err != nil {
 			return nil, err
 		}
+		if o.minHold > 0 {
+			return nil, errMinHoldKind
+		}
 		key := m.c.RedisKey(m.name)
 		l := &Lock{kind: kind, names: []string{m.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
 			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}

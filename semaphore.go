@@ -88,6 +88,9 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 	if err := checkName(s.name); err != nil {
 		return nil, err
 	}
+	if o.minHold > 0 {
+		return nil, errMinHoldKind
+	}
 	if n := s.permits.Load(); n < 1 {
 		return nil, fmt.Errorf("%w: %d", ErrInvalidPermits, n)
 	}

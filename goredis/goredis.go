@@ -3,7 +3,11 @@
 // implements redis.UniversalClient. On a Ring, a lock on names of several
 // hash tags is refused with dlock.ErrUnsupported: a Ring would run its
 // script on the first name's shard only. A Ring cannot subscribe either
-// (its shards' channels are separate): waits on it poll.
+// (its shards' channels are separate): waits on it poll. A Ring moves
+// names between shards when a shard's heartbeat fails or SetAddrs changes
+// them, and a moved name is free on its new shard while its holder still
+// acts: a Ring does not keep two holders apart across such a change (see
+// the README's Drivers section).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))

@@ -27,7 +27,9 @@
 -- own request token: a release or a clean-up undoes exactly that one, once,
 -- and an acquire sent again after its reply was lost finds itself. A
 -- record whose value is not the current token is left from an earlier
--- holder and counts for nothing.
+-- holder and counts for nothing. A hold released before its minimum hold
+-- has passed keeps its token with no request token, owner or count (see
+-- release): still taken, it is nobody's to join.
 -- A released lock keeps its hash for a minute, free, so that the next
 -- holder finds its fence and a repeated release its id in one read. A
 -- free hash has an empty owner and metadata (see release), so a holder

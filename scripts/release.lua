@@ -7,7 +7,8 @@
 -- clean-up ARGV[3] the client channel with which it may have left its
 -- request for a grant ('' or absent when not; see grant), which goes, and
 -- ARGV[4] the fence of the hold to give up ('' or absent for any): a key
--- held with another fence counts as not held
+-- held with another fence counts as not held, and ARGV[5] the holder's
+-- minimum hold in ms ('' or absent for none; see keep_for)
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -17,12 +18,14 @@
 -- acquisition. It is taken away once; a lock with no acquisition left is
 -- freed: its hash stays for a minute with an empty token, and its next
 -- waiter is woken, or granted the lock if it left its request (see
--- grant). Keys the acquisition does not hold are left alone. The
+-- grant). Only a lock its holder must keep for a minimum hold is kept
+-- instead, until then (see keep_for). Keys the acquisition does not hold are left alone. The
 -- hash's 'rel' holds the ids of its last releases (see record): a
 -- release whose id it holds ran before (its reply was lost and the client
 -- sent it again), changes nothing and counts as done. Returns the number
 -- of keys that were not held by the acquisition.
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
+local min_hold = tonumber(ARGV[5] or '')
 local hold = 'h:' .. req
 
 -- kept is how much of 'rel' a release keeps: room for the last eight ids
@@ -60,6 +63,21 @@ local function record(rel)
   return rel
 end
 
+-- keep_for returns how many ms lock k, whose last acquisition is being given
+-- up, must still be kept to have been held for the minimum hold since its
+-- hold began ('since'), or nil when it need not be. A hold kept stays taken
+-- (its token is left) with no acquisition (request token, owner and count
+-- cleared): nobody can refresh, join or release it, and it runs out then.
+local function keep_for(k)
+  if not min_hold then return nil end
+  local since = tonumber(redis.call('HGET', k, 'since'))
+  if not since then return nil end
+  local t = redis.call('TIME')
+  local left = since + min_hold - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if left > 0 then return left end
+  return nil
+end
+
 local n = #KEYS / 3
 local missing = 0
 for i = 1, n do
@@ -89,7 +107,14 @@ for i = 1, n do
   else
     if again then redis.call('HDEL', k, hold) end
     local rel = record(cur[5])
-    if not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel)) then
+    local keep = keep_for(k)
+    if keep then
+      redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
+      redis.call('PEXPIRE', k, keep)
+      -- The next waiter's timer follows the TTL it was refused with: told,
+      -- it tries again and sleeps until this one.
+      if cur[6] then wake(KEYS[n + i], k, true) end
+    elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel)) then
       redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
       redis.call('PEXPIRE', k, '60000')
     end

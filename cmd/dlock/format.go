@@ -114,6 +114,9 @@ func heldBy(info *dlock.Info, now time.Time) string {
 		case "write":
 			who = "a writer, " + who
 		}
+		if released(info, h) {
+			return fmt.Sprintf("%s, whose run ended; kept for its minimum hold (started %s ago, free in %s)", who, fmtDur(age(h, now)), fmtDur(h.TTL))
+		}
 		return fmt.Sprintf("%s (running %s, expires in %s)", who, fmtDur(age(h, now)), fmtDur(h.TTL))
 	}
 	oldest, soonest := hs[0], hs[0]
@@ -155,6 +158,13 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// released reports whether h is an exclusive lock's hold released before
+// its minimum hold had passed (dlock.WithMinHold, run --min-hold): kept,
+// with no acquisition left, until it runs out.
+func released(info *dlock.Info, h dlock.Holder) bool {
+	return info.Kind == dlock.KindLock && h.Count == 0
 }
 
 // age is how long h has held its name, by the local clock.
@@ -209,6 +219,7 @@ type holderJSON struct {
 	Mode     string            `json:"mode"` // exclusive, write, read or permit
 	Owner    string            `json:"owner,omitempty"`
 	Count    int               `json:"count"`
+	Released bool              `json:"released,omitempty"` // released before its minimum hold, kept until ttl_ms runs out
 	Metadata string            `json:"metadata"`
 	Meta     map[string]string `json:"meta,omitempty"` // the metadata, when it is a JSON object
 	Since    time.Time         `json:"since"`
@@ -227,7 +238,7 @@ func toJSON(info *dlock.Info, now time.Time) infoJSON {
 	}
 	for _, h := range info.Holders {
 		out.Holders = append(out.Holders, holderJSON{
-			Mode: holderMode(info, h), Owner: h.Owner, Count: h.Count,
+			Mode: holderMode(info, h), Owner: h.Owner, Count: h.Count, Released: released(info, h),
 			Metadata: h.Metadata, Meta: parseMeta(h.Metadata),
 			Since: h.Since.UTC(), AgeMS: age(h, now).Milliseconds(), TTLMS: h.TTL.Milliseconds(), Fence: h.Fence,
 		})
@@ -293,8 +304,13 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 		if m[metaCmd] != "" {
 			fmt.Fprintf(tw, "  command:\t%s\n", oneLine(m[metaCmd]))
 		}
-		fmt.Fprintf(tw, "  since:\t%s (running %s)\n", h.Since.UTC().Format("2006-01-02 15:04:05 MST"), fmtDur(age(h, now)))
-		fmt.Fprintf(tw, "  expires:\tin %s unless refreshed\n", fmtDur(h.TTL))
+		if released(info, h) {
+			fmt.Fprintf(tw, "  since:\t%s (%s ago; released)\n", h.Since.UTC().Format("2006-01-02 15:04:05 MST"), fmtDur(age(h, now)))
+			fmt.Fprintf(tw, "  expires:\tin %s, kept until then for its minimum hold\n", fmtDur(h.TTL))
+		} else {
+			fmt.Fprintf(tw, "  since:\t%s (running %s)\n", h.Since.UTC().Format("2006-01-02 15:04:05 MST"), fmtDur(age(h, now)))
+			fmt.Fprintf(tw, "  expires:\tin %s unless refreshed\n", fmtDur(h.TTL))
+		}
 		fmt.Fprintf(tw, "  fence:\t%d\n", h.Fence)
 		if h.Owner != "" {
 			fmt.Fprintf(tw, "  owner:\t%s (held %s)\n", printable(h.Owner), plural(h.Count, "time"))
@@ -331,6 +347,9 @@ func tableLines(infos []*dlock.Info, now time.Time) []string {
 		if hs := info.Holders; len(hs) == 1 {
 			who = whoHolds(hs[0])
 			running, expires = fmtDur(age(hs[0], now)), fmtDur(hs[0].TTL)
+			if released(info, hs[0]) {
+				running = "ended"
+			}
 		} else if len(hs) > 1 {
 			who = countHolders(info)
 			oldest, soonest := hs[0], hs[0]

@@ -102,6 +102,11 @@ Flags:
                        (default 10s, at least 100ms)
   --grace DURATION     after losing the lock, how long to wait between SIGTERM and
                        SIGKILL (default 10s)
+  --min-hold DURATION  keep the lock after the command exits until DURATION after
+                       it was obtained, so that runs started meanwhile are
+                       refused: with --no-wait and DURATION shorter than the
+                       schedule's period, but longer than the hosts' clocks
+                       differ, a job runs once per tick across hosts
   --metadata KEY=VALUE add to the metadata stored with the lock (repeatable); the
                        defaults are host, pid, user and cmd
   --shared             take a read lock of a read/write lock: shared with other
@@ -124,6 +129,7 @@ Examples:
   dlock run --wait 5m --metadata ticket=OPS-42 migrate -- ./migrate up
   dlock run deploy -- sh -c 'echo "deploying with fence $DLOCK_FENCE"; ./deploy'
   dlock run --no-wait sync -- ./sync; [ $? -eq 73 ] && echo "sync already running"
+  dlock run --no-wait --min-hold 50s report -- ./report.sh   # cron, every minute
 `,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			o := runOptions{ttl: dlock.DefaultTTL, grace: defaultGrace}
@@ -141,6 +147,7 @@ Examples:
 			fs.BoolVar(&o.noWait, "no-wait", false, "")
 			durationFlag(fs, &o.ttl, "ttl")
 			durationFlag(fs, &o.grace, "grace")
+			durationFlag(fs, &o.minHold, "min-hold")
 			fs.Func("metadata", "", func(s string) error {
 				k, v, ok := strings.Cut(s, "=")
 				if !ok || k == "" {
@@ -169,6 +176,7 @@ Examples:
 
 type runOptions struct {
 	wait, ttl, grace time.Duration
+	minHold          time.Duration
 	noWait, quiet    bool
 	meta             [][2]string
 	kind             kind
@@ -184,6 +192,10 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--ttl %v is too short; it must be at least %v", o.ttl, minTTL)
 	case o.grace < 0:
 		return usage(runCommand, "--grace %v must not be negative", o.grace)
+	case o.minHold < 0:
+		return usage(runCommand, "--min-hold %v must not be negative", o.minHold)
+	case o.minHold > 0 && (o.kind.shared || o.kind.write || o.semaphore):
+		return usage(runCommand, "--min-hold is for a plain (exclusive) lock, not --shared, --write or --semaphore")
 	case o.semaphore && o.kind.permits < 1:
 		// 0 would be no semaphore at all: an exclusive lock.
 		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)
@@ -327,6 +339,9 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		return nil, nil, err
 	}
 	opts := []dlock.Option{dlock.WithTTL(o.ttl), dlock.WithMetadata(metadata(argv, o.meta)), dlock.WithAutoRefresh()}
+	if o.minHold > 0 {
+		opts = append(opts, dlock.WithMinHold(o.minHold))
+	}
 	var l *dlock.Lock
 	var w *waiter
 	if o.noWait {

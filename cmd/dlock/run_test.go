@@ -93,6 +93,39 @@ func TestRunNotObtained(t *testing.T) {
 	}
 }
 
+// --min-hold keeps the lock after the command exits, until that long after
+// it was obtained: a run meanwhile is refused, and status and ls say why.
+func TestRunMinHold(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	flags := []string{"--no-wait", "--min-hold", "1m", "--metadata", "host=host-a"}
+	if r := dlockRun(t, nil, runArgs(flags, name, "job", ran, "0")...); r.code != 0 {
+		t.Fatalf("first run: exit code %d; stderr: %s", r.code, r.stderr)
+	}
+	r := dlockRun(t, nil, runArgs(flags, name, "job", ran, "0")...)
+	checkOneLine(t, r, exitNotObtained, "held by host-a pid ")
+	if !strings.Contains(r.stderr, "whose run ended; kept for its minimum hold (started ") {
+		t.Errorf("the refusal does not say the hold is kept: %q", r.stderr)
+	}
+	data, err := os.ReadFile(ran)
+	if err != nil || strings.Count(string(data), "start") != 1 {
+		t.Errorf("the command ran %d times, want once: %q, %v", strings.Count(string(data), "start"), data, err)
+	}
+	if r := dlockRun(t, nil, "status", name); r.code != 0 || !strings.Contains(r.stdout, "kept until then for its minimum hold") {
+		t.Errorf("status: exit code %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if r := dlockRun(t, nil, "ls", name); r.code != 0 || !strings.Contains(r.stdout, "ended") {
+		t.Errorf("ls: exit code %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if r := dlockRun(t, nil, "status", "--json", name); r.code != 0 || !strings.Contains(r.stdout, `"released": true`) {
+		t.Errorf("status --json: exit code %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // --shared takes a read lock, which other readers share and a plain run
 // does not, --write its write lock, --fair a fair one; --semaphore N takes
 // one of N permits.
@@ -483,6 +516,9 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--shared", "--write", "job", "--", helperBin}, "--shared and --write exclude each other"},
 		{[]string{"run", "--write", "--semaphore", "3", "job", "--", helperBin}, "--write and --semaphore exclude each other"},
 		{[]string{"run", "--fair", "job", "--", helperBin}, "--fair is for a read/write lock"},
+		{[]string{"run", "--min-hold", "-1s", "job", "--", helperBin}, "--min-hold -1s must not be negative"},
+		{[]string{"run", "--min-hold", "1s", "--write", "job", "--", helperBin}, "--min-hold is for a plain (exclusive) lock"},
+		{[]string{"run", "--min-hold", "1", "job", "--", helperBin}, `"1" is not a duration`},
 		{[]string{"run", "--quiet=maybe", "job", "--", helperBin}, `invalid boolean value "maybe" for --quiet`},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
