@@ -38,10 +38,13 @@
 //
 // # Errors
 //
-// A failed acquisition returns an error matching dlock.ErrNotObtained,
-// joined with a *NodeError for each node that did not grant the lock, and
-// with ErrNoQuorum when fewer than a quorum of nodes answered at all (the
-// lock could not have been obtained even if free). Bad input matches
+// A failed acquisition returns an error joined with a *NodeError for each
+// node that did not grant the lock. It matches dlock.ErrNotObtained when
+// the lock is held by another (the nodes that refused it rule out a quorum
+// on their own), and ErrNoQuorum instead when nodes that failed could have
+// made the quorum: the lock may be free, and code that skips its work when
+// the lock is held must not skip it silently while the nodes are down. The
+// error of Lock is that of its last attempt. Bad input matches
 // dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
 // ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
 //

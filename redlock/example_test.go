@@ -34,8 +34,12 @@ func Example() {
 	// Lock tries again after a random delay while the lock is held or too
 	// few nodes answer; TryLock would make one attempt.
 	l, err := locker.Lock(ctx, "nightly-report", redlock.WithTTL(30*time.Second), redlock.WithAutoRefresh())
-	if errors.Is(err, dlock.ErrNotObtained) {
-		fmt.Println("another process is running the report, or too few nodes are up:", err)
+	switch {
+	case errors.Is(err, dlock.ErrNotObtained):
+		fmt.Println("another process is running the report")
+		return
+	case err != nil: // redlock.ErrNoQuorum: too many nodes failing to tell
+		fmt.Println("redis:", err)
 		return
 	}
 	defer l.Release(ctx)

@@ -110,8 +110,8 @@ func (rd *round) succeeded() int {
 }
 
 // TryLock obtains the lock called name on a quorum of the nodes, in one
-// round of requests sent to all of them at once, or returns an error
-// matching dlock.ErrNotObtained at once.
+// round of requests sent to all of them at once, or returns an error at
+// once.
 //
 // The acquisition counts only if a quorum granted the lock and the TTL,
 // measured on the monotonic clock from before the first request, less the
@@ -120,13 +120,22 @@ func (rd *round) succeeded() int {
 // granted it, also on nodes that answer after the node timeout: each
 // release has 2s, whatever the node timeout, and those still under way
 // when TryLock returns (after the node timeout) go on in the background,
-// which Locker.Close waits for. The error joins dlock.ErrNotObtained with
-// a *NodeError for every node that did not grant it, and with ErrNoQuorum
-// when fewer than a quorum answered without an error. When ctx ends before
-// the node timeout, the nodes that had not answered are not blamed: their
-// *NodeError says that the context ended, the error joins ctx.Err(), and
-// ErrNoQuorum only if the quorum was out of reach even with them. Bad options come back before any request, matching
-// dlock.ErrInvalidArgument.
+// which Locker.Close waits for. The error joins a *NodeError for every node
+// that did not grant the lock, and matches:
+//   - dlock.ErrNotObtained when the nodes that refused the lock rule out a
+//     quorum on their own (it is held by another), or when a quorum granted
+//     it too late for it to be valid;
+//   - ErrNoQuorum when nodes that failed (or did not answer within the node
+//     timeout) could have made the quorum: the lock may be free and the
+//     nodes are failing, so code that skips its work when the lock is held
+//     does not skip it silently while they are down. A node's refusal in
+//     such an error reads as one but does not match dlock.ErrNotObtained;
+//   - neither, but ctx.Err(), when ctx ended before enough nodes answered
+//     to tell: the nodes that had not answered are not blamed (their
+//     *NodeError says that the context ended).
+//
+// The error joins ctx.Err() whenever ctx ended. Bad options come back
+// before any request, matching dlock.ErrInvalidArgument.
 func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o, err := r.options(ctx, opts)
 	if err != nil {
@@ -448,7 +457,7 @@ func (l *Lock) endLost() {
 // failure builds the error of a round that did not reach a quorum, from
 // the nodes' outcomes in rd; l.mu must be held.
 func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
-	answered, got, cutShort := 0, 0, 0
+	answered, got, cutShort, failing := 0, 0, 0, 0
 	var errs []error
 	for i, err := range rd.errs {
 		if rd.cut && (err == errPending || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
@@ -474,15 +483,32 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
 			return err // the same on every node, and found before any request
 		case !isServerError(err) && !errors.Is(err, ErrNodeTimeout):
 			answered++ // refused, or an answer that is not a failure to reach it
+		default:
+			failing++
 		}
 		errs = append(errs, l.nodeError(i, err))
 	}
 	var top error
 	switch did {
 	case "obtained":
-		top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, did, got, len(l.nodes), l.r.quorum)
-		if answered+cutShort < l.r.quorum { // not even with the nodes cut short
-			top = fmt.Errorf("%w; %w (%d of %d)", top, ErrNoQuorum, answered, len(l.nodes))
+		// Held by another only when the nodes that answered so rule out a
+		// quorum on their own: otherwise the nodes that failed, or that the
+		// caller's context cut short, decided, and the lock may be free.
+		refused := answered - got
+		switch {
+		case refused > len(l.nodes)-l.r.quorum:
+			top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, did, got, len(l.nodes), l.r.quorum)
+		case got+failing >= l.r.quorum:
+			top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d; %d failed", ErrNoQuorum, l.name, did, got, len(l.nodes), l.r.quorum, failing)
+		default:
+			top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
+		}
+		if refused <= len(l.nodes)-l.r.quorum {
+			for _, e := range errs {
+				if ne := e.(*NodeError); errors.Is(ne.Err, dlock.ErrNotObtained) {
+					ne.Err = refusal{ne.Err}
+				}
+			}
 		}
 	default:
 		top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
@@ -495,6 +521,13 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
 	}
 	return errors.Join(append([]error{top}, errs...)...)
 }
+
+// refusal is a node's refusal in a round that the nodes that failed
+// decided: it reads as the node's error, but does not match
+// dlock.ErrNotObtained, which the round's error must not match then.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
 
 func (l *Lock) nodeError(i int, err error) error {
 	return &NodeError{Node: i, Addr: l.r.nodes[i].Addr, Err: err}

@@ -27,11 +27,12 @@ var (
 	// ErrInvalidNode means a node has no address or no client.
 	ErrInvalidNode = fmt.Errorf("%w: redlock: node without an address or a client", dlock.ErrInvalidArgument)
 
-	// ErrNoQuorum means fewer than a quorum of nodes answered without an
-	// error: the lock could not have been obtained or refreshed even if
-	// nobody else held it. It comes joined with dlock.ErrNotObtained (an
-	// acquisition) or on its own (a refresh that may succeed later).
-	ErrNoQuorum = errors.New("redlock: fewer than a quorum of nodes answered")
+	// ErrNoQuorum means that nodes failed (or did not answer in time) and
+	// decided the outcome: an acquisition that the failing nodes could
+	// have completed (the lock may be free; it does not match
+	// dlock.ErrNotObtained then), or a refresh or release that fewer than a
+	// quorum of nodes answered, which may succeed later.
+	ErrNoQuorum = errors.New("redlock: no quorum without the nodes that failed")
 
 	// ErrNodeTimeout is the error of a node that did not answer within the
 	// node timeout (see WithNodeTimeout).

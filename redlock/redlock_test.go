@@ -226,9 +226,46 @@ func TestMinorityOfNodesDown(t *testing.T) {
 	}
 }
 
+// TestARefusedAttemptIsNotObtainedOnlyWhenTheRefusalsDecide: an attempt
+// matches ErrNotObtained only when the nodes that refused rule out a quorum
+// on their own; when a node that failed could have made one, it matches
+// ErrNoQuorum instead (the lock may be free, and the nodes are failing).
+func TestARefusedAttemptIsNotObtainedOnlyWhenTheRefusalsDecide(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		heldOn    []int // nodes where another holds the name
+		killed    int   // the node killed
+		notObtain bool
+	}{
+		{"refused on 1, failed on 1", []int{0}, 1, false},
+		{"refused on 2, failed on 1", []int{0, 1}, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := redistest.StartMasters(t, 3)
+			for _, i := range tc.heldOn {
+				if _, err := newClient(t, srvs[i]).TryLock(ctx, "job", dlock.WithTTL(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srvs[tc.killed].Kill(t)
+			_, err := newLocker(t, srvs).TryLock(ctx, "job")
+			if errors.Is(err, dlock.ErrNotObtained) != tc.notObtain || errors.Is(err, redlock.ErrNoQuorum) == tc.notObtain {
+				t.Errorf("err = %v; want ErrNotObtained %v, ErrNoQuorum %v", err, tc.notObtain, !tc.notObtain)
+			}
+			var se *dlock.ServerError
+			if !errors.As(err, &se) {
+				t.Errorf("err = %v, want the killed node's *dlock.ServerError in it", err)
+			}
+		})
+	}
+}
+
 // TestMajorityOfNodesDownFailsCleanly kills three of five nodes: every
-// acquisition fails with ErrNotObtained, ErrNoQuorum and the nodes' own
-// errors, and leaves nothing on the two that are up.
+// acquisition fails with ErrNoQuorum and the nodes' own errors, not
+// ErrNotObtained (nobody holds the lock: code that skips its work when it
+// is held must not skip silently), and leaves nothing on the two that are
+// up.
 func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
 	srvs := redistest.StartMasters(t, 5)
 	r := newLocker(t, srvs)
@@ -243,8 +280,8 @@ func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
 	if took, limit := time.Since(start), testNodeTimeout+750*time.Millisecond; took > limit {
 		t.Errorf("TryLock took %v, more than the node timeout %v and a margin", took, testNodeTimeout)
 	}
-	if l != nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) {
-		t.Fatalf("TryLock = %v, %v; want no lock, ErrNotObtained and ErrNoQuorum", l, err)
+	if l != nil || errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryLock = %v, %v; want no lock, ErrNoQuorum and not ErrNotObtained", l, err)
 	}
 	var failed []int
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -267,8 +304,8 @@ func TestMajorityOfNodesDownFailsCleanly(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	l, err = r.Lock(wctx, "job")
-	if l != nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Lock = %v, %v; want no lock, ErrNotObtained and DeadlineExceeded", l, err)
+	if l != nil || errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock = %v, %v; want no lock, ErrNoQuorum and DeadlineExceeded, not ErrNotObtained", l, err)
 	}
 	eventually(t, 2*time.Second, "nothing left after Lock gave up", func() bool { return heldOn(t, srvs[3:], "job") == 0 })
 }
@@ -400,8 +437,8 @@ func TestCancelledAttemptBlamesTheContext(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testNodeTimeout/5)
 			defer cancel()
 			_, err := r.TryLock(ctx, t.Name())
-			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("err = %v, want ErrNotObtained and the context's error", err)
+			if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want the context's error, not ErrNotObtained: no node answered", err)
 			}
 			if errors.Is(err, redlock.ErrNodeTimeout) || errors.Is(err, redlock.ErrNoQuorum) {
 				t.Errorf("err = %v: it blames the nodes, though the context ended first", err)
@@ -614,8 +651,8 @@ func TestPausedNodesCostTheNodeTimeout(t *testing.T) {
 	start = time.Now()
 	_, err = r.TryLock(ctx, "three-paused")
 	took = time.Since(start)
-	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeTimeout) {
-		t.Fatalf("TryLock with 3 of 5 paused: err = %v, want ErrNotObtained, ErrNoQuorum, ErrNodeTimeout", err)
+	if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Fatalf("TryLock with 3 of 5 paused: err = %v, want ErrNoQuorum and ErrNodeTimeout, not ErrNotObtained", err)
 	}
 	if took > timeout+500*time.Millisecond {
 		t.Errorf("failed TryLock took %v with paused nodes", took)
