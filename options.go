@@ -198,15 +198,21 @@ func WithMaxHold(d time.Duration) Option {
 // passed since the hold began (by the server's clock): a job that ends
 // sooner leaves the name taken for the rest of d, so that others who try it
 // meanwhile are refused. It makes a job run at most once per period across
-// hosts whose schedules fire at slightly different times: with d shorter
-// than the period and longer than the spread of the hosts' clocks, the
-// first host's run keeps the others out of that tick even when it ends at
-// once (as ShedLock's lockAtLeastFor does). The hold kept is nobody's: the
+// hosts whose schedules fire at slightly different times (as ShedLock's
+// lockAtLeastFor does): the first host's run keeps the others out of that
+// tick even when it ends at once. Pick d longer than the spread of the
+// hosts' clocks and schedules, and no longer than the period less that
+// spread: the hold counts from whichever host obtained it, and the
+// earliest host's next tick must find it gone, or the whole tick is
+// skipped. Give it to callers that do not wait (TryLock, or Do with
+// WithRetry(NoRetry())): a waiting caller takes the lock once the kept hold
+// runs out, and runs the job again. The hold kept is nobody's: the
 // Lock is released, nothing refreshes the hold, Inspect shows its holder
 // with Count 0, it runs out at d, and only ForceRelease ends it sooner.
 // A lock that is lost, or whose holder dies without releasing it, is
-// not kept: it runs out with its TTL, which may be sooner than d (a lock on
-// several names keeps those it still held). The
+// not kept: it runs out with its TTL, which may be sooner than d (make the
+// TTL longer than the spread for a crashed run's tick to stay closed; a
+// lock on several names keeps those it still held). The
 // release of one acquisition of a lock held more than once (WithOwner)
 // keeps nothing, since the others still hold it; the Release that frees the
 // hold keeps it with its own WithMinHold. d must be positive; Redis keeps

@@ -289,7 +289,11 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 	if ww, ok := writerWaiting(info); ok && ww {
 		fmt.Fprintf(tw, "writer waiting:\tyes\n")
 	}
-	fmt.Fprintf(tw, "fence:\t%d (the newest issued)\n", info.Fence)
+	if info.Fence == 0 {
+		fmt.Fprintf(tw, "fence:\t0 (none issued)\n")
+	} else {
+		fmt.Fprintf(tw, "fence:\t%d (the newest issued)\n", info.Fence)
+	}
 	tw.Flush()
 	for i, h := range info.Holders {
 		fmt.Fprintf(w, "\nholder %d: %s\n", i+1, whoHolds(h))

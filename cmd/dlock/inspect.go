@@ -252,6 +252,11 @@ Examples:
 				}
 				fmt.Fprintf(a.stdout, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
 				for _, h := range info.Holders {
+					if released(info, h) {
+						fmt.Fprintf(a.stdout, "  removed the hold kept for its minimum hold after %s's run: started %s ago with %s left, fence %d, metadata %s\n",
+							whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
+						continue
+					}
 					fmt.Fprintf(a.stdout, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
 						whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
 				}

@@ -104,9 +104,10 @@ Flags:
                        SIGKILL (default 10s)
   --min-hold DURATION  keep the lock after the command exits until DURATION after
                        it was obtained, so that runs started meanwhile are
-                       refused: with --no-wait and DURATION shorter than the
-                       schedule's period, but longer than the hosts' clocks
-                       differ, a job runs once per tick across hosts
+                       refused: with --no-wait, a job runs once per cron tick
+                       across hosts. Pick DURATION longer than the hosts'
+                       clocks differ and no longer than the period less that
+                       (or whole ticks are skipped); needs --no-wait or --wait
   --metadata KEY=VALUE add to the metadata stored with the lock (repeatable); the
                        defaults are host, pid, user and cmd
   --shared             take a read lock of a read/write lock: shared with other
@@ -129,7 +130,7 @@ Examples:
   dlock run --wait 5m --metadata ticket=OPS-42 migrate -- ./migrate up
   dlock run deploy -- sh -c 'echo "deploying with fence $DLOCK_FENCE"; ./deploy'
   dlock run --no-wait sync -- ./sync; [ $? -eq 73 ] && echo "sync already running"
-  dlock run --no-wait --min-hold 50s report -- ./report.sh   # cron, every minute
+  dlock run --no-wait --min-hold 2m cleanup -- ./cleanup.sh  # cron, every 5 minutes
 `,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			o := runOptions{ttl: dlock.DefaultTTL, grace: defaultGrace}
@@ -196,6 +197,9 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--min-hold %v must not be negative", o.minHold)
 	case o.minHold > 0 && (o.kind.shared || o.kind.write || o.semaphore):
 		return usage(runCommand, "--min-hold is for a plain (exclusive) lock, not --shared, --write or --semaphore")
+	case o.minHold > 0 && !o.noWait && o.wait == 0:
+		// Every run would wait for the kept hold to run out, then run.
+		return usage(runCommand, "--min-hold keeps runs out only if they do not wait for it: add --no-wait (or --wait to bound the wait)")
 	case o.semaphore && o.kind.permits < 1:
 		// 0 would be no semaphore at all: an exclusive lock.
 		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)

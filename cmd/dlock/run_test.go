@@ -121,8 +121,11 @@ func TestRunMinHold(t *testing.T) {
 	if r := dlockRun(t, nil, "status", "--json", name); r.code != 0 || !strings.Contains(r.stdout, `"released": true`) {
 		t.Errorf("status --json: exit code %d, stdout:\n%s", r.code, r.stdout)
 	}
-	if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
-		t.Fatal(err)
+	if r := dlockRun(t, nil, "release", "--force", name); r.code != 0 || !strings.Contains(r.stdout, "removed the hold kept for its minimum hold after host-a pid ") {
+		t.Errorf("release --force: exit code %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if !isFree(t, libClient(t), name) {
+		t.Error("release --force left the kept hold")
 	}
 }
 
@@ -519,6 +522,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"run", "--min-hold", "-1s", "job", "--", helperBin}, "--min-hold -1s must not be negative"},
 		{[]string{"run", "--min-hold", "1s", "--write", "job", "--", helperBin}, "--min-hold is for a plain (exclusive) lock"},
 		{[]string{"run", "--min-hold", "1", "job", "--", helperBin}, `"1" is not a duration`},
+		{[]string{"run", "--min-hold", "1m", "job", "--", helperBin}, "add --no-wait (or --wait to bound the wait)"},
 		{[]string{"run", "--quiet=maybe", "job", "--", helperBin}, `invalid boolean value "maybe" for --quiet`},
 		{[]string{"status"}, "missing the lock's NAME"},
 		{[]string{"release", "job"}, "needs --force"},
