@@ -50,7 +50,7 @@ type Option func(*Driver)
 // default is DefaultTimeout. A pool's connections have no read timeout
 // unless dialed with one, and without a bound a request to a server that
 // hangs (stopped, or cut off with no reset) would wait for as long as it
-// does. Values below 1ms count as DefaultTimeout.
+// does. Values below 1ms are ignored: the earlier setting stays.
 func WithTimeout(d time.Duration) Option {
 	return func(drv *Driver) {
 		if d >= time.Millisecond {
@@ -193,31 +193,79 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		}
 		return name, append(args, c.Args...)
 	}
-	if len(calls) == 1 {
-		name, args := command(calls[0])
-		v, err := do(ctx, limit, conn, name, args...)
-		store(calls[0], v, err)
-		return
-	}
-	for _, c := range calls {
-		name, args := command(c)
-		if err := conn.Send(name, args...); err != nil {
+	for len(calls) > 0 {
+		n, size := 1, callSize(calls[0])
+		for n < len(calls) && size+callSize(calls[n]) <= sendChunk {
+			size += callSize(calls[n])
+			n++
+		}
+		chunk := calls[:n]
+		calls = calls[n:]
+		if len(chunk) == 1 {
+			// One command: redigo writes and reads it within ctx.
+			name, args := command(chunk[0])
+			v, err := do(ctx, limit, conn, name, args...)
+			store(chunk[0], v, err)
+			if err != nil && !isReply(err) {
+				failAll(calls, err) // the connection failed
+				return
+			}
+			continue
+		}
+		for _, c := range chunk {
+			name, args := command(c)
+			if err := conn.Send(name, args...); err != nil {
+				failAll(chunk, err)
+				failAll(calls, err)
+				return
+			}
+		}
+		// Flush and read every reply within ctx: Do with no command.
+		replies, err := do(ctx, limit, conn, "")
+		all, ok := replies.([]any)
+		if err == nil && (!ok || len(all) != len(chunk)) {
+			err = fmt.Errorf("redigo: %d replies to a pipeline of %d commands", len(all), len(chunk))
+		}
+		if err != nil {
+			failAll(chunk, err)
 			failAll(calls, err)
 			return
 		}
-	}
-	if err := conn.Flush(); err != nil {
-		failAll(calls, err)
-		return
-	}
-	for i, c := range calls {
-		v, err := receive(ctx, limit, conn)
-		if err != nil && !isReply(err) {
-			failAll(calls[i:], err) // the connection failed: no more replies
-			return
+		for i, c := range chunk {
+			if re, ok := all[i].(redis.Error); ok {
+				store(c, nil, re)
+			} else {
+				store(c, all[i], nil)
+			}
 		}
-		store(c, v, err)
 	}
+}
+
+// sendChunk bounds, in bytes, the commands of a pipeline written before
+// their replies are read: less than a socket's send buffer holds (16 KB by
+// default on Linux), so that writing them never blocks on a server that
+// stopped reading, and the flush and the reads that follow are bounded by
+// the request's context. A larger command goes on its own, written and
+// read within the context by redigo.
+const sendChunk = 12 << 10
+
+// callSize estimates how many bytes the command of call takes on the wire.
+func callSize(c *dlock.Call) int {
+	n := 64 + len(c.Script.SHA1) + len(c.Script.Function)
+	for _, k := range c.Keys {
+		n += 16 + len(k)
+	}
+	for _, a := range c.Args {
+		switch a := a.(type) {
+		case string:
+			n += 16 + len(a)
+		case []byte:
+			n += 16 + len(a)
+		default:
+			n += 32
+		}
+	}
+	return n
 }
 
 func failAll(calls []*dlock.Call, err error) {
@@ -241,16 +289,6 @@ func (d *Driver) do(ctx context.Context, conn redis.Conn, name string, args ...a
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	return do(ctx, d.timeout, conn, name, args...)
-}
-
-// receive reads one reply of a pipeline, bounded by ctx, or by limit when
-// ctx never ends.
-func receive(ctx context.Context, limit time.Duration, conn redis.Conn) (any, error) {
-	if ctx.Done() == nil {
-		return redis.ReceiveWithTimeout(conn, limit)
-	}
-	v, err := redis.ReceiveContext(conn, ctx)
-	return v, bounded(ctx, err)
 }
 
 // bounded makes the failure of a request whose context ended meanwhile

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,69 @@ func TestASilentlyCutSubscriptionComesBack(t *testing.T) {
 	px.Cut() // the connections open now go silent; new ones work
 	if !publish("after") {
 		t.Fatal("no message after the cut: the silent connection was kept")
+	}
+}
+
+// TestABatchToAHungServerEnds: a batch too large for the socket's buffers,
+// of large calls or of many small ones, sent to a server that stopped
+// reading, ends at its context's deadline too; the connection is dropped,
+// so that the next request gets its own reply.
+func TestABatchToAHungServerEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", srv.Addr()) // no read or write timeout
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	drv := dlockredigo.New(pool)
+	echo := dlock.NewScript("echo", "return ARGV[1]")
+	for _, tc := range []struct {
+		name  string
+		calls int
+		size  int
+	}{
+		{"large calls", 200, 32 << 10},
+		{"many small calls", 60000, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			warm := &dlock.Call{Script: echo, Args: []any{"warm"}}
+			drv.Eval(context.Background(), warm)
+			if warm.Err != nil {
+				t.Fatal(warm.Err)
+			}
+			srv.Pause(t)
+			arg := strings.Repeat("x", tc.size)
+			calls := make([]*dlock.Call, tc.calls)
+			for i := range calls {
+				calls[i] = &dlock.Call{Script: echo, Args: []any{arg}}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				drv.Eval(ctx, calls...)
+			}()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				srv.Resume(t)
+				<-done
+				t.Fatal("the batch still waited on the hung server after 20s")
+			}
+			srv.Resume(t)
+			for _, i := range []int{0, len(calls) - 1} {
+				if !errors.Is(calls[i].Err, context.DeadlineExceeded) {
+					t.Errorf("call %d: %v, %v; want an error matching the deadline", i, calls[i].Val, calls[i].Err)
+				}
+			}
+			next := &dlock.Call{Script: echo, Args: []any{"next"}}
+			drv.Eval(context.Background(), next)
+			if next.Err != nil || next.Val != "next" {
+				t.Errorf("the next request got %v, %v; want its own reply", next.Val, next.Err)
+			}
+		})
 	}
 }
