@@ -204,21 +204,26 @@ func (s *shardedSubscription) rehome(addr string, n *subscription, channels []st
 		if s.nodes[addr] == n {
 			delete(s.nodes, addr)
 		}
-		s.ended = slices.DeleteFunc(s.ended, func(x *subscription) bool {
-			select {
-			case <-x.done:
-				return true
-			default:
-				return false
-			}
-		})
-		s.ended = append(s.ended, n)
+		s.ended = append(running(s.ended), n)
 		n.cancel()
 		n.mu.Lock()
 		channels = n.list()
 		n.mu.Unlock()
 	}
 	s.retry(s.detach(n, channels))
+}
+
+// running returns those of subs whose goroutines still run, in subs's
+// own storage.
+func running(subs []*subscription) []*subscription {
+	return slices.DeleteFunc(subs, func(x *subscription) bool {
+		select {
+		case <-x.done:
+			return true
+		default:
+			return false
+		}
+	})
 }
 
 // detach takes those of channels that are on n off it, and returns them;
@@ -294,6 +299,10 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 		}
 		idle = append(idle, n)
 		delete(byNode, n) // closed instead
+	}
+	if len(idle) > 0 {
+		// Close waits for them too: it may come before they are closed.
+		s.ended = append(running(s.ended), idle...)
 	}
 	s.mu.Unlock()
 	// As Subscribe, unlocked.
