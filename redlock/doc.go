@@ -13,7 +13,9 @@
 //	...
 //	l, err := locks.TryLock(ctx, "orders:42", redlock.WithTTL(10*time.Second))
 //	if errors.Is(err, dlock.ErrNotObtained) {
-//		return // held by another, or a quorum could not be reached
+//		return nil // held by another
+//	} else if err != nil {
+//		return err // redlock.ErrNoQuorum: too many nodes failing to tell
 //	}
 //	defer l.Release(ctx)
 //
@@ -43,8 +45,10 @@
 // the lock is held by another (the nodes that refused it rule out a quorum
 // on their own), and ErrNoQuorum instead when nodes that failed could have
 // made the quorum: the lock may be free, and code that skips its work when
-// the lock is held must not skip it silently while the nodes are down. The
-// error of Lock is that of its last attempt. Bad input matches
+// the lock is held must not skip it silently while the nodes are down.
+// When the caller's context ended before enough nodes answered to tell, it
+// matches neither, but the context's error. The error of Lock is that of
+// its last attempt that the nodes' answers decided. Bad input matches
 // dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
 // ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
 //

@@ -123,16 +123,21 @@ func (rd *round) succeeded() int {
 // which Locker.Close waits for. The error joins a *NodeError for every node
 // that did not grant the lock, and matches:
 //   - dlock.ErrNotObtained when the nodes that refused the lock rule out a
-//     quorum on their own (it is held by another), or when a quorum granted
-//     it too late for it to be valid;
+//     quorum on their own: it is held by another;
+//   - dlock.ErrWrongType or dlock.ErrKindMismatch, and not ErrNotObtained,
+//     when those and the nodes that hold other data under the lock's key
+//     (data dlock did not write, or another kind of lock) do;
 //   - ErrNoQuorum when nodes that failed (or did not answer within the node
-//     timeout) could have made the quorum: the lock may be free and the
-//     nodes are failing, so code that skips its work when the lock is held
-//     does not skip it silently while they are down. A node's refusal in
-//     such an error reads as one but does not match dlock.ErrNotObtained;
-//   - neither, but ctx.Err(), when ctx ended before enough nodes answered
-//     to tell: the nodes that had not answered are not blamed (their
-//     *NodeError says that the context ended).
+//     timeout) could have made the quorum, or when a quorum granted the lock
+//     too late for it to be valid: the lock may be free and the nodes are
+//     failing or slow, so code that skips its work when the lock is held
+//     does not skip it silently while they are down;
+//   - none of these, but ctx.Err(), when ctx ended before enough nodes
+//     answered to tell: the nodes that had not answered are not blamed
+//     (their *NodeError says that the context ended).
+//
+// A node's refusal in an error that does not match dlock.ErrNotObtained
+// reads as one but does not match it.
 //
 // The error joins ctx.Err() whenever ctx ended. Bad options come back
 // before any request, matching dlock.ErrInvalidArgument.
@@ -148,8 +153,9 @@ func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // random delay (WithRetry) while it is held by another or a quorum cannot
 // be reached. It gives up when the retry strategy stops, when ctx ends, or
 // after the WithMaxWait bound (dlock.DefaultMaxWait when ctx has no
-// deadline); the error is then the last attempt's, joined with ctx.Err()
-// when ctx ended.
+// deadline); the error is then the last attempt's (see TryLock), joined
+// with ctx.Err() when ctx ended, or, when the end of the wait cut the last
+// attempt short before enough nodes answered, that of the attempt before.
 func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o, err := r.options(ctx, opts)
 	if err != nil {
@@ -164,10 +170,18 @@ func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
+	var answered error // the error of the last attempt that the nodes' answers decided
 	for failed := 1; ; failed++ {
 		l, err := r.attempt(ctx, name, o)
 		if err == nil {
 			return l, nil
+		}
+		if !errors.Is(err, errNoAnswer) {
+			answered = err
+		} else if answered != nil {
+			// The end of the wait cut the last attempt short: the last
+			// answers decide, as in package dlock.
+			err = answered
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			if !errors.Is(err, cerr) {
@@ -247,10 +261,11 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 		return l, nil
 	}
 	l.stopped = true // requests that answer from now on give their node back
-	err := l.failure(ctx, rd, "obtained")
+	var late time.Duration
 	if l.live >= r.quorum {
-		err = fmt.Errorf("%w: %q: the round took %v, past the validity of the TTL %v", dlock.ErrNotObtained, name, now.Sub(start), o.ttl)
+		late = now.Sub(start)
 	}
+	err := l.failure(ctx, rd, "obtained", late)
 	l.mu.Unlock()
 	l.end(err)
 	// Give each grant back with cleanupTimeout, not the node timeout: a
@@ -455,15 +470,33 @@ func (l *Lock) endLost() {
 }
 
 // failure builds the error of a round that did not reach a quorum, from
-// the nodes' outcomes in rd; l.mu must be held.
-func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
-	answered, got, cutShort, failing := 0, 0, 0, 0
-	var errs []error
+// the nodes' outcomes in rd; l.mu must be held. late is set for an
+// acquisition that a quorum granted after its validity ran out: how long
+// the round took.
+//
+// An acquisition's error says what decided it. It matches
+// dlock.ErrNotObtained only when the nodes that refused the lock rule out
+// a quorum on their own (it is held by another). Else, when those and the
+// nodes that hold other data under its key do, it matches their errors
+// (dlock.ErrWrongType, dlock.ErrKindMismatch) and not ErrNotObtained. Else,
+// when the nodes that failed could have made the quorum (or a quorum
+// granted it too late), it matches ErrNoQuorum: the lock may be free. Else
+// the caller's context ended before enough nodes answered to tell, and it
+// matches neither (errNoAnswer marks it, see Locker.Lock). Refusals in an
+// error that does not match dlock.ErrNotObtained are wrapped so that they
+// do not make it match.
+func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Duration) error {
+	got, refused, foreign, failing, cutShort := 0, 0, 0, 0, 0
+	type outcome struct {
+		node int
+		err  error
+	}
+	var outs []outcome
 	for i, err := range rd.errs {
 		if rd.cut && (err == errPending || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 			// Not the node's failure: the caller's context ended first.
 			cutShort++
-			errs = append(errs, l.nodeError(i, errCutShort))
+			outs = append(outs, outcome{i, errCutShort})
 			continue
 		}
 		switch err {
@@ -477,54 +510,58 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string) error {
 		switch {
 		case err == nil:
 			got++
-			answered++
 			continue
 		case errors.Is(err, dlock.ErrInvalidArgument):
 			return err // the same on every node, and found before any request
-		case !isServerError(err) && !errors.Is(err, ErrNodeTimeout):
-			answered++ // refused, or an answer that is not a failure to reach it
+		case errors.Is(err, dlock.ErrNotObtained):
+			refused++
+		case errors.Is(err, dlock.ErrWrongType), errors.Is(err, dlock.ErrKindMismatch):
+			foreign++
 		default:
 			failing++
 		}
-		errs = append(errs, l.nodeError(i, err))
+		outs = append(outs, outcome{i, err})
 	}
-	var top error
-	switch did {
-	case "obtained":
-		// Held by another only when the nodes that answered so rule out a
-		// quorum on their own: otherwise the nodes that failed, or that the
-		// caller's context cut short, decided, and the lock may be free.
-		refused := answered - got
+	n, q := len(l.nodes), l.r.quorum
+	top := fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, n, q)
+	if did == "obtained" {
 		switch {
-		case refused > len(l.nodes)-l.r.quorum:
-			top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, did, got, len(l.nodes), l.r.quorum)
-		case got+failing >= l.r.quorum:
-			top = fmt.Errorf("%w: %q %s on %d of %d nodes, quorum %d; %d failed", ErrNoQuorum, l.name, did, got, len(l.nodes), l.r.quorum, failing)
+		case late > 0:
+			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d, but the round took %v, past the validity of the TTL", ErrNoQuorum, l.name, got, n, q, late)
+		case refused > n-q:
+			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, got, n, q)
+		case refused+foreign > n-q:
+			top = fmt.Errorf("redlock: %q obtained on %d of %d nodes, quorum %d; %d hold other data under its key", l.name, got, n, q, foreign)
+		case got+failing >= q:
+			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d; %d failed", ErrNoQuorum, l.name, got, n, q, failing)
 		default:
-			top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
+			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d", errNoAnswer, l.name, got, n, q)
 		}
-		if refused <= len(l.nodes)-l.r.quorum {
-			for _, e := range errs {
-				if ne := e.(*NodeError); errors.Is(ne.Err, dlock.ErrNotObtained) {
-					ne.Err = refusal{ne.Err}
-				}
-			}
-		}
-	default:
-		top = fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, len(l.nodes), l.r.quorum)
 	}
 	if cutShort > 0 {
 		top = fmt.Errorf("%w; the caller's context ended before %d of them answered", top, cutShort)
 	}
+	hide := did == "obtained" && !errors.Is(top, dlock.ErrNotObtained)
+	errs := []error{top}
+	for _, o := range outs {
+		if hide && errors.Is(o.err, dlock.ErrNotObtained) {
+			o.err = refusal{o.err}
+		}
+		errs = append(errs, l.nodeError(o.node, o.err))
+	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
-	return errors.Join(append([]error{top}, errs...)...)
+	return errors.Join(errs...)
 }
 
-// refusal is a node's refusal in a round that the nodes that failed
+// errNoAnswer marks the error of an acquisition that the caller's context
+// cut short before enough nodes answered to tell whether the lock is held.
+var errNoAnswer = errors.New("redlock: not known whether held")
+
+// refusal is a node's refusal in an acquisition that something else
 // decided: it reads as the node's error, but does not match
-// dlock.ErrNotObtained, which the round's error must not match then.
+// dlock.ErrNotObtained, which the acquisition's error must not match then.
 type refusal struct{ err error }
 
 func (r refusal) Error() string { return r.err.Error() }
@@ -654,11 +691,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	case freed >= l.r.quorum:
 		l.settled = true
 	case unknown && !lost:
-		err = l.failure(ctx, rd, "released")
+		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
 	default:
 		l.settled = true
-		err = l.failure(ctx, rd, "released")
+		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
 	}
 	l.mu.Unlock()
@@ -803,7 +840,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 			}
 		}
 	}
-	err := l.failure(ctx, rd, "refreshed")
+	err := l.failure(ctx, rd, "refreshed", 0)
 	l.mu.Unlock()
 	if live < l.r.quorum {
 		l.endLost()

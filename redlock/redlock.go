@@ -29,10 +29,11 @@ var (
 
 	// ErrNoQuorum means that nodes failed (or did not answer in time) and
 	// decided the outcome: an acquisition that the failing nodes could
-	// have completed (the lock may be free; it does not match
-	// dlock.ErrNotObtained then), or a refresh or release that fewer than a
-	// quorum of nodes answered, which may succeed later.
-	ErrNoQuorum = errors.New("redlock: no quorum without the nodes that failed")
+	// have completed, or that a quorum granted too late (the lock may be
+	// free; it does not match dlock.ErrNotObtained then), or a refresh or
+	// release that fewer than a quorum of nodes answered, which may
+	// succeed later.
+	ErrNoQuorum = errors.New("redlock: no quorum: nodes failed or did not answer in time")
 
 	// ErrNodeTimeout is the error of a node that did not answer within the
 	// node timeout (see WithNodeTimeout).

@@ -226,20 +226,25 @@ func TestMinorityOfNodesDown(t *testing.T) {
 	}
 }
 
-// TestARefusedAttemptIsNotObtainedOnlyWhenTheRefusalsDecide: an attempt
-// matches ErrNotObtained only when the nodes that refused rule out a quorum
-// on their own; when a node that failed could have made one, it matches
-// ErrNoQuorum instead (the lock may be free, and the nodes are failing).
-func TestARefusedAttemptIsNotObtainedOnlyWhenTheRefusalsDecide(t *testing.T) {
+// TestAnAcquisitionsErrorSaysWhatDecidedIt: an attempt matches
+// ErrNotObtained only when the nodes that refused rule out a quorum on
+// their own; when they and nodes holding other data do, ErrWrongType; when
+// a node that failed could have made one, ErrNoQuorum (the lock may be
+// free, and the nodes are failing).
+func TestAnAcquisitionsErrorSaysWhatDecidedIt(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
 		heldOn    []int // nodes where another holds the name
-		killed    int   // the node killed
-		notObtain bool
+		otherData []int // nodes where the name's key holds a string
+		killed    int   // the node killed, or -1
+		want      error // the one of ErrNotObtained, ErrNoQuorum and ErrWrongType the error matches
 	}{
-		{"refused on 1, failed on 1", []int{0}, 1, false},
-		{"refused on 2, failed on 1", []int{0, 1}, 2, true},
+		{"refused on 1, failed on 1", []int{0}, nil, 1, redlock.ErrNoQuorum},
+		{"refused on 2, failed on 1", []int{0, 1}, nil, 2, dlock.ErrNotObtained},
+		{"refused on 1, other data on 1", []int{0}, []int{1}, -1, dlock.ErrWrongType},
+		{"other data on 2, failed on 1", nil, []int{0, 1}, 2, dlock.ErrWrongType},
+		{"other data on 1, failed on 1", nil, []int{0}, 1, redlock.ErrNoQuorum},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srvs := redistest.StartMasters(t, 3)
@@ -248,16 +253,42 @@ func TestARefusedAttemptIsNotObtainedOnlyWhenTheRefusalsDecide(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			srvs[tc.killed].Kill(t)
+			for _, i := range tc.otherData {
+				srvs[i].Do(t, "SET", "dlock:{job}", "app data")
+			}
+			if tc.killed >= 0 {
+				srvs[tc.killed].Kill(t)
+			}
 			_, err := newLocker(t, srvs).TryLock(ctx, "job")
-			if errors.Is(err, dlock.ErrNotObtained) != tc.notObtain || errors.Is(err, redlock.ErrNoQuorum) == tc.notObtain {
-				t.Errorf("err = %v; want ErrNotObtained %v, ErrNoQuorum %v", err, tc.notObtain, !tc.notObtain)
+			for _, e := range []error{dlock.ErrNotObtained, redlock.ErrNoQuorum, dlock.ErrWrongType} {
+				if got := errors.Is(err, e); got != (e == tc.want) && !(e == dlock.ErrWrongType && tc.otherData != nil) {
+					t.Errorf("err = %v; matches %v: %v, want %v", err, e, got, e == tc.want)
+				}
 			}
 			var se *dlock.ServerError
-			if !errors.As(err, &se) {
+			if tc.killed >= 0 && !errors.As(err, &se) {
 				t.Errorf("err = %v, want the killed node's *dlock.ServerError in it", err)
 			}
 		})
+	}
+}
+
+// TestALockCutShortEndsWithTheLastAnswer: a Lock whose wait ends during an
+// attempt, before enough nodes answered, says what the attempt before
+// found: the lock held.
+func TestALockCutShortEndsWithTheLastAnswer(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	ctx := context.Background()
+	for _, srv := range srvs {
+		if _, err := newClient(t, srv).TryLock(ctx, "held", dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each attempt takes 100ms, refused: the wait ends during the fifth.
+	r := newSlowLocker(t, srvs, "acquire", 100*time.Millisecond, true)
+	_, err := r.Lock(ctx, "held", redlock.WithRetry(dlock.ConstantBackoff(0)), redlock.WithMaxWait(450*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redlock.ErrNoQuorum) {
+		t.Errorf("err = %v, want ErrNotObtained (the last answer) and DeadlineExceeded, not ErrNoQuorum", err)
 	}
 }
 
