@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,7 +229,7 @@ func (s *lease) expireAt() bool {
 	capped := s.capped
 	s.mu.Unlock()
 	if capped {
-		s.end(fmt.Errorf("%w: %s: %w", ErrLost, s.holder.describe(), ErrMaxHold))
+		s.end(&lossError{msg: s.holder.describe() + ": max hold reached", causes: []error{ErrMaxHold}})
 		return true
 	}
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
@@ -307,7 +308,7 @@ func (s *lease) lose(err error) bool {
 		s.endIfGoneAndNotReleased()
 		return false
 	}
-	s.end(fmt.Errorf("%w: %w", ErrLost, err))
+	s.end(lostBy(err))
 	return true
 }
 
@@ -330,7 +331,7 @@ func (s *lease) endIfGoneAndNotReleased() {
 	gone, failed := s.gone, s.relFailed
 	s.mu.Unlock()
 	if gone != nil && failed != nil {
-		s.end(fmt.Errorf("%w: %w (and Release failed: %w)", ErrLost, gone, failed))
+		s.end(&lossError{msg: unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")", causes: []error{gone, failed}})
 	}
 }
 
@@ -556,6 +557,25 @@ func (s *lease) nextAt() time.Time {
 // expired, was deleted or taken by another, or its deadline passed without a
 // successful refresh.
 var ErrLost = errors.New("dlock: lock lost")
+
+// lossError is the error of a lock lost: it matches ErrLost and its
+// causes, and reads "dlock: lock lost: " and msg.
+type lossError struct {
+	msg    string
+	causes []error
+}
+
+func (e *lossError) Error() string   { return "dlock: lock lost: " + e.msg }
+func (e *lossError) Unwrap() []error { return append([]error{ErrLost}, e.causes...) }
+
+// lostBy returns the error of a lock lost for cause.
+func lostBy(cause error) error {
+	return &lossError{msg: unprefixed(cause), causes: []error{cause}}
+}
+
+// unprefixed returns err's message without the "dlock: " it starts with,
+// which the loss error's own says.
+func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
 
 // ErrMaxHold is wrapped by Err when WithMaxHold stopped the refreshing and
 // the lock ran out.

@@ -115,11 +115,22 @@ func TestLossIsNoticedAtTheNextRefresh(t *testing.T) {
 			if !errors.Is(l.Err(), dlock.ErrLost) || !errors.Is(l.Err(), dlock.ErrNotHeld) {
 				t.Errorf("Err = %v, want ErrLost from a refresh", l.Err())
 			}
+			checkLossMessage(t, l.Err())
 			<-lctx.Done()
 			if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
 				t.Errorf("context cause = %v, want ErrLost", context.Cause(lctx))
 			}
 		})
+	}
+}
+
+// checkLossMessage checks that a loss error reads as one line that says
+// "dlock: " once, at its start.
+func checkLossMessage(t *testing.T, err error) {
+	t.Helper()
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "dlock: lock lost: ") || strings.Count(msg, "dlock: ") != 1 || strings.Contains(msg, "\n") {
+		t.Errorf("loss message %q: want one line that says \"dlock: \" once, at its start", msg)
 	}
 }
 
@@ -224,6 +235,7 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	if !errors.Is(l.Err(), dlock.ErrMaxHold) || !errors.Is(l.Err(), dlock.ErrLost) {
 		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
 	}
+	checkLossMessage(t, l.Err())
 	// Refreshed past its TTL, up to the cap.
 	if held := time.Since(start); held < 250*time.Millisecond {
 		t.Errorf("lock ended after %v, before its max hold", held)

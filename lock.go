@@ -704,7 +704,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.released = true
 	l.mu.Unlock()
 	if err != nil {
-		l.end(fmt.Errorf("%w: %w", ErrLost, err))
+		l.end(lostBy(err))
 		return err
 	}
 	l.end(nil)
