@@ -95,7 +95,7 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Eval runs the calls by EVALSHA on one connection of the pool, several
-// calls as one pipeline (Send, Flush, then a Receive per call), and runs
+// calls as pipelines (see sendChunk), and runs
 // again by EVAL, on the same connection, those the server answered
 // NOSCRIPT (it had not seen the script yet, or has restarted since).
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
@@ -194,9 +194,9 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		return name, append(args, c.Args...)
 	}
 	for len(calls) > 0 {
-		n, size := 1, callSize(calls[0])
-		for n < len(calls) && size+callSize(calls[n]) <= sendChunk {
-			size += callSize(calls[n])
+		n, size := 1, callSize(calls[0], bySHA)
+		for n < len(calls) && size+callSize(calls[n], bySHA) <= sendChunk {
+			size += callSize(calls[n], bySHA)
 			n++
 		}
 		chunk := calls[:n]
@@ -242,16 +242,23 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 }
 
 // sendChunk bounds, in bytes, the commands of a pipeline written before
-// their replies are read: less than a socket's send buffer holds (16 KB by
-// default on Linux), so that writing them never blocks on a server that
-// stopped reading, and the flush and the reads that follow are bounded by
-// the request's context. A larger command goes on its own, written and
-// read within the context by redigo.
-const sendChunk = 12 << 10
+// their replies are read, which are flushed and read within the request's
+// context: a server whose process stopped reading leaves that much in the
+// connection's buffers (its host's kernel still takes it), so that writing
+// does not block, and the request ends at its deadline. A host that
+// vanished takes nothing: writes past the socket's send buffer then wait
+// for the pool's write timeout (redis.DialWriteTimeout, as in the package
+// example). A larger command goes on its own, written and read within the
+// context by redigo.
+const sendChunk = 64 << 10
 
-// callSize estimates how many bytes the command of call takes on the wire.
-func callSize(c *dlock.Call) int {
+// callSize estimates how many bytes the command of call takes on the wire:
+// by EVALSHA when bySHA is set, else by EVAL with the script's source.
+func callSize(c *dlock.Call, bySHA bool) int {
 	n := 64 + len(c.Script.SHA1) + len(c.Script.Function)
+	if !bySHA {
+		n += len(c.Script.Src)
+	}
 	for _, k := range c.Keys {
 		n += 16 + len(k)
 	}

@@ -46,9 +46,14 @@
 // on their own), and ErrNoQuorum instead when nodes that failed could have
 // made the quorum: the lock may be free, and code that skips its work when
 // the lock is held must not skip it silently while the nodes are down.
-// When the caller's context ended before enough nodes answered to tell, it
-// matches neither, but the context's error. The error of Lock is that of
-// its last attempt that the nodes' answers decided. Bad input matches
+// When nodes holding other data under the lock's key decide (with those
+// that refused), it matches their dlock.ErrWrongType or
+// dlock.ErrKindMismatch, not dlock.ErrNotObtained; a quorum that granted
+// the lock too late for it to be valid is ErrNoQuorum. When the caller's
+// context ended before enough nodes answered to tell, it matches none of
+// these, but the context's error. A node's own error (a *dlock.ServerError,
+// dlock.ErrWrongType) matches whatever decided. The error of Lock is that
+// of its last attempt that the nodes' answers decided. Bad input matches
 // dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
 // ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
 //

@@ -136,8 +136,9 @@ func (rd *round) succeeded() int {
 //     answered to tell: the nodes that had not answered are not blamed
 //     (their *NodeError says that the context ended).
 //
-// A node's refusal in an error that does not match dlock.ErrNotObtained
-// reads as one but does not match it.
+// The other nodes' own errors (a *dlock.ServerError, dlock.ErrWrongType)
+// match in every case; a node's refusal in an error that does not match
+// dlock.ErrNotObtained reads as one but does not match it.
 //
 // The error joins ctx.Err() whenever ctx ended. Bad options come back
 // before any request, matching dlock.ErrInvalidArgument.
@@ -262,7 +263,7 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 	}
 	l.stopped = true // requests that answer from now on give their node back
 	var late time.Duration
-	if l.live >= r.quorum {
+	if !now.Before(valid) {
 		late = now.Sub(start)
 	}
 	err := l.failure(ctx, rd, "obtained", late)
@@ -471,8 +472,8 @@ func (l *Lock) endLost() {
 
 // failure builds the error of a round that did not reach a quorum, from
 // the nodes' outcomes in rd; l.mu must be held. late is set for an
-// acquisition that a quorum granted after its validity ran out: how long
-// the round took.
+// acquisition whose validity ran out during the round: how long the round
+// took.
 //
 // An acquisition's error says what decided it. It matches
 // dlock.ErrNotObtained only when the nodes that refused the lock rule out
@@ -526,7 +527,7 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 	top := fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, n, q)
 	if did == "obtained" {
 		switch {
-		case late > 0:
+		case late > 0 && got >= q:
 			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d, but the round took %v, past the validity of the TTL", ErrNoQuorum, l.name, got, n, q, late)
 		case refused > n-q:
 			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, got, n, q)
