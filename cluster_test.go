@@ -598,107 +598,140 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 	}
 }
 
-// TestALockHeldWhileItsSlotMigrates moves the slot of a held lock to
-// another primary key by key (MIGRATE), as a resharding does, while
-// another client keeps trying to take it: it never does while the holder
-// holds it, and the holder, refreshing all along, keeps it through a
-// migration shorter than its TTL, then releases it on the new primary.
+// TestALockHeldWhileItsSlotMigrates moves the slot of a held lock (an
+// exclusive lock, a write hold, the one permit of a semaphore) to another
+// primary key by key (MIGRATE), as a resharding does, while another client
+// keeps trying to take it: it never does while the holder holds it, and
+// the holder, refreshing all along, keeps it through a migration shorter
+// than its TTL, then releases it on the new primary, and a waiter gets it.
 func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	ctx := context.Background()
-	holder, contender := newClusterClient(t, cluster), newClusterClient(t, cluster)
-	const name = "acct:moving"
-	key := holder.RedisKey(name)
-	l, err := holder.TryLock(ctx, name, dlock.WithTTL(5*time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Another client waits for it too, so that its waiter set exists.
-	waiter := newClusterClient(t, cluster)
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	waited := lockWhenRefused(t, wctx, waiter, name)
+	holder, contender, waiter := newClusterClient(t, cluster), newClusterClient(t, cluster), newClusterClient(t, cluster)
+	type acquire func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error)
+	for _, tc := range []struct {
+		kind       string
+		take, wait acquire
+		try        acquire // another kind of hold where it has one: a reader
+	}{
+		{"exclusive", (*dlock.Client).TryLock, (*dlock.Client).Lock, (*dlock.Client).TryLock},
+		{"write",
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.RWMutex(name).TryLock(ctx, opts...)
+			},
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.RWMutex(name).Lock(ctx, opts...)
+			},
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.RWMutex(name).TryRLock(ctx, opts...)
+			}},
+		{"permit",
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.Semaphore(name, 1).TryAcquire(ctx, opts...)
+			},
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.Semaphore(name, 1).Acquire(ctx, opts...)
+			},
+			func(c *dlock.Client, ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.Semaphore(name, 1).TryAcquire(ctx, opts...)
+			}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			name := "moving:" + tc.kind
+			key := holder.RedisKey(name)
+			l, err := tc.take(holder, ctx, name, dlock.WithTTL(5*time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Another client waits for it too, so that its waiter set exists.
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			waited := whenRefused(t, tc.kind, func(opts ...dlock.Option) (*dlock.Lock, error) {
+				return tc.wait(waiter, wctx, name, opts...)
+			})
 
-	var taken, refused, failed atomic.Int64
-	var firstFailure atomic.Value
-	stop := make(chan struct{})
-	contended := make(chan struct{})
-	go func() {
-		defer close(contended)
-		for {
+			var taken, refused, failed atomic.Int64
+			var firstFailure atomic.Value
+			stop := make(chan struct{})
+			contended := make(chan struct{})
+			go func() {
+				defer close(contended)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					tctx, cancel := context.WithTimeout(ctx, time.Second)
+					other, err := tc.try(contender, tctx, name, dlock.WithTTL(time.Second))
+					cancel()
+					switch {
+					case err == nil:
+						taken.Add(1)
+						_ = other.Release(ctx)
+					case errors.Is(err, dlock.ErrNotObtained):
+						refused.Add(1)
+					default:
+						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, err.Error())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+
+			from := cluster.PrimaryOf(t, key)
+			var to *redistest.Server
+			for _, p := range cluster.Nodes { // all primaries: no replicas
+				if p != from {
+					to = p
+					break
+				}
+			}
+			slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
+			to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
+			from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", to.Do(t, "CLUSTER", "MYID"))
+			keys := strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100"))
+			if len(keys) < 3 {
+				t.Fatalf("slot %s holds %q; want the lock's keys and its waiter set", slot, keys)
+			}
+			host, port, _ := strings.Cut(to.Addr(), ":")
+			for _, k := range keys {
+				from.Do(t, "MIGRATE", host, port, k, "0", "5000")
+				time.Sleep(300 * time.Millisecond) // the lock's keys are split between the two
+			}
+			toID := to.Do(t, "CLUSTER", "MYID")
+			for _, n := range cluster.Nodes {
+				n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+			}
+			time.Sleep(300 * time.Millisecond) // refreshes and attempts on the new primary
+			close(stop)
+			<-contended
+			t.Logf("%d keys moved; the other client was refused %d times and failed %d times (%v)", len(keys), refused.Load(), failed.Load(), firstFailure.Load())
+			if n := taken.Load(); n != 0 {
+				t.Fatalf("the other client took the held lock %d times while its slot moved", n)
+			}
 			select {
-			case <-stop:
-				return
+			case <-l.Done():
+				t.Fatalf("the holder lost the lock during a migration shorter than its TTL: %v", l.Err())
 			default:
 			}
-			tctx, cancel := context.WithTimeout(ctx, time.Second)
-			other, err := contender.TryLock(tctx, name, dlock.WithTTL(time.Second))
-			cancel()
-			switch {
-			case err == nil:
-				taken.Add(1)
-				_ = other.Release(ctx)
-			case errors.Is(err, dlock.ErrNotObtained):
-				refused.Add(1)
-			default:
-				failed.Add(1)
-				firstFailure.CompareAndSwap(nil, err.Error())
+			if got := cluster.PrimaryOf(t, key); got != to || to.Do(t, "EXISTS", key) != "1" {
+				t.Fatalf("the lock's key is not on the new primary %s", to.Addr())
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-
-	from := cluster.PrimaryOf(t, key)
-	var to *redistest.Server
-	for _, p := range cluster.Nodes { // all primaries: no replicas
-		if p != from {
-			to = p
-			break
-		}
+			if _, err := tc.try(contender, ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatalf("an attempt on the held lock after the move: %v, want ErrNotObtained", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-waited // woken by the release on the new primary, or by its beat
+			if r.err != nil {
+				t.Fatalf("the waiter: %v", r.err)
+			}
+			if tc.kind != "permit" && r.l.Fence() <= l.Fence() {
+				t.Errorf("fence %d after %d", r.l.Fence(), l.Fence())
+			}
+			_ = r.l.Release(ctx)
+		})
 	}
-	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
-	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
-	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", to.Do(t, "CLUSTER", "MYID"))
-	keys := strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100"))
-	if len(keys) < 3 {
-		t.Fatalf("slot %s holds %q; want the lock's hash, fence counter and waiter set", slot, keys)
-	}
-	host, port, _ := strings.Cut(to.Addr(), ":")
-	for _, k := range keys {
-		from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-		time.Sleep(400 * time.Millisecond) // the lock's keys are split between the two
-	}
-	toID := to.Do(t, "CLUSTER", "MYID")
-	for _, n := range cluster.Nodes {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-	}
-	time.Sleep(300 * time.Millisecond) // refreshes and attempts on the new primary
-	close(stop)
-	<-contended
-	t.Logf("while the slot moved, the other client was refused %d times and failed %d times (%v)", refused.Load(), failed.Load(), firstFailure.Load())
-	if n := taken.Load(); n != 0 {
-		t.Fatalf("the other client took the held lock %d times while its slot moved", n)
-	}
-	select {
-	case <-l.Done():
-		t.Fatalf("the holder lost the lock during a migration shorter than its TTL: %v", l.Err())
-	default:
-	}
-	if got := cluster.PrimaryOf(t, key); got != to || to.Do(t, "EXISTS", key) != "1" {
-		t.Fatalf("the lock's key is not on the new primary %s", to.Addr())
-	}
-	if _, err := contender.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("TryLock of the held lock after the move: %v, want ErrNotObtained", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-waited // woken by the release on the new primary, or by its beat
-	if r.err != nil {
-		t.Fatalf("the waiter: %v", r.err)
-	}
-	if r.l.Fence() <= l.Fence() {
-		t.Errorf("fence %d after %d", r.l.Fence(), l.Fence())
-	}
-	_ = r.l.Release(ctx)
 }
