@@ -65,6 +65,24 @@ var (
 	ErrInvalidPermits = fmt.Errorf("%w: permits", ErrInvalidArgument)
 )
 
+// withCause is an error that reads as msg and matches each of errs.
+type withCause struct {
+	msg  string
+	errs []error
+}
+
+func (e *withCause) Error() string   { return e.msg }
+func (e *withCause) Unwrap() []error { return e.errs }
+
+// because returns sentinel caused by cause: it matches both, and says the
+// "dlock: " that both messages start with once.
+func because(sentinel, cause error) error {
+	return &withCause{msg: sentinel.Error() + ": " + unprefixed(cause), errs: []error{sentinel, cause}}
+}
+
+// unprefixed returns err's message without the "dlock: " it starts with.
+func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
+
 // ServerError is an error reply from Redis to one of dlock's requests, or a
 // failure to reach Redis, together with the key it concerned.
 type ServerError struct {

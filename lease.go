@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,7 +228,7 @@ func (s *lease) expireAt() bool {
 	capped := s.capped
 	s.mu.Unlock()
 	if capped {
-		s.end(&lossError{msg: s.holder.describe() + ": max hold reached", causes: []error{ErrMaxHold}})
+		s.end(&withCause{msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", errs: []error{ErrLost, ErrMaxHold}})
 		return true
 	}
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
@@ -331,7 +330,8 @@ func (s *lease) endIfGoneAndNotReleased() {
 	gone, failed := s.gone, s.relFailed
 	s.mu.Unlock()
 	if gone != nil && failed != nil {
-		s.end(&lossError{msg: unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")", causes: []error{gone, failed}})
+		s.end(&withCause{msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
+			errs: []error{ErrLost, gone, failed}})
 	}
 }
 
@@ -558,24 +558,8 @@ func (s *lease) nextAt() time.Time {
 // successful refresh.
 var ErrLost = errors.New("dlock: lock lost")
 
-// lossError is the error of a lock lost: it matches ErrLost and its
-// causes, and reads "dlock: lock lost: " and msg.
-type lossError struct {
-	msg    string
-	causes []error
-}
-
-func (e *lossError) Error() string   { return "dlock: lock lost: " + e.msg }
-func (e *lossError) Unwrap() []error { return append([]error{ErrLost}, e.causes...) }
-
 // lostBy returns the error of a lock lost for cause.
-func lostBy(cause error) error {
-	return &lossError{msg: unprefixed(cause), causes: []error{cause}}
-}
-
-// unprefixed returns err's message without the "dlock: " it starts with,
-// which the loss error's own says.
-func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
+func lostBy(cause error) error { return because(ErrLost, cause) }
 
 // ErrMaxHold is wrapped by Err when WithMaxHold stopped the refreshing and
 // the lock ran out.

@@ -1045,7 +1045,7 @@ func (l *Lock) replyError(p part, err error) error {
 func (l *Lock) holdError(p part, err error) error {
 	err = l.replyError(p, err)
 	if errors.Is(err, ErrModeMismatch) || errors.Is(err, ErrKindMismatch) {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return because(ErrNotHeld, err)
 	}
 	return err
 }

@@ -611,6 +611,7 @@ func TestRWMutexTokenOfTheOtherMode(t *testing.T) {
 	if !errors.Is(r.Err(), dlock.ErrLost) {
 		t.Errorf("the read hold's Err = %v, want ErrLost", r.Err())
 	}
+	checkLossMessage(t, r.Err())
 	if err := r.Release(ctx); !errors.Is(err, dlock.ErrModeMismatch) || !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release: err = %v, want ErrModeMismatch and ErrNotHeld", err)
 	}

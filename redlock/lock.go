@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -560,6 +561,15 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 // cut short before enough nodes answered to tell whether the lock is held.
 var errNoAnswer = errors.New("redlock: not known whether held")
 
+// lossError is the error of a lock lost for cause: it matches dlock.ErrLost
+// and cause, and says the "dlock: " that both start with once.
+type lossError struct{ cause error }
+
+func (e lossError) Error() string {
+	return "dlock: lock lost: " + strings.TrimPrefix(e.cause.Error(), "dlock: ")
+}
+func (e lossError) Unwrap() []error { return []error{dlock.ErrLost, e.cause} }
+
 // refusal is a node's refusal in an acquisition that something else
 // decided: it reads as the node's error, but does not match
 // dlock.ErrNotObtained, which the acquisition's error must not match then.
@@ -701,7 +711,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	if err != nil {
-		l.end(fmt.Errorf("%w: %w", dlock.ErrLost, err))
+		l.end(lossError{err})
 		return err
 	}
 	l.end(nil)

@@ -1502,3 +1502,26 @@ func TestTheClockCheckFollowsAShorterRefreshOfUnknownOutcome(t *testing.T) {
 		t.Errorf("the clock check trusts %v, past the deadline %v", due, dl)
 	}
 }
+
+// TestALossFoundByReleaseSaysDlockOnce: a Release that finds the lock gone
+// on every node ends it as lost, with a first line that says "dlock: "
+// once.
+func TestALossFoundByReleaseSaysDlockOnce(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	ctx := context.Background()
+	l, err := newLocker(t, srvs).TryLock(ctx, "gone", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range srvs {
+		srv.Do(t, "DEL", "dlock:{gone}")
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release: %v, want ErrNotHeld", err)
+	}
+	err = l.Err()
+	first, _, _ := strings.Cut(fmt.Sprint(err), "\n")
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrNotHeld) || !strings.HasPrefix(first, "dlock: lock lost: not held: ") || strings.Count(first, "dlock: ") != 1 {
+		t.Errorf("Err = %v; want ErrLost and ErrNotHeld, its first line saying \"dlock: \" once", err)
+	}
+}
