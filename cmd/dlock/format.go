@@ -289,9 +289,12 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 	if ww, ok := writerWaiting(info); ok && ww {
 		fmt.Fprintf(tw, "writer waiting:\tyes\n")
 	}
-	if info.Fence == 0 {
+	switch {
+	case info.Kind == dlock.KindSemaphore:
+		fmt.Fprintf(tw, "fence:\tnone (a semaphore's permits have no fence)\n")
+	case info.Fence == 0:
 		fmt.Fprintf(tw, "fence:\t0 (none issued)\n")
-	} else {
+	default:
 		fmt.Fprintf(tw, "fence:\t%d (the newest issued)\n", info.Fence)
 	}
 	tw.Flush()

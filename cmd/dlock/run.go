@@ -107,7 +107,8 @@ Flags:
                        refused: with --no-wait, a job runs once per cron tick
                        across hosts. Pick DURATION longer than the hosts'
                        clocks differ and no longer than the period less that
-                       (or whole ticks are skipped); needs --no-wait or --wait
+                       (or runs are skipped); needs --no-wait, or a --wait
+                       shorter than DURATION less that spread
   --metadata KEY=VALUE add to the metadata stored with the lock (repeatable); the
                        defaults are host, pid, user and cmd
   --shared             take a read lock of a read/write lock: shared with other
@@ -197,9 +198,9 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--min-hold %v must not be negative", o.minHold)
 	case o.minHold > 0 && (o.kind.shared || o.kind.write || o.semaphore):
 		return usage(runCommand, "--min-hold is for a plain (exclusive) lock, not --shared, --write or --semaphore")
-	case o.minHold > 0 && !o.noWait && o.wait == 0:
+	case o.minHold > 0 && !o.noWait && (o.wait == 0 || o.wait >= o.minHold):
 		// Every run would wait for the kept hold to run out, then run.
-		return usage(runCommand, "--min-hold keeps runs out only if they do not wait for it: add --no-wait (or --wait to bound the wait)")
+		return usage(runCommand, "--min-hold keeps runs out only if they do not wait for it to run out: add --no-wait, or a --wait shorter than --min-hold less the hosts' clock spread")
 	case o.semaphore && o.kind.permits < 1:
 		// 0 would be no semaphore at all: an exclusive lock.
 		return usage(runCommand, "--semaphore %d must be a positive number of permits; for an exclusive lock, leave --semaphore out", o.kind.permits)
