@@ -650,7 +650,7 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 				return tc.wait(waiter, wctx, name, opts...)
 			})
 
-			var taken, refused, failed atomic.Int64
+			var taken, refused, failed, attempts atomic.Int64
 			var firstFailure atomic.Value
 			stop := make(chan struct{})
 			contended := make(chan struct{})
@@ -662,6 +662,7 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 						return
 					default:
 					}
+					attempts.Add(1)
 					tctx, cancel := context.WithTimeout(ctx, time.Second)
 					other, err := tc.try(contender, tctx, name, dlock.WithTTL(time.Second))
 					cancel()
@@ -695,9 +696,14 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 				t.Fatalf("slot %s holds %q; want the lock's keys and its waiter set", slot, keys)
 			}
 			host, port, _ := strings.Cut(to.Addr(), ":")
-			for _, k := range keys {
+			var split int64 // attempts made while the lock's keys were split between the two
+			for i, k := range keys {
+				before := attempts.Load()
 				from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-				time.Sleep(300 * time.Millisecond) // the lock's keys are split between the two
+				time.Sleep(300 * time.Millisecond)
+				if i < len(keys)-1 {
+					split += attempts.Load() - before
+				}
 			}
 			toID := to.Do(t, "CLUSTER", "MYID")
 			for _, n := range cluster.Nodes {
@@ -709,6 +715,10 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 			t.Logf("%d keys moved; the other client was refused %d times and failed %d times (%v)", len(keys), refused.Load(), failed.Load(), firstFailure.Load())
 			if n := taken.Load(); n != 0 {
 				t.Fatalf("the other client took the held lock %d times while its slot moved", n)
+			}
+			// An attempt then takes a while: go-redis retries TRYAGAIN.
+			if split < 2 {
+				t.Fatalf("the other client made %d attempts while the lock's keys were split, want 2 or more", split)
 			}
 			select {
 			case <-l.Done():
