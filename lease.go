@@ -345,14 +345,8 @@ func (s *lease) heldFor() time.Duration {
 // ended reports whether the lease has ended; s.mu must be held.
 func (s *lease) ended() bool { return s.over }
 
-// alive returns nil while the lease runs, or why it does not.
-func (s *lease) alive() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.aliveLocked()
-}
-
-// aliveLocked is alive with s.mu held.
+// aliveLocked returns nil while the lease runs, or why it does not; s.mu
+// must be held.
 func (s *lease) aliveLocked() error {
 	if s.released {
 		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())

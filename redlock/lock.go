@@ -581,13 +581,6 @@ func (l *Lock) nodeError(i int, err error) error {
 	return &NodeError{Node: i, Addr: l.r.nodes[i].Addr, Err: err}
 }
 
-// isServerError reports whether err is a failure to reach a node, or an
-// error reply from it.
-func isServerError(err error) bool {
-	var se *dlock.ServerError
-	return errors.As(err, &se) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-}
-
 // final reports whether an acquisition failed in a way that trying again
 // will not change: more nodes than the quorum can spare hold data under
 // the lock's key that is not a dlock lock of this kind.

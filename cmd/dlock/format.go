@@ -57,7 +57,7 @@ func whoHolds(h dlock.Holder) string {
 	switch {
 	case len(parts) > 0:
 		return strings.Join(parts, " ")
-	case m != nil && len(m) > 0:
+	case len(m) > 0:
 		return truncate(formatExtra(m, nil), 60)
 	case h.Metadata != "":
 		return truncate(h.Metadata, 60)

@@ -42,15 +42,6 @@ func (r reply) text() string {
 	}
 }
 
-// strings returns the elements of an array reply as text.
-func (r reply) strings() []string {
-	out := make([]string, 0, len(r.elems))
-	for _, e := range r.elems {
-		out = append(out, e.text())
-	}
-	return out
-}
-
 // fields returns a flat key/value array reply (as SENTINEL MASTER answers) as
 // a map.
 func (r reply) fields() map[string]string {

@@ -60,13 +60,6 @@ func startServer(extra ...string) (*server, error) {
 
 func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// pid returns the process ID of the running server.
-func (s *server) pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd.Process.Pid
-}
-
 // launch starts the process and waits until it answers PING with its own
 // process ID, so that another server on the same port is not taken for it.
 func (s *server) launch() error {
@@ -169,22 +162,6 @@ func (s *server) logTail() string {
 		lines = lines[len(lines)-10:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// version returns the server's Redis version.
-func (s *server) version() string {
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer rdb.Close()
-	info, err := rdb.Info(context.Background(), "server").Result()
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
-			return v
-		}
-	}
-	return "?"
 }
 
 // freePort returns a loopback port that was free a moment ago.
