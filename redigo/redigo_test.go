@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,21 +193,7 @@ func TestABatchToAHungServerEnds(t *testing.T) {
 			for i := range calls {
 				calls[i] = &dlock.Call{Script: echo, Args: []any{arg}}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				drv.Eval(ctx, calls...)
-			}()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				srv.Resume(t)
-				<-done
-				t.Fatal("the batch still waited on the hung server after 20s")
-			}
-			srv.Resume(t)
+			evalOnHungServer(t, srv, drv, 300*time.Millisecond, calls)
 			for _, i := range []int{0, len(calls) - 1} {
 				if !errors.Is(calls[i].Err, context.DeadlineExceeded) {
 					t.Errorf("call %d: %v, %v; want an error matching the deadline", i, calls[i].Val, calls[i].Err)
@@ -219,4 +206,80 @@ func TestABatchToAHungServerEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pauseAtEval is a connection that stops its server (SIGSTOP) when the
+// first EVAL is written on it: the calls' retry after NOSCRIPT.
+type pauseAtEval struct {
+	redis.Conn
+	pause func()
+}
+
+func (c *pauseAtEval) Send(cmd string, args ...any) error {
+	if cmd == "EVAL" {
+		c.pause()
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *pauseAtEval) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if cmd == "EVAL" {
+		c.pause()
+	}
+	return c.Conn.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
+}
+
+func (c *pauseAtEval) ReceiveContext(ctx context.Context) (any, error) {
+	return c.Conn.(redis.ConnWithContext).ReceiveContext(ctx)
+}
+
+// TestARetryOfLargeScriptsToAHungServerEnds: the retry by EVAL of calls
+// the server answered NOSCRIPT carries each script's source; a batch of
+// them, sent to a server that stopped reading, ends at its deadline too.
+func TestARetryOfLargeScriptsToAHungServerEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	var once sync.Once
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			c, err := redis.DialContext(ctx, "tcp", srv.Addr()) // no read or write timeout
+			if err != nil {
+				return nil, err
+			}
+			return &pauseAtEval{Conn: c, pause: func() { once.Do(func() { srv.Pause(t) }) }}, nil
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	drv := dlockredigo.New(pool)
+	big := dlock.NewScript("big", "-- "+strings.Repeat("x", 30<<10)+"\nreturn ARGV[1]")
+	calls := make([]*dlock.Call, 400) // 12 MB of scripts by EVAL
+	for i := range calls {
+		calls[i] = &dlock.Call{Script: big, Args: []any{"v"}}
+	}
+	evalOnHungServer(t, srv, drv, 500*time.Millisecond, calls)
+	if !errors.Is(calls[0].Err, context.DeadlineExceeded) {
+		t.Errorf("call 0: %v, %v; want an error matching the deadline", calls[0].Val, calls[0].Err)
+	}
+}
+
+// evalOnHungServer runs calls with a deadline of d on srv, which is paused
+// or pauses meanwhile, and resumes it once Eval has returned; it fails the
+// test if Eval still waits 20s on.
+func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driver, d time.Duration, calls []*dlock.Call) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		drv.Eval(ctx, calls...)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		srv.Resume(t)
+		<-done
+		t.Fatal("Eval still waited on the hung server after 20s")
+	}
+	srv.Resume(t)
 }
