@@ -376,7 +376,9 @@ func (e *ClusterError) Unwrap() []error { return []error{dlock.ErrUnsupported, e
 
 // Scan walks the keys matching match of Redis type typ with SCAN. On a
 // Redis Cluster node it fails with an error matching dlock.ErrUnsupported
-// instead, as it would see that node's keys only.
+// instead, as it would see that node's keys only. It tells a cluster node
+// by INFO: for a user whose ACL denies INFO it assumes a single server, and
+// on a cluster node lists that node's keys alone.
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
 	gctx, cancel := d.bound(ctx)
 	conn, err := d.conn(gctx)
