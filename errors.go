@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // Errors returned by dlock. Match them with errors.Is: the returned errors
@@ -65,23 +67,17 @@ var (
 	ErrInvalidPermits = fmt.Errorf("%w: permits", ErrInvalidArgument)
 )
 
-// withCause is an error that reads as msg and matches each of errs.
-type withCause struct {
-	msg  string
-	errs []error
-}
-
-func (e *withCause) Error() string   { return e.msg }
-func (e *withCause) Unwrap() []error { return e.errs }
-
 // because returns sentinel caused by cause: it matches both, and says the
 // "dlock: " that both messages start with once.
-func because(sentinel, cause error) error {
-	return &withCause{msg: sentinel.Error() + ": " + unprefixed(cause), errs: []error{sentinel, cause}}
-}
+func because(sentinel, cause error) error { return causes.Because(sentinel, cause) }
+
+// notHeldFor returns the error of a call on a lock that ended with err: it
+// matches ErrNotHeld and err, and reads as err where err already says
+// "not held".
+func notHeldFor(err error) error { return causes.Also(ErrNotHeld, err) }
 
 // unprefixed returns err's message without the "dlock: " it starts with.
-func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
+func unprefixed(err error) string { return causes.Unprefixed(err) }
 
 // ServerError is an error reply from Redis to one of dlock's requests, or a
 // failure to reach Redis, together with the key it concerned.

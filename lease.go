@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // lease is the lifetime of a held lock, shared by every primitive: its TTL
@@ -228,7 +230,7 @@ func (s *lease) expireAt() bool {
 	capped := s.capped
 	s.mu.Unlock()
 	if capped {
-		s.end(&withCause{msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", errs: []error{ErrLost, ErrMaxHold}})
+		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
 		return true
 	}
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
@@ -330,8 +332,8 @@ func (s *lease) endIfGoneAndNotReleased() {
 	gone, failed := s.gone, s.relFailed
 	s.mu.Unlock()
 	if gone != nil && failed != nil {
-		s.end(&withCause{msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
-			errs: []error{ErrLost, gone, failed}})
+		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
+			Errs: []error{ErrLost, gone, failed}})
 	}
 }
 
@@ -353,7 +355,7 @@ func (s *lease) aliveLocked() error {
 	}
 	if s.ended() || (s.ending && s.err != nil) {
 		// Ending: its End hook runs, and Err already says why.
-		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)
+		return notHeldFor(s.err)
 	}
 	return nil
 }

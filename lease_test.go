@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -116,6 +117,7 @@ func TestLossIsNoticedAtTheNextRefresh(t *testing.T) {
 				t.Errorf("Err = %v, want ErrLost from a refresh", l.Err())
 			}
 			checkLossMessage(t, l.Err())
+			checkNotHeldAfterLoss(t, l.Refresh(ctx, time.Minute))
 			<-lctx.Done()
 			if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
 				t.Errorf("context cause = %v, want ErrLost", context.Cause(lctx))
@@ -131,6 +133,16 @@ func checkLossMessage(t *testing.T, err error) {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "dlock: lock lost: ") || strings.Count(msg, "dlock: ") != 1 || strings.Contains(msg, "\n") {
 		t.Errorf("loss message %q: want one line that says \"dlock: \" once, at its start", msg)
+	}
+}
+
+// checkNotHeldAfterLoss checks the error of a call on a lock already lost:
+// it matches ErrNotHeld and ErrLost, and says "dlock: " and "not held" once.
+func checkNotHeldAfterLoss(t *testing.T, err error) {
+	t.Helper()
+	msg := fmt.Sprint(err)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || strings.Count(msg, "dlock: ") != 1 || strings.Count(msg, "not held") != 1 {
+		t.Errorf("a call after the loss: %q; want ErrNotHeld and ErrLost, saying \"dlock: \" and \"not held\" once", msg)
 	}
 }
 
@@ -236,6 +248,7 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
 	}
 	checkLossMessage(t, l.Err())
+	checkNotHeldAfterLoss(t, l.Refresh(context.Background(), time.Minute))
 	// Refreshed past its TTL, up to the cap.
 	if held := time.Since(start); held < 250*time.Millisecond {
 		t.Errorf("lock ended after %v, before its max hold", held)

@@ -861,7 +861,7 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 			err := l.holdError(p, call.Err)
 			if attaching && errors.Is(err, ErrWrongType) {
 				// Not a lock to attach to.
-				err = fmt.Errorf("%w: %w", ErrNotHeld, err)
+				err = because(ErrNotHeld, err)
 			}
 			return 0, err
 		}

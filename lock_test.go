@@ -1024,8 +1024,8 @@ func TestAttachToOtherDataIsWrongType(t *testing.T) {
 	e.srv.Do(t, "HSET", "dlock:{hash}", "field", "user data")
 	for _, name := range []string{"str", "hash"} {
 		_, err := e.c.Attach(ctx, name, "some-token")
-		if !errors.Is(err, dlock.ErrWrongType) || !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Attach to %s: err = %v, want ErrNotHeld and ErrWrongType", name, err)
+		if !errors.Is(err, dlock.ErrWrongType) || !errors.Is(err, dlock.ErrNotHeld) || strings.Count(fmt.Sprint(err), "dlock: ") != 1 {
+			t.Errorf("Attach to %s: err = %v, want ErrNotHeld and ErrWrongType, saying \"dlock: \" once", name, err)
 		}
 	}
 	if got := e.srv.Do(t, "GET", "dlock:{str}"); got != "user data" {

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/causes"
 
 	"github.com/dlockio/dlock"
 )
@@ -464,9 +465,9 @@ func (l *Lock) endLost() {
 		why = dlock.ErrMaxHold
 	}
 	l.mu.Unlock()
-	top := fmt.Errorf("%w: %q is held on %d of %d nodes, below the quorum of %d", dlock.ErrLost, l.name, held, len(l.nodes), l.r.quorum)
+	var top error = fmt.Errorf("%w: %q is held on %d of %d nodes, below the quorum of %d", dlock.ErrLost, l.name, held, len(l.nodes), l.r.quorum)
 	if why != nil {
-		top = fmt.Errorf("%w: %w", top, why)
+		top = &causes.Error{Msg: top.Error() + ": " + causes.Unprefixed(why), Errs: []error{top, why}}
 	}
 	l.end(errors.Join(append([]error{top}, errs...)...))
 }
@@ -560,15 +561,6 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 // errNoAnswer marks the error of an acquisition that the caller's context
 // cut short before enough nodes answered to tell whether the lock is held.
 var errNoAnswer = errors.New("redlock: not known whether held")
-
-// lossError is the error of a lock lost for cause: it matches dlock.ErrLost
-// and cause, and says the "dlock: " that both start with once.
-type lossError struct{ cause error }
-
-func (e lossError) Error() string {
-	return "dlock: lock lost: " + strings.TrimPrefix(e.cause.Error(), "dlock: ")
-}
-func (e lossError) Unwrap() []error { return []error{dlock.ErrLost, e.cause} }
 
 // refusal is a node's refusal in an acquisition that something else
 // decided: it reads as the node's error, but does not match
@@ -704,7 +696,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	if err != nil {
-		l.end(lossError{err})
+		l.end(causes.Because(dlock.ErrLost, err))
 		return err
 	}
 	l.end(nil)
@@ -860,7 +852,7 @@ func (l *Lock) aliveLocked() error {
 	case l.released:
 		return fmt.Errorf("%w: %q was released", dlock.ErrNotHeld, l.name)
 	case l.stopped:
-		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, l.err)
+		return causes.Also(dlock.ErrNotHeld, l.err)
 	}
 	return nil
 }
