@@ -654,6 +654,12 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 			var firstFailure atomic.Value
 			stop := make(chan struct{})
 			contended := make(chan struct{})
+			var stopOnce sync.Once
+			stopContending := func() {
+				stopOnce.Do(func() { close(stop) })
+				<-contended
+			}
+			t.Cleanup(stopContending) // also when the test fails before it stops it
 			go func() {
 				defer close(contended)
 				for {
@@ -710,8 +716,7 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 				n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
 			}
 			time.Sleep(300 * time.Millisecond) // refreshes and attempts on the new primary
-			close(stop)
-			<-contended
+			stopContending()
 			t.Logf("%d keys moved; the other client was refused %d times and failed %d times (%v)", len(keys), refused.Load(), failed.Load(), firstFailure.Load())
 			if n := taken.Load(); n != 0 {
 				t.Fatalf("the other client took the held lock %d times while its slot moved", n)

@@ -56,7 +56,7 @@ func TestMinHoldKeepsAReleasedLock(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	other := e.newClient(t)
-	const minHold, heldFor = 800 * time.Millisecond, 300 * time.Millisecond
+	const minHold, heldFor = 2 * time.Second, 300 * time.Millisecond
 
 	l, err := e.c.TryLock(ctx, "report", dlock.WithMinHold(minHold), dlock.WithMetadata("host-a"), dlock.WithAutoRefresh())
 	if err != nil {

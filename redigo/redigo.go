@@ -10,6 +10,12 @@
 //	}
 //	locks := dlock.New(redigo.New(pool))
 //
+// Dial with a write timeout, as above: a request's context bounds its
+// writes only as far as the connection's buffers take them, and a host that
+// vanished without a reset takes nothing, so that writes past the socket's
+// send buffer wait for the write timeout (or, without one, for TCP to give
+// up).
+//
 // redigo speaks to one server: it knows neither Redis Cluster nor
 // Sentinel. On a cluster node, a call for a key that another node serves
 // fails with an error that matches dlock.ErrUnsupported (the node answered

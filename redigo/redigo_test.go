@@ -270,6 +270,7 @@ func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driv
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	done := make(chan struct{})
+	start := time.Now()
 	go func() {
 		defer close(done)
 		drv.Eval(ctx, calls...)
@@ -281,5 +282,12 @@ func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driv
 		<-done
 		t.Fatal("Eval still waited on the hung server after 20s")
 	}
+	took := time.Since(start)
 	srv.Resume(t)
+	// Not a timing of the driver: a bound 2s past the deadline, under the
+	// driver's own 3s timeout, which a request that ignored its context
+	// would take.
+	if took > d+2*time.Second {
+		t.Errorf("Eval returned %v after it began, past its deadline of %v", took, d)
+	}
 }

@@ -15,7 +15,7 @@
 //	if errors.Is(err, dlock.ErrNotObtained) {
 //		return nil // held by another
 //	} else if err != nil {
-//		return err // redlock.ErrNoQuorum: too many nodes failing to tell
+//		return err // nodes failing (redlock.ErrNoQuorum), other data under the key, or ctx ended
 //	}
 //	defer l.Release(ctx)
 //

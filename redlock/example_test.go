@@ -38,7 +38,7 @@ func Example() {
 	case errors.Is(err, dlock.ErrNotObtained):
 		fmt.Println("another process is running the report")
 		return
-	case err != nil: // redlock.ErrNoQuorum: too many nodes failing to tell
+	case err != nil: // nodes failing (redlock.ErrNoQuorum), other data under the key, or ctx ended
 		fmt.Println("redis:", err)
 		return
 	}

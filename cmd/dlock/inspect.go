@@ -26,8 +26,10 @@ func init() {
 with their metadata (host, pid, user and command for locks taken by dlock run),
 how long each has held it and how long it has left unless refreshed, readers
 where the kind has them, how many clients wait for it (processes, or dlock
-runs), and the newest fence issued. A free name is reported as kind "free"
-with no holders; that is not an error.
+runs), and the newest fence issued. A lock released before its minimum hold
+had passed (run --min-hold) shows its holder as released, kept until it
+expires. A free name is reported as kind "free" with no holders; that is not
+an error.
 
 Flags:
   --json    print the record as JSON, for scripts (the schema is in the README)
