@@ -199,21 +199,19 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		}
 		return name, append(args, c.Args...)
 	}
-	for len(calls) > 0 {
-		n, size := 1, callSize(calls[0], bySHA)
-		for n < len(calls) && size+callSize(calls[n], bySHA) <= sendChunk {
-			size += callSize(calls[n], bySHA)
-			n++
+	for i, end := 0, 0; i < len(calls); i = end {
+		size := callSize(calls[i], bySHA)
+		for end = i + 1; end < len(calls) && size+callSize(calls[end], bySHA) <= sendChunk; end++ {
+			size += callSize(calls[end], bySHA)
 		}
-		chunk := calls[:n]
-		calls = calls[n:]
+		chunk := calls[i:end]
 		if len(chunk) == 1 {
 			// One command: redigo writes and reads it within ctx.
 			name, args := command(chunk[0])
 			v, err := do(ctx, limit, conn, name, args...)
 			store(chunk[0], v, err)
 			if err != nil && !isReply(err) {
-				failAll(calls, err) // the connection failed
+				failAll(calls[end:], err) // the connection failed
 				return
 			}
 			continue
@@ -221,8 +219,7 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		for _, c := range chunk {
 			name, args := command(c)
 			if err := conn.Send(name, args...); err != nil {
-				failAll(chunk, err)
-				failAll(calls, err)
+				failAll(calls[i:], err)
 				return
 			}
 		}
@@ -233,8 +230,7 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 			err = fmt.Errorf("redigo: %d replies to a pipeline of %d commands", len(all), len(chunk))
 		}
 		if err != nil {
-			failAll(chunk, err)
-			failAll(calls, err)
+			failAll(calls[i:], err) // this chunk and the rest
 			return
 		}
 		for i, c := range chunk {

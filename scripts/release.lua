@@ -72,8 +72,7 @@ local function keep_for(k)
   if not min_hold then return nil end
   local since = tonumber(redis.call('HGET', k, 'since'))
   if not since then return nil end
-  local t = redis.call('TIME')
-  local left = since + min_hold - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  local left = since + min_hold - math.floor(clock_us(redis.call('TIME')) / 1000)
   if left > 0 then return left end
   return nil
 end
