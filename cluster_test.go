@@ -750,3 +750,90 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 		})
 	}
 }
+
+// TestAClusterReleaseGrantsToTheWaitersItCanHear: on a cluster, a release
+// grants the lock to a waiter listening on its plain channel through
+// another node (PUBLISH reaches it there, though the lock's node counts no
+// listener), on each of the three primaries; and, with shard channels,
+// skips a waiter registered ahead that no longer listens, granting the
+// lock to the live one behind it.
+func TestAClusterReleaseGrantsToTheWaitersItCanHear(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, _ := e.newClient(t)
+	t.Run("plain", func(t *testing.T) {
+		waiter, _ := e.newClient(t) // no ShardedSubscriber: PUBLISH
+		for _, name := range e.names {
+			held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := lockWhenRefused(t, ctx, waiter, name, dlock.WithTTL(time.Minute))
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tok := e.hget(t, name, "token")
+			if tok == "" {
+				t.Errorf("%s: the lock is free after the release, want it granted to the waiter", name)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.l.Token() != tok {
+				t.Errorf("%s: the waiter holds %q, the lock %q", name, r.l.Token(), tok)
+			}
+			if err := r.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("sharded", func(t *testing.T) {
+		waiter := dlock.New(goredis.New(e.newRedis(t)))
+		t.Cleanup(func() { _ = waiter.Close() })
+		name := e.names[1]
+		key := dlock.DefaultPrefix + "{" + name + "}"
+		held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockWhenRefused(t, ctx, waiter, name, dlock.WithTTL(time.Minute))
+		live, err := e.rdb.ZRangeWithScores(ctx, key+":waiters", 0, -1).Result()
+		if err != nil || len(live) != 1 || !strings.HasPrefix(live[0].Member.(string), "s|") {
+			t.Fatalf("waiters: %v, %v; want one on shard channels", live, err)
+		}
+		// A client that registered just before, left its request and died.
+		dead := "s|dead"
+		if err := e.rdb.ZAdd(ctx, key+":waiters", redis.Z{Score: live[0].Score - 1, Member: dead}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		request := `["dead-request","60000","","","1","` + strconv.FormatInt(time.Now().UnixMicro(), 10) + `"]`
+		if err := e.rdb.HSet(ctx, key, "g:"+dead, request).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tok := e.hget(t, name, "token")
+		if tok == "" || tok == "dead-request" {
+			t.Errorf("the lock is held with %q after the release, want it granted to the live waiter", tok)
+		}
+		if n, err := e.rdb.ZScore(ctx, key+":waiters", dead).Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("the dead client is still registered: %v, %v", n, err)
+		}
+		if e.hget(t, name, "g:"+dead) != "" {
+			t.Error("the dead client's request is still there")
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.l.Token() != tok {
+			t.Errorf("the waiter holds %q, the lock %q", r.l.Token(), tok)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -33,7 +33,10 @@ type Driver interface {
 	// change the set of channels. ctx bounds the opening only: the
 	// subscription lives until Close, after ctx ends. A driver that cannot
 	// subscribe returns ErrUnsupported; dlock then wakes waiters by timers
-	// and retries alone.
+	// and retries alone. Off a cluster, the connection must be to the
+	// server that runs the calls of Eval: a release grants a lock only to a
+	// waiting client it sees subscribed there (PUBSUB NUMSUB), and passes
+	// over one it does not, as it would a client that died.
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 
@@ -47,8 +50,11 @@ type ShardedSubscriber interface {
 	// SubscribeSharded opens a subscription to shard channels, which
 	// calls notify as Subscribe's does, one message at a time, though not
 	// always from the same goroutine. Its Subscribe and Unsubscribe take
-	// shard channels of any slots; the driver reaches the node that owns
-	// each, and follows it through failovers and slot moves. It returns
+	// shard channels of any slots; the driver reaches the primary that owns
+	// each, and follows it through failovers and slot moves. (Not a
+	// replica: a release grants a lock only to a waiting client it sees
+	// subscribed on the primary, PUBSUB SHARDNUMSUB, and passes over one it
+	// does not, as it would a client that died.) It returns
 	// ErrUnsupported where shard channels gain nothing or cannot be had (a
 	// single server, a server before Redis 7); dlock then uses Subscribe.
 	SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (Subscription, error)

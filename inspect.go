@@ -38,7 +38,8 @@ type Info struct {
 	// registered as waiting for the name, each for one caller or more, for
 	// every kind. A client registers once a waiting caller's attempt was
 	// refused, and leaves when its last waiting caller is done; the
-	// registration of a client that died lapses within 1.5 s.
+	// registration of a client that died lapses within 1.5 s, or sooner
+	// when a release finds nobody listening for it.
 	WaitingClients int
 	// WriterWaiting is set when a writer waits for a read/write lock; new
 	// readers are then kept out.

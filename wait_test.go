@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // awaitWaiting waits until n callers of c wait for name.
@@ -281,30 +282,81 @@ func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 	}
 }
 
-// TestADeadWaiterDoesNotStallTheLock: the client registered first died; the
-// release wakes it in vain, and the next client gets in at its periodic
-// wake-up.
+// TestADeadWaiterDoesNotStallTheLock: the client registered first died
+// (nobody listens on its channel) and left no request; the release tells
+// it in vain, sees that nobody heard, takes it out of the waiter set and
+// grants the lock to the live client behind it. A semaphore's release
+// skips it the same way and tells the live client.
 func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	held, err := e.c.TryLock(ctx, "ghost", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Run("lock", func(t *testing.T) {
+		held, err := e.c.TryLock(ctx, "ghost", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockWhenRefused(t, ctx, e.newClient(t), "ghost", dlock.WithTTL(time.Minute))
+		registerDeadAhead(t, e, "ghost", "dlock:client:dead", "")
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if tok := e.srv.Do(t, "HGET", "dlock:{ghost}", "token"); tok == "" {
+			t.Error("the lock is free after the release, want it granted to the live waiter")
+		}
+		if err := passedOver(t, e, "ghost", "dlock:client:dead", got).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("semaphore", func(t *testing.T) {
+		held, err := e.c.Semaphore("ghost-sem", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sem := e.newClient(t).Semaphore("ghost-sem", 1)
+		got := whenRefused(t, "Acquire", func(opts ...dlock.Option) (*dlock.Lock, error) {
+			return sem.Acquire(ctx, opts...)
+		}, dlock.WithTTL(time.Minute))
+		live := strings.Split(e.srv.Do(t, "ZRANGE", "dlock:{ghost-sem}:waiters", "0", "0"), "\n")[0]
+		// Listen on the live client's channel too, to see it told.
+		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+		defer rdb.Close()
+		ps := rdb.Subscribe(ctx, live)
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		registerDeadAhead(t, e, "ghost-sem", "dlock:client:dead", "")
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// (go-redis's ReceiveMessage would not end with ctx.)
+		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			t.Fatalf("the live client was not told: %v", err)
+		}
+		if m, ok := msg.(*redis.Message); !ok || m.Payload != "dlock:{ghost-sem}" {
+			t.Errorf("the live client was told %v", msg)
+		}
+		if err := passedOver(t, e, "ghost-sem", "dlock:client:dead", got).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// passedOver checks that the waiting client member, which died, left the
+// waiter set of name, and returns the lock that the live waiter behind it
+// got.
+func passedOver(t *testing.T, e *env, name, member string, got <-chan lockResult) *dlock.Lock {
+	t.Helper()
+	if z := e.srv.Do(t, "ZSCORE", "dlock:{"+name+"}:waiters", member); z != "(nil)" {
+		t.Errorf("the dead client is still registered (score %s)", z)
 	}
-	c := e.newClient(t)
-	got := lockAndRelease(c, "ghost", 5*time.Second)
-	awaitWaiting(t, c, "ghost", 1)
-	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{ghost}:waiters") == "1" })
-	// A client that registered just before the live one, and died.
-	live := strings.Split(e.srv.Do(t, "ZRANGE", "dlock:{ghost}:waiters", "0", "0", "WITHSCORES"), "\n")
-	score, _ := strconv.ParseInt(live[1], 10, 64)
-	e.srv.Do(t, "ZADD", "dlock:{ghost}:waiters", strconv.FormatInt(score-1, 10), "dlock:client:dead")
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	return r.l
 }
 
 // noSubscribe is a driver without pub/sub.

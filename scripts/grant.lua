@@ -21,34 +21,46 @@
 -- later than the grant.
 
 -- pass hands lock k, being freed, to its next waiter: the client
--- registered longest ago in waiter set wk that has not expired. If it left
--- a request, pass grants it the lock, writing the hash (with rel as the
--- ids of its releases, see release) and its TTL, and returns true. If not,
--- pass tells it the lock may be free and returns false: the caller frees
--- the hash. fk is the lock's fence counter and fence the last fence the
--- hash holds.
+-- registered longest ago in waiter set wk that has not expired and is not
+-- deaf (see wake). If it left a request and listens, pass grants it the
+-- lock, writing the hash (with rel as the ids of its releases, see release)
+-- and its TTL, and returns true. If not, pass tells it the lock may be free
+-- and returns false: the caller frees the hash. fk is the lock's fence
+-- counter and fence the last fence the hash holds. A client is granted the
+-- lock only once the server sees it listen: one that died since its last
+-- attempt (its connection closed) would hold the lock for its TTL, unheard;
+-- it leaves the set and its request goes.
 local function pass(k, wk, fk, fence, rel)
-  local m, t = next_waiter(wk)
-  if not m then return false end
-  local rec = redis.call('HGET', k, 'g:' .. m)
-  local ok, g = false, nil
-  if rec then ok, g = pcall(cjson.decode, rec) end
-  local f, text
-  if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
-      and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-    local now_us, now_text = clock_us(t)
-    f, text = next_fence(fk, now_us, tonumber(fence), now_text)
-    if f then
-      redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
-        'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
-      redis.call('HDEL', k, 'g:' .. m)
-      redis.call('PEXPIRE', k, g[2])
-      redis.call('ZREM', wk, m)
-      local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
-      tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
-      return true
+  local ms, t = waiters(wk)
+  for _, m in ipairs(ms) do
+    local rec = redis.call('HGET', k, 'g:' .. m)
+    local ok, g = false, nil
+    if rec then ok, g = pcall(cjson.decode, rec) end
+    local gone
+    if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
+        and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
+      gone = deaf(m, listeners(m, k))
+      if not gone then
+        local now_us, now_text = clock_us(t)
+        local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
+        if f then
+          redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
+            'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
+          redis.call('HDEL', k, 'g:' .. m)
+          redis.call('PEXPIRE', k, g[2])
+          redis.call('ZREM', wk, m)
+          local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
+          tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
+          return true
+        end
+      end
     end
+    if not gone then
+      gone = deaf(m, tell(m, k))
+      if not gone then return false end
+    end
+    redis.call('ZREM', wk, m)
+    if rec then redis.call('HDEL', k, 'g:' .. m) end
   end
-  tell(m, k)
   return false
 end

@@ -10,15 +10,50 @@
 -- and it is told by SPUBLISH, which reaches only the shard that owns it.
 
 -- tell sends a waiting client the notice that lock k may be free, or the
--- message given (see grant). A notice that cannot be sent (a server without
--- SPUBLISH) is skipped: the waiter also wakes by its timers, and the
--- release must not fail for it.
+-- message given (see grant), and returns how many clients the server sent
+-- it to, or nil when it could not be sent (a server without SPUBLISH): the
+-- waiter also wakes by its timers, and the release must not fail for it.
 local function tell(member, k, message)
   if string.sub(member, 1, 2) == 's|' then
-    redis.pcall('SPUBLISH', k .. ':w:' .. string.sub(member, 3), message or k)
-  else
-    redis.call('PUBLISH', member, message or k)
+    local n = redis.pcall('SPUBLISH', k .. ':w:' .. string.sub(member, 3), message or k)
+    if type(n) == 'number' then return n end
+    return nil
   end
+  return redis.call('PUBLISH', member, message or k)
+end
+
+-- listeners returns how many clients listen on the channel of a waiting
+-- client for lock k, without sending anything (nil when the server cannot
+-- tell).
+local function listeners(member, k)
+  local r
+  if string.sub(member, 1, 2) == 's|' then
+    r = redis.pcall('PUBSUB', 'SHARDNUMSUB', k .. ':w:' .. string.sub(member, 3))
+  else
+    r = redis.pcall('PUBSUB', 'NUMSUB', member)
+  end
+  if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
+  return nil
+end
+
+-- in_cluster is nil until deaf looks it up.
+local in_cluster
+
+-- deaf reports whether a waiting client surely does not listen here, n
+-- being how many clients on this server a notice to it reached (or would,
+-- see listeners): its subscription's connection closed, as a client's does
+-- when it dies. A count of 0 says so for a shard channel, which the
+-- shard's primary serves (drivers subscribe there), and for a plain channel
+-- off a cluster; on a cluster, a plain channel's subscribers on other nodes
+-- are not counted (nor where INFO is denied), so it says nothing there.
+local function deaf(member, n)
+  if n ~= 0 then return false end
+  if string.sub(member, 1, 2) == 's|' then return true end
+  if in_cluster == nil then
+    local info = redis.pcall('INFO', 'cluster')
+    in_cluster = type(info) ~= 'string' or not string.find(info, 'cluster_enabled:0', 1, true)
+  end
+  return not in_cluster
 end
 
 -- wrote reports whether r, the reply of a write made by redis.pcall,
@@ -47,21 +82,26 @@ local function register(wk, channel, now_ms, lease)
   return true
 end
 
--- next_waiter returns the client registered longest ago in waiter set wk
--- whose registration has not expired (nil when none), and the server's
--- TIME reply it read.
-local function next_waiter(wk)
+-- wake_tries bounds how many waiting clients a release looks at: those
+-- found deaf (see deaf) are taken out of the set, and the next is tried.
+local wake_tries = 3
+
+-- waiters returns the wake_tries clients registered longest ago in waiter
+-- set wk whose registrations have not expired, in order (none when wk
+-- holds other data), and the server's TIME reply it read.
+local function waiters(wk)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local next = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, 1)
-  if next.err then return nil, t end
-  return next[1], t
+  local ms = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, wake_tries)
+  if ms.err then return {}, t end
+  return ms, t
 end
 
 -- wake tells the next client waiting for lock k that it may be free: the
 -- one registered longest ago that has not expired gets a message on its
 -- channel naming k. One client is woken, not all of them; a client whose
--- registration expires (it died) is skipped. marked says the caller knows
+-- registration expires is skipped, and so is one that is deaf (it died
+-- since its last attempt: it leaves the set). marked says the caller knows
 -- that clients registered (see acquire), which spares looking first. With
 -- unregister, the client woken leaves the set, so that the next release
 -- wakes the next client (for a semaphore, whose permits may be freed one
@@ -69,10 +109,11 @@ end
 -- refused.
 local function wake(wk, k, marked, unregister)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
-  local m = next_waiter(wk)
-  if not m then return end
-  tell(m, k)
-  if unregister then redis.call('ZREM', wk, m) end
+  for _, m in ipairs((waiters(wk))) do
+    local gone = deaf(m, tell(m, k))
+    if gone or unregister then redis.call('ZREM', wk, m) end
+    if not gone then return end
+  end
 end
 
 -- wake_all tells every client waiting for k that it may be free: for the
