@@ -33,10 +33,11 @@ type Driver interface {
 	// change the set of channels. ctx bounds the opening only: the
 	// subscription lives until Close, after ctx ends. A driver that cannot
 	// subscribe returns ErrUnsupported; dlock then wakes waiters by timers
-	// and retries alone. Off a cluster, the connection must be to the
-	// server that runs the calls of Eval: a release grants a lock only to a
-	// waiting client it sees subscribed there (PUBSUB NUMSUB), and passes
-	// over one it does not, as it would a client that died.
+	// and retries alone. A release that frees a lock passes over a waiting
+	// client that the server saw subscribed when it registered and no longer
+	// sees (PUBSUB NUMSUB), as a client that died; a subscription that the
+	// server running the scripts never sees (on another node) is never taken
+	// for dead.
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 
@@ -51,10 +52,8 @@ type ShardedSubscriber interface {
 	// calls notify as Subscribe's does, one message at a time, though not
 	// always from the same goroutine. Its Subscribe and Unsubscribe take
 	// shard channels of any slots; the driver reaches the primary that owns
-	// each, and follows it through failovers and slot moves. (Not a
-	// replica: a release grants a lock only to a waiting client it sees
-	// subscribed on the primary, PUBSUB SHARDNUMSUB, and passes over one it
-	// does not, as it would a client that died.) It returns
+	// each (where a release sees who listens, PUBSUB SHARDNUMSUB), and
+	// follows it through failovers and slot moves. It returns
 	// ErrUnsupported where shard channels gain nothing or cannot be had (a
 	// single server, a server before Redis 7); dlock then uses Subscribe.
 	SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (Subscription, error)

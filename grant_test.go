@@ -336,8 +336,9 @@ func TestAClientThatDiedIsNotGranted(t *testing.T) {
 }
 
 // registerDeadAhead registers member as a waiter for name ahead of the one
-// client registered there, as a client that then died would have left it,
-// with request as its request for a grant ("" for none).
+// client registered there, as a client that the server heard listening
+// and that then died would have left it, with request as its request for
+// a grant ("" for none).
 func registerDeadAhead(t *testing.T, e *env, name, member, request string) {
 	t.Helper()
 	set := "dlock:{" + name + "}:waiters"
@@ -345,13 +346,57 @@ func registerDeadAhead(t *testing.T, e *env, name, member, request string) {
 	if len(live) != 2 {
 		t.Fatalf("waiters of %q: %q, want one", name, live)
 	}
-	score, err := strconv.ParseInt(live[1], 10, 64)
+	score, err := strconv.ParseFloat(live[1], 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.Do(t, "ZADD", set, strconv.FormatInt(score-1, 10), member)
+	if score == float64(int64(score)) {
+		t.Fatalf("the live client's registration, %s, does not say the server heard it", live[1])
+	}
+	// A ms earlier, and heard too (see wake.lua).
+	e.srv.Do(t, "ZADD", set, strconv.FormatFloat(score-1, 'f', -1, 64), member)
 	if request != "" {
 		e.srv.Do(t, "HSET", "dlock:{"+name+"}", "g:"+member, request)
+	}
+}
+
+// TestAGrantToAClientNeverHeardRunsOutWithItsTTL: a client that the server
+// did not see listening when it registered (its subscription on another
+// node, or not yet confirmed) is never taken for dead; if it died while
+// it waited, it can still be granted the lock while its registration lasts
+// (here written as a client leaves it, with a whole score, and never taken
+// back); the lock then runs out with the TTL it asked for, and the next
+// waiter takes it.
+func TestAGrantToAClientNeverHeardRunsOutWithItsTTL(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "died", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := 2 * time.Second
+	e.srv.Do(t, "ZADD", "dlock:{died}:waiters", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "dead-client")
+	e.srv.Do(t, "HSET", "dlock:{died}", "w", "1", "g:dead-client",
+		`["dead-request","`+strconv.FormatInt(ttl.Milliseconds(), 10)+`","","","1","`+strconv.FormatInt(time.Now().UnixMicro(), 10)+`"]`)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if tok := e.srv.Do(t, "HGET", "dlock:{died}", "token"); tok != "dead-request" {
+		t.Fatalf("lock held with %q after the release, want the dead client's request", tok)
+	}
+	l, err := e.newClient(t).Lock(ctx, "died", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > ttl+time.Second {
+		t.Errorf("the next waiter took the lock after %v, more than the grant's TTL %v and a second", waited, ttl)
+	}
+	if l.Fence() <= held.Fence() {
+		t.Errorf("fence %d not after the first holder's %d", l.Fence(), held.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

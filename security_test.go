@@ -25,7 +25,7 @@ var aclRules = []string{
 	"-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+scan", "+ping", "+hello",
 	// the commands dlock's scripts run
 	"+exists", "+hmget", "+hget", "+hset", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
-	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish",
+	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish", "+pubsub|numsub",
 	// and those of the read/write locks' and semaphores' scripts
 	"+hdel", "+zscore", "+zrange", "+zcard", "+zcount", "+zremrangebyscore",
 }
@@ -116,6 +116,11 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Errorf("waiting for a permit: %v", err)
+	}
+	// No command inside dlock's scripts was refused (a script that asks
+	// with redis.pcall would go on without saying).
+	if log := srv.Do(t, "ACL", "LOG"); log != "" {
+		t.Errorf("ACL LOG after dlock's calls:\n%s", log)
 	}
 
 	// And nothing else.

@@ -73,7 +73,7 @@ local grant = 'g:' .. waiter
 -- (see grant), made at now_us; without, it clears the client's earlier one
 -- (an attempt on one name only).
 local function waits(i, now_us, ask)
-  if not register(KEYS[n + i], waiter, math.floor(now_us / 1000), lease) then return false end
+  if not register(KEYS[n + i], KEYS[i], waiter, math.floor(now_us / 1000), lease) then return false end
   local k = KEYS[i]
   if ask then
     local g = cjson.encode({req, ttl, owner, meta, attempt, string.format('%.0f', now_us)})

@@ -27,19 +27,20 @@
 -- and its TTL, and returns true. If not, pass tells it the lock may be free
 -- and returns false: the caller frees the hash. fk is the lock's fence
 -- counter and fence the last fence the hash holds. A client is granted the
--- lock only once the server sees it listen: one that died since its last
--- attempt (its connection closed) would hold the lock for its TTL, unheard;
--- it leaves the set and its request goes.
+-- lock only while it listens: one that died since its last attempt would
+-- hold the lock for its TTL, unheard (it is dropped, see wake).
 local function pass(k, wk, fk, fence, rel)
-  local ms, t = waiters(wk)
-  for _, m in ipairs(ms) do
+  local w, t = next_waiter(wk)
+  for _ = 1, wake_tries do
+    if not w then return false end
+    local m = w.member
     local rec = redis.call('HGET', k, 'g:' .. m)
     local ok, g = false, nil
     if rec then ok, g = pcall(cjson.decode, rec) end
     local gone
     if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
         and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-      gone = deaf(m, listeners(m, k))
+      gone = deaf(w, listeners(m, k))
       if not gone then
         local now_us, now_text = clock_us(t)
         local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
@@ -55,12 +56,9 @@ local function pass(k, wk, fk, fence, rel)
         end
       end
     end
-    if not gone then
-      gone = deaf(m, tell(m, k))
-      if not gone then return false end
-    end
-    redis.call('ZREM', wk, m)
-    if rec then redis.call('HDEL', k, 'g:' .. m) end
+    if not gone and not deaf(w, tell(m, k)) then return false end
+    drop(wk, k, w)
+    w = next_waiter(wk, t)
   end
   return false
 end

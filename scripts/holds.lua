@@ -178,15 +178,15 @@ local function extend(hk, tok, now, ttl, d, exp)
   redis.call('ZADD', hk, str(now + ttl), tok)
 end
 
--- settle is what a waiting client does once it obtained a hold: leave the
--- waiter set ck, or, when more of its callers wait (more is '1'), register
+-- settle is what a waiting client does once it obtained a hold on k: leave
+-- the waiter set ck, or, when more of its callers wait (more is '1'), register
 -- again at the back. channel is '' for a caller that did not register. A
 -- waiter set holding data dlock did not write is left alone: the hold is
 -- obtained, and the client's other callers wake by their timers.
-local function settle(ck, channel, more, now, lease)
+local function settle(k, ck, channel, more, now, lease)
   if channel == '' then return end
   if more == '1' then
-    register(ck, channel, now, lease)
+    register(ck, k, channel, now, lease)
   else
     redis.pcall('ZREM', ck, channel)
   end

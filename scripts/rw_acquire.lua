@@ -60,7 +60,7 @@ local function take(fields)
   err = grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
   if err then return err end
   keep(k, ttl, hk)
-  settle(ck, channel, more, now, lease)
+  settle(k, ck, channel, more, now, lease)
   return {1, req, fence}
 end
 
@@ -78,7 +78,7 @@ if again then
       redis.pcall('ZREM', pk, member)
       if fair == '1' then redis.pcall('ZREM', qk, member) end
     end
-    settle(ck, channel, more, now, lease)
+    settle(k, ck, channel, more, now, lease)
   end
   return again
 end
@@ -131,7 +131,7 @@ if blocked then
   end
   -- A waiter set holding other data refuses a waiting caller before
   -- anything is recorded: it could not be told of a release.
-  if channel ~= '' and not register(ck, channel, now, lease) then return wrongtype() end
+  if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype() end
   if records then
     if fair == '1' and not queued then redis.call('ZADD', qk, redis.call('HINCRBY', k, 'seq', 1), member) end
     redis.call('ZADD', pk, str(now + ttl), member)

@@ -33,17 +33,17 @@ else
   if not prune(k, hk, now) then return wrongtype() end
   local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], cur[4])
   if again then
-    if again[1] == 1 then settle(ck, channel, more, now, lease) end
+    if again[1] == 1 then settle(k, ck, channel, more, now, lease) end
     return again
   end
   if redis.call('ZCARD', hk) >= tonumber(permits) then
     local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
-    if channel ~= '' and not register(ck, channel, now, lease) then return wrongtype() end
+    if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype() end
     return {0, math.max(tonumber(first[2]) - now, 0), 1}
   end
 end
 err = grant(k, hk, now, ttl, req, mode, owner, meta, 0, fields)
 if err then return err end
 keep(k, ttl, hk)
-settle(ck, channel, more, now, lease)
+settle(k, ck, channel, more, now, lease)
 return {1, req, 0}

@@ -8,6 +8,20 @@
 -- A client that listens on shard channels (on a Redis Cluster) registers as
 -- 's|' and its id: its channel for k is k .. ':w:' .. id, in k's own slot,
 -- and it is told by SPUBLISH, which reaches only the shard that owns it.
+--
+-- A registration's score is a whole number of ms, plus a half when the
+-- server saw the client listening on its channel for k as it registered
+-- (see register): such a client that nobody listens for at a release has
+-- lost its connection, as a client that died does (see deaf). A client
+-- the server did not see listening (its subscription on another node of a
+-- cluster, or not yet confirmed, or behind a proxy) is never taken for
+-- dead.
+
+-- channel returns the channel of waiting client member for lock k.
+local function channel_of(member, k)
+  if string.sub(member, 1, 2) == 's|' then return k .. ':w:' .. string.sub(member, 3) end
+  return member
+end
 
 -- tell sends a waiting client the notice that lock k may be free, or the
 -- message given (see grant), and returns how many clients the server sent
@@ -15,20 +29,20 @@
 -- waiter also wakes by its timers, and the release must not fail for it.
 local function tell(member, k, message)
   if string.sub(member, 1, 2) == 's|' then
-    local n = redis.pcall('SPUBLISH', k .. ':w:' .. string.sub(member, 3), message or k)
+    local n = redis.pcall('SPUBLISH', channel_of(member, k), message or k)
     if type(n) == 'number' then return n end
     return nil
   end
   return redis.call('PUBLISH', member, message or k)
 end
 
--- listeners returns how many clients listen on the channel of a waiting
--- client for lock k, without sending anything (nil when the server cannot
--- tell).
+-- listeners returns how many clients listen on the channel of waiting
+-- client member for lock k, without sending anything (nil when the server
+-- cannot tell, or the user may not ask).
 local function listeners(member, k)
   local r
   if string.sub(member, 1, 2) == 's|' then
-    r = redis.pcall('PUBSUB', 'SHARDNUMSUB', k .. ':w:' .. string.sub(member, 3))
+    r = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel_of(member, k))
   else
     r = redis.pcall('PUBSUB', 'NUMSUB', member)
   end
@@ -36,24 +50,11 @@ local function listeners(member, k)
   return nil
 end
 
--- in_cluster is nil until deaf looks it up.
-local in_cluster
-
--- deaf reports whether a waiting client surely does not listen here, n
--- being how many clients on this server a notice to it reached (or would,
--- see listeners): its subscription's connection closed, as a client's does
--- when it dies. A count of 0 says so for a shard channel, which the
--- shard's primary serves (drivers subscribe there), and for a plain channel
--- off a cluster; on a cluster, a plain channel's subscribers on other nodes
--- are not counted (nor where INFO is denied), so it says nothing there.
-local function deaf(member, n)
-  if n ~= 0 then return false end
-  if string.sub(member, 1, 2) == 's|' then return true end
-  if in_cluster == nil then
-    local info = redis.pcall('INFO', 'cluster')
-    in_cluster = type(info) ~= 'string' or not string.find(info, 'cluster_enabled:0', 1, true)
-  end
-  return not in_cluster
+-- deaf reports whether waiting client w (see waiters), seen listening when
+-- it registered, has nobody listening for it now, n being how many clients
+-- a notice to it reached, or would (see listeners).
+local function deaf(w, n)
+  return w.heard and n == 0
 end
 
 -- wrote reports whether r, the reply of a write made by redis.pcall,
@@ -73,28 +74,39 @@ local function lock_free(k, cur)
   return (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', k) == 0)
 end
 
--- register puts a waiting client, known by its channel, at the back of
--- waiter set wk for lease ms from now_ms. It returns false, having written
--- nothing, when wk holds data that is not a sorted set.
-local function register(wk, channel, now_ms, lease)
-  if not wrote(redis.pcall('ZADD', wk, now_ms + lease, channel)) then return false end
+-- register puts waiting client member at the back of waiter set wk of
+-- lock k for lease ms from now_ms, marked as heard when the server sees it
+-- listening for k. It returns false, having written nothing, when wk holds
+-- data that is not a sorted set.
+local function register(wk, k, member, now_ms, lease)
+  local score = now_ms + lease
+  if (listeners(member, k) or 0) > 0 then score = score + 0.5 end
+  if not wrote(redis.pcall('ZADD', wk, score, member)) then return false end
   redis.call('PEXPIRE', wk, lease)
   return true
 end
 
--- wake_tries bounds how many waiting clients a release looks at: those
--- found deaf (see deaf) are taken out of the set, and the next is tried.
-local wake_tries = 3
+-- wake_tries bounds how many clients found deaf a release takes out of a
+-- waiter set before it gives up looking for one that listens.
+local wake_tries = 32
 
--- waiters returns the wake_tries clients registered longest ago in waiter
--- set wk whose registrations have not expired, in order (none when wk
--- holds other data), and the server's TIME reply it read.
-local function waiters(wk)
-  local t = redis.call('TIME')
+-- next_waiter returns the client registered longest ago in waiter set wk
+-- whose registration has not expired, as {member, heard}, or nil when none
+-- (or when wk holds other data); t is the server's TIME reply, read when
+-- nil.
+local function next_waiter(wk, t)
+  t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local ms = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'LIMIT', 0, wake_tries)
-  if ms.err then return {}, t end
-  return ms, t
+  local r = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if r.err or not r[1] then return nil, t end
+  return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
+end
+
+-- drop takes waiting client w, found deaf, out of waiter set wk of lock k,
+-- with the request it may have left there (see grant).
+local function drop(wk, k, w)
+  redis.call('ZREM', wk, w.member)
+  redis.pcall('HDEL', k, 'g:' .. w.member)
 end
 
 -- wake tells the next client waiting for lock k that it may be free: the
@@ -109,10 +121,15 @@ end
 -- refused.
 local function wake(wk, k, marked, unregister)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
-  for _, m in ipairs((waiters(wk))) do
-    local gone = deaf(m, tell(m, k))
-    if gone or unregister then redis.call('ZREM', wk, m) end
-    if not gone then return end
+  local w, t = next_waiter(wk)
+  for _ = 1, wake_tries do
+    if not w then return end
+    if not deaf(w, tell(w.member, k)) then
+      if unregister then redis.call('ZREM', wk, w.member) end
+      return
+    end
+    drop(wk, k, w)
+    w = next_waiter(wk, t)
   end
 end
 
