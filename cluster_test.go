@@ -803,6 +803,9 @@ func TestAClusterReleaseGrantsToTheWaitersItCanHear(t *testing.T) {
 		if err != nil || len(live) != 1 || !strings.HasPrefix(live[0].Member.(string), "s|") {
 			t.Fatalf("waiters: %v, %v; want one on shard channels", live, err)
 		}
+		if live[0].Score == float64(int64(live[0].Score)) {
+			t.Fatalf("the live client's registration, %v, does not say the server heard it", live[0].Score)
+		}
 		// A client that registered just before, left its request and died.
 		dead := "s|dead"
 		if err := e.rdb.ZAdd(ctx, key+":waiters", redis.Z{Score: live[0].Score - 1, Member: dead}).Err(); err != nil {

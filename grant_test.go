@@ -313,6 +313,8 @@ func TestAClientThatDiedIsNotGranted(t *testing.T) {
 	got := lockWhenRefused(t, ctx, e.newClient(t), "died", dlock.WithTTL(time.Minute))
 	registerDeadAhead(t, e, "died", "dead-client",
 		`["dead-request","60000","","","1","`+strconv.FormatInt(time.Now().UnixMicro(), 10)+`"]`)
+	// And another ahead of that one, with no request.
+	registerDeadAhead(t, e, "died", "dead-client-2", "")
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -322,6 +324,9 @@ func TestAClientThatDiedIsNotGranted(t *testing.T) {
 	}
 	if g := e.srv.Do(t, "HEXISTS", "dlock:{died}", "g:dead-client"); g != "0" {
 		t.Error("the dead client's request is still there")
+	}
+	if z := e.srv.Do(t, "ZSCORE", "dlock:{died}:waiters", "dead-client-2"); z != "(nil)" {
+		t.Errorf("the other dead client is still registered (score %s)", z)
 	}
 	l := passedOver(t, e, "died", "dead-client", got)
 	if l.Token() != tok {
@@ -335,16 +340,16 @@ func TestAClientThatDiedIsNotGranted(t *testing.T) {
 	}
 }
 
-// registerDeadAhead registers member as a waiter for name ahead of the one
-// client registered there, as a client that the server heard listening
-// and that then died would have left it, with request as its request for
-// a grant ("" for none).
+// registerDeadAhead registers member as a waiter for name ahead of the
+// first client registered there, as a client that the server heard
+// listening and that then died would have left it, with request as its
+// request for a grant ("" for none).
 func registerDeadAhead(t *testing.T, e *env, name, member, request string) {
 	t.Helper()
 	set := "dlock:{" + name + "}:waiters"
 	live := strings.Split(e.srv.Do(t, "ZRANGE", set, "0", "0", "WITHSCORES"), "\n")
 	if len(live) != 2 {
-		t.Fatalf("waiters of %q: %q, want one", name, live)
+		t.Fatalf("first waiter of %q: %q", name, live)
 	}
 	score, err := strconv.ParseFloat(live[1], 64)
 	if err != nil {

@@ -39,7 +39,8 @@ type Info struct {
 	// every kind. A client registers once a waiting caller's attempt was
 	// refused, and leaves when its last waiting caller is done; the
 	// registration of a client that died lapses within 1.5 s, or sooner
-	// when a release finds that nobody listens for it any more.
+	// when a release finds that nobody listens for it any more, where the
+	// server saw it listening when it registered.
 	WaitingClients int
 	// WriterWaiting is set when a writer waits for a read/write lock; new
 	// readers are then kept out.

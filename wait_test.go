@@ -283,10 +283,12 @@ func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 }
 
 // TestADeadWaiterDoesNotStallTheLock: the client registered first died
-// (nobody listens on its channel) and left no request; the release tells
-// it in vain, sees that nobody heard, takes it out of the waiter set and
-// grants the lock to the live client behind it. A semaphore's release
-// skips it the same way and tells the live client.
+// (nobody listens on its channel now, where the server saw it listen when
+// it registered) and left no request; the release tells it in vain, sees
+// that nobody heard, takes it out of the waiter set and grants the lock to
+// the live client behind it. A semaphore's release skips it the same way
+// and tells the live client. One the server never heard is not taken for
+// dead: the live client gets in by its periodic wake-up.
 func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -305,6 +307,31 @@ func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 			t.Error("the lock is free after the release, want it granted to the live waiter")
 		}
 		if err := passedOver(t, e, "ghost", "dlock:client:dead", got).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("never heard", func(t *testing.T) {
+		// Registered with a whole score: the server did not see it listen
+		// (its subscription elsewhere, say), so it is not taken for dead. The
+		// release tells it in vain, and the live client gets in at its
+		// periodic wake-up.
+		held, err := e.c.TryLock(ctx, "ghost-unheard", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockWhenRefused(t, ctx, e.newClient(t), "ghost-unheard", dlock.WithTTL(time.Minute))
+		e.srv.Do(t, "ZADD", "dlock:{ghost-unheard}:waiters", "NX", strconv.FormatInt(time.Now().Add(time.Second).UnixMilli(), 10), "dlock:client:dead")
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if tok := e.srv.Do(t, "HGET", "dlock:{ghost-unheard}", "token"); tok != "" {
+			t.Errorf("the lock is held with %q after the release, want it free", tok)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})

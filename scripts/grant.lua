@@ -31,7 +31,7 @@
 -- hold the lock for its TTL, unheard (it is dropped, see wake).
 local function pass(k, wk, fk, fence, rel)
   local w, t = next_waiter(wk)
-  for _ = 1, wake_tries do
+  for try = 1, wake_tries do
     if not w then return false end
     local m = w.member
     local rec = redis.call('HGET', k, 'g:' .. m)
@@ -40,7 +40,7 @@ local function pass(k, wk, fk, fence, rel)
     local gone
     if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
         and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-      gone = deaf(w, listeners(m, k))
+      gone = w.heard and deaf(w, listeners(m, k))
       if not gone then
         local now_us, now_text = clock_us(t)
         local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
@@ -58,7 +58,7 @@ local function pass(k, wk, fk, fence, rel)
     end
     if not gone and not deaf(w, tell(m, k)) then return false end
     drop(wk, k, w)
-    w = next_waiter(wk, t)
+    if try < wake_tries then w = next_waiter(wk, t) end
   end
   return false
 end

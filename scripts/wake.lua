@@ -50,9 +50,10 @@ local function listeners(member, k)
   return nil
 end
 
--- deaf reports whether waiting client w (see waiters), seen listening when
--- it registered, has nobody listening for it now, n being how many clients
--- a notice to it reached, or would (see listeners).
+-- deaf reports whether waiting client w (see next_waiter), seen listening
+-- when it registered, has nobody listening for it now, n being how many
+-- clients a notice to it reached (which counts pattern subscribers too), or
+-- would (see listeners).
 local function deaf(w, n)
   return w.heard and n == 0
 end
@@ -122,14 +123,14 @@ end
 local function wake(wk, k, marked, unregister)
   if not marked and redis.call('EXISTS', wk) == 0 then return end
   local w, t = next_waiter(wk)
-  for _ = 1, wake_tries do
+  for try = 1, wake_tries do
     if not w then return end
     if not deaf(w, tell(w.member, k)) then
       if unregister then redis.call('ZREM', wk, w.member) end
       return
     end
     drop(wk, k, w)
-    w = next_waiter(wk, t)
+    if try < wake_tries then w = next_waiter(wk, t) end
   end
 end
 
