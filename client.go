@@ -49,8 +49,10 @@ func WithPrefix(prefix string) ClientOption {
 }
 
 // WithLogger sets where the client logs: debug records for acquisitions,
-// retries and releases, warnings for failures it cannot return to a caller.
-// Tokens are never logged. The default discards everything.
+// retries, refreshes and releases, warnings for losses and for failures it
+// cannot return to a caller. Records about a lock name it with the
+// attribute "names", a list. Tokens are never logged. The default discards
+// everything.
 func WithLogger(l *slog.Logger) ClientOption {
 	return func(c *Client) {
 		if l != nil {

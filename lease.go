@@ -73,6 +73,8 @@ type leaseHolder interface {
 	refreshed(calls []*Call) error
 	// describe names the lock, for messages.
 	describe() string
+	// lockNames returns the lock's names, for log records.
+	lockNames() []string
 	// giveBackRest releases, within ctx, what is left of a lock a refresh
 	// found lost: the parts of a lock split by slot that the refresh
 	// extended.
@@ -197,12 +199,13 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 // (its reply was lost, or it failed on some parts of a split lock): it may
 // have run, so the deadline moves to where that refresh would put it when
 // that is sooner. A refresh to a shorter TTL must not leave the holder
-// counting on the longer one. The caller holds the refresh turn.
-func (s *lease) unsure(sent time.Time, ttl time.Duration) {
+// counting on the longer one. The caller holds the refresh turn. It
+// reports whether the lease still runs.
+func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended() {
-		return
+		return false
 	}
 	if d := sent.Add(ttl - drift(ttl)); d.Before(s.deadline) {
 		s.deadline = d
@@ -210,6 +213,7 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) {
 			s.timer.Reset(time.Until(d))
 		}
 	}
+	return true
 }
 
 // expire ends the lease at its deadline, for the deadline timer.
@@ -284,7 +288,7 @@ func (s *lease) end(err error) {
 		f()
 	}
 	if err != nil {
-		s.c.log.Warn("dlock: lock lost", "names", s.holder.describe(), "err", err)
+		s.c.log.Warn("dlock: lock lost", "names", s.holder.lockNames(), "err", err)
 	}
 }
 

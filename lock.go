@@ -405,7 +405,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -1014,6 +1014,9 @@ func (l *Lock) reqValue() any {
 	}
 	return l.req
 }
+
+// lockNames returns the lock's names, for log records.
+func (l *Lock) lockNames() []string { return l.names }
 
 // describeNames is how many names of a multi-name lock its errors list.
 const describeNames = 8

@@ -767,11 +767,12 @@ type grantee struct {
 // is called with the last error when it gives up; uncertain tells it
 // whether an attempt may have taken the lock unseen.
 //
-// what names the lock in the error of a wait that ended first. eager makes
+// names are the lock's names, for log records, and what names the lock in
+// the error of a wait that ended first. eager makes
 // the first attempt before the caller gets in line behind the callers of
 // this client that came first. excludes is set when the hold keeps out
 // every other (an exclusive lock, a write hold).
-func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *options, eager, excludes bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
+func (c *Client) waitFor(ctx context.Context, keys, names []string, what string, o *options, eager, excludes bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
 	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
@@ -853,7 +854,7 @@ func (c *Client) waitFor(ctx context.Context, keys []string, what string, o *opt
 		if o.onRetry != nil {
 			onRetry(o.onRetry, failed, err, func() { _ = abandon(uncertain, err) })
 		}
-		c.log.DebugContext(ctx, "dlock: attempt failed", "key", key, "attempt", failed, "err", err)
+		c.log.DebugContext(ctx, "dlock: attempt failed", "names", names, "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
 		if !ok {
 			if short {

@@ -221,16 +221,17 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		case err == nil:
 			next, again := s.extendAuto(now, ttls[i])
 			if debug {
-				w.c.log.Debug("dlock: refreshed", "names", s.holder.describe(), "ttl", ttls[i])
+				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", ttls[i])
 			}
 			if again {
 				w.schedule(s, next)
 			}
 		case !notHeld:
-			if !quiet {
-				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.describe(), "err", err)
+			// Not once the lease ended (its deadline passed while the
+			// refresh was under way): nothing is retried then.
+			if s.unsure(now, ttls[i]) && !quiet {
+				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
-			s.unsure(now, ttls[i])
 			w.schedule(s, time.Now().Add(retryDelay(s)))
 		}
 		s.endTurn()

@@ -190,7 +190,8 @@ func (r *recorder) acquireDone(ctx context.Context, h dlock.HookInfo, res dlock.
 	}
 	span := r.span(ctx)
 	span.SetAttributes(keyOutcome.String(res.Outcome), keyAttempts.Int(res.Attempts))
-	if res.Outcome == dlock.OutcomeObtained {
+	if res.Outcome == dlock.OutcomeObtained && res.Fence != 0 {
+		// Read holds and permits have no fence (0).
 		span.SetAttributes(keyFence.Int64(int64(res.Fence)))
 	}
 	if res.Outcome == dlock.OutcomeError && res.Err != nil {

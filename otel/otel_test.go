@@ -185,6 +185,14 @@ func TestHeldLocksReturnToZero(t *testing.T) {
 	e.wantSum("dlock.held_locks", 1, read)
 	e.wantSum("dlock.held_locks", 1, permit)
 	e.wantSum("dlock.held_locks", 2)
+	// They have no fence: their spans carry none.
+	for _, s := range e.ended("dlock.acquire") {
+		if v, _ := attr(s, "dlock.lock.mode"); v.AsString() != dlock.ModeExclusive {
+			if f, ok := attr(s, "dlock.lock.fence"); ok {
+				t.Errorf("a %s span has the fence attribute %d", v.AsString(), f.AsInt64())
+			}
+		}
+	}
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -39,25 +39,26 @@ type Lock struct {
 
 	op sync.Mutex // one Refresh or Release at a time
 
-	mu       sync.Mutex
-	nodes    []nodeLock
-	live     int           // nodes whose lock is held
-	held     bool          // the acquisition succeeded
-	stopped  bool          // no node lock may be added: released, lost or given up
-	released bool          // Release was called
-	settled  bool          // a Release ended with a quorum released, or with nothing left to retry
-	ttl      time.Duration // of the last acquisition or refresh
-	acquired time.Time
-	maxHold  time.Duration
-	interval time.Duration             // of the automatic refresh, 0 when off
-	capped   bool                      // the max hold stopped the refreshing
-	capEnd   time.Time                 // once capped: a loss from then on is the max hold's (zero: none is)
-	lostAt   time.Time                 // when fewer than a quorum came to hold it
-	due      atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
-	ended    time.Time                 // Deadline once Done is closed
-	done     chan struct{}
-	err      error
-	onEnd    map[*int]func()
+	mu        sync.Mutex
+	nodes     []nodeLock
+	live      int           // nodes whose lock is held
+	held      bool          // the acquisition succeeded
+	stopped   bool          // no node lock may be added: released, lost or given up
+	released  bool          // Release was called
+	settled   bool          // a Release ended with a quorum released, or with nothing left to retry
+	relFailed bool          // the lock ended with a Release that did not reach a quorum (err is its error)
+	ttl       time.Duration // of the last acquisition or refresh
+	acquired  time.Time
+	maxHold   time.Duration
+	interval  time.Duration             // of the automatic refresh, 0 when off
+	capped    bool                      // the max hold stopped the refreshing
+	capEnd    time.Time                 // once capped: a loss from then on is the max hold's (zero: none is)
+	lostAt    time.Time                 // when fewer than a quorum came to hold it
+	due       atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
+	ended     time.Time                 // Deadline once Done is closed
+	done      chan struct{}
+	err       error
+	onEnd     map[*int]func()
 }
 
 // nodeLock is the lock on one node.
@@ -639,7 +640,7 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // Nodes that did not answer keep the lock until its TTL runs out there.
 // A release that comes back after the node timeout counts for the next
 // Release. Done is closed once the first Release returns; Err is then nil
-// if that call released a quorum. Once Release has returned nil or dlock.ErrNotHeld, later
+// if that call released a quorum, else its error (see Err). Once Release has returned nil or dlock.ErrNotHeld, later
 // calls return dlock.ErrNotHeld. A ctx that has already ended when Release is called
 // (that of a request a deferred Release belongs to, say) does not stop it:
 // Release then keeps ctx's values, each node's request bounded by the node
@@ -683,10 +684,16 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	var err error
+	retry := false // of unknown outcome: Release again retries
 	switch {
 	case freed >= l.r.quorum:
 		l.settled = true
+		if l.relFailed {
+			// An earlier Release did not reach a quorum; this one did.
+			l.err, l.relFailed = nil, false
+		}
 	case unknown && !lost:
+		retry = true
 		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
 	default:
@@ -695,12 +702,29 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
 	}
 	l.mu.Unlock()
-	if err != nil {
+	switch {
+	case retry:
+		// Not lost: given up by its holder, though not yet everywhere.
+		l.endReleaseFailed(err)
+	case err != nil:
 		l.end(causes.Because(dlock.ErrLost, err))
-		return err
+	default:
+		l.end(nil)
 	}
-	l.end(nil)
-	return nil
+	return err
+}
+
+// endReleaseFailed ends the lock with the error of a Release that did not
+// reach a quorum, unless it had ended before.
+func (l *Lock) endReleaseFailed(err error) {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+	default:
+		l.relFailed = true
+	}
+	l.mu.Unlock()
+	l.end(err)
 }
 
 // Refresh resets the lock's TTL to ttl on every node that holds it, and
@@ -984,7 +1008,9 @@ func (l *Lock) Done() <-chan struct{} {
 // Err returns nil while the lock is held and after a release that reached
 // a quorum, and an error wrapping dlock.ErrLost once the lock was lost,
 // joined with a *NodeError for each node that lost it: dlock.ErrMaxHold
-// when WithMaxHold ended it.
+// when WithMaxHold ended it. After a Release that did not reach a quorum it
+// returns that Release's error, which matches ErrNoQuorum, not
+// dlock.ErrLost (the holder gave the lock up), until a later Release does.
 func (l *Lock) Err() error {
 	l.expireIfDue()
 	l.mu.Lock()

@@ -1263,11 +1263,18 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 	if n := heldOn(t, srvs, "retried"); n != 2 {
 		t.Fatalf("%d nodes hold the lock, want the two that failed", n)
 	}
+	// Given up, not lost.
+	if err := l.Err(); !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err after the failed Release = %v, want ErrNoQuorum and not ErrLost", err)
+	}
 	for _, b := range breakers {
 		b.broken.Store(false)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release again: %v", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err after a Release that reached a quorum = %v, want nil", err)
 	}
 	if n := heldOn(t, srvs, "retried"); n != 0 {
 		t.Errorf("%d nodes hold the lock after the second Release", n)

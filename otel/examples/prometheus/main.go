@@ -60,7 +60,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: *addr})
+	rdb := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(hooks))
 	defer locks.Close()

@@ -1,0 +1,124 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// TestLogRecordsNameTheLockAlike: every record about a lock, from its
+// acquisition, a refused attempt, a refresh by the watchdog, its loss and
+// a release, names it with the same attribute, "names", a list of names
+// (not the Redis key, nor a quoted string), so that one query finds them
+// all.
+func TestLogRecordsNameTheLockAlike(t *testing.T) {
+	e := newEnv(t)
+	logger, logs := captureLogs(slog.LevelDebug)
+	c := e.newClient(t, dlock.WithLogger(logger))
+	ctx := context.Background()
+	logged := func(msg string) bool { return strings.Contains(logs(), `"msg":"`+msg+`"`) }
+
+	l, err := c.Lock(ctx, "log-x", dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 5*time.Second, func() bool { return logged("dlock: refreshed") })
+	if _, err := c.Lock(ctx, "log-x", dlock.WithMaxWait(30*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("second Lock: err = %v, want ErrNotObtained", err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{log-x}")
+	waitDone(t, l, 5*time.Second)
+	l, err = c.TryLock(ctx, "log-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(logs()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		msg, _ := rec["msg"].(string)
+		seen[msg] = true
+		if _, ok := rec["key"]; ok {
+			t.Errorf("%s: a key attribute: %s", msg, line)
+		}
+		names, ok := rec["names"].([]any)
+		if !ok || !slices.Equal(names, []any{"log-x"}) {
+			t.Errorf("%s: names = %#v, want [\"log-x\"]", msg, rec["names"])
+		}
+	}
+	for _, msg := range []string{"dlock: obtained", "dlock: refreshed", "dlock: attempt failed", "dlock: lock lost", "dlock: released"} {
+		if !seen[msg] {
+			t.Errorf("no record %q", msg)
+		}
+	}
+}
+
+// TestNoRetryIsLoggedForALockThatEnded: a refresh under way when the
+// lock's deadline passes (Redis paused) fails after the lock ended as lost;
+// no "retrying" warning follows the loss, as nothing is retried.
+func TestNoRetryIsLoggedForALockThatEnded(t *testing.T) {
+	e := newEnv(t)
+	logger, logs := captureLogs(slog.LevelInfo)
+	failed := make(chan struct{}, 1)
+	c := e.newClient(t, dlock.WithLogger(logger), dlock.WithHooks(dlock.Hooks{
+		Refresh: func(_ context.Context, _ dlock.HookInfo, err error) {
+			if err != nil {
+				select {
+				case failed <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}))
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "log-paused", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Pause(t)
+	waitDone(t, l, 5*time.Second)
+	// The refresh sent into the pause fails at the driver's read timeout
+	// (go-redis: 3s), after the loss; its hook comes after its log record.
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refresh failed")
+	}
+	e.srv.Resume(t)
+	out := logs()
+	lost := strings.Index(out, `"msg":"dlock: lock lost"`)
+	if lost < 0 {
+		t.Fatalf("no loss logged:\n%s", out)
+	}
+	if strings.Contains(out[lost:], "refresh failed; retrying") {
+		t.Errorf("a retry logged after the loss:\n%s", out)
+	}
+}
+
+// captureLogs returns a logger that writes JSON records at level and up,
+// and a function that returns what it wrote so far.
+func captureLogs(level slog.Level) (*slog.Logger, func() string) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, &slog.HandlerOptions{Level: level}))
+	return logger, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
+}
