@@ -503,13 +503,17 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 			outs = append(outs, outcome{i, errCutShort})
 			continue
 		}
-		switch err {
-		case errPending:
+		switch {
+		case err == errPending:
 			err = fmt.Errorf("%w (%v)", ErrNodeTimeout, l.r.timeout)
-		case errNotAsked:
+		case err == errNotAsked:
 			if err = l.nodes[i].err; err == nil {
 				err = errNotThere
 			}
+		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrNodeTimeout):
+			// The node timeout's (the caller's context did not end), as
+			// a client that honours its context reports it.
+			err = fmt.Errorf("%w (%v): %w", ErrNodeTimeout, l.r.timeout, err)
 		}
 		switch {
 		case err == nil:

@@ -46,7 +46,7 @@ var (
 type NodeError struct {
 	Node int    // the node's index in the slice given to New
 	Addr string // the node's address
-	Err  error  // what the node's client returned, or ErrNodeTimeout
+	Err  error  // what the node's client returned, or ErrNodeTimeout (which also wraps a client's own context deadline error at the node timeout)
 }
 
 // Error names the node and says what went wrong there.

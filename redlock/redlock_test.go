@@ -1543,3 +1543,63 @@ func TestALossFoundByReleaseSaysDlockOnce(t *testing.T) {
 		t.Errorf("Err = %v; want ErrLost and ErrNotHeld, its first line saying \"dlock: \" once", err)
 	}
 }
+
+// A node whose request ends at the node timeout with the driver's own
+// context error (a client that honours its context) says so as a node that
+// did not answer in time does: both match ErrNodeTimeout, in an acquisition
+// and in a release.
+func TestANodeTimeoutMatchesErrNodeTimeoutHoweverItEnds(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	ctx := context.Background()
+	for _, script := range []string{"acquire", "release"} {
+		for _, honour := range []bool{false, true} {
+			r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+				if i == 0 {
+					return d
+				}
+				return &slowDriver{Driver: d, script: script, delay: 10 * testNodeTimeout, honour: honour}
+			})
+			name := fmt.Sprintf("slow-%s-%v", script, honour)
+			var err error
+			if script == "acquire" {
+				_, err = r.TryLock(ctx, name)
+			} else {
+				l, lerr := r.TryLock(ctx, name)
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				err = l.Release(ctx)
+			}
+			if !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Fatalf("%s, honour %v: err = %v, want ErrNoQuorum", script, honour, err)
+			}
+			var timedOut []int
+			for _, ne := range nodeErrors(err) {
+				if errors.Is(ne, redlock.ErrNodeTimeout) {
+					timedOut = append(timedOut, ne.Node)
+				}
+			}
+			slices.Sort(timedOut)
+			if !slices.Equal(timedOut, []int{1, 2}) {
+				t.Errorf("%s, honour %v: nodes timed out %v, want [1 2]: %v", script, honour, timedOut, err)
+			}
+		}
+	}
+}
+
+// nodeErrors returns every *NodeError in the tree of err.
+func nodeErrors(err error) []*redlock.NodeError {
+	if ne, ok := err.(*redlock.NodeError); ok {
+		return []*redlock.NodeError{ne}
+	}
+	var out []*redlock.NodeError
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			out = append(out, nodeErrors(e)...)
+		}
+	case interface{ Unwrap() error }:
+		out = nodeErrors(u.Unwrap())
+	}
+	return out
+}
