@@ -704,6 +704,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.settled = true
 		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
+		if l.relFailed {
+			// Given up by an earlier Release: nothing is left to retry.
+			l.err, l.relFailed = err, false
+		}
 	}
 	l.mu.Unlock()
 	switch {
@@ -720,16 +724,7 @@ func (l *Lock) Release(ctx context.Context) error {
 
 // endReleaseFailed ends the lock with the error of a Release that did not
 // reach a quorum, unless it had ended before.
-func (l *Lock) endReleaseFailed(err error) {
-	l.mu.Lock()
-	select {
-	case <-l.done:
-	default:
-		l.relFailed = true
-	}
-	l.mu.Unlock()
-	l.end(err)
-}
+func (l *Lock) endReleaseFailed(err error) { l.endAs(err, true) }
 
 // Refresh resets the lock's TTL to ttl on every node that holds it, and
 // obtains it again, with a new token for each such attempt, on the nodes
@@ -975,7 +970,11 @@ func (l *Lock) nextRefresh(now time.Time) (ttl time.Duration, last, ok bool) {
 
 // end closes the lock with err (nil for a release). Only the first call
 // counts.
-func (l *Lock) end(err error) {
+func (l *Lock) end(err error) { l.endAs(err, false) }
+
+// endAs is end; relFailed says that err is that of a Release that did not
+// reach a quorum, which a later Release may replace.
+func (l *Lock) endAs(err error, relFailed bool) {
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -983,6 +982,7 @@ func (l *Lock) end(err error) {
 		return
 	default:
 	}
+	l.relFailed = relFailed
 	l.ended = l.deadlineLocked()
 	if l.ended.IsZero() {
 		l.ended = l.lostAt // the quorum is gone already
@@ -1014,7 +1014,10 @@ func (l *Lock) Done() <-chan struct{} {
 // joined with a *NodeError for each node that lost it: dlock.ErrMaxHold
 // when WithMaxHold ended it. After a Release that did not reach a quorum it
 // returns that Release's error, which matches ErrNoQuorum, not
-// dlock.ErrLost (the holder gave the lock up), until a later Release does.
+// dlock.ErrLost (the holder gave the lock up), until a later Release
+// reaches a quorum (then nil) or finds nothing left to retry (then its
+// error, matching dlock.ErrNotHeld). A Context whose lock ended so keeps
+// the first Release's error as its cause.
 func (l *Lock) Err() error {
 	l.expireIfDue()
 	l.mu.Lock()

@@ -1234,11 +1234,10 @@ func (d *releaseBreaker) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.Driver.Eval(ctx, calls...)
 }
 
-// A Release that fewer than a quorum of nodes answered is of unknown
-// outcome, not "not held": it says so, and a second Release retries the
-// nodes that did not answer.
-func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
-	srvs := redistest.StartMasters(t, 3)
+// newReleaseBreakingLocker returns a Locker over srvs whose releases on
+// every node but the first fail, while the function it returns is last
+// called with true.
+func newReleaseBreakingLocker(t *testing.T, srvs []*redistest.Server) (*redlock.Locker, func(bool)) {
 	var breakers []*releaseBreaker
 	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
 		if i == 0 {
@@ -1248,14 +1247,25 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 		breakers = append(breakers, b)
 		return b
 	})
+	return r, func(on bool) {
+		for _, b := range breakers {
+			b.broken.Store(on)
+		}
+	}
+}
+
+// A Release that fewer than a quorum of nodes answered is of unknown
+// outcome, not "not held": it says so, and a second Release retries the
+// nodes that did not answer.
+func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r, breakRelease := newReleaseBreakingLocker(t, srvs)
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "retried", redlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range breakers {
-		b.broken.Store(true)
-	}
+	breakRelease(true)
 	err = l.Release(ctx)
 	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Release with two nodes failing: err = %v, want ErrNoQuorum and not ErrNotHeld", err)
@@ -1267,9 +1277,7 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 	if err := l.Err(); !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Err after the failed Release = %v, want ErrNoQuorum and not ErrLost", err)
 	}
-	for _, b := range breakers {
-		b.broken.Store(false)
-	}
+	breakRelease(false)
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release again: %v", err)
 	}
@@ -1281,6 +1289,31 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 	}
 	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("a third Release: err = %v, want ErrNotHeld", err)
+	}
+}
+
+// A Release that missed the quorum, followed by one that finds the lock
+// gone from the nodes it missed (it expired there), leaves Err with the
+// second Release's error: nothing is left to retry.
+func TestAFailedReleaseThenExpiryEndsWithNothingToRetry(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r, breakRelease := newReleaseBreakingLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "expired-after", redlock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakRelease(true)
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Release with two nodes failing: err = %v, want ErrNoQuorum", err)
+	}
+	eventually(t, 5*time.Second, "the lock expired on the nodes that failed", func() bool { return heldOn(t, srvs, "expired-after") == 0 })
+	breakRelease(false)
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release again: err = %v, want ErrNotHeld", err)
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err = %v, want the second Release's ErrNotHeld", err)
 	}
 }
 
