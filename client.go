@@ -50,7 +50,8 @@ func WithPrefix(prefix string) ClientOption {
 
 // WithLogger sets where the client logs: debug records for acquisitions,
 // retries, refreshes and releases, warnings for losses and for failures it
-// cannot return to a caller. Records about a lock name it with the
+// cannot return to a caller, and an info record when the driver cannot
+// subscribe (waiting then polls). Records about a lock name it with the
 // attribute "names", a list. Tokens are never logged. The default discards
 // everything.
 func WithLogger(l *slog.Logger) ClientOption {

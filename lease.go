@@ -200,11 +200,12 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 // have run, so the deadline moves to where that refresh would put it when
 // that is sooner. A refresh to a shorter TTL must not leave the holder
 // counting on the longer one. The caller holds the refresh turn. It
-// reports whether the lease still runs.
+// reports whether the lease still runs: not once it ended, or its deadline
+// passed (its timer is about to end it).
 func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended() {
+	if s.ended() || !time.Now().Before(s.deadline) {
 		return false
 	}
 	if d := sent.Add(ttl - drift(ttl)); d.Before(s.deadline) {

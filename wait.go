@@ -509,7 +509,7 @@ func (h *waitHub) returnGrant(key, req string, fence uint64) {
 			Args: []any{req, "", member, strconv.FormatUint(fence, 10)}}
 		h.c.evalWith(ctx, replication{}, call)
 		if call.Err != nil {
-			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "key", key, "err", call.Err)
+			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "names", []string{h.c.nameOf(key)}, "err", call.Err)
 		}
 	}()
 }
@@ -1007,7 +1007,7 @@ func (c *Client) unwait(ctx context.Context, keys []string) {
 	c.evalWith(ctx, replication{}, calls...)
 	for i, call := range calls {
 		if call.Err != nil {
-			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "key", keys[i], "err", call.Err)
+			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{c.nameOf(keys[i])}, "err", call.Err)
 		}
 	}
 }
