@@ -37,7 +37,9 @@ type Driver interface {
 	// client that the server saw subscribed when it registered and no longer
 	// sees (PUBSUB NUMSUB), as a client that died; a subscription that the
 	// server running the scripts never sees (on another node) is never taken
-	// for dead.
+	// for dead, unless the lock's slot moved to that node from the
+	// subscription's after the client registered (it then registers again
+	// at its next attempt).
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 }
 
@@ -62,8 +64,15 @@ type ShardedSubscriber interface {
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.
-// dlock may call Subscribe and Unsubscribe from several goroutines at once,
-// but never two calls for one channel at a time.
+// Once the server has confirmed the channels again, the driver calls
+// notify once with an empty channel and payload, before any notice the new
+// connection delivers: dlock's waiting callers then try again at once,
+// instead of at their next timer (up to half a second later). A
+// subscription to shard channels does the same once channels it lost (a
+// failed connection, a slot that moved) are subscribed anew. A driver that
+// never does so still works, its waiters woken by their timers. dlock may
+// call Subscribe and Unsubscribe from several goroutines at once, but never
+// two calls for one channel at a time.
 type Subscription interface {
 	// Subscribe adds channels. It may return before the server confirmed
 	// them; it must not wait for a notify call under way.

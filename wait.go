@@ -354,13 +354,27 @@ func (h *waitHub) open(ctx context.Context) (sub Subscription, sharded bool, err
 // which key is one. (Only the first in line of those acts on it; the others
 // look whether they are first and sleep again.) The notice of a grant goes
 // to the caller it was granted to, if it still waits; one that gave up
-// has given the grant back (see Lock.cleanup), or will.
-func (h *waitHub) notify(_, payload string) {
+// has given the grant back (see Lock.cleanup), or will. An empty channel
+// and payload is the driver's word that it subscribed again after losing
+// its connection (see Subscription): the notices sent meanwhile are lost,
+// so the first callers waiting for every lock try again at once.
+func (h *waitHub) notify(channel, payload string) {
 	h.mu.Lock()
 	if h.noticed != nil {
 		defer h.noticed() // after the unlock below
 	}
 	defer h.mu.Unlock()
+	if channel == "" && payload == "" {
+		for _, q := range h.queues {
+			signalFront(q)
+		}
+		for _, ws := range h.others {
+			for _, w := range ws {
+				w.signal()
+			}
+		}
+		return
+	}
 	n, key, isGrant, ok := parseGrant(payload)
 	if isGrant {
 		if !ok {

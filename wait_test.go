@@ -817,6 +817,43 @@ func TestAMultiNameWaiterPassesOnANoticeItCannotUse(t *testing.T) {
 	_ = held[1].Release(ctx)
 }
 
+// TestAWaiterTriesAgainWhenItsSubscriptionIsBack: the waiting client's
+// subscription is cut (CLIENT KILL TYPE pubsub) and the lock released at
+// once, before go-redis connects again (it waits 100ms first): the
+// release's notice is lost, or the release takes the client for dead.
+// Once the driver has subscribed again it says so, and the waiter tries
+// at once, not at its next periodic wake-up (an hour away here) or the
+// holder's expiry (a minute).
+func TestAWaiterTriesAgainWhenItsSubscriptionIsBack(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	held, err := e.c.TryLock(ctx, "resubscribed", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient(t)
+	dlock.SetWaitBeat(c, time.Hour)
+	got := lockWhenRefused(t, ctx, c, "resubscribed", dlock.WithTTL(time.Minute))
+	awaitCond(t, 5*time.Second, func() bool {
+		return e.srv.Do(t, "ZSCORE", "dlock:{resubscribed}:waiters", dlock.Member(c)) != "(nil)"
+	})
+	e.srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter: %v", r.err)
+	}
+	if r.l.Fence() <= held.Fence() {
+		t.Errorf("fence %d not after the first holder's %d", r.l.Fence(), held.Fence())
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAMultiNameWaiterLeavesAnotherCallersRegistration: a caller waits for
 // "a" alone; another caller of the same client, waiting for [b, a], sent
 // its attempt before the first registered, so that attempt did not know

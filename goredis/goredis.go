@@ -199,7 +199,9 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 // a reset, as to a host that vanished, which TCP reports only after many
 // minutes) is sent a PING after 3s without a message, and one that answers
 // nothing within 3s more is replaced by a new connection with the same
-// channels. A Ring returns dlock.ErrUnsupported: its shards are separate
+// channels. The first reply on a new connection (the channels'
+// confirmation) is preceded by a call of notify with an empty channel and
+// payload (see dlock.Subscription). A Ring returns dlock.ErrUnsupported: its shards are separate
 // servers, each with its own channels, and a release publishes on the
 // shard of its lock.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -234,7 +236,11 @@ const subscribeRetry = 100 * time.Millisecond
 // receive delivers the messages of the subscription until Close.
 func (s *subscription) receive() {
 	defer close(s.done)
-	pinged := false
+	// lost is set once the connection failed or was replaced: the first
+	// reply on the next one (go-redis subscribes the channels again as it
+	// connects, so it is their confirmation) tells dlock that notices may
+	// have been missed.
+	pinged, lost := false, false
 	for {
 		s.mu.Lock()
 		ps, closed := s.ps, s.closed
@@ -245,6 +251,10 @@ func (s *subscription) receive() {
 		msg, err := ps.ReceiveTimeout(context.Background(), shardSilence)
 		if err == nil {
 			pinged = false
+			if lost {
+				lost = false
+				s.notify("", "")
+			}
 			if m, ok := msg.(*redis.Message); ok {
 				s.notify(m.Channel, m.Payload)
 			}
@@ -254,7 +264,7 @@ func (s *subscription) receive() {
 		switch {
 		case !errors.As(err, &ne) || !ne.Timeout():
 			// Failed, or closed: go-redis reconnects at the next read.
-			pinged = false
+			pinged, lost = false, true
 			s.pause(subscribeRetry)
 		case !pinged:
 			// Silent for a while: a PING tells a quiet connection from a
@@ -265,7 +275,7 @@ func (s *subscription) receive() {
 			}
 		default:
 			// No answer to the PING either: a new connection.
-			pinged = false
+			pinged, lost = false, true
 			s.replace(ps)
 		}
 	}

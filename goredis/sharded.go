@@ -22,7 +22,9 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // unsubscribes its shard channels, or answers MOVED) or its connection
 // fails (one silent for 3s is sent a PING, and one that answers nothing
 // within 3s more counts as failed), the channels concerned are subscribed anew, after go-redis has
-// read the cluster's slots again, on the primaries that serve them now.
+// read the cluster's slots again, on the primaries that serve them now,
+// and then notify is called with an empty channel and payload (see
+// dlock.Subscription).
 // (This does not rely on go-redis's own reconnection of a ClusterClient's
 // SSubscribe, which before v9.18 picks a random node.) notify is called
 // one message at a time. A primary's connection is closed when its last
@@ -313,10 +315,13 @@ func (ns *nodeSubscription) receive() (moved []string) {
 
 // resubscribe subscribes channels anew, once go-redis has read the
 // cluster's slots again, retrying with a backoff until every one is
-// subscribed or the subscription is closed.
+// subscribed or the subscription is closed, and then tells notify.
 func (s *shardedSubscription) resubscribe(channels []string) {
 	if resubscribed != nil {
 		defer resubscribed()
+	}
+	if len(channels) == 0 {
+		return
 	}
 	wait := shardRetryMin
 	for len(channels) > 0 {
@@ -339,5 +344,12 @@ func (s *shardedSubscription) resubscribe(channels []string) {
 		}
 		cancel()
 		channels = failed
+	}
+	// Notices sent while the channels moved were lost: dlock's waiters
+	// try again (see dlock.Subscription).
+	s.deliver.Lock()
+	defer s.deliver.Unlock()
+	if s.ctx.Err() == nil {
+		s.notify("", "")
 	}
 }

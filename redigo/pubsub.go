@@ -37,8 +37,9 @@ var errClosed = errors.New("redigo: subscription closed")
 // subscription reads it (a redis.PubSubConn) and calls notify with each
 // message; another sends it a PING every 3s. When the connection fails, or
 // nothing came on it for 9s, the first goroutine dials again, with a
-// backoff from 10ms to 1s, and subscribes again to the subscription's
-// channels. Close closes the connection and waits for both goroutines to
+// backoff from 10ms to 1s, subscribes again to the subscription's
+// channels, and calls notify with an empty channel and payload before the
+// first reply on the new connection (see dlock.Subscription). Close closes the connection and waits for both goroutines to
 // end.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	s := &subscription{pool: d.pool, notify: notify, channels: map[string]bool{}, done: make(chan struct{}),
@@ -92,9 +93,9 @@ func (s *subscription) dial(ctx context.Context) (redis.Conn, error) {
 func (s *subscription) run(c redis.Conn) {
 	defer close(s.done)
 	delay := minBackoff
-	for {
+	for resumed := false; ; resumed = true {
 		since := time.Now()
-		s.receive(c)
+		s.receive(c, resumed)
 		s.drop(c)
 		if time.Since(since) >= maxBackoff {
 			delay = minBackoff
@@ -106,8 +107,11 @@ func (s *subscription) run(c redis.Conn) {
 }
 
 // receive calls notify with every message of c until c fails, falls
-// silent, or is closed. It pings c meanwhile (see pingEvery).
-func (s *subscription) receive(c redis.Conn) {
+// silent, or is closed. It pings c meanwhile (see pingEvery). On a
+// connection that resumed the subscription, its first reply (the channels'
+// confirmation) is preceded by a call of notify with an empty channel and
+// payload (see dlock.Subscription).
+func (s *subscription) receive(c redis.Conn, resumed bool) {
 	psc := redis.PubSubConn{Conn: c}
 	stop, pinged := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -120,7 +124,14 @@ func (s *subscription) receive(c redis.Conn) {
 	}()
 	for {
 		// A read that times out fails the connection (redigo closes it).
-		switch m := psc.ReceiveWithTimeout(s.silentFor).(type) {
+		reply := psc.ReceiveWithTimeout(s.silentFor)
+		if _, failed := reply.(error); resumed && !failed {
+			resumed = false
+			if s.ctx.Err() == nil {
+				s.notify("", "")
+			}
+		}
+		switch m := reply.(type) {
 		case redis.Message:
 			if s.ctx.Err() != nil {
 				return

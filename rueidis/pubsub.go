@@ -27,8 +27,9 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // queue the messages; a goroutine of the subscription, which Close ends
 // and waits for, calls notify with them in order. When the connection
 // breaks, that goroutine connects again, with a backoff from 10ms to 1s,
-// and subscribes again to the subscription's channels. Subscribe and
-// Unsubscribe never wait for notify.
+// subscribes again to the subscription's channels, and once the server
+// confirmed them calls notify with an empty channel and payload (see
+// dlock.Subscription). Subscribe and Unsubscribe never wait for notify.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	s := newSubscription(d.client, notify)
 	c, err := s.connect(ctx, nil)
@@ -163,6 +164,11 @@ func (s *subscription) run(c *conn) {
 		if c == nil {
 			if c = s.reconnect(&delay); c == nil {
 				return
+			}
+			// Subscribed again: notices sent meanwhile were lost, and
+			// dlock's waiters try again (see dlock.Subscription).
+			if s.ctx.Err() == nil {
+				s.notify("", "")
 			}
 		}
 		select {
