@@ -205,7 +205,7 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended() || !time.Now().Before(s.deadline) {
+	if s.ended() {
 		return false
 	}
 	if d := sent.Add(ttl - drift(ttl)); d.Before(s.deadline) {
@@ -214,7 +214,7 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 			s.timer.Reset(time.Until(d))
 		}
 	}
-	return true
+	return time.Now().Before(s.deadline)
 }
 
 // expire ends the lease at its deadline, for the deadline timer.

@@ -235,6 +235,30 @@ func TestARefreshWhoseOutcomeIsUnknownCountsOnTheShorterTTL(t *testing.T) {
 	}
 }
 
+// A Refresh to a shorter TTL whose reply is lost and whose failure comes
+// back only after the lock's deadline passed: the deadline still moves to
+// where that refresh would put it, which the server may have kept.
+func TestARefreshOfUnknownOutcomeEndingPastTheDeadlineStillShortensIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "unsure-late", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := l.Deadline()
+	start := time.Now()
+	e.drv.loseReplyThen(func() { time.Sleep(time.Until(old) + 30*time.Millisecond) })
+	if err := l.Refresh(ctx, 50*time.Millisecond); err == nil {
+		t.Fatal("Refresh with its reply lost succeeded")
+	}
+	if got, bound := l.Deadline(), start.Add(50*time.Millisecond); got.After(bound) {
+		t.Errorf("Deadline %v after the refresh was sent, past where its 50ms TTL ends", got.Sub(start))
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
 func TestMaxHoldStopsRefreshing(t *testing.T) {
 	e := newEnv(t)
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -286,6 +287,7 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration, rd *round) {
 	n := l.r.nodes[i]
 	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	err = atDeadline(ctx, err)
 	var ended context.Context
 	if err == nil {
 		// Not under l.mu: a lock already past its deadline ends here, and
@@ -616,7 +618,7 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	rd := newRound(len(l.nodes), idx)
 	l.mu.Unlock()
 	cut := l.r.fanOutFor(ctx, idx, timeout, func(ctx context.Context, i int) {
-		err := locks[i].Release(ctx)
+		err := atDeadline(ctx, locks[i].Release(ctx))
 		l.mu.Lock()
 		rd.errs[i] = err
 		if err == nil && l.released {
@@ -636,11 +638,11 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // may still: a node whose lock ran out only by the local clock). It
 // returns nil if a quorum of nodes released it. Otherwise its error is
 // joined with a *NodeError for every node that did not, and matches
-// ErrNoQuorum when some of them did not answer (their outcome is unknown:
-// Release may be called again, and retries just those), or
-// dlock.ErrNotHeld when they all answered that they no longer held it, or
-// the lock had been lost before (its nodes that still hold it are given
-// back all the same).
+// ErrNoQuorum when some of them did not answer and, with those released, a
+// quorum would be (their outcome is unknown: Release may be called again,
+// and retries just those), or dlock.ErrNotHeld when too many answered that
+// they no longer held it for that, or the lock had been lost before (its
+// nodes that still hold it are given back all the same).
 // Nodes that did not answer keep the lock until its TTL runs out there.
 // A release that comes back after the node timeout counts for the next
 // Release. Done is closed once the first Release returns; Err is then nil
@@ -674,14 +676,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	rd := l.releaseAll(ctx, l.r.timeout)
 	l.mu.Lock()
-	freed, unknown := 0, false
+	freed, unknown := 0, 0
 	for i, e := range rd.errs {
 		switch {
 		case e == nil, errors.Is(e, errNotAsked), errors.Is(e, dlock.ErrNotHeld):
 			// Released (releaseAll marked it gone), not asked (gone
 			// before, or never held), or not held there.
 		default:
-			unknown = true // no answer, or a failure: it may hold it still
+			if !l.nodes[i].gone {
+				unknown++ // no answer, or a failure: it may hold it still
+			}
 		}
 		if l.nodes[i].gone {
 			freed++
@@ -696,7 +700,8 @@ func (l *Lock) Release(ctx context.Context) error {
 			// An earlier Release did not reach a quorum; this one did.
 			l.err, l.relFailed = nil, false
 		}
-	case unknown && !lost:
+	case unknown > 0 && freed+unknown >= l.r.quorum && !lost:
+		// A quorum may still be released: Release again retries.
 		retry = true
 		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
@@ -815,7 +820,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 			l.take(ctx, i, newToken(), ttl, rd)
 			return
 		}
-		err := nl.Refresh(ctx, ttl)
+		err := atDeadline(ctx, nl.Refresh(ctx, ttl))
 		lost := false
 		l.mu.Lock()
 		l.nodes[i].busy = false
@@ -1061,7 +1066,9 @@ func (l *Lock) deadlineLocked() time.Time {
 }
 
 // Context returns a context derived from parent that is cancelled when the
-// lock ends: context.Cause then returns Err, or context.Canceled after a
+// lock ends: context.Cause then returns Err as it was when the lock ended
+// (the error of a Release that did not reach a quorum stays its cause
+// after a later Release changes Err), or context.Canceled after a
 // release. Work done under the lock should use it, so that it stops the
 // moment the lock is lost. It panics if parent is nil, as
 // context.WithCancelCause does.
@@ -1145,4 +1152,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// atDeadline makes the failure of a node's request whose context had ended
+// by the time it returned match the context's error, whatever the client
+// reported: go-redis with ContextTimeoutEnabled sets its read deadline to
+// the context's and reports "i/o timeout", often before the context's own
+// timer says it ended. An answer of the node (not held, refused, other
+// data under the key) stays what it is.
+func atDeadline(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrNotObtained) ||
+		errors.Is(err, dlock.ErrWrongType) || errors.Is(err, dlock.ErrKindMismatch) {
+		return err
+	}
+	end := ctx.Err()
+	var ne net.Error
+	if dl, ok := ctx.Deadline(); end == nil && ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
+		end = context.DeadlineExceeded // the client's own read deadline came first
+	}
+	if end != nil && !errors.Is(err, end) {
+		return fmt.Errorf("%w: %w", end, err)
+	}
+	return err
 }

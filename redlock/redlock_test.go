@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
@@ -1635,4 +1637,93 @@ func nodeErrors(err error) []*redlock.NodeError {
 		out = nodeErrors(u.Unwrap())
 	}
 	return out
+}
+
+// Nodes that stop answering (SIGSTOP), reached by go-redis with
+// ContextTimeoutEnabled, fail at the node timeout with go-redis's own "i/o
+// timeout", often before the context says it ended: their errors match
+// ErrNodeTimeout all the same, in acquisitions and in releases.
+func TestAGoRedisReadTimeoutIsANodeTimeout(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	rl, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rl.Close() })
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for i := range 8 {
+		l, err := rl.TryLock(ctx, fmt.Sprintf("read-timeout-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	srvs[1].Pause(t)
+	srvs[2].Pause(t)
+	defer srvs[2].Resume(t)
+	defer srvs[1].Resume(t)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, redlock.ErrNoQuorum) {
+			t.Fatalf("%s: err = %v, want ErrNoQuorum", what, err)
+		}
+		for _, ne := range nodeErrors(err) {
+			if (ne.Node == 1 || ne.Node == 2) && !errors.Is(ne, redlock.ErrNodeTimeout) {
+				t.Errorf("%s: node %d: %v, want ErrNodeTimeout", what, ne.Node, ne.Err)
+			}
+		}
+	}
+	for _, l := range held {
+		check("Release", l.Release(ctx))
+	}
+	for i := range 4 {
+		_, err := rl.TryLock(ctx, fmt.Sprintf("read-timeout-new-%d", i))
+		check("TryLock", err)
+	}
+}
+
+// The lock is gone from a quorum of its nodes before its holder releases
+// it, and the release on the last node fails: no Release can reach a
+// quorum now, so Release does not offer a retry, and the lock ends as lost
+// (Err matches dlock.ErrLost), as it does when no node fails.
+func TestAReleaseThatNoRetryCanCompleteEndsTheLockAsLost(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	ctx := context.Background()
+	for _, failing := range []bool{false, true} {
+		last := &releaseBreaker{}
+		r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+			if i != 2 {
+				return d
+			}
+			last.Driver = d
+			return last
+		})
+		name := fmt.Sprintf("gone-%v", failing)
+		l, err := r.TryLock(ctx, name, redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Gone from nodes 0 and 1, a quorum; with failing, the release on
+		// node 2, which still holds it, fails.
+		srvs[0].Do(t, "DEL", "dlock:{"+name+"}")
+		srvs[1].Do(t, "DEL", "dlock:{"+name+"}")
+		last.broken.Store(failing)
+		err = l.Release(ctx)
+		last.broken.Store(false)
+		if errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("failing %v: Release = %v, want ErrNotHeld, not ErrNoQuorum (no retry can reach a quorum)", failing, err)
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("failing %v: Err = %v, want ErrLost", failing, err)
+		}
+	}
 }
