@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func RunShardedResilience(t *testing.T, newDriver NewDriver) {
 // failed.
 func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 0)
-	sub, got := shardedOn(t, newDriver, c)
+	sub, got, _ := shardedOn(t, newDriver, c)
 	paused, other := c.Nodes[0], c.Nodes[1]
 	subscribeShard(t, sub, c.ChannelOn(t, other, "warm")) // the other primary's connection is up
 	t.Cleanup(func() { paused.Resume(t) })                // after a failure while paused
@@ -100,7 +101,7 @@ func testShardedPausedPrimary(t *testing.T, newDriver NewDriver) {
 // hub does at the next wait for the lock.
 func testShardedFailedSubscribe(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 0)
-	sub, got := shardedOn(t, newDriver, c)
+	sub, got, _ := shardedOn(t, newDriver, c)
 	srv := c.Nodes[0]
 	first, second := c.ChannelOn(t, srv, "first"), c.ChannelOn(t, srv, "second")
 	subscribeShard(t, sub, first)
@@ -113,21 +114,29 @@ func testShardedFailedSubscribe(t *testing.T, newDriver NewDriver) {
 }
 
 // shardedOn opens a sharded subscription of a new driver on cluster c,
-// closed with the test, and returns it with the payloads it receives.
-func shardedOn(t *testing.T, newDriver NewDriver, c *redistest.Cluster) (dlock.Subscription, <-chan string) {
+// closed with the test, and returns it with the payloads it receives and
+// the count of its words that it subscribed channels anew (an empty
+// channel and payload, left out of the payloads).
+func shardedOn(t *testing.T, newDriver NewDriver, c *redistest.Cluster) (dlock.Subscription, <-chan string, *atomic.Int32) {
 	t.Helper()
 	d := newDriver(t, Deployment{Topology: Cluster, Addrs: c.Addrs()})
 	ss, ok := d.(dlock.ShardedSubscriber)
 	if !ok {
 		t.Skip("the driver has no ShardedSubscriber")
 	}
-	got := make(chan string, 1000)
-	sub, err := ss.SubscribeSharded(timeout(t), func(_, payload string) { got <- payload })
+	got, resumed := make(chan string, 1000), new(atomic.Int32)
+	sub, err := ss.SubscribeSharded(timeout(t), func(channel, payload string) {
+		if channel == "" && payload == "" {
+			resumed.Add(1)
+			return
+		}
+		got <- payload
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	return sub, got
+	return sub, got, resumed
 }
 
 func subscribeShard(t *testing.T, sub dlock.Subscription, channels ...string) {
@@ -143,7 +152,7 @@ func subscribeShard(t *testing.T, sub dlock.Subscription, channels ...string) {
 func testShardedFailover(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 1)
 	const ch = "dlock:{failover}:w:test"
-	sub, got := shardedOn(t, newDriver, c)
+	sub, got, resumed := shardedOn(t, newDriver, c)
 	subscribeShard(t, sub, ch)
 	old := c.PrimaryOf(t, ch)
 	redistest.PublishUntilReceived(t, old, ch, "before", got)
@@ -153,6 +162,11 @@ func testShardedFailover(t *testing.T, newDriver NewDriver) {
 	start := time.Now()
 	redistest.PublishUntilReceived(t, next, ch, "after", got)
 	t.Logf("received on the new primary %v after the failover", time.Since(start).Round(time.Millisecond))
+	// Once for the channel; a few more would do no harm, but not one for
+	// every attempt made while its primary was away.
+	if n := resumed.Load(); n == 0 || n > 3 {
+		t.Errorf("the driver said %d times that it subscribed the channel anew (notify with an empty channel and payload), want once before its first notice", n)
+	}
 }
 
 // testShardedSlotMove: when a channel's slot moves to another primary,
@@ -162,7 +176,7 @@ func testShardedFailover(t *testing.T, newDriver NewDriver) {
 func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 0)
 	const moving = "dlock:{moving}:w:test"
-	sub, got := shardedOn(t, newDriver, c)
+	sub, got, resumed := shardedOn(t, newDriver, c)
 	subscribeShard(t, sub, moving)
 	old := c.PrimaryOf(t, moving)
 	staying := c.ChannelOn(t, old, "staying")
@@ -179,6 +193,11 @@ func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
 	start := time.Now()
 	redistest.PublishUntilReceived(t, next, moving, "after", got)
 	t.Logf("received on the new primary %v after the move", time.Since(start).Round(time.Millisecond))
+	// Once for the channel; a few more would do no harm, but not one for
+	// every attempt made while its primary was away.
+	if n := resumed.Load(); n == 0 || n > 3 {
+		t.Errorf("the driver said %d times that it subscribed the moved channel anew (notify with an empty channel and payload), want once before its first notice", n)
+	}
 	redistest.PublishUntilReceived(t, old, staying, "staying after", got)
 	if n := old.Do(t, "PUBSUB", "SHARDNUMSUB", moving); n != moving+"\n0" {
 		t.Errorf("the old primary still has a subscriber: PUBSUB SHARDNUMSUB = %q", n)
@@ -192,7 +211,7 @@ func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
 // connection to each primary that serves them, not one a slot.
 func testShardedConnectionPerPrimary(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 0)
-	sub, got := shardedOn(t, newDriver, c)
+	sub, got, _ := shardedOn(t, newDriver, c)
 	var channels []string
 	for i := range 60 {
 		ch := "dlock:{n" + strconv.Itoa(i) + "}:w:test"

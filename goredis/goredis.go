@@ -224,6 +224,7 @@ type subscription struct {
 	mu       sync.Mutex
 	ps       *redis.PubSub
 	channels map[string]bool
+	broken   bool // a Subscribe or Unsubscribe failed to reach the server: go-redis connects anew
 	closed   bool
 	stop     chan struct{} // closed by Close, made by closing
 	err      error         // of Close
@@ -244,6 +245,9 @@ func (s *subscription) receive() {
 	for {
 		s.mu.Lock()
 		ps, closed := s.ps, s.closed
+		if s.broken {
+			s.broken, lost = false, true
+		}
 		s.mu.Unlock()
 		if closed {
 			return
@@ -271,6 +275,7 @@ func (s *subscription) receive() {
 			// dead one.
 			pinged = true
 			if ps.Ping(context.Background()) != nil {
+				lost = true // go-redis connects anew at the next read
 				s.pause(subscribeRetry)
 			}
 		default:
@@ -336,7 +341,7 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	for _, ch := range channels {
 		s.channels[ch] = true
 	}
-	return s.ps.Subscribe(ctx, channels...)
+	return s.sent(s.ps.Subscribe(ctx, channels...))
 }
 
 func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
@@ -345,7 +350,24 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	for _, ch := range channels {
 		delete(s.channels, ch)
 	}
-	return s.ps.Unsubscribe(ctx, channels...)
+	return s.sent(s.ps.Unsubscribe(ctx, channels...))
+}
+
+// sent returns err, the outcome of a request on the subscription's
+// connection; one that did not reach the server has go-redis connect anew
+// at the next read, which receive then tells notify of. s.mu is held.
+func (s *subscription) sent(err error) error {
+	if err != nil && !isReply(err) {
+		s.broken = true
+	}
+	return err
+}
+
+// isReply reports whether err is an error reply of the server, which
+// leaves the connection as it was.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 func (s *subscription) Close() error {

@@ -22,9 +22,9 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // unsubscribes its shard channels, or answers MOVED) or its connection
 // fails (one silent for 3s is sent a PING, and one that answers nothing
 // within 3s more counts as failed), the channels concerned are subscribed anew, after go-redis has
-// read the cluster's slots again, on the primaries that serve them now,
-// and then notify is called with an empty channel and payload (see
-// dlock.Subscription).
+// read the cluster's slots again, on the primaries that serve them now;
+// the server's confirmation of each is passed to notify as an empty
+// channel and payload (see dlock.Subscription).
 // (This does not rely on go-redis's own reconnection of a ClusterClient's
 // SSubscribe, which before v9.18 picks a random node.) notify is called
 // one message at a time. A primary's connection is closed when its last
@@ -45,7 +45,7 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	s := &shardedSubscription{c: c, notify: notify,
-		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}}
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -65,7 +65,12 @@ type shardedSubscription struct {
 	nodes  map[string]*nodeSubscription // by the primary's address
 	where  map[string]*nodeSubscription // by channel
 	moving map[string]bool              // channels to subscribe anew (see run); Unsubscribe takes them out
-	closed bool
+	// resumed holds the channels subscribed anew after their connection
+	// failed or their slot moved, until the server confirms them: that
+	// confirmation is passed to notify as an empty channel and payload
+	// (see dlock.Subscription), the notices sent meanwhile being lost.
+	resumed map[string]bool
+	closed  bool
 }
 
 // nodeSubscription is the channels subscribed on one primary, and the
@@ -161,10 +166,23 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 		go ns.run(addr)
 	}
 	s.mu.Lock()
+	if err != nil && !fresh && !isReply(err) {
+		// go-redis connects anew at the next read and subscribes every
+		// channel of the connection again: notices may have been lost.
+		for c := range ns.channels {
+			s.resumed[c] = true
+		}
+	}
 	gone := s.where[ch] != ns && !ns.closing // unsubscribed meanwhile
 	s.mu.Unlock()
 	if gone && err == nil {
 		_ = ns.ps.SUnsubscribe(ctx, ch)
+	}
+	if err != nil && fresh && moving {
+		// The new connection's goroutine finds it failed and subscribes
+		// its channels anew itself: a second attempt from here would
+		// make two, and each failure two more.
+		return nil
 	}
 	return err
 }
@@ -177,6 +195,7 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	s.mu.Lock()
 	for _, ch := range channels {
 		delete(s.moving, ch)
+		delete(s.resumed, ch)
 		ns := s.where[ch]
 		if ns == nil {
 			continue
@@ -251,7 +270,7 @@ func (ns *nodeSubscription) run(addr string) {
 		for ch := range ns.channels {
 			again = append(again, ch)
 			delete(s.where, ch)
-			s.moving[ch] = true
+			s.moving[ch], s.resumed[ch] = true, true
 		}
 	} else {
 		for _, ch := range moved {
@@ -259,7 +278,7 @@ func (ns *nodeSubscription) run(addr string) {
 				again = append(again, ch)
 				delete(ns.channels, ch)
 				delete(s.where, ch)
-				s.moving[ch] = true
+				s.moving[ch], s.resumed[ch] = true, true
 			}
 		}
 		// This goroutine goes on serving the rest.
@@ -300,6 +319,17 @@ func (ns *nodeSubscription) receive() (moved []string) {
 			s.notify(m.Channel, m.Payload)
 			s.deliver.Unlock()
 		case *redis.Subscription:
+			if m.Kind == "ssubscribe" {
+				s.mu.Lock()
+				resumed := s.resumed[m.Channel] && !ns.closing
+				delete(s.resumed, m.Channel)
+				s.mu.Unlock()
+				if resumed {
+					s.deliver.Lock()
+					s.notify("", "")
+					s.deliver.Unlock()
+				}
+			}
 			if m.Kind != "sunsubscribe" {
 				continue
 			}
@@ -315,13 +345,10 @@ func (ns *nodeSubscription) receive() (moved []string) {
 
 // resubscribe subscribes channels anew, once go-redis has read the
 // cluster's slots again, retrying with a backoff until every one is
-// subscribed or the subscription is closed, and then tells notify.
+// subscribed or the subscription is closed.
 func (s *shardedSubscription) resubscribe(channels []string) {
 	if resubscribed != nil {
 		defer resubscribed()
-	}
-	if len(channels) == 0 {
-		return
 	}
 	wait := shardRetryMin
 	for len(channels) > 0 {
@@ -344,12 +371,5 @@ func (s *shardedSubscription) resubscribe(channels []string) {
 		}
 		cancel()
 		channels = failed
-	}
-	// Notices sent while the channels moved were lost: dlock's waiters
-	// try again (see dlock.Subscription).
-	s.deliver.Lock()
-	defer s.deliver.Unlock()
-	if s.ctx.Err() == nil {
-		s.notify("", "")
 	}
 }

@@ -2,6 +2,8 @@ package goredis
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,5 +94,43 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the silent connection is still taken for alive")
+	}
+}
+
+// TestAPrimaryDownCostsOneRetryLoop: while the primary of a shard
+// channel's slot is down, with no replica to take over, the subscription
+// retries the channel in one loop (a failed new connection is left to its
+// own goroutine, which had made every retry two) and tells notify nothing:
+// nothing was subscribed anew.
+func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	var words atomic.Int64
+	sub, err := New(rdb).SubscribeSharded(ctx, func(ch, p string) {
+		if ch == "" && p == "" {
+			words.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const ch = "dlock:{down}:w:test"
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	srv := c.PrimaryOf(t, ch)
+	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
+	before := runtime.NumGoroutine()
+	srv.Kill(t)
+	// Nothing to wait for: the retries go on while the primary is down.
+	time.Sleep(2 * time.Second)
+	if n := runtime.NumGoroutine(); n > before+10 {
+		t.Errorf("%d goroutines 2s after the primary went down, %d before", n, before)
+	}
+	if n := words.Load(); n > 0 {
+		t.Errorf("notify(\"\", \"\") called %d times while nothing could be subscribed anew", n)
 	}
 }

@@ -57,3 +57,70 @@ func behindCutProxy(t *testing.T) (*redistest.Server, *redistest.CutProxy, *redi
 	t.Cleanup(func() { _ = rdb.Close() })
 	return srv, px, rdb
 }
+
+// TestAReconnectInsideSubscribeIsTold: go-redis connects a PubSub anew
+// inside Subscribe when its write fails (here a context whose deadline had
+// passed, which go-redis takes for a bad connection). The reading goroutine,
+// in notify meanwhile, sees no failed read; the new connection's
+// confirmation still comes with notify("", ""), as a notice was lost
+// while no connection was subscribed.
+func TestAReconnectInsideSubscribeIsTold(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 16)
+	entered, release := make(chan struct{}), make(chan struct{})
+	sub, err := New(rdb).Subscribe(ctx, func(ch, p string) {
+		if p == "block" {
+			close(entered)
+			<-release
+		}
+		got <- ch + "/" + p
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	subscribed := func() bool { return srv.Do(t, "PUBSUB", "NUMSUB", "a") == "a\n1" }
+	awaitTrue(t, subscribed)
+	srv.Do(t, "PUBLISH", "a", "block")
+	<-entered
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if err := sub.Subscribe(expired, "b"); err == nil {
+		t.Fatal("Subscribe with an expired context succeeded")
+	}
+	if subscribed() {
+		t.Fatal("the connection survived the failed write")
+	}
+	close(release)
+	if m := <-got; m != "a/block" {
+		t.Fatalf("got %q first", m)
+	}
+	awaitTrue(t, subscribed)
+	srv.Do(t, "PUBLISH", "a", "after")
+	for _, want := range []string{"/", "a/after"} {
+		select {
+		case m := <-got:
+			if m != want {
+				t.Fatalf("got %q, want %q", m, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q did not arrive", want)
+		}
+	}
+}
+
+// awaitTrue waits up to 5s for cond.
+func awaitTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within 5s")
+		}
+	}
+}

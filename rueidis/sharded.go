@@ -27,8 +27,9 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // serves its slot now, and the connection goes on with the others; when a
 // connection fails, or an SSUBSCRIBE is refused (MOVED), its channels are.
 // They are subscribed anew after the slot map is read again, with a
-// backoff from 10ms to 1s, until Close; after each such attempt notify is
-// called with an empty channel and payload (see dlock.Subscription). A primary's connection is closed
+// backoff from 10ms to 1s, until Close; once an attempt has subscribed
+// all of its channels, notify is called with an empty channel and payload
+// (see dlock.Subscription). A primary's connection is closed
 // when its last channel is unsubscribed. notify is called one message at a
 // time. A client that is not a cluster client, or a cluster without shard
 // channels (before Redis 7), returns dlock.ErrUnsupported, and dlock then
@@ -268,11 +269,12 @@ func (s *shardedSubscription) retry(channels []string) {
 		s.d.slots.Store(nil) // it may be out of date
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
 		defer cancel()
-		if s.subscribe(ctx, channels, true) == nil {
-			s.mu.Lock()
-			s.backoff = minBackoff
-			s.mu.Unlock()
+		if s.subscribe(ctx, channels, true) != nil {
+			return // tried again later (see subscribe)
 		}
+		s.mu.Lock()
+		s.backoff = minBackoff
+		s.mu.Unlock()
 		// Notices sent while the channels were not subscribed were lost:
 		// dlock's waiters try again (see dlock.Subscription).
 		if s.ctx.Err() == nil {
