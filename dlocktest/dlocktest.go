@@ -14,7 +14,8 @@
 // The suite checks the driver's side of the contract directly (script
 // replies of every shape, error replies, the EVALSHA fallback after SCRIPT
 // FLUSH, pipelined batches, ended contexts, pub/sub delivery, reconnection
-// and Close, SCAN, scripts and WAIT on one connection, a failed connection
+// (and the notify("", "") that says so; see dlock.Subscription) and
+// Close, SCAN, scripts and WAIT on one connection, a failed connection
 // and a deadline that passes during a call) and then dlock's
 // primitives through dlock.New(driver): locks on one and several names,
 // refusal of foreign data, waiting woken by a release, auto-refresh and
@@ -23,7 +24,8 @@
 //
 // A driver with shard channels (dlock.ShardedSubscriber) also runs
 // RunShardedResilience, which fails over, moves slots and pauses primaries
-// under its subscriptions.
+// under its subscriptions, and checks that the driver says when it has
+// subscribed a channel anew.
 //
 // Run starts the servers itself (see Topology) and needs redis-server,
 // redis-cli and, for Sentinel, redis-sentinel on PATH; without them the

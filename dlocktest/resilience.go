@@ -15,7 +15,9 @@ import (
 // drivers without one) where Run cannot, as it changes the cluster under
 // test: each subtest starts a Redis Cluster of its own. A shard channel
 // stays subscribed through a failover of its slot's primary and through a
-// move of its slot to another primary, the other channels of the old
+// move of its slot to another primary (and the driver says so, calling
+// notify with an empty channel and payload, before the channel's first
+// notice), the other channels of the old
 // primary keep their connection, channels in many slots cost one
 // connection to each primary, none once all are unsubscribed, a channel
 // whose Subscribe failed is subscribed by asking again, and a primary that
