@@ -45,7 +45,7 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	s := &shardedSubscription{c: c, notify: notify,
-		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}}
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}, backoff: shardRetryMin}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -70,6 +70,12 @@ type shardedSubscription struct {
 	// confirmation is passed to notify as an empty channel and payload
 	// (see dlock.Subscription), the notices sent meanwhile being lost.
 	resumed map[string]bool
+	// backoff is the wait before the next pass of resubscribe: it doubles
+	// at each pass, up to shardRetryMax, and starts over at shardRetryMin
+	// once a primary confirms a channel subscribed anew. It is kept here,
+	// not by each pass, as a new connection that fails hands its channels
+	// to a pass of its own.
+	backoff time.Duration
 	closed  bool
 }
 
@@ -323,6 +329,9 @@ func (ns *nodeSubscription) receive() (moved []string) {
 				s.mu.Lock()
 				resumed := s.resumed[m.Channel] && !ns.closing
 				delete(s.resumed, m.Channel)
+				if resumed {
+					s.backoff = shardRetryMin
+				}
 				s.mu.Unlock()
 				if resumed {
 					s.deliver.Lock()
@@ -350,15 +359,17 @@ func (s *shardedSubscription) resubscribe(channels []string) {
 	if resubscribed != nil {
 		defer resubscribed()
 	}
-	wait := shardRetryMin
 	for len(channels) > 0 {
 		s.c.ReloadState(s.ctx) // in the background
+		s.mu.Lock()
+		wait := s.backoff
+		s.backoff = min(2*s.backoff, shardRetryMax)
+		s.mu.Unlock()
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, shardRetryMax)
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
 		var failed []string
 		for _, ch := range channels {

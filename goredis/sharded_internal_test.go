@@ -100,9 +100,14 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 // TestAPrimaryDownCostsOneRetryLoop: while the primary of a shard
 // channel's slot is down, with no replica to take over, the subscription
 // retries the channel in one loop (a failed new connection is left to its
-// own goroutine, which had made every retry two) and tells notify nothing:
-// nothing was subscribed anew.
+// own goroutine, which had made every retry two), with a backoff that
+// grows (50ms, 100ms, ... 1s: about six tries in 2s) across the
+// connections it makes, and tells notify nothing: nothing was subscribed
+// anew.
 func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
+	var passes atomic.Int64
+	resubscribed = func() { passes.Add(1) }
+	defer func() { resubscribed = nil }()
 	c := redistest.StartCluster(t, 3, 0)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -132,5 +137,8 @@ func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
 	}
 	if n := words.Load(); n > 0 {
 		t.Errorf("notify(\"\", \"\") called %d times while nothing could be subscribed anew", n)
+	}
+	if n := passes.Load(); n > 12 {
+		t.Errorf("%d passes to subscribe the channel anew in 2s: the backoff does not grow", n)
 	}
 }
