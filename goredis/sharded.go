@@ -45,7 +45,7 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	s := &shardedSubscription{c: c, notify: notify,
-		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}, backoff: shardRetryMin}
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -70,12 +70,6 @@ type shardedSubscription struct {
 	// confirmation is passed to notify as an empty channel and payload
 	// (see dlock.Subscription), the notices sent meanwhile being lost.
 	resumed map[string]bool
-	// backoff is the wait before the next pass of resubscribe: it doubles
-	// at each pass, up to shardRetryMax, and starts over at shardRetryMin
-	// once a primary confirms a channel subscribed anew. It is kept here,
-	// not by each pass, as a new connection that fails hands its channels
-	// to a pass of its own.
-	backoff time.Duration
 	closed  bool
 }
 
@@ -86,13 +80,21 @@ type nodeSubscription struct {
 	ps       *redis.PubSub
 	channels map[string]bool // guarded by s.mu
 	closing  bool            // guarded by s.mu: closed on purpose
+	// retry, guarded by s.mu, is the wait before subscribing its channels
+	// anew should the connection fail: set by the pass of resubscribe that
+	// made it (the next step of that pass's backoff), so that a primary
+	// that is down costs one chain of attempts whose backoff grows; 0
+	// (shardRetryMin) once the primary confirmed a channel.
+	retry time.Duration
 }
 
 const (
 	// shardRetryMin and shardRetryMax bound the wait before subscribing
-	// channels again after their primary's connection failed.
+	// channels again after their primary's connection failed: the wait
+	// doubles while the primary stays out of reach, and stays short, as
+	// the channels come back only at the first attempt after a failover.
 	shardRetryMin = 50 * time.Millisecond
-	shardRetryMax = time.Second
+	shardRetryMax = 250 * time.Millisecond
 	// shardTimeout bounds the requests that subscribe channels anew.
 	shardTimeout = 5 * time.Second
 )
@@ -117,7 +119,7 @@ var errClosed = errors.New("goredis: subscription closed")
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
 	var errs []error
 	for _, ch := range channels {
-		if err := s.subscribe(ctx, ch, false); err != nil {
+		if err := s.subscribe(ctx, ch, false, 0); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -126,8 +128,9 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 
 // subscribe subscribes one channel on the primary of its slot; when moving
 // is set, only if it is still to be subscribed anew (see run), not
-// unsubscribed since.
-func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving bool) error {
+// unsubscribed since. A new connection it makes waits retry before its
+// channels are subscribed anew, should it fail (see nodeSubscription).
+func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving bool, retry time.Duration) error {
 	s.mu.Lock()
 	_, already := s.where[ch]
 	closed, unwanted := s.closed, moving && !s.moving[ch]
@@ -157,7 +160,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	fresh := ns == nil
 	if fresh {
 		// No request yet: the connection is made by the SSubscribe below.
-		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx), channels: map[string]bool{}}
+		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx), channels: map[string]bool{}, retry: retry}
 		s.nodes[addr] = ns
 		s.running.Add(1)
 	}
@@ -165,29 +168,28 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	s.where[ch] = ns
 	s.mu.Unlock()
 
-	// A failed connection resubscribes the channel with the rest: for a
-	// new primary, the goroutine's first Receive finds it failed.
 	err = ns.ps.SSubscribe(ctx, ch)
 	if fresh {
 		go ns.run(addr)
 	}
-	s.mu.Lock()
-	if err != nil && !fresh && !isReply(err) {
-		// go-redis connects anew at the next read and subscribes every
-		// channel of the connection again: notices may have been lost.
-		for c := range ns.channels {
-			s.resumed[c] = true
-		}
+	failed := err != nil && !isReply(err)
+	if failed {
+		// go-redis may have connected anew inside SSubscribe, and then
+		// subscribed the connection's other channels but not ch (it adds
+		// a channel to its own once the request succeeds). Closed, the
+		// connection fails for certain: its goroutine subscribes every
+		// one of its channels anew, ch too, as run says.
+		_ = ns.ps.Close()
 	}
+	s.mu.Lock()
 	gone := s.where[ch] != ns && !ns.closing // unsubscribed meanwhile
 	s.mu.Unlock()
 	if gone && err == nil {
 		_ = ns.ps.SUnsubscribe(ctx, ch)
 	}
-	if err != nil && fresh && moving {
-		// The new connection's goroutine finds it failed and subscribes
-		// its channels anew itself: a second attempt from here would
-		// make two, and each failure two more.
+	if failed && moving {
+		// Left to the connection's goroutine: a second attempt from
+		// here would make two, and each failure two more.
 		return nil
 	}
 	return err
@@ -271,6 +273,7 @@ func (ns *nodeSubscription) run(addr string) {
 	// The connection failed: every channel on it moves. Or the primary let
 	// go of some channels: only they move, and the rest stay.
 	var again []string
+	retry := ns.retry
 	if moved == nil {
 		s.drop(ns)
 		for ch := range ns.channels {
@@ -295,7 +298,7 @@ func (ns *nodeSubscription) run(addr string) {
 	if moved == nil {
 		_ = ns.ps.Close()
 	}
-	s.resubscribe(again)
+	s.resubscribe(again, retry)
 }
 
 // receive delivers messages until the connection fails (nil), or the
@@ -329,9 +332,7 @@ func (ns *nodeSubscription) receive() (moved []string) {
 				s.mu.Lock()
 				resumed := s.resumed[m.Channel] && !ns.closing
 				delete(s.resumed, m.Channel)
-				if resumed {
-					s.backoff = shardRetryMin
-				}
+				ns.retry = 0 // the primary answers
 				s.mu.Unlock()
 				if resumed {
 					s.deliver.Lock()
@@ -353,27 +354,27 @@ func (ns *nodeSubscription) receive() (moved []string) {
 }
 
 // resubscribe subscribes channels anew, once go-redis has read the
-// cluster's slots again, retrying with a backoff until every one is
-// subscribed or the subscription is closed.
-func (s *shardedSubscription) resubscribe(channels []string) {
+// cluster's slots again, retrying with a backoff, starting at wait (0 for
+// shardRetryMin), until every one is subscribed or the subscription is
+// closed. A new connection that fails takes its channels over with the
+// backoff's next step (see nodeSubscription.retry).
+func (s *shardedSubscription) resubscribe(channels []string, wait time.Duration) {
 	if resubscribed != nil {
 		defer resubscribed()
 	}
+	wait = max(wait, shardRetryMin)
 	for len(channels) > 0 {
 		s.c.ReloadState(s.ctx) // in the background
-		s.mu.Lock()
-		wait := s.backoff
-		s.backoff = min(2*s.backoff, shardRetryMax)
-		s.mu.Unlock()
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
+		wait = min(2*wait, shardRetryMax)
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
 		var failed []string
 		for _, ch := range channels {
-			if err := s.subscribe(ctx, ch, true); errors.Is(err, errClosed) {
+			if err := s.subscribe(ctx, ch, true, wait); errors.Is(err, errClosed) {
 				cancel()
 				return
 			} else if err != nil {

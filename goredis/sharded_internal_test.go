@@ -1,9 +1,16 @@
 package goredis
 
 import (
+	"bytes"
 	"context"
+	"net"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,7 +108,7 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 // channel's slot is down, with no replica to take over, the subscription
 // retries the channel in one loop (a failed new connection is left to its
 // own goroutine, which had made every retry two), with a backoff that
-// grows (50ms, 100ms, ... 1s: about six tries in 2s) across the
+// grows (50ms, 100ms, ... 250ms: about ten tries in 2s) across the
 // connections it makes, and tells notify nothing: nothing was subscribed
 // anew.
 func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
@@ -138,7 +145,117 @@ func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
 	if n := words.Load(); n > 0 {
 		t.Errorf("notify(\"\", \"\") called %d times while nothing could be subscribed anew", n)
 	}
-	if n := passes.Load(); n > 12 {
+	if n := passes.Load(); n > 15 {
 		t.Errorf("%d passes to subscribe the channel anew in 2s: the backoff does not grow", n)
 	}
+}
+
+// TestASubscribeWhoseWriteFailsIsNotStranded: an SSUBSCRIBE whose write
+// fails (the connection reset) has go-redis connect anew inside the call,
+// with the connection's other channels but not this one. The channel is
+// subscribed all the same: by a retry after the user's Subscribe failed,
+// and, for a channel that moved, by the subscription itself, which then
+// says so.
+func TestASubscribeWhoseWriteFailsIsNotStranded(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	var fault resetOnSSubscribe
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: fault.dialer})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 100)
+	var words atomic.Int32
+	sub, err := New(rdb).SubscribeSharded(ctx, func(ch, p string) {
+		if ch == "" && p == "" {
+			words.Add(1)
+			return
+		}
+		got <- p
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	// A user's Subscribe on a primary it has no connection to yet.
+	const fresh = "dlock:{fresh}:w:test"
+	srv := c.PrimaryOf(t, fresh)
+	fault.arm(srv.Port())
+	if err := sub.Subscribe(ctx, fresh); err == nil {
+		t.Fatal("Subscribe succeeded through a reset connection")
+	}
+	redistest.PublishUntilReceived(t, srv, fresh, "fresh", got)
+
+	// A channel whose slot moves to a primary it has no connection to.
+	const moving = "dlock:{moving}:w:test"
+	if err := sub.Subscribe(ctx, moving); err != nil {
+		t.Fatal(err)
+	}
+	old := c.PrimaryOf(t, moving)
+	redistest.PublishUntilReceived(t, old, moving, "before", got)
+	next := c.Nodes[0]
+	if next == old || next == srv {
+		next = c.Nodes[1]
+	}
+	if next == old || next == srv {
+		next = c.Nodes[2]
+	}
+	before := words.Load()
+	fault.arm(next.Port())
+	c.MoveEmptySlot(t, moving, next)
+	redistest.PublishUntilReceived(t, next, moving, "after", got)
+	if fault.fired.Load() != 2 {
+		t.Errorf("the reset was made %d times, want 2", fault.fired.Load())
+	}
+	if words.Load() == before {
+		t.Error("the moved channel was subscribed anew without notify(\"\", \"\")")
+	}
+}
+
+// resetOnSSubscribe makes the next write carrying SSUBSCRIBE on a
+// connection to port fail as a connection reset by the peer does (the
+// connection is closed, the write returns ECONNRESET). go-redis then
+// connects anew inside the failing SSubscribe, and the new connection
+// works.
+type resetOnSSubscribe struct {
+	mu    sync.Mutex
+	port  string // armed for this port; "" when not armed
+	fired atomic.Int32
+}
+
+func (r *resetOnSSubscribe) arm(port int) {
+	r.mu.Lock()
+	r.port = strconv.Itoa(port)
+	r.mu.Unlock()
+}
+
+func (r *resetOnSSubscribe) dialer(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	cn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &faultConn{Conn: cn, addr: addr, r: r}, nil
+}
+
+type faultConn struct {
+	net.Conn
+	addr string
+	r    *resetOnSSubscribe
+}
+
+func (c *faultConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("ssubscribe")) {
+		c.r.mu.Lock()
+		hit := c.r.port != "" && strings.HasSuffix(c.addr, ":"+c.r.port)
+		if hit {
+			c.r.port = ""
+		}
+		c.r.mu.Unlock()
+		if hit {
+			c.r.fired.Add(1)
+			_ = c.Conn.Close()
+			return 0, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+		}
+	}
+	return c.Conn.Write(b)
 }
