@@ -28,7 +28,7 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // connection fails, or an SSUBSCRIBE is refused (MOVED), its channels are.
 // They are subscribed anew after the slot map is read again, with a
 // backoff from 10ms to 1s, until Close; once an attempt has subscribed
-// all of its channels, notify is called with an empty channel and payload
+// any of its channels, notify is called with an empty channel and payload
 // (see dlock.Subscription). A primary's connection is closed
 // when its last channel is unsubscribed. notify is called one message at a
 // time. A client that is not a cluster client, or a cluster without shard
@@ -85,12 +85,14 @@ type shardedSubscription struct {
 // channel that it could not subscribe is subscribed anew in the
 // background, and Subscribe returns the error.
 func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
-	return s.subscribe(ctx, channels, false)
+	_, err := s.subscribe(ctx, channels, false)
+	return err
 }
 
 // subscribe subscribes channels on the primaries of their slots; again,
-// only those still waiting to be subscribed anew.
-func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, again bool) error {
+// only those still waiting to be subscribed anew. some reports whether a
+// primary confirmed any of them.
+func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, again bool) (some bool, err error) {
 	m, err := s.d.currentSlots(ctx)
 	var errs []error
 	if err != nil {
@@ -102,7 +104,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return false, errClosed
 	}
 	for _, ch := range channels {
 		if _, ok := s.where[ch]; ok || again && !s.pending[ch] {
@@ -156,6 +158,8 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 			// connection failed: these channels go elsewhere, if need be.
 			errs = append(errs, err)
 			s.retry(s.detach(n, chs))
+		} else if len(gone) < len(chs) {
+			some = true
 		}
 		s.mu.Unlock()
 		if len(gone) > 0 {
@@ -169,9 +173,11 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	for n, addr := range added {
 		if err := n.start(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
+		} else {
+			some = true
 		}
 	}
-	return errors.Join(errs...)
+	return some, errors.Join(errs...)
 }
 
 // start connects a new subscription to a primary and starts its
@@ -269,15 +275,16 @@ func (s *shardedSubscription) retry(channels []string) {
 		s.d.slots.Store(nil) // it may be out of date
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
 		defer cancel()
-		if s.subscribe(ctx, channels, true) != nil {
-			return // tried again later (see subscribe)
+		some, err := s.subscribe(ctx, channels, true)
+		if err == nil {
+			s.mu.Lock()
+			s.backoff = minBackoff
+			s.mu.Unlock()
 		}
-		s.mu.Lock()
-		s.backoff = minBackoff
-		s.mu.Unlock()
 		// Notices sent while the channels were not subscribed were lost:
-		// dlock's waiters try again (see dlock.Subscription).
-		if s.ctx.Err() == nil {
+		// dlock's waiters try again (see dlock.Subscription). Those that
+		// failed are tried again later (see subscribe).
+		if some && s.ctx.Err() == nil {
 			s.notify("", "")
 		}
 	}()
