@@ -115,8 +115,7 @@ func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
 		return
 	}
 	for _, call := range calls {
-		var reply redis.Error
-		if call.Err != nil && !errors.As(call.Err, &reply) &&
+		if call.Err != nil && !isReply(call.Err) &&
 			!errors.Is(call.Err, context.Canceled) && !errors.Is(call.Err, context.DeadlineExceeded) {
 			c.ReloadState(context.Background()) // lazy: go-redis reloads in the background, once at a time
 			return
