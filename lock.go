@@ -34,7 +34,12 @@ type Lock struct {
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
-	owner      string
+	// ownReq is set for an exclusive Lock whose request token dlock made
+	// for it (not given WithToken, nor attached): its Release and clean-up
+	// end it, recording it so that a late copy of an acquire is refused
+	// (see release.lua).
+	ownReq bool
+	owner  string
 	// minHold is WithMinHold in whole milliseconds, rounded up, as a
 	// release argument; zero when not given.
 	minHold int64
@@ -354,6 +359,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if err != nil {
 		return nil, err
 	}
+	l.ownReq = o.token == "" && !l.kind.modeArg
 	if len(c.hooks) == 0 {
 		if err := l.obtain(ctx, o, wait, l.acquire); err != nil {
 			return nil, err
@@ -577,9 +583,10 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 		// of that request token added (see holds), and its pending acquire.
 		args = append(l.kind.args(l.req, ""), "", "1")
 	} else {
-		// The acquisition, by its request token; no id; and the client
-		// channel whose request the acquisition may have left for a grant.
-		args = []any{l.req, "", l.asked}
+		// The acquisition, by its request token; no id; the client
+		// channel whose request the acquisition may have left for a grant;
+		// any fence, no minimum hold; and whether it ends there.
+		args = []any{l.req, "", l.asked, "", "", l.endsArg()}
 	}
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
@@ -671,10 +678,15 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.ended()
 	args := l.releaseArgs(token, id)
-	if l.minHold > 0 {
-		// No grant request to take back, any fence, and the minimum hold
-		// (see release.lua): only a Release keeps the hold, not a clean-up.
-		args = append(args, "", "", l.minHold)
+	if l.minHold > 0 || l.ownReq {
+		// No grant request to take back, any fence, the minimum hold (see
+		// release.lua: only a Release keeps the hold, not a clean-up), and
+		// whether the acquisition ends there.
+		minHold := argNone
+		if l.minHold > 0 {
+			minHold = l.minHold
+		}
+		args = append(args, "", "", minHold, l.endsArg())
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
@@ -997,7 +1009,7 @@ func (l *Lock) nameKeys() []string {
 func (l *Lock) releaseArgs(token string, id any) []any {
 	req := l.reqValue()
 	if !l.kind.modeArg {
-		return []any{req, id}
+		return append(make([]any, 0, 6), req, id) // room for what Release adds
 	}
 	var tok any = token
 	if token == l.req {
@@ -1005,6 +1017,19 @@ func (l *Lock) releaseArgs(token string, id any) []any {
 	}
 	return append(l.kind.args(append(make([]any, 0, 4), tok, req)...), id) // room for the mode and the id
 }
+
+// endsArg returns the release script's argument that says the acquisition
+// ends with the release: "1" when its request token is its own, so that
+// the release records it; "" otherwise.
+func (l *Lock) endsArg() any {
+	if l.ownReq {
+		return argOne
+	}
+	return argNone
+}
+
+// argOne and argNone are "1" and "" as script arguments, boxed once.
+var argOne, argNone any = "1", ""
 
 // reqValue returns the request token as a script argument: boxed once when
 // an acquire has boxed it.

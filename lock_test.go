@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1506,4 +1507,167 @@ func (d *slowEval) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.once.Do(func() { close(d.started) })
 	time.Sleep(d.delay)
 	d.Driver.Eval(ctx, calls...)
+}
+
+// copyingDriver keeps a copy of every acquire, to be sent again late with
+// sendCopies, as a client library resending it, or a connection slow to
+// deliver it, would. With holdBack, the first acquire does not reach the
+// server: its caller sees it fail as a lost request does.
+type copyingDriver struct {
+	dlock.Driver
+	mu       sync.Mutex
+	holdBack bool
+	kept     []*dlock.Call
+}
+
+func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	var send []*dlock.Call
+	d.mu.Lock()
+	for _, c := range calls {
+		if c.Script.Name == "acquire" {
+			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
+			if d.holdBack {
+				d.holdBack = false
+				c.Err = errLostReply
+				continue
+			}
+		}
+		send = append(send, c)
+	}
+	d.mu.Unlock()
+	if len(send) > 0 {
+		d.Driver.Eval(ctx, send...)
+	}
+}
+
+// sendCopies sends the kept acquires again, and returns their replies.
+func (d *copyingDriver) sendCopies(t *testing.T) []any {
+	t.Helper()
+	d.mu.Lock()
+	kept := d.kept
+	d.kept = nil
+	d.mu.Unlock()
+	if len(kept) == 0 {
+		t.Fatal("no acquire was kept")
+	}
+	d.Driver.Eval(context.Background(), kept...)
+	var out []any
+	for _, c := range kept {
+		if c.Err != nil {
+			t.Fatalf("late acquire: %v", c.Err)
+		}
+		out = append(out, c.Val)
+	}
+	return out
+}
+
+// refusal reports whether an acquire's reply is a refusal ({0, pttl, i}).
+func refusal(v any) bool {
+	r, ok := v.([]any)
+	return ok && len(r) == 3 && r[0] == int64(0)
+}
+
+// A copy of an acquire that reaches the server after its Lock was
+// released takes nothing: the name stays free, where it was held for
+// nobody until its TTL.
+func TestALateCopyOfAReleasedAcquireTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLockMulti(ctx, []string{"late-a", "late-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+	for _, k := range []string{"dlock:{late-a}", "dlock:{late-b}"} {
+		if e.locked(t, k) {
+			t.Errorf("%s is held after a late copy of a released acquire", k)
+		}
+	}
+	if _, err := e.c.TryLock(ctx, "late-b"); err != nil {
+		t.Errorf("TryLock after the late copy: %v", err)
+	}
+}
+
+// A copy of an acquire that reaches the server after its caller gave it
+// up (the request seemed lost, and the clean-up found nothing to take
+// back) takes nothing either.
+func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+	c := dlock.New(d)
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "given-up"); !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v, want the lost request's", err)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+	if e.locked(t, "dlock:{given-up}") {
+		t.Error("a late copy of an acquire given up holds the lock")
+	}
+	l, err := e.c.TryLock(ctx, "given-up")
+	if err != nil {
+		t.Fatalf("TryLock after the late copy: %v", err)
+	}
+	if l.Fence() == 0 {
+		t.Error("no fence")
+	}
+}
+
+// A late copy of an owner's re-entry, released since, does not re-enter
+// the hold again: the first acquisition's Release frees the name.
+func TestALateCopyOfAReleasedReentryTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	first, err := c.TryLock(ctx, "reentered", dlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.kept = nil // only the re-entry's copy is sent late
+	d.mu.Unlock()
+	again, err := c.TryLock(ctx, "reentered", dlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late re-entry replied %v, want a refusal", r[0])
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{reentered}") {
+		t.Error("the name is held after every acquisition was released")
+	}
+}
+
+// A token given WithToken is the caller's to use again: its release does
+// not keep a later Lock of the same token out.
+func TestAGivenTokenCanTakeTheLockAgainAfterItsRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 2 {
+		l, err := e.c.TryLock(ctx, "again", dlock.WithToken("job-token"))
+		if err != nil {
+			t.Fatalf("TryLock %d: %v", i+1, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -257,9 +257,12 @@ func TestAttachByOwnerActsWithTheHoldsToken(t *testing.T) {
 	}
 }
 
+// A lock's hash keeps the ids of its last eight releases, each followed by
+// the request token of the acquisition it ended, and no more.
 func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	var tokens []string
 	for range 20 {
 		l, err := e.c.TryLock(ctx, "churn")
 		if err != nil {
@@ -268,9 +271,19 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		tokens = append(tokens, l.Token())
 	}
-	if ids := strings.Fields(e.srv.Do(t, "HGET", "dlock:{churn}", "rel")); len(ids) != 8 {
-		t.Errorf("release ids kept after 20 releases: %d (%q), want the last 8", len(ids), ids)
+	words := strings.Fields(e.srv.Do(t, "HGET", "dlock:{churn}", "rel"))
+	if len(words) != 16 {
+		t.Fatalf("words kept after 20 releases: %d (%q), want the last 8 ids and tokens", len(words), words)
+	}
+	for i, w := range words {
+		if _, err := strconv.ParseUint(w, 10, 64); (err == nil) != (i%2 == 0) {
+			t.Errorf("word %d of %q: want ids and tokens in turn", i, words)
+		}
+		if i%2 == 1 && w != tokens[12+i/2] {
+			t.Errorf("word %d is %q, want the token of release %d, %q", i, w, 13+i/2, tokens[12+i/2])
+		}
 	}
 }
 

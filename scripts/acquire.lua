@@ -18,7 +18,8 @@
 -- released), 'req' (the request token of the acquire that made the hold,
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
--- (the ids of its last releases, see release), 's' ('1' once another Lock
+-- (the ids of its last releases and the request tokens of the
+-- acquisitions that ended, see release), 's' ('1' once another Lock
 -- shares the hold, see expire), 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
 -- then), and the requests waiting clients left (see grant). Each re-entry
@@ -47,7 +48,9 @@
 -- request token, or the held token when the request re-enters a lock of the
 -- same owner or repeats an acquire whose reply was lost. A lock held more
 -- than once is only ever extended (see expire), never shortened.
--- Returns {0, pttl, i} when KEYS[i] is held by another holder.
+-- Returns {0, pttl, i} when KEYS[i] is held by another holder, or when its
+-- 'rel' says the acquisition of this request token has ended (see
+-- release).
 -- Fails with DLOCK_WRONGTYPE i or DLOCK_KIND i when KEYS[i] holds data that
 -- is not an exclusive lock; nothing is written then.
 local n = #KEYS / 3
@@ -120,13 +123,18 @@ end
 -- get the token of one of them, the one replied.
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant)
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel')
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   marked[i], left[i] = cur[6], cur[8]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   elseif cur[1] ~= 'lock' then
     return redis.error_reply('DLOCK_KIND ' .. i)
+  elseif listed(cur[9], req) then
+    -- The acquisition of this request token has ended (see release): this
+    -- is a late copy of its request, whose caller is gone. Refused,
+    -- changing nothing.
+    return {0, redis.call('PTTL', KEYS[i]), i}
   elseif not cur[2] or cur[2] == '' then
     state[i], last[i] = 'free', tonumber(cur[5])
   elseif cur[3] == req or cur[7] == cur[2] then

@@ -10,6 +10,21 @@ local function read_lock(k, ...)
   return cur
 end
 
+-- listed reports whether the space-separated words of list (a lock's 'rel',
+-- see release; false when absent) include word.
+local function listed(list, word)
+  if not list or word == '' then return false end
+  local at = 1
+  while true do
+    local i, j = string.find(list, word, at, true)
+    if not i then return false end
+    if (i == 1 or string.byte(list, i - 1) == 32) and (j == #list or string.byte(list, j + 1) == 32) then
+      return true
+    end
+    at = i + 1
+  end
+end
+
 -- held(k, req) reports whether the exclusive lock k is held by the caller
 -- and, if so, its hold count. The caller is a Lock: it holds k when its
 -- acquisition, known by its request token req, is one of the current

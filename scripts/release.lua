@@ -8,7 +8,10 @@
 -- request for a grant ('' or absent when not; see grant), which goes, and
 -- ARGV[4] the fence of the hold to give up ('' or absent for any): a key
 -- held with another fence counts as not held, and ARGV[5] the holder's
--- minimum hold in ms ('' or absent for none; see keep_for)
+-- minimum hold in ms ('' or absent for none; see keep_for), and ARGV[6]
+-- '1' when the acquisition ends with this release or clean-up and its
+-- request token is its own (not given with WithToken), '' or absent when
+-- not (see below)
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -22,43 +25,45 @@
 -- instead, until then (see keep_for). Keys the acquisition does not hold are left alone. The
 -- hash's 'rel' holds the ids of its last releases (see record): a
 -- release whose id it holds ran before (its reply was lost and the client
--- sent it again), changes nothing and counts as done. Returns the number
--- of keys that were not held by the acquisition.
+-- sent it again), changes nothing and counts as done. An acquisition that
+-- ends (ARGV[6]) leaves its request token there too, on every key, held
+-- or not (a key with nothing there gets a free lock hash, kept a minute):
+-- a late copy of its acquire (sent again by a client library, or slow on a
+-- connection since closed) then takes nothing (see acquire), where it would
+-- have held the name, for nobody, until its TTL. Returns the number of keys
+-- that were not held by the acquisition.
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 local min_hold = tonumber(ARGV[5] or '')
+local ends = ARGV[6] == '1'
 local hold = 'h:' .. req
 
--- kept is how much of 'rel' a release keeps: room for the last eight ids
--- (64-bit numbers in decimal, up to 20 digits, and a space between), so
--- that the releases of other holders made while a lost reply is sent again
--- do not push this one's out.
-local kept = 8 * 21 - 1
+-- kept is how much of 'rel' a release keeps: room for the last eight
+-- releases' ids (64-bit numbers in decimal, up to 20 digits) and request
+-- tokens (22 characters), a space after each, so that the releases of
+-- other holders made while a lost reply is sent again do not push this
+-- one's out.
+local kept = 8 * (21 + 23) - 1
 
 -- released reports whether the ids rel (space-separated, latest last)
 -- include id.
 local function released(rel)
-  if id == '' or not rel then return false end
-  local at = 1
-  while true do
-    local i, j = string.find(rel, id, at, true)
-    if not i then return false end
-    if (i == 1 or string.byte(rel, i - 1) == 32) and (j == #rel or string.byte(rel, j + 1) == 32) then
-      return true
-    end
-    at = i + 1
-  end
+  return id ~= '' and listed(rel, id)
 end
 
--- record returns rel with id added, less the oldest ids when they no
--- longer fit in kept: it cuts at the first space from the end's kept
--- characters on, so at least the last eight ids stay.
-local function record(rel)
-  if id == '' then return rel or '' end
-  if not rel or rel == '' then return id end
-  rel = rel .. ' ' .. id
+-- record returns rel with id added (when with_id), and the request token
+-- when the acquisition ends, less the oldest words when they no longer fit
+-- in kept: it cuts at the first space from the end's kept characters on,
+-- so at least the last eight releases' stay.
+local function record(rel, with_id)
+  local add = {}
+  if with_id and id ~= '' then add[#add + 1] = id end
+  if ends then add[#add + 1] = req end
+  if #add == 0 then return rel or '' end
+  if rel and rel ~= '' then table.insert(add, 1, rel) end
+  rel = table.concat(add, ' ')
   if #rel > kept then
     local cut = string.find(rel, ' ', #rel - kept, true)
-    rel = cut and string.sub(rel, cut + 1) or id
+    rel = cut and string.sub(rel, cut + 1) or add[#add]
   end
   return rel
 end
@@ -95,17 +100,28 @@ for i = 1, n do
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
+    if ends then
+      -- Not its id: a release sent again must say again that it held
+      -- nothing.
+      if cur then
+        redis.call('HSET', k, 'rel', record(cur[5], false))
+      elseif redis.call('EXISTS', k) == 0 then
+        redis.call('HSET', k, 'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0',
+          'rel', req)
+        redis.call('PEXPIRE', k, '60000')
+      end
+    end
   elseif tonumber(cur[4]) > 1 then
     redis.call('HINCRBY', k, 'count', -1)
     if first then
-      redis.call('HSET', k, 'req', '', 'rel', record(cur[5]))
+      redis.call('HSET', k, 'req', '', 'rel', record(cur[5], true))
     else
       redis.call('HDEL', k, hold)
-      if id ~= '' then redis.call('HSET', k, 'rel', record(cur[5])) end
+      if id ~= '' or ends then redis.call('HSET', k, 'rel', record(cur[5], true)) end
     end
   else
     if again then redis.call('HDEL', k, hold) end
-    local rel = record(cur[5])
+    local rel = record(cur[5], true)
     local keep = keep_for(k)
     if keep then
       redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
