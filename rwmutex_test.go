@@ -708,6 +708,43 @@ func TestPrimitivesRefuseDataTheyDidNotWrite(t *testing.T) {
 	_ = r.Release(ctx)
 }
 
+// A read/write lock that is not fair never reads its arrival queue, so
+// data there that dlock did not write is not refused: it is left alone by
+// the last release, by a waiting writer's clean-up and by ForceRelease.
+func TestAReadWriteLockLeavesAQueueKeyItDidNotWrite(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Do(t, "SET", "dlock:{q}:queue", "user data")
+	m := e.c.RWMutex("q")
+	r, err := m.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.newClient(t).RWMutex("q").Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("waiting writer: err = %v, want ErrNotObtained", err)
+	}
+	if got := e.srv.Do(t, "ZCARD", "dlock:{q}:pending"); got != "0" {
+		t.Errorf("the writer that gave up left %s pending acquires", got)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryRLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.ForceRelease(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(t, "dlock:{q}") {
+		t.Error("ForceRelease left the lock")
+	}
+	if got := e.srv.Do(t, "GET", "dlock:{q}:queue"); got != "user data" {
+		t.Errorf("the queue key is now %q", got)
+	}
+}
+
 func TestPrimitivesRefuseBadInputBeforeAnyRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -13,7 +13,8 @@ if kind == 'lock' then
   return was
 end
 if kind == 'rwlock' then
-  redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
+  redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])
+  del_queue(KEYS[6])
 else
   redis.call('DEL', KEYS[1], KEYS[4])
 end

@@ -40,6 +40,13 @@ local function str(x) return string.format('%.0f', x) end
 
 local function wrongtype() return redis.error_reply('DLOCK_WRONGTYPE 1') end
 
+-- del_queue deletes a read/write lock's arrival queue qk (see rw_acquire),
+-- unless it holds data dlock did not write: a lock that is not fair never
+-- reads it, so nothing else refused that data.
+local function del_queue(qk)
+  if redis.call('TYPE', qk).ok == 'zset' then redis.call('DEL', qk) end
+end
+
 -- owned returns the field naming the token that owner holds in mode, or ''
 -- without an owner (no such field exists).
 local function owned(mode, owner)

@@ -74,7 +74,7 @@ local function unqueue()
   if not undo or not rw then return false end
   local member = string.sub(mode, 1, 1) .. token
   if redis.pcall('ZREM', KEYS[4], member) ~= 1 then return false end
-  redis.call('ZREM', KEYS[5], member)
+  redis.pcall('ZREM', KEYS[5], member) -- left alone if it holds other data
   return true
 end
 local tok, d, at
@@ -120,7 +120,8 @@ end
 local after = '(' .. now
 local free = redis.call('ZCOUNT', hk, after, '+inf') <= 1
 if free and (not rw or redis.call('ZCOUNT', KEYS[4], after, '+inf') == 0) then
-  redis.call('DEL', k, hk, unpack(KEYS, 4, #KEYS - 1))
+  redis.call('DEL', k, hk, unpack(KEYS, 4, #KEYS - 1 - (rw and 1 or 0)))
+  if rw then del_queue(KEYS[5]) end
 else
   redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
   redis.call('ZREM', hk, tok)
