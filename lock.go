@@ -491,20 +491,29 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	if l.reqArg == nil {
 		l.reqArg = l.req
 	}
-	if wa.channel == "" && l.extra == nil && l.asked == "" {
+	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 	}
-	args := []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg}
+	args := make([]any, 0, 10)
+	args = append(args, l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg)
 	switch {
 	case l.extra != nil:
-		args = append(args, l.extra(wa)...)
+		return append(args, l.extra(wa)...)
 	case wa.attempt != "":
 		args = append(args, wa.attempt)
-	case wa.channel == "":
+	case wa.channel == "" && l.asked != "":
 		// An earlier attempt asked for a grant with l.asked; this one
 		// does not register, and takes the request back if it obtains.
 		args = append(args, "", l.asked)
+	}
+	if l.givenToken {
+		// The caller's token, which it may use again once this
+		// acquisition ended: not refused for that (see acquire.lua).
+		for len(args) < 9 {
+			args = append(args, argNone)
+		}
+		args = append(args, argOne)
 	}
 	return args
 }

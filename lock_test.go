@@ -1657,17 +1657,51 @@ func TestALateCopyOfAReleasedReentryTakesNothing(t *testing.T) {
 }
 
 // A token given WithToken is the caller's to use again: its release does
-// not keep a later Lock of the same token out.
+// not keep a later Lock of the same token out, even when dlock made the
+// token for an earlier Lock, whose Release recorded it.
 func TestAGivenTokenCanTakeTheLockAgainAfterItsRelease(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	first, err := e.c.TryLock(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 2 {
-		l, err := e.c.TryLock(ctx, "again", dlock.WithToken("job-token"))
+		l, err := e.c.TryLock(ctx, "again", dlock.WithToken(first.Token()))
 		if err != nil {
 			t.Fatalf("TryLock %d: %v", i+1, err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A waiting Lock too.
+	l, err := e.c.Lock(ctx, "again", dlock.WithToken(first.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a server at its maxmemory, the Release of a lock that expired still
+// says ErrNotHeld: the record it would leave on the empty name is a write
+// the server refuses, and it goes without.
+func TestAReleaseOfAnExpiredLockAtMaxmemorySaysNotHeld(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "oom-expired")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{oom-expired}") // as its expiry would
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	defer e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("err = %v, want ErrNotHeld", err)
 	}
 }

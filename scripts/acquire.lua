@@ -12,7 +12,10 @@
 -- ARGV[8] the attempt's number when the waiting caller asks to be granted
 -- the lock (see grant; one name only), '' or absent when not,
 -- ARGV[9] the client channel with which an earlier attempt of the caller
--- asked, when this one does not register ('' or absent when none)
+-- asked, when this one does not register ('' or absent when none),
+-- ARGV[10] '1' when the request token was given by the caller (WithToken),
+-- who may use it again after its acquisition ended (see release), '' or
+-- absent when dlock made it
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
 -- released), 'req' (the request token of the acquire that made the hold,
@@ -57,6 +60,7 @@ local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
 local attempt, asked = ARGV[8] or '', ARGV[9] or ''
+local given = ARGV[10] == '1'
 
 local hold = 'h:' .. req
 
@@ -130,7 +134,7 @@ for i = 1, n do
     if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   elseif cur[1] ~= 'lock' then
     return redis.error_reply('DLOCK_KIND ' .. i)
-  elseif listed(cur[9], req) then
+  elseif not given and listed(cur[9], req) then
     -- The acquisition of this request token has ended (see release): this
     -- is a late copy of its request, whose caller is gone. Refused,
     -- changing nothing.

@@ -13,8 +13,11 @@ if kind == 'lock' then
   return was
 end
 if kind == 'rwlock' then
-  redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])
-  del_queue(KEYS[6])
+  if queued_any(KEYS[6]) then
+    redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
+  else
+    redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])
+  end
 else
   redis.call('DEL', KEYS[1], KEYS[4])
 end

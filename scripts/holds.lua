@@ -40,11 +40,13 @@ local function str(x) return string.format('%.0f', x) end
 
 local function wrongtype() return redis.error_reply('DLOCK_WRONGTYPE 1') end
 
--- del_queue deletes a read/write lock's arrival queue qk (see rw_acquire),
--- unless it holds data dlock did not write: a lock that is not fair never
--- reads it, so nothing else refused that data.
-local function del_queue(qk)
-  if redis.call('TYPE', qk).ok == 'zset' then redis.call('DEL', qk) end
+-- queued_any reports whether a read/write lock's arrival queue qk (see
+-- rw_acquire) holds entries, to be deleted with the name's other keys;
+-- false when it holds data dlock did not write, which a lock that is not
+-- fair never reads, so that nothing else refused it.
+local function queued_any(qk)
+  local n = redis.pcall('ZCARD', qk)
+  return type(n) == 'number' and n > 0
 end
 
 -- owned returns the field naming the token that owner holds in mode, or ''

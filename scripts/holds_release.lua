@@ -120,8 +120,12 @@ end
 local after = '(' .. now
 local free = redis.call('ZCOUNT', hk, after, '+inf') <= 1
 if free and (not rw or redis.call('ZCOUNT', KEYS[4], after, '+inf') == 0) then
-  redis.call('DEL', k, hk, unpack(KEYS, 4, #KEYS - 1 - (rw and 1 or 0)))
-  if rw then del_queue(KEYS[5]) end
+  local gone = {k, hk}
+  if rw then
+    gone[3] = KEYS[4]
+    if queued_any(KEYS[5]) then gone[4] = KEYS[5] end
+  end
+  redis.call('DEL', unpack(gone))
 else
   redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
   redis.call('ZREM', hk, tok)

@@ -102,12 +102,12 @@ for i = 1, n do
     missing = missing + 1
     if ends then
       -- Not its id: a release sent again must say again that it held
-      -- nothing.
+      -- nothing. At maxmemory (by EVALSHA) the server refuses these
+      -- writes, and nothing is recorded.
       if cur then
-        redis.call('HSET', k, 'rel', record(cur[5], false))
-      elseif redis.call('EXISTS', k) == 0 then
-        redis.call('HSET', k, 'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0',
-          'rel', req)
+        redis.pcall('HSET', k, 'rel', record(cur[5], false))
+      elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
+          'owner', '', 'meta', '', 'count', '0', 'rel', req)) == 'number' then
         redis.call('PEXPIRE', k, '60000')
       end
     end

@@ -43,15 +43,17 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		// The scripts are told apart by their numbers of keys and
 		// arguments: acquire has 3 keys per name and 4 arguments (7 when
 		// waiting, 8 when it asks for a grant, 9 when it does not register
-		// after an attempt that asked), the first the request
-		// token; release has a lock key, a waiter set and a fence counter,
-		// and the request token of the acquisition it gives up (the token
-		// of the hold it made: the fault suite uses no owners) and the
-		// release id (and, for a clean-up, the client channel).
+		// after an attempt that asked, 10 with a token given WithToken),
+		// the first the request token; release has a lock key, a waiter
+		// set and a fence counter, and the request token of the
+		// acquisition it gives up (the token of the hold it made: the
+		// fault suite uses no owners) and the release id (2 arguments for
+		// the give-back of a split lock's part, 6 for a Release or
+		// clean-up, which end the acquisition).
 		switch argv := args[3+n:]; {
-		case n > 0 && n%3 == 0 && slices.Contains([]int{4, 7, 8, 9}, len(argv)):
+		case n > 0 && n%3 == 0 && slices.Contains([]int{4, 7, 8, 9, 10}, len(argv)):
 			s.script, s.token = "acquire", argv[0]
-		case n == 3 && (len(argv) == 2 || len(argv) == 3):
+		case n == 3 && (len(argv) == 2 || len(argv) == 6):
 			s.script, s.token = "release", argv[0]
 		}
 		return
@@ -61,17 +63,22 @@ func (s *serverRecord) handle(args []string, lua bool) {
 	}
 	var token string
 	var fence uint64
-	set := false
+	set, made := false, false
 	for i := 2; i+1 < len(args); i += 2 {
 		switch args[i] {
 		case "token":
 			token, set = args[i+1], true
 		case "fence":
 			fence, _ = strconv.ParseUint(args[i+1], 10, 64)
+		case "kind":
+			made = true
 		}
 	}
 	switch {
 	case !set:
+	case s.script == "release" && made:
+		// A free hash made for a name the acquisition found empty, to
+		// record that it ended: nothing was held.
 	case s.script == "acquire" && token == s.token:
 		s.acquired[token] = fence
 	case s.script == "release":
