@@ -20,6 +20,13 @@ var (
 	// expired, was released, or was taken over.
 	ErrNotHeld = errors.New("dlock: not held")
 
+	// ErrForceReleased comes with ErrNotHeld (and, in Err, ErrLost) when
+	// the lock was lost because an operator ended its hold with
+	// Client.ForceRelease (or dlock release --force), rather than by
+	// expiry. Exclusive locks only; a read/write hold or a permit ended so
+	// says ErrNotHeld alone.
+	ErrForceReleased = errors.New("dlock: force-released")
+
 	// ErrWrongType means a lock key already holds Redis data that dlock did not
 	// write (a string, list, …). dlock never touches such data; choose
 	// another name or key prefix.
@@ -75,6 +82,12 @@ func because(sentinel, cause error) error { return causes.Because(sentinel, caus
 // matches ErrNotHeld and err, and reads as err where err already says
 // "not held".
 func notHeldFor(err error) error { return causes.Also(ErrNotHeld, err) }
+
+// forceReleased returns the error of a Lock whose hold on what (its names,
+// quoted) an operator ended: it matches ErrNotHeld and ErrForceReleased.
+func forceReleased(what string) error {
+	return &causes.Error{Msg: fmt.Sprintf("%s: %s was force-released", ErrNotHeld, what), Errs: []error{ErrNotHeld, ErrForceReleased}}
+}
 
 // unprefixed returns err's message without the "dlock: " it starts with.
 func unprefixed(err error) string { return causes.Unprefixed(err) }

@@ -69,8 +69,8 @@ func TestForceRelease(t *testing.T) {
 		t.Errorf("removed = %+v", was)
 	}
 	waitDone(t, l, 5*time.Second)
-	if !errors.Is(l.Err(), dlock.ErrLost) {
-		t.Errorf("holder's Err = %v, want ErrLost", l.Err())
+	if !errors.Is(l.Err(), dlock.ErrLost) || !errors.Is(l.Err(), dlock.ErrForceReleased) {
+		t.Errorf("holder's Err = %v, want ErrLost and ErrForceReleased", l.Err())
 	}
 	next, err := admin.TryLock(ctx, "stuck")
 	if err != nil {
@@ -88,6 +88,65 @@ func TestForceRelease(t *testing.T) {
 	}
 	if e.srv.Do(t, "LLEN", "dlock:{list}") != "1" {
 		t.Error("other data touched")
+	}
+}
+
+// Every Lock of a hold that ForceRelease ended learns so, whichever call
+// finds it (Refresh, TTL, Release), and so does every acquisition of a
+// re-entered hold; a lock that expired does not say so, nor does a hold
+// taken after the force release, whose own Locks know nothing of it.
+func TestAForceReleasedLockSaysSo(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("job-9")
+	first, err := e.c.TryLock(ctx, "ended", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.c.TryLock(ctx, "ended", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attached, err := e.newClient(t).Attach(ctx, "ended", first.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := e.c.TryLock(ctx, "expired")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.newClient(t).ForceRelease(ctx, "ended"); err != nil {
+		t.Fatal(err)
+	}
+	forced := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrForceReleased) || !strings.Contains(err.Error(), "force-released") {
+			t.Errorf("%s: err = %v, want ErrNotHeld and ErrForceReleased", what, err)
+		}
+	}
+	forced("Refresh", first.Refresh(ctx, time.Minute))
+	if !errors.Is(first.Err(), dlock.ErrLost) || !errors.Is(first.Err(), dlock.ErrForceReleased) {
+		t.Errorf("Err after the Refresh = %v, want ErrLost and ErrForceReleased", first.Err())
+	}
+	_, err = second.TTL(ctx)
+	forced("TTL of the re-entry", err)
+	forced("Release of the attached Lock", attached.Release(ctx))
+
+	// The next holder is not told of it, and ends as its own Locks do.
+	next, err := e.c.TryLock(ctx, "ended", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Errorf("the next holder's Release: %v", err)
+	}
+	if err := next.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrForceReleased) {
+		t.Errorf("the next holder's second Release: err = %v, want ErrNotHeld alone", err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{expired}") // as its expiry would
+	err = expired.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrForceReleased) {
+		t.Errorf("Release of an expired lock: err = %v, want ErrNotHeld alone", err)
 	}
 }
 

@@ -334,6 +334,8 @@ func (l *Lock) refreshedPart(p part, call *Call) error {
 		return l.badReply(call.Val)
 	case i > 0:
 		return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, p.name(l.names, i))
+	case i < 0:
+		return forceReleased(strconv.Quote(p.name(l.names, -i)))
 	}
 	return nil
 }
@@ -715,6 +717,8 @@ func (l *Lock) release(ctx context.Context) error {
 			failed = cmp.Or(failed, l.badReply(call.Val))
 		case missing > 0:
 			err = cmp.Or(err, fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.describe()))
+		case missing < 0:
+			err = forceReleased(l.describe())
 		}
 	}
 	if failed != nil {
@@ -893,6 +897,9 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		pttl, _ := r[0].(int64)
 		if pttl == -2 {
 			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
+		}
+		if pttl == -3 {
+			return 0, forceReleased(l.describe())
 		}
 		if !l.kind.modeArg {
 			// The exclusive lock's reply ends with the token it is held with.

@@ -3,12 +3,36 @@
 -- which stays, so that fences keep growing; KEYS[4..6] are its holds,
 -- pending acquires and arrival queue, removed with the base key by the
 -- kinds that have them. Returns what was removed; see describe.
+--
+-- An exclusive lock's hash stays for a minute, free, as a released lock's
+-- does (see release), with its fence and 'rel', and 'forced': the ended
+-- hold's token and its first acquisition's request token, after those of
+-- the holds it ended before, so that the hold's Locks learn how it was
+-- lost (see held).
+
+-- forced_kept is how much of 'forced' stays: the tokens of the last
+-- holds ended, cut at a space.
+local forced_kept = 1023
+
 local was = describe(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if was.err then return was end
 local kind = was[1]
 if kind == '' then return was end
 if kind == 'lock' then
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'rel', 'forced')
+  local token, words = f[1] or '', {}
+  if f[5] and f[5] ~= '' then words[1] = f[5] end
+  if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
+  words[#words + 1] = token
+  local forced = table.concat(words, ' ')
+  if #forced > forced_kept then
+    local cut = string.find(forced, ' ', #forced - forced_kept, true)
+    forced = cut and string.sub(forced, cut + 1) or token
+  end
   redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0',
+    'fence', f[3] or '', 'rel', f[4] or '', 'forced', forced)
+  redis.call('PEXPIRE', KEYS[1], '60000')
   wake(KEYS[3], KEYS[1])
   return was
 end

@@ -25,6 +25,15 @@ local function listed(list, word)
   end
 end
 
+-- forced reports whether an operator's ForceRelease ended the hold of lock
+-- k that the acquisition of request token req was part of, known by that
+-- request token or by the hold's token when given (see force_release:
+-- only the first acquisition's request token is recorded).
+local function forced(k, req, token)
+  local f = redis.pcall('HGET', k, 'forced')
+  return type(f) == 'string' and (listed(f, req) or listed(f, token or ''))
+end
+
 -- held(k, req) reports whether the exclusive lock k is held by the caller
 -- and, if so, its hold count. The caller is a Lock: it holds k when its
 -- acquisition, known by its request token req, is one of the current

@@ -31,7 +31,8 @@
 -- a late copy of its acquire (sent again by a client library, or slow on a
 -- connection since closed) then takes nothing (see acquire), where it would
 -- have held the name, for nobody, until its TTL. Returns the number of keys
--- that were not held by the acquisition.
+-- that were not held by the acquisition, negated when ForceRelease ended
+-- its hold on any of them (see forced).
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 local min_hold = tonumber(ARGV[5] or '')
 local ends = ARGV[6] == '1'
@@ -83,7 +84,7 @@ local function keep_for(k)
 end
 
 local n = #KEYS / 3
-local missing = 0
+local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
   local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence')
@@ -100,6 +101,7 @@ for i = 1, n do
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
+    ended_by_force = ended_by_force or (cur and forced(k, req))
     if ends then
       -- Not its id: a release sent again must say again that it held
       -- nothing. At maxmemory (by EVALSHA) the server refuses these
@@ -135,4 +137,5 @@ for i = 1, n do
     end
   end
 end
+if ended_by_force then return -missing end
 return missing

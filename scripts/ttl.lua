@@ -10,7 +10,8 @@
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
--- key is not held by the caller. Attaching, fails with DLOCK_KIND i when
+-- key is not held by the caller ({-3} when ForceRelease ended the caller's
+-- hold there, see forced). Attaching, fails with DLOCK_KIND i when
 -- KEYS[i] is held by another kind of lock, and with DLOCK_WRONGTYPE i when
 -- it holds data dlock did not write.
 local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
@@ -34,6 +35,7 @@ for i = 1, #KEYS do
       end
       if kind and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
     end
+    if forced(KEYS[i], req, ARGV[1]) then return {-3} end
     return {-2}
   end
   local p = redis.call('PTTL', KEYS[i])

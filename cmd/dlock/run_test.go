@@ -382,7 +382,8 @@ func TestRunLockLost(t *testing.T) {
 		}
 		waitForLine(t, file, "got SIGTERM")
 		if !strings.Contains(r.stderr, "sending SIGTERM") || !strings.Contains(r.stderr, "sending SIGKILL") ||
-			!strings.Contains(r.stderr, "was lost while the command ran") || !strings.Contains(r.stderr, "killed by SIGKILL") {
+			!strings.Contains(r.stderr, "was lost while the command ran") || !strings.Contains(r.stderr, "was force-released") ||
+			!strings.Contains(r.stderr, "killed by SIGKILL") {
 			t.Errorf("stderr:\n%s", r.stderr)
 		}
 		waitFor(t, "the command to be gone", func() bool {
