@@ -73,8 +73,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Info, error) {
 // what it removed. It is meant for operators: the holders are not asked,
 // and learn of the loss at their next refresh (their Done channels close
 // then); an exclusive lock's holders are told it was force-released (their
-// errors match ErrForceReleased), and its hash stays free for a minute to
-// tell them. Every hold of the name goes, and the waiters a read/write lock
+// errors match ErrForceReleased): its hash stays, free, for a minute (as a
+// released lock's does), with a record of the hold it ended. Every hold of the name goes, and the waiters a read/write lock
 // recorded, which record themselves again at their next attempt (in a
 // fair lock, in the order of those attempts). The fence counter stays, so
 // later holders still get larger fences.

@@ -150,6 +150,66 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	}
 }
 
+// The record a force release leaves is for the Locks of the hold it ended:
+// a later hold of the same token given again, taken by an acquire or by a
+// grant to a waiter, ends without saying it was force-released.
+func TestAForceReleaseRecordIsNotForTheNextHoldOfItsToken(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	admin := e.newClient(t)
+	for _, granted := range []bool{false, true} {
+		name := "reused-" + strconv.FormatBool(granted)
+		tok := dlock.WithToken("job-token-" + name)
+		if _, err := e.c.TryLock(ctx, name, tok); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceRelease(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		var next *dlock.Lock
+		if granted {
+			other, err := admin.TryLock(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obtained := make(chan error, 1)
+			go func() {
+				var err error
+				next, err = e.c.Lock(ctx, name, tok)
+				obtained <- err
+			}()
+			// The waiter's refused attempt leaves its request for a grant
+			// (and marks the hash as waited for).
+			for deadline := time.Now().Add(5 * time.Second); e.srv.Do(t, "HGET", "dlock:{"+name+"}", "w") != "1"; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter left no request")
+				}
+			}
+			if err := other.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-obtained; err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			var err error
+			if next, err = e.c.TryLock(ctx, name, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		attached, err := admin.Attach(ctx, name, "job-token-"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := attached.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrForceReleased) {
+			t.Errorf("granted %v: Refresh of a later hold of the token: err = %v, want ErrNotHeld alone", granted, err)
+		}
+	}
+}
+
 func TestList(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

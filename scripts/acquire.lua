@@ -71,7 +71,8 @@ end
 
 -- marked[i] is set when the hash of KEYS[i] already says a client waits;
 -- left[i] when it holds a request the waiting client left (see grant).
-local marked, left = {}, {}
+-- forced_by[i] is the 'forced' record of KEYS[i] (see force_release).
+local marked, left, forced_by = {}, {}, {}
 local grant = 'g:' .. waiter
 
 -- waits registers the waiting client in the waiter set of KEYS[i] and marks
@@ -127,9 +128,9 @@ end
 -- get the token of one of them, the one replied.
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel')
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel', 'forced')
   if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
-  marked[i], left[i] = cur[6], cur[8]
+  marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[10]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
   elseif cur[1] ~= 'lock' then
@@ -137,7 +138,8 @@ for i = 1, n do
   elseif not given and listed(cur[9], req) then
     -- The acquisition of this request token has ended (see release): this
     -- is a late copy of its request, whose caller is gone. Refused,
-    -- changing nothing.
+    -- changing nothing. (Not one whose hold was force-released: its
+    -- caller may still be waiting, for a grant whose notice it missed.)
     return {0, redis.call('PTTL', KEYS[i]), i}
   elseif not cur[2] or cur[2] == '' then
     state[i], last[i] = 'free', tonumber(cur[5])
@@ -189,6 +191,11 @@ for i = 1, n do
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
       'meta', meta, 'fence', texts[i], 'since', since, 's', '')
     redis.call('PEXPIRE', k, ttl)
+  end
+  if forced_by[i] and state[i] ~= 'repeat' and state[i] ~= 'reenter' and listed(forced_by[i], token) then
+    -- A token given again after its hold was force-released: the record
+    -- is for the Locks of that hold, not of this one.
+    redis.call('HSET', k, 'forced', unlisted(forced_by[i], token))
   end
   if waiter ~= '' then
     -- A waiter set holding other data is left alone: the lock is obtained,

@@ -5,10 +5,12 @@
 -- kinds that have them. Returns what was removed; see describe.
 --
 -- An exclusive lock's hash stays for a minute, free, as a released lock's
--- does (see release), with its fence and 'rel', and 'forced': the ended
--- hold's token and its first acquisition's request token, after those of
--- the holds it ended before, so that the hold's Locks learn how it was
--- lost (see held).
+-- does (see release), with its fence, 'rel', the mark of its waiters and
+-- 'forced': the ended hold's token and its first acquisition's request
+-- token, after those of the holds it ended before, so that the hold's
+-- Locks learn how it was lost (see held). The record stays with the hash,
+-- held by others or not, until trimmed; a hold of a token given again
+-- takes it out (see acquire, grant).
 
 -- forced_kept is how much of 'forced' stays: the tokens of the last
 -- holds ended, cut at a space.
@@ -19,7 +21,7 @@ if was.err then return was end
 local kind = was[1]
 if kind == '' then return was end
 if kind == 'lock' then
-  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'rel', 'forced')
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'rel', 'forced', 'w')
   local token, words = f[1] or '', {}
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
@@ -32,6 +34,9 @@ if kind == 'lock' then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0',
     'fence', f[3] or '', 'rel', f[4] or '', 'forced', forced)
+  -- Clients still wait: the next release looks for them. (The requests
+  -- they left for grants go: each leaves its own again as it is refused.)
+  if f[6] then redis.call('HSET', KEYS[1], 'w', '1') end
   redis.call('PEXPIRE', KEYS[1], '60000')
   wake(KEYS[3], KEYS[1])
   return was

@@ -26,10 +26,11 @@
 -- lock, writing the hash (with rel as the ids of its releases, see release)
 -- and its TTL, and returns true. If not, pass tells it the lock may be free
 -- and returns false: the caller frees the hash. fk is the lock's fence
--- counter and fence the last fence the hash holds. A client is granted the
+-- counter and fence the last fence the hash holds; forced is the hash's
+-- 'forced' record (see force_release). A client is granted the
 -- lock only while it listens: one that died since its last attempt would
 -- hold the lock for its TTL, unheard (it is dropped, see wake).
-local function pass(k, wk, fk, fence, rel)
+local function pass(k, wk, fk, fence, rel, forced)
   local w, t = next_waiter(wk)
   for try = 1, wake_tries do
     if not w then return false end
@@ -48,6 +49,7 @@ local function pass(k, wk, fk, fence, rel)
           redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
             'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
           redis.call('HDEL', k, 'g:' .. m)
+          if forced and listed(forced, g[1]) then redis.call('HSET', k, 'forced', unlisted(forced, g[1])) end
           redis.call('PEXPIRE', k, g[2])
           redis.call('ZREM', wk, m)
           local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)

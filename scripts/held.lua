@@ -25,6 +25,15 @@ local function listed(list, word)
   end
 end
 
+-- unlisted returns list without word.
+local function unlisted(list, word)
+  local out = {}
+  for w in string.gmatch(list, '%S+') do
+    if w ~= word then out[#out + 1] = w end
+  end
+  return table.concat(out, ' ')
+end
+
 -- forced reports whether an operator's ForceRelease ended the hold of lock
 -- k that the acquisition of request token req was part of, known by that
 -- request token or by the hold's token when given (see force_release:

@@ -87,7 +87,7 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence')
+  local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence', 'forced')
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
     local ok, d = false, nil
@@ -131,7 +131,7 @@ for i = 1, n do
       -- The next waiter's timer follows the TTL it was refused with: told,
       -- it tries again and sleeps until this one.
       if cur[6] then wake(KEYS[n + i], k, true) end
-    elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel)) then
+    elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel, cur[10])) then
       redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
       redis.call('PEXPIRE', k, '60000')
     end
