@@ -23,8 +23,7 @@ var (
 	// ErrForceReleased comes with ErrNotHeld (and, in Err, ErrLost) when
 	// the lock was lost because an operator ended its hold with
 	// Client.ForceRelease (or dlock release --force), rather than by
-	// expiry. Exclusive locks only; a read/write hold or a permit ended so
-	// says ErrNotHeld alone.
+	// expiry.
 	ErrForceReleased = errors.New("dlock: force-released")
 
 	// ErrWrongType means a lock key already holds Redis data that dlock did not

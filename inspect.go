@@ -72,9 +72,11 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Info, error) {
 // ForceRelease frees name whoever holds it, wakes its waiters, and returns
 // what it removed. It is meant for operators: the holders are not asked,
 // and learn of the loss at their next refresh (their Done channels close
-// then); an exclusive lock's holders are told it was force-released (their
-// errors match ErrForceReleased): its hash stays, free, for a minute (as a
-// released lock's does), with a record of the hold it ended. Every hold of the name goes, and the waiters a read/write lock
+// then), told it was force-released (their errors match ErrForceReleased):
+// an exclusive lock's hash stays, free, for a minute (as a released lock's
+// does), with a record of the hold it ended, and the holds of a read/write
+// lock or a semaphore are recorded for a minute in the name's release
+// marker. Every hold of the name goes, and the waiters a read/write lock
 // recorded, which record themselves again at their next attempt (in a
 // fair lock, in the order of those attempts). The fence counter stays, so
 // later holders still get larger fences.
@@ -103,9 +105,9 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 
 // describeKeys are the keys of inspect.lua and force_release.lua for the
 // name whose base key is key: the base key, its fence counter, waiter set,
-// holds, pending acquires and arrival queue.
+// holds, pending acquires, arrival queue and release marker.
 func describeKeys(key string) []string {
-	return []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending", key + ":queue"}
+	return []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending", key + ":queue", key + ":released"}
 }
 
 // parseInfo reads the reply of describe.lua.

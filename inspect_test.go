@@ -150,6 +150,58 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	}
 }
 
+// Read and write holds and permits that ForceRelease ended say so too,
+// whichever call finds them gone; a hold that expired does not.
+func TestAForceReleasedHoldSaysSo(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	reader, err := e.c.RWMutex("rw-forced").TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.c.RWMutex("rw-forced").TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := e.c.RWMutex("w-forced").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := e.c.Semaphore("sem-forced", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := e.c.RWMutex("rw-expired").TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := e.newClient(t)
+	for _, name := range []string{"rw-forced", "w-forced", "sem-forced"} {
+		if _, err := admin.ForceRelease(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forced := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrForceReleased) {
+			t.Errorf("%s: err = %v, want ErrNotHeld and ErrForceReleased", what, err)
+		}
+	}
+	forced("Refresh of a read hold", reader.Refresh(ctx, time.Minute))
+	if !errors.Is(reader.Err(), dlock.ErrLost) || !errors.Is(reader.Err(), dlock.ErrForceReleased) {
+		t.Errorf("Err after the Refresh = %v, want ErrLost and ErrForceReleased", reader.Err())
+	}
+	_, err = other.TTL(ctx)
+	forced("TTL of another read hold", err)
+	forced("Release of the write hold", writer.Release(ctx))
+	forced("Refresh of a permit", permit.Refresh(ctx, time.Minute))
+
+	e.srv.Do(t, "DEL", "dlock:{rw-expired}", "dlock:{rw-expired}:holds") // as their expiry would
+	if err := expired.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrForceReleased) {
+		t.Errorf("Refresh of an expired hold: err = %v, want ErrNotHeld alone", err)
+	}
+}
+
 // The record a force release leaves is for the Locks of the hold it ended:
 // a later hold of the same token given again, taken by an acquire or by a
 // grant to a waiter, ends without saying it was force-released.
@@ -460,12 +512,13 @@ func TestForceReleaseRWMutexAndSemaphore(t *testing.T) {
 		t.Errorf("removed = %+v, %v", was, err)
 	}
 	waitDone(t, p, 5*time.Second)
-	if !errors.Is(p.Err(), dlock.ErrLost) {
-		t.Errorf("permit's Err = %v, want ErrLost", p.Err())
+	if !errors.Is(p.Err(), dlock.ErrLost) || !errors.Is(p.Err(), dlock.ErrForceReleased) {
+		t.Errorf("permit's Err = %v, want ErrLost and ErrForceReleased", p.Err())
 	}
 	// The fence counter stays, the waiter set until its registrations
-	// expire, and the release marker for a minute.
-	left := strings.NewReplacer("dlock:{stuck}:waiters", "", "dlock:{stuck}:released", "").Replace(e.srv.Do(t, "KEYS", "*"))
+	// expire, and the release markers (which record the holds ended) for a
+	// minute.
+	left := strings.NewReplacer("dlock:{stuck}:waiters", "", "dlock:{stuck}:released", "", "dlock:{permits}:released", "").Replace(e.srv.Do(t, "KEYS", "*"))
 	if strings.TrimSpace(left) != "dlock:{stuck}:fence" {
 		t.Errorf("keys left: %q, want only the fence counter, the waiter set and the release marker", left)
 	}

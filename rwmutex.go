@@ -127,7 +127,8 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 		key := m.c.RedisKey(m.name)
 		l := &Lock{kind: kind, names: []string{m.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
 			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}
-		l.held, l.rel = l.keys[:2], append(l.keys[:5:5], key+":released")
+		l.rel = append(l.keys[:5:5], key+":released")
+		l.held = []string{key, key + ":holds", l.rel[5]}
 		args := []any{kind.mode, flag(wait), flag(m.fair)}
 		ahead := []any{kind.mode, flag(false), flag(m.fair)}
 		l.extra = func(wa waitArgs) []any {

@@ -2,7 +2,9 @@
 -- and wake its waiters (waiter set KEYS[3]). KEYS[2] is its fence counter,
 -- which stays, so that fences keep growing; KEYS[4..6] are its holds,
 -- pending acquires and arrival queue, removed with the base key by the
--- kinds that have them. Returns what was removed; see describe.
+-- kinds that have them, and KEYS[7] its release marker, where a read/write
+-- lock's or a semaphore's holds are recorded as ended (see record_forced).
+-- Returns what was removed; see describe.
 --
 -- An exclusive lock's hash stays for a minute, free, as a released lock's
 -- does (see release), with its fence, 'rel', the mark of its waiters and
@@ -41,6 +43,7 @@ if kind == 'lock' then
   wake(KEYS[3], KEYS[1])
   return was
 end
+record_forced(KEYS[4], KEYS[7], clock())
 if kind == 'rwlock' then
   if queued_any(KEYS[6]) then
     redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[6])

@@ -49,6 +49,31 @@ local function queued_any(qk)
   return type(n) == 'number' and n > 0
 end
 
+-- A hold that ForceRelease ended is recorded in the name's release marker
+-- (see holds_release) as the member 'f:' .. its token, for a minute, so
+-- that the Locks of the hold learn how it was lost.
+
+-- record_forced records the holds of holds key hk in release marker mk,
+-- at now; a marker holding other data (an older dlock's) gets nothing.
+local function record_forced(hk, mk, now)
+  local toks = redis.pcall('ZRANGE', hk, 0, -1)
+  if type(toks) ~= 'table' or toks.err or #toks == 0 then return end
+  local args = {}
+  for _, tok in ipairs(toks) do
+    args[#args + 1] = str(now + 60000)
+    args[#args + 1] = 'f:' .. tok
+  end
+  if type(redis.pcall('ZADD', mk, unpack(args))) == 'number' then redis.call('PEXPIRE', mk, 60000) end
+end
+
+-- was_forced reports whether ForceRelease ended the hold of token, by
+-- release marker mk (absent: no).
+local function was_forced(mk, token, now)
+  if not mk then return false end
+  local until_ = redis.pcall('ZSCORE', mk, 'f:' .. token)
+  return type(until_) == 'string' and tonumber(until_) > now
+end
+
 -- owned returns the field naming the token that owner holds in mode, or ''
 -- without an owner (no such field exists).
 local function owned(mode, owner)

@@ -1,13 +1,15 @@
 -- holds_refresh: reset the TTL of a hold of a read/write lock or a
 -- semaphore.
 --
--- KEYS[1] base hash, KEYS[2] holds (see holds); more keys are ignored
+-- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] the release
+-- marker (see holds_release; absent: not read)
 -- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (see
 -- held), ARGV[3] TTL in ms, ARGV[4] mode
 --
 -- Returns 0 when the caller held it and it got the new TTL (a hold counted
 -- more than once, or shared, is only extended: see extend), 1 when the
--- caller held nothing. Fails with DLOCK_MODE 1 when the token holds the
+-- caller held nothing, -1 when ForceRelease ended its hold (see
+-- record_forced). Fails with DLOCK_MODE 1 when the token holds the
 -- name in another mode, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, req, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -15,6 +17,7 @@ local now = clock()
 local tok, d, exp = held(k, hk, now, token, req, mode)
 if not tok then
   if d then return d end
+  if was_forced(KEYS[3], token, now) then return -1 end
   return 1
 end
 extend(hk, tok, now, ttl, d, exp)

@@ -33,7 +33,8 @@
 -- that expires within a minute is the marker of an exclusive lock of an
 -- older dlock, which this one replaces. Any other data there, which dlock
 -- did not write, is left alone: the release fails.
--- Returns 0 when released or taken back, 1 when the caller held nothing.
+-- Returns 0 when released or taken back, 1 when the caller held nothing,
+-- -1 when ForceRelease ended its hold (see record_forced).
 -- A release fails with DLOCK_MODE 1 when the token holds the name in
 -- another mode, and with DLOCK_WRONGTYPE 1 when the marker holds data
 -- dlock did not write, having changed nothing.
@@ -87,6 +88,7 @@ end
 local queued = unqueue()
 if not tok then
   if queued then wake_all(KEYS[3], k) end
+  if not undo and was_forced(marker, token, now) then return -1 end
   return 1
 end
 if d.c > 1 then
