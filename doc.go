@@ -142,7 +142,8 @@
 // waiters of a read/write lock; the newest fence. List reports every name
 // that matches a pattern, walking the keys with SCAN. ForceRelease frees a
 // name whoever holds it and returns what it removed; the holders learn of
-// the loss at their next refresh.
+// the loss at their next refresh, and that it was force-released
+// (ErrForceReleased).
 //
 // # Server-side commands and observability
 //

@@ -206,8 +206,9 @@ func init() {
 		conn:    true,
 		help: `Frees the lock called NAME whoever holds it, wakes those waiting for it, and
 prints what it removed. It is meant for operators clearing a lock whose holder
-is stuck: the holder is not asked, and learns of the loss at its next refresh
-(a dlock run then stops its command and exits with code 74). The name is free
+is stuck: the holder is not asked, and learns of the loss at its next refresh,
+told that it was force-released (a dlock run then stops its command and exits
+with code 74). The name is free
 at once: a waiting run may obtain it and start its command while the old
 command still runs, until that refresh and its --grace; a resource that
 checks DLOCK_FENCE refuses the old holder. The fence counter stays, so later
