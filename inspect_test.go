@@ -202,6 +202,115 @@ func TestAForceReleasedHoldSaysSo(t *testing.T) {
 	}
 }
 
+// The record of the holds a force release ended is of the live ones only:
+// a hold that had expired before says ErrNotHeld alone, and so does a later
+// hold of a token given again, once it ends. A release marker that holds
+// data dlock did not write gets no record. A name with thousands of holds
+// is force-released all the same.
+func TestAForceReleaseRecordsOnlyTheHoldsItEnded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	admin := e.newClient(t)
+	holders := func(name string) int {
+		info, err := admin.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(info.Holders)
+	}
+	awaitHolders := func(name string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); holders(name) != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d holders, want %d", name, holders(name), n)
+			}
+		}
+	}
+	notHeldAlone := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrForceReleased) {
+			t.Errorf("%s: err = %v, want ErrNotHeld alone", what, err)
+		}
+	}
+
+	s := e.c.Semaphore("expired-before", 2)
+	dead, err := s.TryAcquire(ctx, dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	awaitHolders("expired-before", 1)
+	if _, err := admin.ForceRelease(ctx, "expired-before"); err != nil {
+		t.Fatal(err)
+	}
+	notHeldAlone("Release of a permit that expired before", dead.Release(ctx))
+
+	for _, name := range []string{"reused-rw", "reused-sem"} {
+		take := func(opts ...dlock.Option) (*dlock.Lock, error) {
+			opts = append(opts, dlock.WithToken("job-42"))
+			if name == "reused-rw" {
+				return e.c.RWMutex(name).TryRLock(ctx, opts...)
+			}
+			return e.c.Semaphore(name, 2).TryAcquire(ctx, opts...)
+		}
+		if _, err := take(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceRelease(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		again, err := take(dlock.WithTTL(50 * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		awaitHolders(name, 0)
+		notHeldAlone(name+": Refresh of a later hold of the token", again.Refresh(ctx, time.Minute))
+	}
+
+	e.srv.Do(t, "ZADD", "dlock:{foreign-marker}:released", "1", "user-a")
+	if _, err := e.c.Semaphore("foreign-marker", 2).TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ForceRelease(ctx, "foreign-marker"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.srv.Do(t, "PTTL", "dlock:{foreign-marker}:released"); got != "-1" {
+		t.Errorf("PTTL of the foreign sorted set = %s, want -1", got)
+	}
+	if got := e.srv.Do(t, "ZCARD", "dlock:{foreign-marker}:released"); got != "1" {
+		t.Errorf("the foreign sorted set has %s members, want its 1", got)
+	}
+
+	many := e.c.Semaphore("many", 4100)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4100)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 205 {
+				if _, err := many.TryAcquire(ctx); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	was, err := admin.ForceRelease(ctx, "many")
+	if err != nil {
+		t.Fatalf("ForceRelease of 4100 permits: %v", err)
+	}
+	if len(was.Holders) != 4100 {
+		t.Errorf("removed %d holders, want 4100", len(was.Holders))
+	}
+}
+
 // The record a force release leaves is for the Locks of the hold it ended:
 // a later hold of the same token given again, taken by an acquire or by a
 // grant to a waiter, ends without saying it was force-released.

@@ -126,11 +126,12 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 		}
 		key := m.c.RedisKey(m.name)
 		l := &Lock{kind: kind, names: []string{m.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
-			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence"}}
-		l.rel = append(l.keys[:5:5], key+":released")
-		l.held = []string{key, key + ":holds", l.rel[5]}
-		args := []any{kind.mode, flag(wait), flag(m.fair)}
-		ahead := []any{kind.mode, flag(false), flag(m.fair)}
+			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence", key + ":released"}}
+		l.rel = append(l.keys[:5:5], l.keys[6])
+		l.held = []string{key, key + ":holds", l.keys[6]}
+		given := flag(o.token != "")
+		args := []any{kind.mode, flag(wait), flag(m.fair), given}
+		ahead := []any{kind.mode, flag(false), flag(m.fair), given}
 		l.extra = func(wa waitArgs) []any {
 			if wa.ahead {
 				return ahead // a waiting caller's attempt that records nothing

@@ -96,10 +96,11 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 	}
 	key := s.c.RedisKey(s.name)
 	l := &Lock{kind: permitHold, names: []string{s.name}, req: token, token: token, owner: o.owner, meta: o.metadata,
-		keys: []string{key, key + ":holds", key + ":waiters"}}
-	l.rel = append(l.keys[:3:3], key+":released")
-	l.held = []string{key, key + ":holds", l.rel[3]}
-	l.extra = func(waitArgs) []any { return []any{ModePermit, s.permits.Load()} }
+		keys: []string{key, key + ":holds", key + ":waiters", key + ":released"}}
+	l.rel = l.keys
+	l.held = []string{key, key + ":holds", l.keys[3]}
+	given := flag(o.token != "")
+	l.extra = func(waitArgs) []any { return []any{ModePermit, s.permits.Load(), given} }
 	l.init(s.c, o)
 	return l, nil
 }

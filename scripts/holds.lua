@@ -53,17 +53,32 @@ end
 -- (see holds_release) as the member 'f:' .. its token, for a minute, so
 -- that the Locks of the hold learn how it was lost.
 
--- record_forced records the holds of holds key hk in release marker mk,
--- at now; a marker holding other data (an older dlock's) gets nothing.
+-- record_forced records the live holds of holds key hk in release marker
+-- mk, at now. A marker holding data dlock did not write (with no expiry, or
+-- a longer one than a marker's minute, or not a sorted set: an older
+-- dlock's string) gets nothing, as a release leaves it alone.
 local function record_forced(hk, mk, now)
-  local toks = redis.pcall('ZRANGE', hk, 0, -1)
+  local left = redis.call('PTTL', mk)
+  if left == -1 or left > 60000 then return end
+  local toks = redis.pcall('ZRANGEBYSCORE', hk, '(' .. now, '+inf')
   if type(toks) ~= 'table' or toks.err or #toks == 0 then return end
-  local args = {}
-  for _, tok in ipairs(toks) do
-    args[#args + 1] = str(now + 60000)
-    args[#args + 1] = 'f:' .. tok
+  local score = str(now + 60000)
+  for i = 1, #toks, 500 do
+    local args = {}
+    for j = i, math.min(i + 499, #toks) do
+      args[#args + 1] = score
+      args[#args + 1] = 'f:' .. toks[j]
+    end
+    if type(redis.pcall('ZADD', mk, unpack(args))) ~= 'number' then return end
   end
-  if type(redis.pcall('ZADD', mk, unpack(args))) == 'number' then redis.call('PEXPIRE', mk, 60000) end
+  redis.call('PEXPIRE', mk, 60000)
+end
+
+-- unrecord_forced takes token out of release marker mk, where a force
+-- release may have recorded an earlier hold of it: a hold of a token given
+-- again (WithToken) is not the one that was ended.
+local function unrecord_forced(mk, token)
+  if mk then redis.pcall('ZREM', mk, 'f:' .. token) end
 end
 
 -- was_forced reports whether ForceRelease ended the hold of token, by

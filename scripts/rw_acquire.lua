@@ -3,13 +3,17 @@
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
 -- waiting clients (see wake), KEYS[4] pending acquires, KEYS[5] arrival
--- queue, KEYS[6] fence counter
+-- queue, KEYS[6] fence counter, KEYS[7] release marker (see holds_release;
+-- absent: not used)
 -- ARGV[1] request token, ARGV[2] TTL in ms, ARGV[3] metadata, ARGV[4]
 -- owner id ('' for none), ARGV[5] the waiting client's channel ('' when
 -- not registering), ARGV[6] '1' when more of that client's callers wait,
 -- ARGV[7] how long a registration lasts in ms, ARGV[8] mode ('read' or
 -- 'write'), ARGV[9] '1' when the caller will wait if refused, ARGV[10] '1'
--- for a fair lock, '0' for one that prefers writers
+-- for a fair lock, '0' for one that prefers writers, ARGV[11] '1' when the
+-- request token was given by the caller (WithToken): a new hold of it
+-- takes it out of the marker's record of holds force-released (see
+-- record_forced)
 --
 -- The base hash also holds 'fair' and, while a writer holds, 'writer' (its
 -- token). A pending acquire is the member 'r'..req or 'w'..req of KEYS[4],
@@ -41,7 +45,7 @@
 local k, hk, ck, pk, qk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
-local mode, waits, fair = ARGV[8], ARGV[9] == '1', ARGV[10]
+local mode, waits, fair, given = ARGV[8], ARGV[9] == '1', ARGV[10], ARGV[11] == '1'
 local now, now_us = clock()
 local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
@@ -59,6 +63,7 @@ local function take(fields)
   end
   err = grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
   if err then return err end
+  if given then unrecord_forced(KEYS[7], req) end
   keep(k, ttl, hk)
   settle(k, ck, channel, more, now, lease)
   return {1, req, fence}

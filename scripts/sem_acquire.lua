@@ -1,12 +1,14 @@
 -- sem_acquire: obtain a permit of the semaphore of a name.
 --
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] waiter set of the
--- waiting clients (see wake)
+-- waiting clients (see wake), KEYS[4] release marker (see holds_release;
+-- absent: not used)
 -- ARGV[1] request token, ARGV[2] TTL in ms, ARGV[3] metadata, ARGV[4]
 -- owner id ('' for none), ARGV[5] the waiting client's channel ('' when
 -- not registering), ARGV[6] '1' when more of that client's callers wait,
 -- ARGV[7] how long a registration lasts in ms, ARGV[8] mode ('permit'),
--- ARGV[9] permits: how many may hold at once, the caller included
+-- ARGV[9] permits: how many may hold at once, the caller included, ARGV[10]
+-- '1' when the request token was given by the caller (see rw_acquire)
 --
 -- The base hash also holds 'permits', the count of the last acquire that
 -- took a permit, for inspection. A waiting client registers and leaves
@@ -44,6 +46,7 @@ else
 end
 err = grant(k, hk, now, ttl, req, mode, owner, meta, 0, fields)
 if err then return err end
+if ARGV[10] == '1' then unrecord_forced(KEYS[4], req) end
 keep(k, ttl, hk)
 settle(k, ck, channel, more, now, lease)
 return {1, req, 0}
