@@ -674,3 +674,80 @@ func TestAWaiterSetOfOtherDataIsLeftAlone(t *testing.T) {
 		})
 	}
 }
+
+// A copy of a read/write or semaphore acquire that reaches the server after
+// its Lock was released, or given up after its request seemed lost, takes
+// nothing: no hold is left for nobody until its TTL. A token given
+// WithToken, one dlock made for an earlier Lock included, is not refused.
+func TestALateCopyOfAHoldAcquireTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	admin := e.newClient(t)
+	for _, tc := range []struct {
+		name string
+		take func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error)
+		// probe, when set, takes the name as take's holds would keep it
+		// from being taken (take otherwise)
+		probe func(c *dlock.Client) (*dlock.Lock, error)
+	}{
+		{"read", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.RWMutex("late-read").TryRLock(ctx, opts...)
+		}, func(c *dlock.Client) (*dlock.Lock, error) { return c.RWMutex("late-read").TryLock(ctx) }},
+		{"write", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.RWMutex("late-write").TryLock(ctx, opts...)
+		}, nil},
+		{"permit", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.Semaphore("late-permit", 1).TryAcquire(ctx, opts...)
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := func(when string) {
+				t.Helper()
+				probe := tc.probe
+				if probe == nil {
+					probe = func(c *dlock.Client) (*dlock.Lock, error) { return tc.take(c) }
+				}
+				l, err := probe(admin)
+				if err != nil {
+					t.Fatalf("%s: %v", when, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := &copyingDriver{Driver: e.newDriver(t)}
+			c := dlock.New(d)
+			defer c.Close()
+			l, err := tc.take(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("late copy of a released acquire replied %v, want a refusal", r[0])
+			}
+			free("after a late copy of a released acquire")
+
+			d.mu.Lock()
+			d.holdBack = true
+			d.mu.Unlock()
+			if _, err := tc.take(c); !errors.Is(err, errLostReply) {
+				t.Fatalf("err = %v, want the lost request's", err)
+			}
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("late copy of an acquire given up replied %v, want a refusal", r[0])
+			}
+			free("after a late copy of an acquire given up")
+
+			again, err := tc.take(c, dlock.WithToken(l.Token()))
+			if err != nil {
+				t.Fatalf("a released Lock's token given again: %v", err)
+			}
+			if err := again.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -34,10 +34,10 @@ type Lock struct {
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
-	// ownReq is set for an exclusive Lock whose request token dlock made
-	// for it (not given WithToken, nor attached): its Release and clean-up
-	// end it, recording it so that a late copy of an acquire is refused
-	// (see release.lua).
+	// ownReq is set for a Lock whose request token dlock made for it (not
+	// given WithToken, nor attached): its Release and clean-up end it,
+	// recording it so that a late copy of an acquire is refused (see
+	// release.lua, holds_release.lua).
 	ownReq bool
 	owner  string
 	// minHold is WithMinHold in whole milliseconds, rounded up, as a
@@ -361,7 +361,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if err != nil {
 		return nil, err
 	}
-	l.ownReq = o.token == "" && !l.kind.modeArg
+	l.ownReq = o.token == ""
 	if len(c.hooks) == 0 {
 		if err := l.obtain(ctx, o, wait, l.acquire); err != nil {
 			return nil, err
@@ -591,8 +591,9 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	if l.kind.modeArg {
 		// The request token, no owner, the mode, no release id (only a
 		// Release is ever sent twice), and: take back what the acquisition
-		// of that request token added (see holds), and its pending acquire.
-		args = append(l.kind.args(l.req, ""), "", "1")
+		// of that request token added (see holds), and its pending
+		// acquire; and whether it ends there.
+		args = append(l.kind.args(l.req, ""), "", "1", l.endsArg())
 	} else {
 		// The acquisition, by its request token; no id; the client
 		// channel whose request the acquisition may have left for a grant;
@@ -689,7 +690,10 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.ended()
 	args := l.releaseArgs(token, id)
-	if l.minHold > 0 || l.ownReq {
+	if l.kind.modeArg {
+		// Not a clean-up; whether the acquisition ends there.
+		args = append(args, argNone, l.endsArg())
+	} else if l.minHold > 0 || l.ownReq {
 		// No grant request to take back, any fence, the minimum hold (see
 		// release.lua: only a Release keeps the hold, not a clean-up), and
 		// whether the acquisition ends there.
@@ -1031,7 +1035,7 @@ func (l *Lock) releaseArgs(token string, id any) []any {
 	if token == l.req {
 		tok = req
 	}
-	return append(l.kind.args(append(make([]any, 0, 4), tok, req)...), id) // room for the mode and the id
+	return append(l.kind.args(append(make([]any, 0, 6), tok, req)...), id) // room for the mode, the id and what Release adds
 }
 
 // endsArg returns the release script's argument that says the acquisition

@@ -1509,7 +1509,7 @@ func (d *slowEval) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.Driver.Eval(ctx, calls...)
 }
 
-// copyingDriver keeps a copy of every acquire, to be sent again late with
+// copyingDriver keeps a copy of every acquire (of every kind), to be sent again late with
 // sendCopies, as a client library resending it, or a connection slow to
 // deliver it, would. With holdBack, the first acquire does not reach the
 // server: its caller sees it fail as a lost request does.
@@ -1524,7 +1524,7 @@ func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	var send []*dlock.Call
 	d.mu.Lock()
 	for _, c := range calls {
-		if c.Script.Name == "acquire" {
+		if strings.HasSuffix(c.Script.Name, "acquire") {
 			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
 			if d.holdBack {
 				d.holdBack = false
@@ -1561,10 +1561,11 @@ func (d *copyingDriver) sendCopies(t *testing.T) []any {
 	return out
 }
 
-// refusal reports whether an acquire's reply is a refusal ({0, pttl, i}).
+// refusal reports whether an acquire's reply is a refusal ({0, pttl, i},
+// and for a read/write lock whether the caller is queued).
 func refusal(v any) bool {
 	r, ok := v.([]any)
-	return ok && len(r) == 3 && r[0] == int64(0)
+	return ok && len(r) >= 3 && r[0] == int64(0)
 }
 
 // A copy of an acquire that reaches the server after its Lock was

@@ -12,7 +12,8 @@
 -- that failed takes back what it may have left: then ARGV[1] is its
 -- request token, and what goes is the acquisition recorded by it (see
 -- holds), in whichever hold it made or joined, and the pending acquire it
--- recorded
+-- recorded, ARGV[6] '1' when the acquisition ends with this release or
+-- clean-up and its request token is its own (not given with WithToken)
 --
 -- A release gives up one count of the live hold of the token in the mode
 -- that records the releasing Lock's acquisition (see held): the hold's
@@ -32,7 +33,13 @@
 -- done. The marker is kept for a minute after each release; a string there
 -- that expires within a minute is the marker of an exclusive lock of an
 -- older dlock, which this one replaces. Any other data there, which dlock
--- did not write, is left alone: the release fails.
+-- did not write, is left alone: the release fails. An acquisition that
+-- ends (ARGV[6]) leaves its request token in the marker too, as the member
+-- 'r:' .. request token, held or not: a late copy of its acquire (sent
+-- again by a client library, or slow on a connection since closed) then
+-- takes nothing (see rw_acquire), where it would have held a hold, for
+-- nobody, until its TTL. A clean-up records it only in a marker dlock
+-- wrote, and does not fail for one it did not.
 -- Returns 0 when released or taken back, 1 when the caller held nothing,
 -- -1 when ForceRelease ended its hold (see record_forced).
 -- A release fails with DLOCK_MODE 1 when the token holds the name in
@@ -41,6 +48,7 @@
 local k, hk = KEYS[1], KEYS[2]
 local token, req, mode = ARGV[1], ARGV[2], ARGV[3]
 local id, marker, rw, undo = ARGV[4], KEYS[#KEYS], #KEYS > 4, ARGV[5] == '1'
+local ends = ARGV[6] == '1'
 local now = clock()
 local marked = false -- what the marker is: 'ids' (this script's), 'old' (see above), false for none
 if id ~= '' then
@@ -58,15 +66,27 @@ if id ~= '' then
     end
   end
 end
--- remember records this release's id for a minute.
-local function remember()
-  if id == '' then return end
+if ends and id == '' then
+  local left = redis.call('PTTL', marker)
+  if left >= 0 and left <= 60000 and type(redis.pcall('ZCARD', marker)) == 'number' then
+    marked = 'ids'
+  elseif left ~= -2 then
+    ends = false -- not a marker dlock wrote
+  end
+end
+-- remember records for a minute this release's id (with_id) and, when the
+-- acquisition ends, its request token.
+local function remember(with_id)
+  local until_, add = str(now + 60000), {}
+  if with_id and id ~= '' then add[1], add[2] = until_, id end
+  if ends then add[#add + 1], add[#add + 2] = until_, 'r:' .. (undo and token or req) end
+  if #add == 0 then return end
   if marked == 'old' then
     redis.call('DEL', marker)
   elseif marked == 'ids' then
     redis.call('ZREMRANGEBYSCORE', marker, '-inf', now)
   end
-  redis.call('ZADD', marker, str(now + 60000), id)
+  redis.call('ZADD', marker, unpack(add))
   redis.call('PEXPIRE', marker, 60000)
 end
 -- unqueue takes back the pending acquire of a failed acquire; it reports
@@ -88,6 +108,7 @@ end
 local queued = unqueue()
 if not tok then
   if queued then wake_all(KEYS[3], k) end
+  remember(false) -- not the id: a release sent again must say again that it held nothing
   if not undo and was_forced(marker, token, now) then return -1 end
   return 1
 end
@@ -113,7 +134,7 @@ if d.c > 1 then
   end
   redis.call('HSET', k, 'h:' .. tok, encode(d))
   if #gone > 0 then redis.call('HDEL', k, unpack(gone)) end
-  remember()
+  remember(true)
   if queued then wake_all(KEYS[3], k) end
   return 0
 end
@@ -132,7 +153,7 @@ else
   redis.call('HDEL', k, unpack(forget(k, tok, d, true)))
   redis.call('ZREM', hk, tok)
 end
-remember()
+remember(true)
 if not rw then
   wake(KEYS[3], k, false, true)
 elseif free or queued then

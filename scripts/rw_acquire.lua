@@ -13,7 +13,7 @@
 -- for a fair lock, '0' for one that prefers writers, ARGV[11] '1' when the
 -- request token was given by the caller (WithToken): a new hold of it
 -- takes it out of the marker's record of holds force-released (see
--- record_forced)
+-- record_forced) and is not refused for having ended (see below)
 --
 -- The base hash also holds 'fair' and, while a writer holds, 'writer' (its
 -- token). A pending acquire is the member 'r'..req or 'w'..req of KEYS[4],
@@ -47,6 +47,11 @@ local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, waits, fair, given = ARGV[8], ARGV[9] == '1', ARGV[10], ARGV[11] == '1'
 local now, now_us = clock()
+-- The acquisition of this request token has ended (see holds_release):
+-- this is a late copy of its request, whose caller is gone. Refused,
+-- changing nothing.
+local ended = not given and KEYS[7] and redis.pcall('ZSCORE', KEYS[7], 'r:' .. req)
+if type(ended) == 'string' and tonumber(ended) > now then return {0, tonumber(ended) - now, 1, 0} end
 local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local member = string.sub(mode, 1, 1) .. req

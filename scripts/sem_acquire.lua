@@ -8,7 +8,8 @@
 -- not registering), ARGV[6] '1' when more of that client's callers wait,
 -- ARGV[7] how long a registration lasts in ms, ARGV[8] mode ('permit'),
 -- ARGV[9] permits: how many may hold at once, the caller included, ARGV[10]
--- '1' when the request token was given by the caller (see rw_acquire)
+-- '1' when the request token was given by the caller (see rw_acquire),
+-- who may use it again after its acquisition ended
 --
 -- The base hash also holds 'permits', the count of the last acquire that
 -- took a permit, for inspection. A waiting client registers and leaves
@@ -26,6 +27,10 @@ local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, permits = ARGV[8], ARGV[9]
 local now = clock()
+-- A late copy of the request of an acquisition that ended takes nothing
+-- (see rw_acquire).
+local ended = ARGV[10] ~= '1' and KEYS[4] and redis.pcall('ZSCORE', KEYS[4], 'r:' .. req)
+if type(ended) == 'string' and tonumber(ended) > now then return {0, tonumber(ended) - now, 1} end
 local cur, err = open(k, 'semaphore', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local fields = {'permits', permits}
