@@ -35,8 +35,9 @@
 -- token being the request token, or the held one when the request repeats
 -- an acquire or re-enters a hold of the same owner and mode. Returns {0,
 -- ms, 1, queued} when refused: ms is how long until a blocker expires, or
--- less when the caller's pending acquire needs renewing, and queued is 1
--- when the caller has one. Fails with DLOCK_WRONGTYPE 1, DLOCK_KIND 1
+-- less when the caller's pending acquire needs renewing (for a late copy
+-- of an ended acquisition's request, until the marker forgets it), and
+-- queued is 1 when the caller has one. Fails with DLOCK_WRONGTYPE 1, DLOCK_KIND 1
 -- (another kind, or the other fairness) or DLOCK_MODE 1 (the request token
 -- holds the other mode), having changed nothing; a waiting caller that is
 -- refused fails with DLOCK_WRONGTYPE 1 too when its waiter set holds data
