@@ -143,7 +143,7 @@
 // that matches a pattern, walking the keys with SCAN. ForceRelease frees a
 // name whoever holds it and returns what it removed; the holders learn of
 // the loss at their next refresh, and that it was force-released
-// (ErrForceReleased).
+// (ErrForceReleased) while the record of that lasts.
 //
 // # Server-side commands and observability
 //

@@ -17,13 +17,15 @@ var (
 	ErrNotObtained = errors.New("dlock: not obtained")
 
 	// ErrNotHeld means the lock is no longer held by this Lock value: it
-	// expired, was released, or was taken over.
+	// expired, was released, was taken over, or was force-released (then
+	// with ErrForceReleased too, while the record of that lasts).
 	ErrNotHeld = errors.New("dlock: not held")
 
 	// ErrForceReleased comes with ErrNotHeld (and, in Err, ErrLost) when
 	// the lock was lost because an operator ended its hold with
 	// Client.ForceRelease (or dlock release --force), rather than by
-	// expiry.
+	// expiry: when the Lock's refresh, TTL or Release finds it gone while
+	// the record of the force release lasts (see Client.ForceRelease).
 	ErrForceReleased = errors.New("dlock: force-released")
 
 	// ErrWrongType means a lock key already holds Redis data that dlock did not
