@@ -56,15 +56,14 @@ end
 -- in kept: it cuts at the first space from the end's kept characters on,
 -- so at least the last eight releases' stay.
 local function record(rel, with_id)
-  local add = {}
-  if with_id and id ~= '' then add[#add + 1] = id end
-  if ends then add[#add + 1] = req end
-  if #add == 0 then return rel or '' end
-  if rel and rel ~= '' then table.insert(add, 1, rel) end
-  rel = table.concat(add, ' ')
+  local add = with_id and id ~= '' and id or nil
+  if ends then add = add and add .. ' ' .. req or req end
+  if not add then return rel or '' end
+  if not rel or rel == '' then return add end
+  rel = rel .. ' ' .. add
   if #rel > kept then
     local cut = string.find(rel, ' ', #rel - kept, true)
-    rel = cut and string.sub(rel, cut + 1) or add[#add]
+    rel = cut and string.sub(rel, cut + 1) or add
   end
   return rel
 end
