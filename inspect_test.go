@@ -107,6 +107,10 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	third, err := e.c.TryLock(ctx, "ended", own, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
 	attached, err := e.newClient(t).Attach(ctx, "ended", first.Token())
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +133,8 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 		t.Errorf("Err after the Refresh = %v, want ErrLost and ErrForceReleased", first.Err())
 	}
 	_, err = second.TTL(ctx)
-	forced("TTL of the re-entry", err)
+	forced("TTL of a re-entry", err)
+	forced("Release of a re-entry", third.Release(ctx))
 	forced("Release of the attached Lock", attached.Release(ctx))
 
 	// The next holder is not told of it, and ends as its own Locks do.

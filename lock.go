@@ -695,13 +695,15 @@ func (l *Lock) release(ctx context.Context) error {
 		args = append(args, argNone, l.endsArg())
 	} else if l.minHold > 0 || l.ownReq {
 		// No grant request to take back, any fence, the minimum hold (see
-		// release.lua: only a Release keeps the hold, not a clean-up), and
+		// release.lua: only a Release keeps the hold, not a clean-up),
 		// whether the acquisition ends there.
 		minHold := argNone
 		if l.minHold > 0 {
 			minHold = l.minHold
 		}
-		args = append(args, "", "", minHold, l.endsArg())
+		// And the hold's token, by which a re-entry learns of a force
+		// release.
+		args = append(args, "", "", minHold, l.endsArg(), token)
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {

@@ -11,7 +11,9 @@
 -- minimum hold in ms ('' or absent for none; see keep_for), and ARGV[6]
 -- '1' when the acquisition ends with this release or clean-up and its
 -- request token is its own (not given with WithToken), '' or absent when
--- not (see below)
+-- not (see below), and ARGV[7] the token of the hold the acquisition was
+-- part of, when the caller knows it ('' or absent when not), by which a
+-- re-entry learns that ForceRelease ended that hold (see forced)
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -100,7 +102,7 @@ for i = 1, n do
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
-    ended_by_force = ended_by_force or (cur and forced(k, req))
+    ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7]))
     if ends then
       -- Not its id: a release sent again must say again that it held
       -- nothing. At maxmemory (by EVALSHA) the server refuses these

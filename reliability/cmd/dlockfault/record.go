@@ -1,13 +1,15 @@
 package main
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/dlockio/dlock"
 )
 
 // serverRecord is what the lock's server ran, read from its MONITOR
@@ -22,6 +24,15 @@ type serverRecord struct {
 	acquired map[string]uint64
 	deleted  map[string]int
 }
+
+// scriptNames are dlock's scripts' names by their SHA1.
+var scriptNames = func() map[string]string {
+	m := map[string]string{}
+	for _, sc := range dlock.Scripts() {
+		m[sc.SHA1] = sc.Name
+	}
+	return m
+}()
 
 func newServerRecord() *serverRecord {
 	return &serverRecord{acquired: map[string]uint64{}, deleted: map[string]int{}}
@@ -40,21 +51,17 @@ func (s *serverRecord) handle(args []string, lua bool) {
 		if err != nil || len(args) < 3+n {
 			return
 		}
-		// The scripts are told apart by their numbers of keys and
-		// arguments: acquire has 3 keys per name and 4 arguments (7 when
-		// waiting, 8 when it asks for a grant, 9 when it does not register
-		// after an attempt that asked, 10 with a token given WithToken),
-		// the first the request token; release has a lock key, a waiter
-		// set and a fence counter, and the request token of the
-		// acquisition it gives up (the token of the hold it made: the
-		// fault suite uses no owners) and the release id (2 arguments for
-		// the give-back of a split lock's part, 6 for a Release or
-		// clean-up, which end the acquisition).
-		switch argv := args[3+n:]; {
-		case n > 0 && n%3 == 0 && slices.Contains([]int{4, 7, 8, 9, 10}, len(argv)):
-			s.script, s.token = "acquire", argv[0]
-		case n == 3 && (len(argv) == 2 || len(argv) == 6):
-			s.script, s.token = "release", argv[0]
+		// The scripts are told apart by their SHA1 (EVAL's by its
+		// source's): the first argument of acquire and release is the
+		// request token (of the acquisition a release gives up: the token
+		// of the hold it made, as the fault suite uses no owners).
+		sha := args[1]
+		if cmd == "EVAL" {
+			sum := sha1.Sum([]byte(args[1]))
+			sha = hex.EncodeToString(sum[:])
+		}
+		if name := scriptNames[strings.ToLower(sha)]; (name == "acquire" || name == "release") && len(args) > 3+n {
+			s.script, s.token = name, args[3+n]
 		}
 		return
 	}
