@@ -702,8 +702,12 @@ func (l *Lock) release(ctx context.Context) error {
 			minHold = l.minHold
 		}
 		// And the hold's token, by which a re-entry learns of a force
-		// release.
-		args = append(args, "", "", minHold, l.endsArg(), token)
+		// release (none when it is the request token).
+		var tok any = token
+		if token == l.req {
+			tok = argNone
+		}
+		args = append(args, "", "", minHold, l.endsArg(), tok)
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {

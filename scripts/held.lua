@@ -38,8 +38,9 @@ end
 -- k that the acquisition of request token req was part of, known by that
 -- request token or by the hold's token when given (see force_release:
 -- only the first acquisition's request token is recorded).
-local function forced(k, req, token)
-  local f = redis.pcall('HGET', k, 'forced')
+-- f is the record when the caller has read it (false when absent).
+local function forced(k, req, token, f)
+  if f == nil then f = redis.pcall('HGET', k, 'forced') end
   return type(f) == 'string' and (listed(f, req) or listed(f, token or ''))
 end
 

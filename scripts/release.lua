@@ -102,7 +102,7 @@ for i = 1, n do
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
-    ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7]))
+    ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7], cur[10]))
     if ends then
       -- Not its id: a release sent again must say again that it held
       -- nothing. At maxmemory (by EVALSHA) the server refuses these
