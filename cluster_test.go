@@ -701,29 +701,54 @@ func TestALockHeldWhileItsSlotMigrates(t *testing.T) {
 			if len(keys) < 3 {
 				t.Fatalf("slot %s holds %q; want the lock's keys and its waiter set", slot, keys)
 			}
+			// awaitAttempt waits until the other client has made a whole
+			// attempt since it was called: one begun after the call and
+			// ended (the next one begun). An attempt can take a while:
+			// go-redis retries TRYAGAIN.
+			awaitAttempt := func(when string) {
+				t.Helper()
+				want := attempts.Load() + 2
+				deadline := time.Now().Add(10 * time.Second)
+				for attempts.Load() < want {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: the other client made no whole attempt within 10s", when)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
 			host, port, _ := strings.Cut(to.Addr(), ":")
-			var split int64 // attempts made while the lock's keys were split between the two
 			for i, k := range keys {
-				before := attempts.Load()
 				from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-				time.Sleep(300 * time.Millisecond)
-				if i < len(keys)-1 {
-					split += attempts.Load() - before
+				if i < len(keys)-1 { // the lock's keys split between the two
+					awaitAttempt(fmt.Sprintf("with %d of %d keys moved", i+1, len(keys)))
 				}
 			}
 			toID := to.Do(t, "CLUSTER", "MYID")
 			for _, n := range cluster.Nodes {
 				n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
 			}
-			time.Sleep(300 * time.Millisecond) // refreshes and attempts on the new primary
+			// The holder refreshes on the new primary: the key's PTTL there
+			// rises; and the other client tries there too.
+			pttl := func() int {
+				n, err := strconv.Atoi(to.Do(t, "PTTL", key))
+				if err != nil || n < 0 {
+					t.Fatalf("PTTL of %s on the new primary: %d, %v", key, n, err)
+				}
+				return n
+			}
+			before := pttl()
+			deadline := time.Now().Add(10 * time.Second)
+			for pttl() <= before {
+				if time.Now().After(deadline) {
+					t.Fatalf("no refresh reached the new primary within 10s (PTTL of %s at most %d ms)", key, before)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			awaitAttempt("after the slot moved")
 			stopContending()
 			t.Logf("%d keys moved; the other client was refused %d times and failed %d times (%v)", len(keys), refused.Load(), failed.Load(), firstFailure.Load())
 			if n := taken.Load(); n != 0 {
 				t.Fatalf("the other client took the held lock %d times while its slot moved", n)
-			}
-			// An attempt then takes a while: go-redis retries TRYAGAIN.
-			if split < 2 {
-				t.Fatalf("the other client made %d attempts while the lock's keys were split, want 2 or more", split)
 			}
 			select {
 			case <-l.Done():
