@@ -430,29 +430,47 @@ func TestReleaseAfterAFailedAttemptLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestFailedAttemptReleasesOnSlowNodes: the nodes take longer than the node
-// timeout to release, and their clients honour the context. A failed
-// attempt returns after the node timeout all the same, and its grants are
-// released in the background, which Close waits for.
+// TestFailedAttemptReleasesOnSlowNodes: the nodes do not answer the
+// releases until the test lets them, and their clients honour the context.
+// A failed attempt returns all the same, and its grants are released in
+// the background, which Close waits for.
 func TestFailedAttemptReleasesOnSlowNodes(t *testing.T) {
 	srvs := redistest.StartMasters(t, 5)
-	const delay = 6 * testNodeTimeout // above the node timeout, within the cleanup's 2s
-	r := newSlowLocker(t, srvs, "release", delay, true)
+	gate, entered := make(chan struct{}), make(chan struct{}, 5)
+	r := newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver {
+		return &gateDriver{Driver: d, script: "release", honour: true, gate: gate, entered: entered}
+	})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // also when the test fails with the gate shut
 	ctx := context.Background()
 	for _, srv := range srvs[:3] {
 		if _, err := newClient(t, srv).TryLock(ctx, "split", dlock.WithTTL(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	start := time.Now()
-	_, err := r.TryLock(ctx, "split", redlock.WithTTL(time.Minute))
-	took := time.Since(start)
+	got := make(chan error, 1)
+	go func() {
+		_, err := r.TryLock(ctx, "split", redlock.WithTTL(time.Minute))
+		got <- err
+	}()
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed TryLock did not return while the releases were held back: it waits for them")
+	}
 	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "obtained on 2 of 5 nodes") {
 		t.Fatalf("err = %v, want ErrNotObtained, obtained on 2 of 5", err)
 	}
-	if took >= delay {
-		t.Errorf("the failed TryLock took %v: it waited for the slow releases (%v each)", took, delay)
+	for i := range 2 { // the releases of the two grants are under way, held back
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of the 2 releases were sent", i)
+		}
 	}
+	open()
 	if err := r.Close(); err != nil { // waits for the releases under way
 		t.Fatal(err)
 	}
@@ -1156,23 +1174,36 @@ func TestALateCleanupOfATakeCannotFreeTheNext(t *testing.T) {
 	}
 }
 
-// gateDriver holds every refresh back until its gate is opened, and tells
-// entered of each one it holds.
+// gateDriver holds every call of script back until its gate is opened,
+// and tells entered of each one it holds. If honour is set, a call whose
+// context ended meanwhile is not sent, and fails with the context's error,
+// as with rueidis; otherwise the context's end is ignored, as go-redis
+// does on an open connection.
 type gateDriver struct {
 	dlock.Driver
+	script  string
+	honour  bool
 	gate    chan struct{}
 	entered chan struct{}
 }
 
 func (d *gateDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "refresh" }) {
+	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == d.script }) {
 		select {
 		case d.entered <- struct{}{}:
 		default:
 		}
 		<-d.gate
 	}
-	d.Driver.Eval(context.WithoutCancel(ctx), calls...)
+	if !d.honour {
+		ctx = context.WithoutCancel(ctx)
+	} else if err := ctx.Err(); err != nil {
+		for _, c := range calls {
+			c.Err = err
+		}
+		return
+	}
+	d.Driver.Eval(ctx, calls...)
 }
 
 // A Refresh whose replies come after the lock's deadline passed (the lock
@@ -1181,7 +1212,7 @@ func TestARefreshThatComesBackAfterTheDeadlineFails(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	gate, entered := make(chan struct{}), make(chan struct{}, 3)
 	r := newWrappedLocker(t, srvs, func(_ int, d dlock.Driver) dlock.Driver {
-		return &gateDriver{Driver: d, gate: gate, entered: entered}
+		return &gateDriver{Driver: d, script: "refresh", gate: gate, entered: entered}
 	})
 	ctx := context.Background()
 	// Sent shortly before the deadline; held back until the lock ended,
