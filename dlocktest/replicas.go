@@ -1,13 +1,16 @@
 package dlocktest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 var replicaTests = []test{
@@ -20,8 +23,8 @@ func (e *env) replicas() int { return len(e.nodes)/len(e.primaries) - 1 }
 
 // testEvalWait: the calls run as Eval runs them (after SCRIPT FLUSH:
 // EVALSHA, then EVAL), spread over every primary, and WAIT reports the
-// replicas that have them, within two WAIT timeouts however many primaries
-// and slots the calls touch.
+// replicas that have them; a WAIT that no replica can answer waits on
+// every primary at once, not on one after the other.
 func testEvalWait(t *testing.T, e *env) {
 	rep, ok := e.driver(t).(dlock.Replicator)
 	if !ok {
@@ -36,10 +39,13 @@ func testEvalWait(t *testing.T, e *env) {
 		calls[i] = &dlock.Call{Script: set, Keys: []string{fmt.Sprintf("%s{%d}", prefix(t), i)}, Args: []any{i}}
 	}
 	calls = append(calls, &dlock.Call{Script: refuse, Keys: []string{prefix(t) + "{refused}"}})
-	const wait = 200 * time.Millisecond
-	start := time.Now()
-	acked, err := rep.EvalWait(ctx, 1, wait, calls...)
-	took := time.Since(start)
+	var acked int
+	var err error
+	if e.replicas() == 0 { // nothing can answer the WAIT
+		acked, err = e.evalWaitUnanswered(t, rep, calls)
+	} else { // the replicas answer it at once; the timeout is only a bound
+		acked, err = rep.EvalWait(ctx, 1, waitFor/2, calls...)
+	}
 	if err != nil {
 		t.Fatalf("EvalWait: %v", err)
 	}
@@ -58,17 +64,12 @@ func testEvalWait(t *testing.T, e *env) {
 		}
 	}
 	checkError(t, "the refused call", calls[20], "DLOCK_NO 1", "", "")
-	// One WAIT timeout, and one more after the fallback to EVAL, whatever
-	// the number of primaries and slots.
-	if limit := 4 * wait; took > limit {
-		t.Errorf("EvalWait took %v, more than %v: primaries or slots waited for one after the other?", took, limit)
-	}
 	if e.replicas() == 0 {
 		return
 	}
 
-	// Replicas that stopped: the writes are not confirmed, and the WAITs
-	// of the primaries time out at once, not one after the other.
+	// Replicas that stopped: the writes are not confirmed, and the
+	// primaries wait at once, not one after the other.
 	for _, r := range e.nodes[len(e.primaries):] {
 		r.Pause(t)
 		defer r.Resume(t)
@@ -77,18 +78,99 @@ func testEvalWait(t *testing.T, e *env) {
 		calls[i] = &dlock.Call{Script: set, Keys: call.Keys, Args: []any{"again"}}
 	}
 	e.onPrimaries(t, "SCRIPT", "FLUSH")
-	start = time.Now()
-	acked, err = rep.EvalWait(ctx, 1, wait, calls[:20]...)
-	took = time.Since(start)
+	acked, err = e.evalWaitUnanswered(t, rep, calls[:20])
 	if err != nil || acked != 0 {
 		t.Errorf("EvalWait with the replicas stopped: %d acknowledged, err %v; want 0", acked, err)
 	}
 	for i, call := range calls[:20] {
 		checkReply(t, fmt.Sprintf("with the replicas stopped, call %d", i), call, "again")
 	}
-	if limit := 4 * wait; took > limit {
-		t.Errorf("EvalWait with the replicas stopped took %v, more than %v: primaries or slots waited for one after the other?", took, limit)
+}
+
+// evalWaitUnanswered runs EvalWait for one replica, with calls on every
+// primary, where no replica can answer (there are none, or they are
+// paused), and a WAIT timeout longer than the test waits: EvalWait returns
+// only once the test has unblocked its WAITs. It waits, within waitFor,
+// until every primary has a connection blocked in WAIT at the same time,
+// as when the primaries are asked at once; then it unblocks every WAIT it
+// finds (CLIENT UNBLOCK, as if timed out) until EvalWait returns, within
+// waitFor again.
+func (e *env) evalWaitUnanswered(t *testing.T, rep dlock.Replicator, calls []*dlock.Call) (int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitFor)
+	defer cancel()
+	type result struct {
+		acked int
+		err   error
 	}
+	done := make(chan result, 1)
+	go func() {
+		acked, err := rep.EvalWait(ctx, 1, 3*waitFor, calls...)
+		done <- result{acked, err}
+	}()
+	var failure string
+	unblocking := false
+	start := time.Now()
+	for ; ; time.Sleep(poll) {
+		select {
+		case r := <-done:
+			if failure != "" {
+				t.Fatal(failure)
+			}
+			if !unblocking {
+				t.Fatalf("EvalWait returned (%d, %v) before its WAITs were unblocked", r.acked, r.err)
+			}
+			return r.acked, r.err
+		default:
+		}
+		waiting := make([][]string, len(e.primaries))
+		all := true
+		for i, p := range e.primaries {
+			waiting[i] = waitingClients(t, p)
+			all = all && len(waiting[i]) > 0
+		}
+		if !unblocking && (all || time.Since(start) > waitFor) {
+			unblocking = true
+			if !all {
+				failure = fmt.Sprintf("EvalWait: the primaries never all waited at once within %v: asked one after the other?", waitFor)
+			}
+			start = time.Now()
+		}
+		if !unblocking {
+			continue
+		}
+		for i, ids := range waiting {
+			for _, id := range ids {
+				e.primaries[i].Do(t, "CLIENT", "UNBLOCK", id, "TIMEOUT")
+			}
+		}
+		if time.Since(start) > waitFor {
+			t.Fatalf("EvalWait did not return within %v of its WAITs being unblocked", waitFor)
+		}
+	}
+}
+
+// waitingClients returns the ids of the connections to srv blocked in WAIT.
+func waitingClients(t testing.TB, srv *redistest.Server) []string {
+	t.Helper()
+	var ids []string
+	for _, line := range strings.Split(srv.Do(t, "CLIENT", "LIST"), "\n") {
+		var id string
+		var blocked, wait bool
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "flags="); ok {
+				blocked = strings.Contains(v, "b")
+			}
+			wait = wait || f == "cmd=wait"
+		}
+		if id != "" && blocked && wait {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // testWithReplicas: dlock confirms acquires on replicas with the driver's
