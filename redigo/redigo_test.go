@@ -264,13 +264,14 @@ func TestARetryOfLargeScriptsToAHungServerEnds(t *testing.T) {
 
 // evalOnHungServer runs calls with a deadline of d on srv, which is paused
 // or pauses meanwhile, and resumes it once Eval has returned; it fails the
-// test if Eval still waits 20s on.
+// test if Eval still waits 20s on. The pools given dial with no read or
+// write timeout: a driver that ignored the context would wait for the
+// server until it resumed, and only the 20s bound would end it.
 func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driver, d time.Duration, calls []*dlock.Call) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	done := make(chan struct{})
-	start := time.Now()
 	go func() {
 		defer close(done)
 		drv.Eval(ctx, calls...)
@@ -280,14 +281,7 @@ func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driv
 	case <-time.After(20 * time.Second):
 		srv.Resume(t)
 		<-done
-		t.Fatal("Eval still waited on the hung server after 20s")
+		t.Fatal("Eval still waited on the hung server after 20s: it ignores its context")
 	}
-	took := time.Since(start)
 	srv.Resume(t)
-	// Not a timing of the driver: a bound 2s past the deadline, under the
-	// driver's own 3s timeout, which a request that ignored its context
-	// would take.
-	if took > d+2*time.Second {
-		t.Errorf("Eval returned %v after it began, past its deadline of %v", took, d)
-	}
 }
