@@ -2,6 +2,8 @@ package goredis
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +31,32 @@ func TestASilentSubscriptionIsReplaced(t *testing.T) {
 	redistest.PlainPublishUntilReceived(t, srv, "ch", "hello", got)
 	// Quiet, but alive: several silences pass, each answered by a PING.
 	first := sub.(*subscription).current()
-	time.Sleep(5 * shardSilence)
+	pings := pingCalls(t, srv)
+	for deadline := time.Now().Add(10 * time.Second); pingCalls(t, srv) < pings+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server was sent %d PINGs in 10s, want 3 or more", pingCalls(t, srv)-pings)
+		}
+	}
 	if sub.(*subscription).current() != first {
 		t.Error("a quiet connection that answers its PINGs was replaced")
 	}
 	px.Cut()
 	redistest.PlainPublishUntilReceived(t, srv, "ch", "after the cut", got)
+}
+
+// pingCalls returns how many PINGs srv has answered.
+func pingCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	for _, line := range strings.Split(srv.Do(t, "INFO", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_ping:calls="); ok {
+			n, err := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			if err != nil {
+				t.Fatalf("INFO commandstats: %q", line)
+			}
+			return n
+		}
+	}
+	return 0 // none yet
 }
 
 // current returns the subscription's PubSub.
