@@ -108,12 +108,16 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 // channel's slot is down, with no replica to take over, the subscription
 // retries the channel in one loop (a failed new connection is left to its
 // own goroutine, which had made every retry two), with a backoff that
-// grows (50ms, 100ms, ... 250ms: about ten tries in 2s) across the
-// connections it makes, and tells notify nothing: nothing was subscribed
-// anew.
+// grows (50ms, 100ms, 200ms, then shardRetryMax) across the connections it
+// makes, and tells notify nothing: nothing was subscribed anew.
 func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
-	var passes atomic.Int64
-	resubscribed = func() { passes.Add(1) }
+	passes := make(chan time.Time, 64) // when each pass ended
+	resubscribed = func() {
+		select {
+		case passes <- time.Now():
+		default: // the test has seen enough
+		}
+	}
 	defer func() { resubscribed = nil }()
 	c := redistest.StartCluster(t, 3, 0)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
@@ -137,16 +141,43 @@ func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
 	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
 	before := runtime.NumGoroutine()
 	srv.Kill(t)
-	// Nothing to wait for: the retries go on while the primary is down.
-	time.Sleep(2 * time.Second)
+	// The first pass waits shardRetryMin; each later one, the step of
+	// the backoff the connection of the one before was made with: twice
+	// as long, up to shardRetryMax.
+	var ended []time.Time
+	for len(ended) < 8 {
+		select {
+		case at := <-passes:
+			ended = append(ended, at)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d passes to subscribe the channel anew, then none in 10s", len(ended))
+		}
+	}
+	// A pass begins a moment before the one whose connection failed has
+	// ended: a gap may fall short of its wait by that moment.
+	const slack = 20 * time.Millisecond
+	gaps := make([]time.Duration, len(ended)-1)
+	for k := range gaps {
+		gaps[k] = ended[k+1].Sub(ended[k])
+	}
+	t.Logf("the passes ended %v apart", gaps)
+	wait := shardRetryMin
+	for k := 1; k < len(ended); k++ {
+		wait = min(2*wait, shardRetryMax)
+		if gap := gaps[k-1]; gap < wait-slack {
+			t.Errorf("pass %d ended %v after the one before, want a backoff of %v", k+1, gap, wait)
+		}
+	}
+	// Capped: the gaps of a backoff that doubled on would have reached
+	// 6.4s by the last one.
+	if gap := gaps[len(gaps)-1]; gap > 8*shardRetryMax {
+		t.Errorf("the last pass ended %v after the one before: the backoff is not capped at %v", gap, shardRetryMax)
+	}
 	if n := runtime.NumGoroutine(); n > before+10 {
-		t.Errorf("%d goroutines 2s after the primary went down, %d before", n, before)
+		t.Errorf("%d goroutines after %d passes with the primary down, %d before", n, len(ended), before)
 	}
 	if n := words.Load(); n > 0 {
 		t.Errorf("notify(\"\", \"\") called %d times while nothing could be subscribed anew", n)
-	}
-	if n := passes.Load(); n > 15 {
-		t.Errorf("%d passes to subscribe the channel anew in 2s: the backoff does not grow", n)
 	}
 }
 
