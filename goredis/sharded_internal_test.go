@@ -87,11 +87,22 @@ func TestASilentPrimaryConnectionIsTakenForFailed(t *testing.T) {
 	done := make(chan []string, 1)
 	go func() { done <- ns.receive() }()
 	redistest.PublishUntilReceived(t, srv, "ch", "hello", got)
-	// Quiet, but alive: several silences pass, each answered.
+	// Quiet, but alive: several silences pass, each answered by a PING.
+	pings := pingCalls(t, srv)
+	for deadline := time.Now().Add(10 * time.Second); pingCalls(t, srv) < pings+3; time.Sleep(10 * time.Millisecond) {
+		select {
+		case moved := <-done:
+			t.Fatalf("a quiet connection was given up: %v", moved)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server was sent %d PINGs in 10s, want 3 or more", pingCalls(t, srv)-pings)
+		}
+	}
 	select {
 	case moved := <-done:
 		t.Fatalf("a quiet connection was given up: %v", moved)
-	case <-time.After(5 * shardSilence):
+	default:
 	}
 	px.Cut()
 	select {
