@@ -191,10 +191,10 @@ func TestConnectTLSAndACL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	certs := writeCerts(t, dir)
-	port := freePort(t)
-	srv := redistest.Start(t, redistest.WithArgs("--tls-port", strconv.Itoa(port),
+	srv := redistest.Start(t, redistest.WithTLSPort(), redistest.WithArgs(
 		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
 		"--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "yes"))
+	port := srv.TLSPort()
 	srv.Do(t, append([]string{"ACL", "SETUSER", "locker"}, readmeACL(t)...)...)
 	url := "rediss://locker@127.0.0.1:" + strconv.Itoa(port)
 	tlsFlags := []string{"--redis", url, "--tls-ca", certs.ca, "--tls-cert", certs.clientCert, "--tls-key", certs.clientKey}
@@ -317,16 +317,6 @@ func readmeACL(t *testing.T) []string {
 	}
 	t.Fatal("the README has no ACL SETUSER locker line")
 	return nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 type certFiles struct{ ca, serverCert, serverKey, clientCert, clientKey string }
@@ -547,10 +537,10 @@ func TestOpenRecoversPanic(t *testing.T) {
 func TestConnectTLSCertificateWithoutIP(t *testing.T) {
 	t.Parallel()
 	certs := writeCertsFor(t, t.TempDir(), nil, []string{"localhost"})
-	port := freePort(t)
-	redistest.Start(t, redistest.WithArgs("--tls-port", strconv.Itoa(port),
+	srv := redistest.Start(t, redistest.WithTLSPort(), redistest.WithArgs(
 		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
 		"--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "no"))
+	port := srv.TLSPort()
 	flags := []string{"--redis", "rediss://127.0.0.1:" + strconv.Itoa(port), "--tls-ca", certs.ca}
 	r := dlockRun(t, nil, append(flags, "ls")...)
 	checkOneLine(t, r, exitUnavailable, "IP SANs; the server's certificate names another host: give the name it holds with --tls-server-name")

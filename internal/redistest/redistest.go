@@ -61,6 +61,8 @@ type Server struct {
 
 	tls *tls.Config // set for a TLS-only server: how to reach it
 
+	tlsPort int // the TLS port of a server started WithTLSPort
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	pid  int
@@ -69,8 +71,9 @@ type Server struct {
 
 // config is the configuration assembled from Options.
 type config struct {
-	tls  *TLS
-	args []string
+	tls     *TLS
+	tlsPort bool
+	args    []string
 }
 
 // Option configures a server started by Start.
@@ -81,6 +84,15 @@ type Option func(*config)
 // the defaults, so they override them.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithTLSPort has the server listen with TLS on a second port, besides
+// its plain-text one, which Do keeps using. The port is picked as the
+// server's own is, and picked anew with it should another process take it
+// first; TLSPort returns it. The certificates are for the caller to give,
+// with WithArgs("--tls-cert-file", …).
+func WithTLSPort() Option {
+	return func(c *config) { c.tlsPort = true }
 }
 
 // Start starts a redis-server on a free 127.0.0.1 port in a temporary
@@ -104,6 +116,14 @@ func start(tb starter, opts ...Option) *Server {
 		if cfg.tls != nil {
 			port = append([]string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}, cfg.tls.serverArgs()...)
 			s.tls = cfg.tls.ClientConfig()
+		}
+		if cfg.tlsPort {
+			p, err := allocPort(false)
+			if err != nil {
+				return nil, err
+			}
+			s.tlsPort = p
+			port = append(port, "--tls-port", strconv.Itoa(p))
 		}
 		args := []string{
 			"--bind", "127.0.0.1",
@@ -326,6 +346,10 @@ func (s *Server) Addr() string {
 
 // Port returns the server's TCP port. It does not change across Restart.
 func (s *Server) Port() int { return s.port }
+
+// TLSPort returns the TLS port of a server started WithTLSPort, or 0. It
+// does not change across Restart.
+func (s *Server) TLSPort() int { return s.tlsPort }
 
 // PID returns the process ID of the current (or last) server process. It
 // changes on Restart.
