@@ -1039,12 +1039,16 @@ func TestAttachToOtherDataIsWrongType(t *testing.T) {
 
 // A TryLock whose reply comes back after the lock's TTL has run out fails
 // as a request whose reply was lost does (a *ServerError, not a refusal:
-// nobody else held the lock), and gives the lock back.
+// nobody else held the lock), and gives the lock back. The server keeps
+// the key for a minute here, so that only the give-back frees it.
 func TestATryLockWhoseReplyComesTooLateFailsAndGivesItBack(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	var scripts []string // the scripts sent, in order
 	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
-		if calls[0].Script.Name == "acquire" {
+		scripts = append(scripts, calls[0].Script.Name)
+		if calls[0].Script.Name == "acquire" && calls[0].Err == nil {
+			e.srv.Do(t, "PEXPIRE", "dlock:{slow}", "60000")
 			time.Sleep(60 * time.Millisecond) // the reply is slow to come back
 		}
 	}}
@@ -1054,6 +1058,9 @@ func TestATryLockWhoseReplyComesTooLateFailsAndGivesItBack(t *testing.T) {
 	var serr *dlock.ServerError
 	if !errors.As(err, &serr) || errors.Is(err, dlock.ErrNotObtained) {
 		t.Errorf("err = %v, want a *ServerError, not ErrNotObtained", err)
+	}
+	if len(scripts) != 2 || scripts[0] != "acquire" || scripts[1] != "release" {
+		t.Errorf("scripts sent: %v, want acquire then release", scripts)
 	}
 	if e.locked(t, "dlock:{slow}") {
 		t.Error("the lock whose reply came too late is still held")
