@@ -299,20 +299,42 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 	})
 	// A caller obtains the lock while another of its client waits behind
 	// it, whose own attempt gets no answer in time: behind a read hold it
-	// did not find the lock held; behind an exclusive lock it did.
+	// did not find the lock held; behind an exclusive lock it did. The
+	// first caller's acquire is held back until the second is in line
+	// behind it; the second's attempt is held back until its wait ended.
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprintf("behind a hold just taken, shared %v", shared), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			drv := &slowEval{Driver: e.newDriver(t), delay: 100 * time.Millisecond, started: make(chan struct{})}
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			started, proceed := make(chan struct{}), make(chan struct{})
+			var letGo sync.Once
+			defer letGo.Do(func() { close(proceed) })
+			var acquires atomic.Int32
+			drv := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+				if !strings.HasSuffix(calls[0].Script.Name, "acquire") {
+					return
+				}
+				if acquires.Add(1) == 1 {
+					close(started)
+					<-proceed // the first caller's attempt
+				} else {
+					<-wctx.Done() // the second's: no answer in time
+				}
+			}}
 			c := dlock.New(drv)
 			t.Cleanup(func() { _ = c.Close() })
 			m := c.RWMutex("shared")
+			name := "excl"
+			if shared {
+				name = "shared"
+			}
 			lock := func(ctx context.Context) (*dlock.Lock, error) {
 				if shared {
 					return m.RLock(ctx)
 				}
-				return c.Lock(ctx, "excl")
+				return c.Lock(ctx, name)
 			}
 			first := make(chan error, 1)
 			go func() {
@@ -322,13 +344,18 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 				}
 				first <- err
 			}()
-			<-drv.started
-			wctx, cancel := context.WithTimeout(ctx, 130*time.Millisecond)
-			defer cancel()
-			if _, err := lock(wctx); errors.Is(err, dlock.ErrNotObtained) == shared || !errors.Is(err, context.DeadlineExceeded) {
+			<-started
+			behind := make(chan error, 1)
+			go func() {
+				_, err := lock(wctx)
+				behind <- err
+			}()
+			awaitWaiting(t, c, name, 2)
+			letGo.Do(func() { close(proceed) })
+			if err := awaitErr(t, behind, "the caller behind"); errors.Is(err, dlock.ErrNotObtained) == shared || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("the caller behind: err = %v, want DeadlineExceeded, and ErrNotObtained %v", err, !shared)
 			}
-			if err := <-first; err != nil {
+			if err := awaitErr(t, first, "the first caller"); err != nil {
 				t.Errorf("the first caller: %v", err)
 			}
 		})
@@ -1501,19 +1528,17 @@ func TestANilClientOptionIsSkipped(t *testing.T) {
 	}
 }
 
-// slowEval is a driver whose calls take delay longer; started is closed at
-// the first.
-type slowEval struct {
-	dlock.Driver
-	delay   time.Duration
-	once    sync.Once
-	started chan struct{}
-}
-
-func (d *slowEval) Eval(ctx context.Context, calls ...*dlock.Call) {
-	d.once.Do(func() { close(d.started) })
-	time.Sleep(d.delay)
-	d.Driver.Eval(ctx, calls...)
+// awaitErr returns what got gives, failing the test if it gives nothing
+// within 10 seconds: who has not returned.
+func awaitErr(t *testing.T, got <-chan error, who string) error {
+	t.Helper()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s has not returned", who)
+		return nil
+	}
 }
 
 // copyingDriver keeps a copy of every acquire (of every kind), to be sent again late with
