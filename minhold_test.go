@@ -270,10 +270,8 @@ func TestMinHoldKeepsNothingNotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done() // the deadline passed; the TTL runs out 3ms later
-	for e.locked(t, "dlock:{expired}") {
-		time.Sleep(time.Millisecond)
-	}
+	waitDone(t, l, 5*time.Second) // the deadline passed; the TTL runs out 3ms later
+	awaitCond(t, 5*time.Second, func() bool { return !e.locked(t, "dlock:{expired}") })
 	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release of an expired lock: %v, want ErrNotHeld", err)
 	}
