@@ -73,10 +73,9 @@ func TestRunNotObtained(t *testing.T) {
 	ran := filepath.Join(t.TempDir(), "ran")
 
 	r := dlockRun(t, nil, runArgs([]string{"--no-wait"}, name, "job", ran, "0")...)
+	// At once: a run that waited for the minute the lock has left would
+	// outlast procTimeout.
 	checkOneLine(t, r, exitNotObtained, "held by host-a pid 4242 (running ")
-	if r.took > 5*time.Second {
-		t.Errorf("--no-wait took %v", r.took)
-	}
 
 	r = dlockRun(t, nil, runArgs([]string{"--wait", "300ms"}, name, "job", ran, "0")...)
 	if r.code != exitNotObtained || r.took < 300*time.Millisecond || r.stdout != "" {
@@ -587,17 +586,18 @@ func TestRunScriptWithoutInterpreterLine(t *testing.T) {
 }
 
 // A Redis refusal that no retry can change ends a wait at once with code
-// 69 and the hint --no-wait gives, with --wait or without.
+// 69 and the hint --no-wait gives, with --wait or without. The waits are
+// longer than procTimeout: a run that kept trying would not end within it.
 func TestRunWaitRefusedForGood(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	srv.Do(t, "ACL", "SETUSER", "nokeys", "on", ">pw", "+@all", "&*")
 	env := []string{"DLOCK_REDIS=redis://nokeys:pw@" + srv.Addr()}
-	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "5s"}, nil} {
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
 		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
 		checkOneLine(t, r, exitUnavailable, "NOPERM")
-		if !strings.Contains(r.stderr, "the Redis user lacks a permission dlock needs") || r.took > 5*time.Second {
-			t.Errorf("%v: after %v, stderr %s", flags, r.took, r.stderr)
+		if !strings.Contains(r.stderr, "the Redis user lacks a permission dlock needs") {
+			t.Errorf("%v: stderr %s", flags, r.stderr)
 		}
 	}
 }
@@ -616,7 +616,8 @@ func TestRunTinyWaitObtainsAFreeLock(t *testing.T) {
 
 // A first attempt that Redis does not answer (it answers PING, and holds
 // writes back) is bounded by 10s whatever the client's read timeout, and
-// the run says so with code 69.
+// the run says so with code 69. The read timeout, 30s, is longer than
+// procTimeout: a run whose attempt waited for it would not end within it.
 func TestRunWaitBoundsAFirstAttemptRedisHoldsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -626,9 +627,6 @@ func TestRunWaitBoundsAFirstAttemptRedisHoldsBack(t *testing.T) {
 	r := dlockRun(t, env, runArgs([]string{"--wait", "1s"}, lockName(t), "exit", "0")...)
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no answer within 10s while waiting") {
 		t.Errorf("code %d, stderr %q; want %d, no answer within 10s", r.code, r.stderr, exitUnavailable)
-	}
-	if r.took > 25*time.Second {
-		t.Errorf("the run took %v; the first attempt's bound is 10s, and the clean-up's 2s", r.took)
 	}
 }
 
