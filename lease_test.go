@@ -431,26 +431,46 @@ func TestAutoRefreshKeepsTheLocksTTL(t *testing.T) {
 	}
 }
 
+// TestWatchdogBatchesRefreshes: the watchdog refreshes the locks due
+// together in one round trip, not one for each lock. The locks are taken
+// while it is paused, and it resumes once every one is due; it then
+// refreshes each of them five times, counted at the driver.
 func TestWatchdogBatchesRefreshes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	const locks = 200
+	var refreshTrips, refreshCalls atomic.Int64
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			refreshTrips.Add(1)
+			refreshCalls.Add(int64(len(calls)))
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	const (
+		locks    = 200
+		interval = 100 * time.Millisecond
+		rounds   = 5
+	)
+	resume := dlock.PauseWatchdog(c)
 	held := make([]*dlock.Lock, 0, locks)
 	for i := range locks {
-		l, err := e.c.TryLock(ctx, "batch:"+strconv.Itoa(i),
-			dlock.WithTTL(time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
+		l, err := c.TryLock(ctx, "batch:"+strconv.Itoa(i),
+			dlock.WithTTL(10*time.Second), dlock.WithRefreshInterval(interval))
 		if err != nil {
+			resume()
 			t.Fatal(err)
 		}
 		held = append(held, l)
 	}
-	before := e.drv.trips.Load()
-	e.srv.Do(t, "CONFIG", "RESETSTAT")
-	time.Sleep(500 * time.Millisecond) // about five refresh intervals
-	trips := e.drv.trips.Load() - before
-	// One round trip per lock per interval would be about 1,000.
-	if trips == 0 || trips > 40 {
-		t.Errorf("%d round trips to refresh %d locks over ~5 intervals", trips, locks)
+	// The last lock's first refresh falls due an interval after it was
+	// taken: then every lock is due.
+	time.Sleep(interval)
+	resume()
+	awaitCond(t, 10*time.Second, func() bool { return refreshCalls.Load() >= rounds*locks })
+	// Each round is one round trip; one for each lock would be 1,000.
+	if trips, calls := refreshTrips.Load(), refreshCalls.Load(); trips > 2*rounds {
+		t.Errorf("%d round trips to refresh %d locks %d times (%d refreshes)", trips, locks, rounds, calls)
 	}
 	for _, l := range held {
 		if l.Err() != nil {
