@@ -9,6 +9,8 @@ import (
 
 var forwarded = []os.Signal{os.Interrupt}
 
+var brokenPipe []os.Signal
+
 func stopsWait(os.Signal) bool                               { return true }
 func fromTerminal(os.Signal) bool                            { return false }
 func hasControllingTerminal() bool                           { return false }

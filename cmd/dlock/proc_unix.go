@@ -11,6 +11,9 @@ import (
 // forwarded are the signals run passes on to its command.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
+// brokenPipe is the signal of a write to a pipe whose reader is gone.
+var brokenPipe = []os.Signal{syscall.SIGPIPE}
+
 // stopsWait reports whether sig, received while run waits for the lock,
 // makes it give up.
 func stopsWait(sig os.Signal) bool {

@@ -278,6 +278,14 @@ func (a *app) run(args []string, o *runOptions) error {
 		signal.Notify(sigs, caught...)
 		defer signal.Stop(sigs)
 	}
+	// A stderr whose reader is gone (dlock run … 2>&1 | head -1) must not
+	// kill dlock by SIGPIPE while it waits, holds the lock or runs the
+	// command: caught, a write there fails instead, to the end of the
+	// process. The command starts with SIGPIPE's default all the same, and
+	// one ignored when dlock started stays ignored.
+	if caught := notIgnored(brokenPipe); len(caught) > 0 {
+		signal.Notify(make(chan os.Signal, 1), caught...)
+	}
 
 	l, c, err := a.obtain(name, argv, o, sigs)
 	if err != nil {
@@ -322,7 +330,17 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 			}
 		}
 	}()
-	defer func() { close(stopWatch); <-watched }()
+	// stopWatching ends the watch: a signal from then on waits in sigs for
+	// the command (see runHolding).
+	watching := true
+	stopWatching := func() {
+		if watching {
+			watching = false
+			close(stopWatch)
+			<-watched
+		}
+	}
+	defer stopWatching()
 	interrupted := func() error {
 		var s signalled
 		if errors.As(context.Cause(ctx), &s) {
@@ -369,6 +387,9 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		}
 		wcancel(nil)
 	}
+	// A signal that came while the lock was obtained gives it up; one that
+	// comes later is the command's.
+	stopWatching()
 	if ierr := interrupted(); ierr != nil {
 		if l != nil {
 			a.release(l, name, false)

@@ -6,11 +6,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -648,5 +652,123 @@ func TestRunWaitEndsWithRedisDown(t *testing.T) {
 	last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
 	if r.code != exitUnavailable || !strings.Contains(last, "gave up after waiting 2s (--wait)") || !strings.Contains(last, "connection refused") {
 		t.Errorf("code %d, want %d; stderr:\n%s", r.code, exitUnavailable, r.stderr)
+	}
+}
+
+// A stderr whose reader has gone (dlock run … 2>&1 | head -1) does not
+// kill a run by SIGPIPE: it waits, obtains the lock, runs the command and
+// gives the lock up, as with any stderr.
+func TestRunSurvivesAClosedStderr(t *testing.T) {
+	t.Parallel()
+	name, ran := lockName(t), filepath.Join(t.TempDir(), "ran")
+	c := libClient(t)
+	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // nobody reads dlock's stderr
+	cmd := exec.Command(dlockBin, runArgs(nil, name, "job", ran, "0")...)
+	cmd.Env, cmd.Stderr = baseEnv(), w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	// It said it waits, to nobody, and lives on.
+	waitFor(t, "the run to wait", func() bool {
+		info, err := c.Inspect(context.Background(), name)
+		return err == nil && info.WaitingClients == 1
+	})
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(procTimeout):
+		t.Fatalf("the run still runs %v after the lock was released", procTimeout)
+	}
+	if st := cmd.ProcessState; st.ExitCode() != 0 {
+		t.Fatalf("the run ended with %v, want exit code 0", st)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("the command did not run: %v", err)
+	}
+	if !isFree(t, c, name) {
+		t.Error("the lock is still held after the run")
+	}
+}
+
+// signalOnObtained is a stderr that sends dlock's own process sig as run
+// says it obtained the lock, and waits until the signal has reached the
+// process's handlers.
+type signalOnObtained struct {
+	syncBuffer
+	sig  syscall.Signal
+	seen chan os.Signal
+	once sync.Once
+}
+
+func (s *signalOnObtained) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), "obtained") {
+		s.once.Do(func() {
+			_ = syscall.Kill(os.Getpid(), s.sig)
+			<-s.seen
+		})
+	}
+	return s.syncBuffer.Write(p)
+}
+
+// A signal that comes as run obtains the lock, after its wait, is the
+// command's: run passes it on, rather than take it for one that ended a
+// wait that is over. Not parallel: the signal is sent to the test's own
+// process, which only this run (and seen) catch then.
+func TestRunPassesOnASignalThatComesAsTheLockIsObtained(t *testing.T) {
+	name := lockName(t)
+	c := libClient(t)
+	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &signalOnObtained{sig: syscall.SIGTERM, seen: make(chan os.Signal, 1)}
+	signal.Notify(stderr.seen, stderr.sig)
+	defer signal.Stop(stderr.seen)
+	a := &app{stdout: io.Discard, stderr: stderr, lookupEnv: func(k string) (string, bool) {
+		if k == "DLOCK_REDIS" {
+			return redisURL, true
+		}
+		return "", false
+	}}
+	code := make(chan int, 1)
+	go func() { code <- a.main([]string{"run", name, "--", "sleep", "30"}) }()
+	waitFor(t, "the run to wait", func() bool {
+		info, err := c.Inspect(context.Background(), name)
+		return err == nil && info.WaitingClients == 1
+	})
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-code:
+		if want := 128 + int(syscall.SIGTERM); got != want {
+			t.Errorf("exit code %d, want %d (the command ended by SIGTERM); stderr: %s", got, want, stderr.String())
+		}
+	case <-time.After(procTimeout):
+		t.Fatalf("the command still runs %v after SIGTERM; stderr: %s", procTimeout, stderr.String())
+	}
+	if !isFree(t, c, name) {
+		t.Error("the lock is still held after the run")
 	}
 }
