@@ -480,6 +480,59 @@ func TestWatchdogBatchesRefreshes(t *testing.T) {
 	}
 }
 
+// TestWatchdogGroupsLocksTakenApart: locks taken one after the other, so
+// not due together, share round trips all the same: a lock due within a
+// tenth of its interval joins a batch that goes out anyway. Round trips per
+// round stay near the number of such tenths the locks were taken over,
+// not one for each lock.
+func TestWatchdogGroupsLocksTakenApart(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var refreshTrips, refreshCalls atomic.Int64
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			refreshTrips.Add(1)
+			refreshCalls.Add(int64(len(calls)))
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	const (
+		locks    = 200
+		interval = 300 * time.Millisecond
+		window   = interval / 10 // how early a lock may join a batch
+		rounds   = 3
+	)
+	held := make([]*dlock.Lock, 0, locks)
+	start := time.Now()
+	for i := range locks {
+		if i%20 == 19 {
+			time.Sleep(window / 4) // taken apart: over several windows
+		}
+		l, err := c.TryLock(ctx, "apart:"+strconv.Itoa(i),
+			dlock.WithTTL(10*time.Second), dlock.WithRefreshInterval(interval))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	spread := time.Since(start)
+	awaitCond(t, 10*time.Second, func() bool { return refreshCalls.Load() >= rounds*locks })
+	// A batch for each window the locks were taken over, and one more,
+	// every round (and a round begun); one for each lock would be 600.
+	limit := int64(rounds+1) * (int64(spread/window) + 2)
+	if trips, calls := refreshTrips.Load(), refreshCalls.Load(); trips > limit {
+		t.Errorf("%d round trips to refresh %d locks taken over %v, %d times (%d refreshes); want at most %d",
+			trips, locks, spread, rounds, calls, limit)
+	}
+	for _, l := range held {
+		if l.Err() != nil {
+			t.Fatalf("lost: %v", l.Err())
+		}
+		_ = l.Release(ctx)
+	}
+}
+
 // TestPausedHolderIsFencedOut: the holder's process stops (its watchdog is
 // held) for longer than the TTL; another holder takes the lock and writes.
 // When the first resumes, its Done has closed and the fenced resource
