@@ -20,8 +20,9 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 //
 // The key is used as given, without the client's prefix: it is the
 // caller's data. On Redis Cluster it may live in any slot. A key that
-// holds other data, a lock's own key among them (its fence is the lock's),
-// is refused with ErrWrongType. A fence of 0 is refused with
+// holds other data (another type, or a hash with fields besides "value"
+// and "fence"), a lock's own key among them (its fence is the lock's), is
+// refused with ErrWrongType and left as it is. A fence of 0 is refused with
 // ErrInvalidArgument: no lock issues it, and a Lock without a fence (a
 // read hold, a semaphore's permit) reports it.
 //

@@ -598,6 +598,23 @@ func TestSetFencedInput(t *testing.T) {
 	if got := e.srv.Do(t, "HGET", "words", "value"); got != "x" {
 		t.Errorf("the refused write changed the value to %q", got)
 	}
+	// A hash of other fields, with or without a fence among them, is the
+	// caller's other data: nothing is added to it or overwritten.
+	for key, fields := range map[string][]string{
+		"user":        {"name", "bob"},
+		"user:value":  {"name", "bob", "value", "x"},
+		"user:fenced": {"name", "bob", "fence", "3"},
+		"user:all":    {"name", "bob", "fence", "3", "value", "x"},
+	} {
+		e.srv.Do(t, append([]string{"HSET", key}, fields...)...)
+		before := e.srv.Do(t, "HGETALL", key)
+		if err := e.c.SetFenced(ctx, key, 5, "v"); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("hash %v: err = %v, want ErrWrongType", fields, err)
+		}
+		if after := e.srv.Do(t, "HGETALL", key); after != before {
+			t.Errorf("the refused write changed hash %v to %q", fields, after)
+		}
+	}
 	if err := e.c.SetFenced(ctx, "res", 5, "a"); err != nil {
 		t.Fatal(err)
 	}

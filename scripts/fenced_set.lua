@@ -16,12 +16,15 @@ local function less(a, b)
   return a < b
 end
 
-local cur = redis.pcall('HMGET', KEYS[1], 'fence', 'kind')
--- Another type of key, a 'fence' that is not a decimal integer, or a
--- lock: not a resource SetFenced wrote.
+local cur = redis.pcall('HMGET', KEYS[1], 'fence', 'kind', 'value')
+-- Another type of key, a 'fence' that is not a decimal integer, a lock,
+-- or a hash with fields other than 'fence' and 'value' (or none of
+-- them): not a resource SetFenced wrote.
 local newest = not cur.err and cur[1]
 if cur.err or (newest and not string.match(newest, '^%d+$'))
-    or cur[2] == 'lock' or cur[2] == 'rwlock' or cur[2] == 'semaphore' then
+    or cur[2] == 'lock' or cur[2] == 'rwlock' or cur[2] == 'semaphore'
+    or (newest and redis.call('HLEN', KEYS[1]) ~= (cur[3] and 2 or 1))
+    or (not newest and redis.call('EXISTS', KEYS[1]) == 1) then
   return redis.error_reply('DLOCK_WRONGTYPE 1')
 end
 if newest and less(ARGV[1], newest) then
