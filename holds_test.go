@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -494,9 +495,11 @@ func TestAHoldSharedByATokenIsOnlyExtended(t *testing.T) {
 }
 
 // TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone: a release whose
-// release marker key holds data dlock did not write fails with
-// ErrWrongType, changing nothing; the string marker an exclusive lock of
-// an older dlock left there (it expires within a minute) is replaced.
+// release marker key holds data dlock did not write (written there while
+// the hold was held: an acquire refuses it, see
+// TestAHoldAcquireRefusesForeignDataAtTheMarker) fails with ErrWrongType,
+// changing nothing; the string marker an exclusive lock of an older dlock
+// left there (it expires within a minute) is replaced.
 func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -527,8 +530,6 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 		}
 		for _, k := range holdKindCases {
 			e.srv.Do(t, "DEL", marker)
-			tc.write()
-			before := read()
 			if _, err := k.obtain(ctx, e.c, "marked", false, dlock.WithOwner("o")); err != nil {
 				t.Fatalf("%s, %s: %v", tc.what, k.what, err)
 			}
@@ -536,6 +537,8 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, %s: %v", tc.what, k.what, err)
 			}
+			tc.write()
+			before := read()
 			if err := inner.Release(ctx); !errors.Is(err, dlock.ErrWrongType) || errors.Is(err, dlock.ErrNotHeld) {
 				t.Errorf("%s at the marker, %s: Release err = %v, want ErrWrongType, not ErrNotHeld", tc.what, k.what, err)
 			}
@@ -575,6 +578,59 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 		}
 		if e.exists(t, "dlock:{marked}") {
 			t.Errorf("%s: the name's hash is left: %s", k.what, e.srv.Do(t, "KEYS", "*"))
+		}
+	}
+}
+
+// TestAHoldAcquireRefusesForeignDataAtTheMarker: a read hold, write hold or
+// permit whose name's release marker holds data dlock did not write is
+// refused with ErrWrongType, its token given or not, and nothing is
+// written: a hold taken there could not be released. The string marker an
+// exclusive lock of an older dlock left there (it expires within a minute)
+// does not stop it (TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone).
+func TestAHoldAcquireRefusesForeignDataAtTheMarker(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const marker = "dlock:{marked}:released"
+	for _, tc := range []struct {
+		what  string
+		write func()
+	}{
+		{"string without expiry", func() { e.srv.Do(t, "SET", marker, "user data") }},
+		{"string expiring after an hour", func() { e.srv.Do(t, "SET", marker, "user data", "EX", "3600") }},
+		{"hash", func() { e.srv.Do(t, "HSET", marker, "f", "v") }},
+		{"hash expiring within a minute", func() {
+			e.srv.Do(t, "HSET", marker, "f", "v")
+			e.srv.Do(t, "EXPIRE", marker, "30")
+		}},
+		{"sorted set without expiry", func() { e.srv.Do(t, "ZADD", marker, "1", "m") }},
+		{"sorted set expiring after an hour", func() {
+			e.srv.Do(t, "ZADD", marker, "1", "m")
+			e.srv.Do(t, "EXPIRE", marker, "3600")
+		}},
+	} {
+		for _, k := range holdKindCases {
+			for _, given := range []bool{false, true} {
+				e.srv.Do(t, "DEL", marker)
+				tc.write()
+				before := e.srv.Do(t, "DUMP", marker)
+				var opts []dlock.Option
+				if given {
+					opts = append(opts, dlock.WithToken("given-"+strings.ReplaceAll(k.what, " ", "-")))
+				}
+				if l, err := k.obtain(ctx, e.c, "marked", false, opts...); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("%s at the marker, %s (token given: %v): err = %v, want ErrWrongType", tc.what, k.what, given, err)
+					if l != nil {
+						_, _ = e.c.ForceRelease(ctx, "marked")
+					}
+				}
+				if keys := strings.Fields(e.srv.Do(t, "KEYS", "dlock:{marked}*")); len(keys) != 1 || keys[0] != marker {
+					t.Errorf("%s at the marker, %s (token given: %v): keys %v after a refused acquire", tc.what, k.what, given, keys)
+				}
+				if after := e.srv.Do(t, "DUMP", marker); after != before {
+					t.Errorf("%s at the marker, %s (token given: %v): the marker changed", tc.what, k.what, given)
+				}
+			}
 		}
 	}
 }

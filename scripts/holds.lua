@@ -40,6 +40,22 @@ local function str(x) return string.format('%.0f', x) end
 
 local function wrongtype() return redis.error_reply('DLOCK_WRONGTYPE 1') end
 
+-- read_marker reads a name's release marker (see holds_release): it returns
+-- 'ids' and the score of member (false when absent) for the sorted set
+-- dlock writes there, 'old' for the marker of an exclusive lock of an
+-- older dlock (a string that expires within a minute), which a release
+-- replaces, false when there is none, and nil for data dlock did not write:
+-- no expiry, a longer one, or another type.
+local function read_marker(marker, member)
+  local left = redis.call('PTTL', marker)
+  if left == -2 then return false end
+  if left < 0 or left > 60000 then return nil end
+  local score = redis.pcall('ZSCORE', marker, member)
+  if type(score) ~= 'table' then return 'ids', score end
+  if type(redis.pcall('GET', marker)) == 'string' then return 'old' end
+  return nil
+end
+
 -- queued_any reports whether a read/write lock's arrival queue qk (see
 -- rw_acquire) holds entries, to be deleted with the name's other keys;
 -- false when it holds data dlock did not write, which a lock that is not

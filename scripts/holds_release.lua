@@ -52,19 +52,10 @@ local ends = ARGV[6] == '1'
 local now = clock()
 local marked = false -- what the marker is: 'ids' (this script's), 'old' (see above), false for none
 if id ~= '' then
-  local left = redis.call('PTTL', marker)
-  if left ~= -2 then
-    if left < 0 or left > 60000 then return wrongtype() end -- -1: no expiry
-    local until_ = redis.pcall('ZSCORE', marker, id)
-    if type(until_) == 'table' then -- not a sorted set
-      if type(redis.pcall('GET', marker)) ~= 'string' then return wrongtype() end -- nor a string
-      marked = 'old'
-    elseif until_ and tonumber(until_) > now then
-      return 0
-    else
-      marked = 'ids'
-    end
-  end
+  local until_
+  marked, until_ = read_marker(marker, id)
+  if marked == nil then return wrongtype() end
+  if until_ and tonumber(until_) > now then return 0 end
 end
 if ends and id == '' then
   local left = redis.call('PTTL', marker)

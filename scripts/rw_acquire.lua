@@ -50,9 +50,12 @@ local mode, waits, fair, given = ARGV[8], ARGV[9] == '1', ARGV[10], ARGV[11] == 
 local now, now_us = clock()
 -- The acquisition of this request token has ended (see holds_release):
 -- this is a late copy of its request, whose caller is gone. Refused,
--- changing nothing.
-local ended = not given and KEYS[7] and redis.pcall('ZSCORE', KEYS[7], 'r:' .. req)
-if type(ended) == 'string' and tonumber(ended) > now then return {0, tonumber(ended) - now, 1, 0} end
+-- changing nothing. A release marker holding data dlock did not write is
+-- refused as the other keys are: the hold could not be released.
+local marked, ended = false, false
+if KEYS[7] then marked, ended = read_marker(KEYS[7], 'r:' .. req) end
+if marked == nil then return wrongtype() end
+if not given and ended and tonumber(ended) > now then return {0, tonumber(ended) - now, 1, 0} end
 local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local member = string.sub(mode, 1, 1) .. req

@@ -27,10 +27,13 @@ local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, permits = ARGV[8], ARGV[9]
 local now = clock()
--- A late copy of the request of an acquisition that ended takes nothing
--- (see rw_acquire).
-local ended = ARGV[10] ~= '1' and KEYS[4] and redis.pcall('ZSCORE', KEYS[4], 'r:' .. req)
-if type(ended) == 'string' and tonumber(ended) > now then return {0, tonumber(ended) - now, 1} end
+-- A late copy of the request of an acquisition that ended takes nothing,
+-- and a release marker holding data dlock did not write is refused (see
+-- rw_acquire).
+local marked, ended = false, false
+if KEYS[4] then marked, ended = read_marker(KEYS[4], 'r:' .. req) end
+if marked == nil then return wrongtype() end
+if ARGV[10] ~= '1' and ended and tonumber(ended) > now then return {0, tonumber(ended) - now, 1} end
 local cur, err = open(k, 'semaphore', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
 local fields = {'permits', permits}
