@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -364,12 +365,14 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 		if master != "" {
 			port = "26379" // the sentinels' usual port
 		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
+		if _, p, err := net.SplitHostPort(h); err != nil {
 			if strings.Contains(err.Error(), "missing port") {
 				h = net.JoinHostPort(strings.Trim(h, "[]"), port)
 			} else {
 				return nil, fmt.Errorf("bad address %q: %v", h, err)
 			}
+		} else if !validPort(p) {
+			return nil, fmt.Errorf("bad port %q in address %q: write a number from 1 to 65535", p, h)
 		}
 		addrs = append(addrs, h)
 	}
@@ -424,6 +427,27 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 	return t, nil
 }
 
+// validPort reports whether p is a TCP port one can dial: a number from 1
+// to 65535, in digits only.
+func validPort(p string) bool {
+	if p == "" || strings.Trim(p, "0123456789") != "" {
+		return false
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// validClientName reports whether Redis takes name in CLIENT SETNAME:
+// printable ASCII without spaces.
+func validClientName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if name[i] < '!' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 // maxConns bounds the connection counts of a URL: go-redis makes room for
 // pool_size at once, and a huge one ends the process out of memory.
 const maxConns = 1 << 16
@@ -431,7 +455,8 @@ const maxConns = 1 << 16
 // checkOptions refuses the values go-redis takes from a URL without a
 // word and then panics on (a negative pool_size), sends nothing with
 // (max_retries below -1), fails every dial with (a dial_timeout of 0 or
-// less) or ignores (a negative database). -1 is go-redis's "none" for
+// less) or ignores (a negative database), and a client_name the server
+// refuses at every connection. -1 is go-redis's "none" for
 // max_retries and the backoffs; a duration written as a plain 0 or
 // negative number reads as -1ns, that none.
 func checkOptions(o *redis.Options) error {
@@ -457,6 +482,8 @@ func checkOptions(o *redis.Options) error {
 		return errors.New("max_retry_backoff must not be a negative duration; write 0 for no backoff")
 	case o.DB < 0:
 		return fmt.Errorf("database %d does not exist: write a number from 0", o.DB)
+	case !validClientName(o.ClientName):
+		return fmt.Errorf("client_name=%q is not a name Redis takes: use printable ASCII without spaces", o.ClientName)
 	}
 	return nil
 }

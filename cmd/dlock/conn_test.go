@@ -511,12 +511,23 @@ func TestConnectBadOptions(t *testing.T) {
 		{[]string{"--redis", redisURL + "/99", "ls"}, "names a database the server does not have"},
 		{[]string{"--cluster", "--redis", redisURL, "status", "x"}, "is not a Redis Cluster: give one address, without --cluster"},
 		{append([]string{"--redis", redisURL + "," + addr}, runArgs(nil, "x", "exit", "0")...), "is not a Redis Cluster"},
+		// Ports that cannot be dialled, and a client name Redis refuses,
+		// are the URL's fault, not the server's.
+		{[]string{"--redis", "redis://127.0.0.1:99999", "status", "x"}, `bad Redis URL "redis://127.0.0.1:99999" (from --redis): bad port "99999" in address "127.0.0.1:99999": write a number from 1 to 65535`},
+		{[]string{"--redis", "redis://127.0.0.1:0", "ls"}, `bad port "0"`},
+		{[]string{"--redis", "redis://127.0.0.1:+80", "ls"}, `bad port "+80"`},
+		{[]string{"--redis", "redis://[::1]:65536", "ls"}, `bad port "65536"`},
+		{[]string{"--redis", redisURL + ",127.0.0.1:70000", "ls"}, `bad port "70000" in address "127.0.0.1:70000"`},
+		{[]string{"--redis", "redis-sentinel://127.0.0.1:99999/m", "ls"}, `bad port "99999"`},
+		{[]string{"--redis", redisURL + "?client_name=a%20b", "status", "x"}, `client_name="a b" is not a name Redis takes: use printable ASCII without spaces`},
+		{[]string{"--redis", redisURL + "?client_name=a%0Ab", "ls"}, `client_name="a\nb" is not a name Redis takes`},
+		{[]string{"--redis", "unix:///run/redis.sock?client_name=a%20b", "ls"}, `client_name="a b" is not a name Redis takes`},
 	} {
 		r := dlockRun(t, nil, tc.args...)
 		checkOneLine(t, r, exitUsage, tc.want)
 	}
 	// Options fine by the URL are still fine.
-	if r := dlockRun(t, nil, "--redis", redisURL+"?max_retries=-1&pool_size=2&dial_timeout=3s&min_retry_backoff=0", "ls"); r.code != 0 {
+	if r := dlockRun(t, nil, "--redis", redisURL+"?max_retries=-1&pool_size=2&dial_timeout=3s&min_retry_backoff=0&client_name=cron-a:1", "ls"); r.code != 0 {
 		t.Errorf("good options: code %d, stderr %s", r.code, r.stderr)
 	}
 }
