@@ -76,8 +76,11 @@ const exitHelp = `Exit codes:
   126      run: the command was found but could not be executed
   127      run: the command was not found
   128+N    run: the command was killed by signal N (or dlock was, while waiting)
-  64       bad usage: a flag, argument, URL or name is wrong; the message says which
-  69       Redis is unreachable or refused the connection (address, TLS, password)
+  64       bad usage: a flag, argument, URL or name is wrong (also a name whose key
+           holds other data or that another kind of lock uses, and a database or
+           cluster the server does not have); the message says which
+  69       Redis could not be used: unreachable (also when --wait ran out while it
+           failed), a TLS failure, a wrong password, a missing permission (NOPERM)
   70       an unexpected failure
   73       run: the lock was not obtained (--no-wait, or --wait ran out)
   74       run: the lock was lost while the command ran; the command was stopped

@@ -164,6 +164,13 @@ func TestHelp(t *testing.T) {
 			t.Errorf("run --help does not document exit code %d", code)
 		}
 	}
+	// The exit codes say what the README's table says.
+	for _, want := range []string{"holds other data", "another kind of lock", "a database or\n           cluster the server does not have",
+		"--wait ran out", "a TLS failure", "a wrong password", "a missing permission (NOPERM)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("run --help's exit codes do not say %q", want)
+		}
+	}
 	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
 		r := dlockRun(t, nil, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Commands:") || !strings.Contains(r.stdout, "Exit codes:") {
