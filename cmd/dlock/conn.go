@@ -184,7 +184,9 @@ func (a *app) redisError(c *conn, err error) error {
 	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:
 		return usage(a.cmd, "%s; run takes an exclusive lock, --shared or --write a read or write hold of a read/write lock (--fair for a fair one), --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
-		return usage(a.cmd, "%s", libMsg(err))
+		// dlock gives the library one name: which of several it was says
+		// nothing.
+		return usage(a.cmd, "%s", strings.Replace(libMsg(err), " (name 1 of 1)", "", 1))
 	case errors.As(err, &se), isNetError(err):
 		return unreachable(c.display, err)
 	}

@@ -559,3 +559,12 @@ func TestConnectTLSCertificateWithoutIP(t *testing.T) {
 		t.Errorf("with --tls-server-name: code %d, stderr %s", r.code, r.stderr)
 	}
 }
+
+// A name the library refuses is code 64, in the words of a single name.
+func TestBadNameIsUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{runArgs(nil, "}x", "exit", "0"), {"status", "}x"}, {"release", "--force", "}x"}} {
+		r := dlockRun(t, nil, args...)
+		checkOneLine(t, r, exitUsage, `invalid argument: key: "}x" starts with '}' and has no hash tag of its own (see 'dlock `+args[0]+` --help')`)
+	}
+}
