@@ -70,10 +70,25 @@ func TestParseInterleaved(t *testing.T) {
 	}
 }
 
+// flagError writes a flag as the user typed it, and as --name when it
+// cannot tell.
 func TestFlagError(t *testing.T) {
-	got := flagError(errors.New(`invalid value "x" for flag -ttl: bad`)).Error()
-	if got != `invalid value "x" for flag --ttl: bad` {
-		t.Errorf("got %q", got)
+	for _, tc := range []struct {
+		err  string
+		args []string
+		want string
+	}{
+		{`invalid value "x" for flag -ttl: bad`, nil, `invalid value "x" for flag --ttl: bad`},
+		{`invalid value "x" for flag -ttl: bad`, []string{"-ttl", "x"}, `invalid value "x" for flag -ttl: bad`},
+		{`invalid value "x" for flag -ttl: bad`, []string{"--ttl=x"}, `invalid value "x" for flag --ttl: bad`},
+		{"flag provided but not defined: -x", []string{"job", "-x=1"}, "flag provided but not defined: -x"},
+		{"flag provided but not defined: -x", []string{"--", "-x"}, "flag provided but not defined: --x"},
+		{"flag provided but not defined: -x*", []string{"-x*"}, "flag provided but not defined: -x*"},
+		{"bad flag syntax: ---x", []string{"---x"}, "bad flag syntax: ---x"},
+	} {
+		if got := flagError(errors.New(tc.err), tc.args).Error(); got != tc.want {
+			t.Errorf("flagError(%q, %q) = %q, want %q", tc.err, tc.args, got, tc.want)
+		}
 	}
 }
 

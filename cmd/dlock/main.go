@@ -176,7 +176,7 @@ func (a *app) dispatch(args []string) error {
 			a.printTopHelp(a.stdout)
 			return nil
 		}
-		return usage(nil, "%v", flagError(err))
+		return usage(nil, "%v", flagError(err, args))
 	}
 	if *showVersion {
 		return printVersion(a.stdout)
@@ -214,7 +214,7 @@ func (a *app) dispatch(args []string) error {
 			a.printHelp(a.stdout, a.cmd)
 			return nil
 		}
-		return usage(a.cmd, "%v", flagError(err))
+		return usage(a.cmd, "%v%s", flagError(err, cmdArgs), dashNameHint(a.cmd, err, cmdArgs))
 	}
 	if a.cmd == runCommand {
 		if j := indexOf(tail, "--"); len(pos) == 0 && j == 1 {
@@ -268,13 +268,68 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// flagError rewrites the flag package's errors with flags written as
-// --name, as the help writes them.
-func flagError(err error) error {
-	return errors.New(flagName.ReplaceAllString(err.Error(), "$1--$2"))
+// flagError rewrites the flag package's errors, which write every flag
+// as -name, with the flag as typed in args: -name or --name (--name, as
+// the help writes flags, when it is not found there).
+func flagError(err error, args []string) error {
+	return errors.New(flagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := flagName.FindStringSubmatch(m)
+		typed, _ := typedFlag(sub[2], args)
+		return sub[1] + typed
+	}))
 }
 
-var flagName = regexp.MustCompile(`(: |flag |for )-([a-z][a-z-]*)`)
+var flagName = regexp.MustCompile(`(: |flag |for )-([^\s:=-][^\s:=]*)`)
+
+// typedFlag finds the flag called name among args, before any "--", and
+// returns it as typed, without its value (-name or --name), and the whole
+// argument; "--name" and "" when it is not there.
+func typedFlag(name string, args []string) (typed, arg string) {
+	for _, s := range args {
+		if s == "--" {
+			break
+		}
+		rest, ok := strings.CutPrefix(s, "-")
+		if !ok {
+			continue
+		}
+		dashes := "-"
+		if r, ok := strings.CutPrefix(rest, "-"); ok {
+			rest, dashes = r, "--"
+		}
+		if n, _, _ := strings.Cut(rest, "="); n == name {
+			return dashes + name, s
+		}
+	}
+	return "--" + name, ""
+}
+
+// dashNameHint is the hint for a flag c does not know that was typed with
+// one dash: it may be a name (or ls's pattern) that starts with '-',
+// which goes after a "--" of its own.
+func dashNameHint(c *command, err error, args []string) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return ""
+	}
+	typed, arg := typedFlag(name, args)
+	if strings.HasPrefix(typed, "--") || arg == "" {
+		return ""
+	}
+	what, example := "NAME", "dlock "+c.name+" -- "+shellJoin([]string{arg})
+	switch c {
+	case runCommand:
+		example += " -- COMMAND"
+	case releaseCommand:
+		example = "dlock release --force -- " + shellJoin([]string{arg})
+	case lsCommand:
+		what = "PATTERN"
+	case statusCommand:
+	default:
+		return ""
+	}
+	return fmt.Sprintf("; a %s that starts with '-' goes after a `--`: %s", what, example)
+}
 
 // durationFlag defines a duration flag whose error says how to write one.
 func durationFlag(fs *flag.FlagSet, p *time.Duration, name string) {

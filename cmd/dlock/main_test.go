@@ -353,3 +353,38 @@ func isFree(t *testing.T, c *dlock.Client, name string) bool {
 	}
 	return len(info.Holders) == 0
 }
+
+// A flag the command does not know is reported as typed; typed with one
+// dash it may be a name, which the message shows how to pass.
+func TestUnknownFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-x"}, "flag provided but not defined: -x; a NAME that starts with '-' goes after a `--`: dlock status -- -x (see 'dlock status --help')"},
+		{[]string{"status", "--json", "-x=1"}, "flag provided but not defined: -x; a NAME that starts with '-' goes after a `--`: dlock status -- -x=1 "},
+		{[]string{"release", "--force", "-x"}, "flag provided but not defined: -x; a NAME that starts with '-' goes after a `--`: dlock release --force -- -x "},
+		{[]string{"ls", "-x*"}, "flag provided but not defined: -x*; a PATTERN that starts with '-' goes after a `--`: dlock ls -- '-x*' "},
+		{runArgs([]string{"-x"}, "job", "exit", "0"), "flag provided but not defined: -x; a NAME that starts with '-' goes after a `--`: dlock run -- -x -- COMMAND "},
+		{[]string{"status", "--bogus", "job"}, "flag provided but not defined: --bogus (see 'dlock status --help')"},
+		{[]string{"-x", "status", "job"}, "dlock: flag provided but not defined: -x (see 'dlock --help')"},
+	} {
+		r := dlockRun(t, nil, tc.args...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+	// The commands the hints give work.
+	name := "-" + lockName(t)
+	if r := dlockRun(t, nil, "status", "--", name); r.code != 0 || !strings.Contains(r.stdout, "name:     "+name+"\n") {
+		t.Errorf("status -- %s: code %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, nil, append([]string{"run", "--", name, "--"}, helper("env")...)...); r.code != 0 || !strings.Contains(r.stdout, "DLOCK_NAME="+name+"\n") {
+		t.Errorf("run -- %s -- COMMAND: code %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, nil, "ls", "--", name); r.code != 0 || !strings.Contains(r.stderr, "no locks matching") {
+		t.Errorf("ls -- %s: code %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, nil, "release", "--force", "--", name); r.code != 0 || !strings.Contains(r.stdout, "was not held") {
+		t.Errorf("release --force -- %s: code %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+	}
+}
