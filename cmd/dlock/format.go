@@ -172,7 +172,9 @@ func age(h dlock.Holder, now time.Time) time.Duration {
 	return max(now.Sub(h.Since), 0)
 }
 
-// fmtDur writes a duration for people: "450ms", "12s", "3m12s".
+// fmtDur writes a duration for people: "450ms", "12s", "3m12s", "3m",
+// "2h5m", "3h". From an hour up it counts minutes, and hours however many
+// (the longest duration is "2562047h47m").
 func fmtDur(d time.Duration) string {
 	switch {
 	case d <= 0:
@@ -188,7 +190,11 @@ func fmtDur(d time.Duration) string {
 		}
 		return s
 	default:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s") // "2h5m"
+		s := strings.TrimSuffix(d.Round(time.Minute).String(), "0s") // "2h5m", "3h0m"
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
 	}
 }
 

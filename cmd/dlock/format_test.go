@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -16,13 +17,20 @@ import (
 
 func TestFmtDur(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		-time.Second:                          "0s",
-		450 * time.Millisecond:                "450ms",
-		12*time.Second + 400*time.Millisecond: "12s",
-		3*time.Minute + 12*time.Second:        "3m12s",
-		3*time.Minute + 10*time.Second:        "3m10s",
-		3 * time.Minute:                       "3m",
-		2*time.Hour + 5*time.Minute:           "2h5m",
+		-time.Second:                                  "0s",
+		450 * time.Millisecond:                        "450ms",
+		12*time.Second + 400*time.Millisecond:         "12s",
+		3*time.Minute + 12*time.Second:                "3m12s",
+		3*time.Minute + 10*time.Second:                "3m10s",
+		3 * time.Minute:                               "3m",
+		2*time.Hour + 5*time.Minute:                   "2h5m",
+		2*time.Hour + 10*time.Minute:                  "2h10m",
+		3 * time.Hour:                                 "3h",
+		3*time.Hour + 20*time.Second:                  "3h",
+		3*time.Hour + 59*time.Minute + 45*time.Second: "4h",
+		1000 * time.Hour:                              "1000h",
+		2562047 * time.Hour:                           "2562047h", // run --ttl 2562047h
+		time.Duration(math.MaxInt64):                  "2562047h47m",
 	} {
 		if got := fmtDur(d); got != want {
 			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
