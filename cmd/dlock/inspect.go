@@ -81,7 +81,7 @@ Flags:
   --watch             list again every --interval; on a terminal the table is
                       redrawn in place, otherwise each listing follows the last
                       (with --json, one array per line); stop it with Ctrl-C
-  --interval DURATION how often --watch lists (default 1s)
+  --interval DURATION how often --watch lists (default 1s; only with --watch)
 
 Examples:
   dlock ls
@@ -97,6 +97,9 @@ Examples:
 			return func(a *app, args []string) error {
 				if err := wantArgs(lsCommand, args, 0, 1, "pattern"); err != nil {
 					return err
+				}
+				if !*watch && isSet(fs, "interval") {
+					return usage(lsCommand, "--interval goes with --watch: it says how often --watch lists")
 				}
 				if interval <= 0 {
 					return usage(lsCommand, "--interval %v must be positive", interval)
@@ -131,6 +134,13 @@ Examples:
 			}
 		},
 	}
+}
+
+// isSet reports whether the flag called name was given.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func noLocks(pattern string) string {

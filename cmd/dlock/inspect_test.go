@@ -116,6 +116,18 @@ func TestListWatch(t *testing.T) {
 	}
 }
 
+// ls --interval without --watch, which it would not change, is code 64.
+func TestListIntervalWithoutWatch(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"ls", "--interval", "5s"}, {"ls", "--json", lockName(t) + "*", "--interval=1s"}} {
+		r := dlockRun(t, nil, args...)
+		checkOneLine(t, r, exitUsage, "dlock ls: --interval goes with --watch: it says how often --watch lists (see 'dlock ls --help')")
+	}
+	if r := dlockRun(t, nil, "ls", "--watch", "--interval", "0s"); r.code != exitUsage || !strings.Contains(r.stderr, "--interval 0s must be positive") {
+		t.Errorf("ls --watch --interval 0s: code %d, stderr %q", r.code, r.stderr)
+	}
+}
+
 // release --force of a free name removes nothing and is not an error.
 func TestReleaseFree(t *testing.T) {
 	t.Parallel()
