@@ -180,7 +180,7 @@ func (a *app) redisError(c *conn, err error) error {
 	var se *dlock.ServerError
 	switch {
 	case errors.Is(err, dlock.ErrWrongType):
-		return usage(a.cmd, "%s: that key holds data dlock did not write; pick another name or --prefix", libMsg(err))
+		return a.wrongTypeError(c, err)
 	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:
 		return usage(a.cmd, "%s; run takes an exclusive lock, --shared or --write a read or write hold of a read/write lock (--fair for a fair one), --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
@@ -191,6 +191,64 @@ func (a *app) redisError(c *conn, err error) error {
 		return unreachable(c.display, err)
 	}
 	return err
+}
+
+// wrongTypeError explains an ErrWrongType: which key of the name holds
+// data dlock did not write, when Redis tells. The library names the name,
+// not the key, as ErrWrongType's message and the name quoted; an error of
+// another form is reported as it is.
+func (a *app) wrongTypeError(c *conn, err error) error {
+	quoted, ok := strings.CutPrefix(err.Error(), dlock.ErrWrongType.Error()+": ")
+	name, uerr := strconv.Unquote(quoted)
+	if !ok || uerr != nil {
+		return usage(a.cmd, "%s; pick another name or --prefix", libMsg(err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	key := c.locks.RedisKey(name)
+	which := fmt.Sprintf("one of its keys (%q or one that starts with it)", key)
+	switch {
+	case foreignBase(ctx, c.rdb, key):
+		which = fmt.Sprintf("its key %q", key)
+	case foreignFence(ctx, c.rdb, fenceKey(key)):
+		which = fmt.Sprintf("its fence counter %q", fenceKey(key))
+	}
+	return usage(a.cmd, "%s: %s holds data dlock did not write; pick another name or --prefix", quote(name), which)
+}
+
+// fenceKey is the key of the fence counter of the name whose key is key.
+func fenceKey(key string) string { return key + ":fence" }
+
+// foreignBase reports whether a name's key holds data dlock did not write:
+// anything but a hash of a kind dlock knows. False when it cannot tell.
+func foreignBase(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	typ, err := rdb.Type(ctx, key).Result()
+	switch {
+	case err != nil, typ == "none":
+		return false
+	case typ != "hash":
+		return true
+	}
+	kind, err := rdb.HGet(ctx, key, "kind").Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return true
+	case err != nil:
+		return false
+	}
+	return kind != string(dlock.KindLock) && kind != string(dlock.KindRWMutex) && kind != string(dlock.KindSemaphore)
+}
+
+// foreignFence reports whether a fence counter holds data dlock did not
+// write: anything but a string of a whole number below 2^53, which is
+// where dlock stops issuing fences. False when it cannot tell.
+func foreignFence(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	v, err := rdb.Get(ctx, key).Result()
+	if err != nil {
+		return strings.HasPrefix(err.Error(), "WRONGTYPE")
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return err != nil || n >= 1<<53
 }
 
 func isNetError(err error) bool {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -567,4 +568,61 @@ func TestBadNameIsUsage(t *testing.T) {
 		r := dlockRun(t, nil, args...)
 		checkOneLine(t, r, exitUsage, `invalid argument: key: "}x" starts with '}' and has no hash tag of its own (see 'dlock `+args[0]+` --help')`)
 	}
+}
+
+// A name one of whose keys holds data dlock did not write is code 64, with
+// one message naming that key.
+func TestForeignDataNamesTheKey(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
+	defer rdb.Close()
+	ctx := context.Background()
+	base := lockName(t)
+	for _, tc := range []struct {
+		name, key string
+		set       func(key string) error
+		what      string
+		commands  [][]string
+	}{
+		{"string", "dlock:{%s}", func(k string) error { return rdb.Set(ctx, k, "x", time.Minute).Err() }, "its key",
+			[][]string{runArgs(nil, "%s", "exit", "0"), {"status", "%s"}, {"release", "--force", "%s"}}},
+		{"hash", "dlock:{%s}", func(k string) error { return rdb.HSet(ctx, k, "foo", "bar").Err() }, "its key",
+			[][]string{runArgs(nil, "%s", "exit", "0"), {"status", "%s"}, {"release", "--force", "%s"}}},
+		{"fence-string", "dlock:{%s}:fence", func(k string) error { return rdb.Set(ctx, k, "notanumber", time.Minute).Err() }, "its fence counter",
+			[][]string{runArgs(nil, "%s", "exit", "0"), runArgs([]string{"--write"}, "%s", "exit", "0")}},
+		{"fence-hash", "dlock:{%s}:fence", func(k string) error { return rdb.HSet(ctx, k, "foo", "bar").Err() }, "its fence counter",
+			[][]string{runArgs(nil, "%s", "exit", "0")}},
+	} {
+		name := base + ":" + tc.name
+		key := fmt.Sprintf(tc.key, name)
+		if err := tc.set(key); err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Del(ctx, key)
+		for _, args := range tc.commands {
+			args = slices.Clone(args)
+			for i, a := range args {
+				if a == "%s" {
+					args[i] = name
+				}
+			}
+			r := dlockRun(t, nil, args...)
+			checkOneLine(t, r, exitUsage, fmt.Sprintf("dlock %s: '%s': %s %q holds data dlock did not write; pick another name or --prefix (see 'dlock %s --help')",
+				args[0], name, tc.what, key, args[0]))
+		}
+	}
+	// Another of a read/write lock's keys: the message cannot say which.
+	name := base + ":pending"
+	l, err := libClient(t).RWMutex(name).TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	key := "dlock:{" + name + "}"
+	if err := rdb.Set(ctx, key+":pending", "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(ctx, key+":pending")
+	r := dlockRun(t, nil, "status", name)
+	checkOneLine(t, r, exitUsage, fmt.Sprintf("dlock status: '%s': one of its keys (%q or one that starts with it) holds data dlock did not write; pick another name or --prefix", name, key))
 }
