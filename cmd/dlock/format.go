@@ -271,7 +271,9 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // writeStatus writes the inspection record of one name for people.
-func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
+// badFence is the key of the name's fence counter when it holds data dlock
+// did not write, "" otherwise.
+func writeStatus(w io.Writer, info *dlock.Info, now time.Time, badFence string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", printable(info.Name))
 	if f, _ := fair(info); f {
@@ -298,6 +300,8 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time) {
 	switch {
 	case info.Kind == dlock.KindSemaphore:
 		fmt.Fprintf(tw, "fence:\tnone (a semaphore's permits have no fence)\n")
+	case badFence != "":
+		fmt.Fprintf(tw, "fence:\tunknown: its counter %q holds data dlock did not write (a plain or --write run of the name is refused)\n", badFence)
 	case info.Fence == 0:
 		fmt.Fprintf(tw, "fence:\t0 (none issued)\n")
 	default:

@@ -26,7 +26,9 @@ func init() {
 with their metadata (host, pid, user and command for locks taken by dlock run),
 how long each has held it and how long it has left unless refreshed, readers
 where the kind has them, how many clients wait for it (processes, or dlock
-runs), and the newest fence issued. A lock released before its minimum hold
+runs), and the newest fence issued (or that the name's fence counter holds
+data dlock did not write, which refuses plain and --write runs of the name;
+--json then shows fence 0). A lock released before its minimum hold
 had passed (run --min-hold) shows its holder as released, kept until it
 expires. A free name is reported as kind "free" with no holders; that is not
 an error.
@@ -57,7 +59,13 @@ Examples:
 				if *asJSON {
 					return writeJSON(a.stdout, toJSON(info, time.Now()))
 				}
-				writeStatus(a.stdout, info, time.Now())
+				// Inspect reads a fence counter that holds data dlock
+				// did not write as no fence: say which it is.
+				badFence := ""
+				if k := fenceKey(c.locks.RedisKey(info.Name)); info.Fence == 0 && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
+					badFence = k
+				}
+				writeStatus(a.stdout, info, time.Now(), badFence)
 				return nil
 			}
 		},

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // status --json and ls --json describe a lock held by run: its holder's
@@ -113,6 +114,43 @@ func TestListWatch(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &infos); err != nil || len(infos) != 0 {
 			t.Errorf("line %q: %v", line, err)
 		}
+	}
+}
+
+// status says that a fence counter holding data dlock did not write is
+// not a fence, rather than "none issued"; a read hold, which needs no
+// fence, is still taken.
+func TestStatusForeignFenceCounter(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
+	defer rdb.Close()
+	ctx := context.Background()
+	name := lockName(t)
+	key := "dlock:{" + name + "}:fence"
+	if err := rdb.Set(ctx, key, "notanumber", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(ctx, key)
+	want := "fence:    unknown: its counter \"" + key + "\" holds data dlock did not write (a plain or --write run of the name is refused)\n"
+	r := dlockRun(t, nil, "status", name)
+	if r.code != 0 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "none issued") {
+		t.Errorf("status: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, nil, runArgs([]string{"--shared"}, name, "exit", "0")...); r.code != 0 {
+		t.Errorf("run --shared: code %d, stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, want) {
+		t.Errorf("status after a read hold: %q", r.stdout)
+	}
+	// A counter dlock wrote is a fence, and a name without one has none.
+	if err := rdb.Set(ctx, key, "17", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, "fence:    17 (the newest issued)\n") {
+		t.Errorf("status with fence 17: %q", r.stdout)
+	}
+	if r := dlockRun(t, nil, "status", name+":other"); !strings.Contains(r.stdout, "fence:    0 (none issued)\n") {
+		t.Errorf("status of a name never locked: %q", r.stdout)
 	}
 }
 
