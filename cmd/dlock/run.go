@@ -405,7 +405,12 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		return nil, nil, a.redisError(c, err)
 	}
 	if w != nil && w.waited() && !o.quiet {
-		fmt.Fprintf(a.stderr, "dlock: obtained %s after waiting %s (fence %d)\n", quote(name), fmtDur(w.since()), l.Fence())
+		// A read hold or a permit has no fence (0): nothing to say.
+		fence := ""
+		if f := l.Fence(); f > 0 {
+			fence = fmt.Sprintf(" (fence %d)", f)
+		}
+		fmt.Fprintf(a.stderr, "dlock: obtained %s after waiting %s%s\n", quote(name), fmtDur(w.since()), fence)
 	}
 	return l, c, nil
 }

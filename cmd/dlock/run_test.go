@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -223,8 +224,8 @@ func TestRunWaits(t *testing.T) {
 	if want := "dlock: waiting for '" + name + "' — held by batch job 7 (running "; !strings.HasPrefix(r.stderr, want) {
 		t.Errorf("stderr %q does not start with %q", r.stderr, want)
 	}
-	if !strings.Contains(r.stderr, "dlock: obtained '"+name+"' after waiting ") {
-		t.Errorf("stderr does not say the lock was obtained: %q", r.stderr)
+	if !regexp.MustCompile(`dlock: obtained '` + regexp.QuoteMeta(name) + `' after waiting \S+ \(fence \d+\)\n`).MatchString(r.stderr) {
+		t.Errorf("stderr does not say the lock was obtained, with its fence: %q", r.stderr)
 	}
 	if !strings.HasPrefix(r.stdout, "DLOCK_NAME="+name+"\n") || strings.Count(r.stdout, "\n") != 3 {
 		t.Errorf("stdout holds more than the command's output: %q", r.stdout)
@@ -770,5 +771,28 @@ func TestRunPassesOnASignalThatComesAsTheLockIsObtained(t *testing.T) {
 	}
 	if !isFree(t, c, name) {
 		t.Error("the lock is still held after the run")
+	}
+}
+
+// A permit obtained after a wait has no fence, and the line that says so
+// names none.
+func TestRunWaitsForAPermit(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	l, err := libClient(t).Semaphore(name, 1).TryAcquire(context.Background(), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startDlock(t, nil, runArgs([]string{"--semaphore", "1"}, name, "env")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t)
+	if r.code != 0 {
+		t.Fatalf("exit code %d; stderr: %s", r.code, r.stderr)
+	}
+	if !regexp.MustCompile(`dlock: obtained '` + regexp.QuoteMeta(name) + `' after waiting \S+\n`).MatchString(r.stderr) {
+		t.Errorf("stderr does not say the permit was obtained, without a fence: %q", r.stderr)
 	}
 }
