@@ -24,7 +24,7 @@ var aclRules = []string{
 	"on", ">s3cret", "resetkeys", "~dlock:*", "resetchannels", "&dlock:*",
 	"-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+scan", "+ping", "+hello",
 	// the commands dlock's scripts run
-	"+exists", "+hmget", "+hget", "+hset", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
+	"+exists", "+hmget", "+hget", "+hset", "+hlen", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
 	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish", "+pubsub|numsub",
 	// and those of the read/write locks' and semaphores' scripts
 	"+hdel", "+zscore", "+zrange", "+zcard", "+zcount", "+zremrangebyscore",
@@ -72,6 +72,15 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	}
 	if _, err := c.ForceRelease(ctx, "job"); err != nil {
 		t.Errorf("ForceRelease: %v", err)
+	}
+	// SetFenced, on a data key the user may write (here under the prefix),
+	// and its refusal of other data there.
+	if err := c.SetFenced(ctx, "dlock:data:report", l.Fence(), "v"); err != nil {
+		t.Errorf("SetFenced: %v", err)
+	}
+	srv.Do(t, "HSET", "dlock:data:user", "name", "bob")
+	if err := c.SetFenced(ctx, "dlock:data:user", l.Fence(), "v"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("SetFenced on another hash: err = %v, want ErrWrongType", err)
 	}
 	// Read/write locks of both fairness, and semaphores, with a waiter each.
 	for _, opts := range [][]dlock.RWOption{nil, {dlock.Fair()}} {
