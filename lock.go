@@ -647,7 +647,10 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
 // sooner. Every Release of one Lock is the same request: one whose first
-// call ran on the server but whose reply was lost counts as done. A ctx
+// call ran on the server but whose reply was lost counts as done, and so
+// do Releases called at once from several goroutines (each returns nil
+// when the lock was freed); only a Release called after one has returned
+// reports ErrNotHeld for a lock already released. A ctx
 // that has already ended when Release is called (that of a request a
 // deferred Release belongs to, say) does not stop it: Release then keeps
 // ctx's values and gives itself up to 2 seconds, since a lock given back is
