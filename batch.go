@@ -83,13 +83,16 @@ func (b *batcher) mark(calls []*Call) {
 }
 
 // check turns the replies of a server without functions into
-// ErrNoFunctions, with WithFunctions.
+// ErrNoFunctions, with WithFunctions, and Redis's protocol error for a
+// client that has not authenticated into one that says so (see
+// unauthenticated).
 func (b *batcher) check(calls []*Call) {
-	if b.lib == nil {
-		return
-	}
 	for _, c := range calls {
-		if c.Err != nil {
+		switch {
+		case c.Err == nil:
+		case isUnauthenticated(c.Err):
+			c.Err = &unauthenticated{c.Err}
+		case b.lib != nil:
 			c.Err = functionsError(c.Err)
 		}
 	}

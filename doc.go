@@ -171,7 +171,10 @@
 // arguments ErrInvalidArgument and its more specific children (ErrEmptyKey,
 // ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
 // is sent to Redis. Failures of Redis itself come as a
-// *ServerError. No input makes dlock panic, except a nil Driver given to
+// *ServerError. A waiting acquire retries them until its wait ends, as a
+// Redis restarting or failing over comes back, except a refusal that no
+// wait changes, which ends it at once: a missing or wrong password
+// (NOAUTH, WRONGPASS) or a missing ACL permission (NOPERM). No input makes dlock panic, except a nil Driver given to
 // New, calling methods on a nil *Lock, and a nil parent given to
 // Lock.Context (as context.WithCancel panics).
 package dlock

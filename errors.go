@@ -115,6 +115,58 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 // WithAutoRefresh) after Client.Close.
 var ErrClosed = errors.New("dlock: client closed")
 
+// refusedForGood reports whether err is Redis refusing the client's
+// requests for a reason that no retry changes: the client has not
+// authenticated (NOAUTH, or a request refused as unauthenticated), its
+// user name or password is wrong (WRONGPASS), or its ACL user lacks a
+// permission (NOPERM, or a command inside a script refused by the ACL). A
+// waiting acquire ends at once with such an error. ranInPart reports
+// whether the request may have run in part: a permission may be missing
+// for a command inside a script, after the script's earlier writes, where
+// the other refusals come before anything runs.
+func refusedForGood(err error) (refused, ranInPart bool) {
+	if errors.As(err, new(*unauthenticated)) {
+		return true, false
+	}
+	var se *ServerError
+	if !errors.As(err, &se) || se.Err == nil {
+		return false, false
+	}
+	switch msg := se.Err.Error(); {
+	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):
+		return true, false
+	case strings.HasPrefix(msg, "NOPERM "),
+		// A command inside a script: Redis 7.0, and 7.2 on.
+		strings.Contains(msg, "The user executing the script can't run this"),
+		strings.Contains(msg, "ACL failure in script"):
+		return true, true
+	}
+	return false, false
+}
+
+// unauthenticated is Redis's refusal of a request from a client that has
+// not authenticated, in the form it takes for a request of more than 10
+// arguments (as a waiting acquire's is): "ERR Protocol error:
+// unauthenticated multibulk length", after which Redis closes the
+// connection. A smaller request gets "NOAUTH Authentication required";
+// both mean the driver's Redis client has no password, and the message
+// says so.
+type unauthenticated struct{ err error }
+
+func (e *unauthenticated) Error() string {
+	return "not authenticated (NOAUTH): Redis refused the request of a client that has not authenticated, and closed its connection (" +
+		e.err.Error() + "); give the Redis client the server's user and password"
+}
+
+func (e *unauthenticated) Unwrap() error { return e.err }
+
+// isUnauthenticated reports whether err is the protocol error by which
+// Redis refuses a large request of a client that has not authenticated
+// (see unauthenticated).
+func isUnauthenticated(err error) bool {
+	return strings.Contains(err.Error(), "Protocol error: unauthenticated ")
+}
+
 // scriptError turns a failed script call into a dlock error. The scripts
 // report data they refuse to touch as "DLOCK_WRONGTYPE i", "DLOCK_KIND i"
 // or "DLOCK_MODE i", i being the 1-based index of the key, which name turns

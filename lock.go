@@ -135,7 +135,9 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // gave none, the error does not match ErrNotObtained: it carries the
 // failure (a *ServerError) when there was one, and matches ctx.Err() when
 // ctx ended. So a caller that skips its work while another holds the lock
-// does not skip it silently while Redis is down.
+// does not skip it silently while Redis is down. A refusal that no wait
+// changes ends the wait at once with Redis's error: a missing or wrong
+// password (NOAUTH, WRONGPASS) or a missing ACL permission (NOPERM).
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }

@@ -233,3 +233,62 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// TestAWaitEndsAtOnceWhenRedisRefusesTheClient: a missing or wrong
+// password, or a missing permission, is not a Redis that is down for a
+// while: every waiting acquire ends at its first attempt with Redis's
+// refusal, not at the end of its wait with the refusal hidden behind it.
+func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
+	srv.Do(t, "ACL", "SETUSER", "noexpiry", "on", ">s3cret", "~*", "&*", "+@all", "-pexpire")
+	srv.Do(t, "CONFIG", "SET", "requirepass", "pw") // last: srv.Do has no password
+	for _, tc := range []struct {
+		name string
+		opts redis.Options
+		want string
+	}{
+		// A waiting acquire has more than 10 arguments, which Redis refuses
+		// from an unauthenticated client with a protocol error.
+		{"no password", redis.Options{}, "not authenticated (NOAUTH)"},
+		{"wrong password", redis.Options{Password: "wrong"}, "WRONGPASS"},
+		{"no permission", redis.Options{Username: "noscripts", Password: "s3cret"}, "NOPERM"},
+		// A command inside the script: the script may have run in part.
+		{"no permission inside the script", redis.Options{Username: "noexpiry", Password: "s3cret"}, "can't run this command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts
+			opts.Addr, opts.MaxRetries = srv.Addr(), -1
+			rdb := redis.NewClient(&opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := dlock.New(goredis.New(rdb))
+			t.Cleanup(func() { _ = c.Close() })
+			for _, p := range []struct {
+				name    string
+				acquire func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)
+			}{
+				{"Lock", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(ctx, "x", opts...) }},
+				{"LockMulti", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return c.LockMulti(ctx, []string{"m1", "m2"}, opts...)
+				}},
+				{"RLock", c.RWMutex("rw").RLock},
+				{"RWMutex.Lock", c.RWMutex("rw").Lock},
+				{"fair RLock", c.RWMutex("fair", dlock.Fair()).RLock},
+				{"Acquire", c.Semaphore("sem", 2).Acquire},
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				retried := false
+				_, err := p.acquire(ctx, dlock.WithOnRetry(func(int, error) {
+					retried = true
+					cancel() // the wait would go on
+				}))
+				cancel()
+				var se *dlock.ServerError
+				if retried || err == nil || !errors.As(err, &se) || errors.Is(err, dlock.ErrNotObtained) ||
+					errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: retried %v, err = %v; want no retry and a *ServerError saying %q", p.name, retried, err, tc.want)
+				}
+			}
+		})
+	}
+}

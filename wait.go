@@ -846,6 +846,11 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		if isFinal(err) {
 			return abandon(uncertain, err)
 		}
+		if refused, ranInPart := refusedForGood(err); refused {
+			// A missing password or permission: waiting would only hide
+			// it behind the wait's end.
+			return abandon(uncertain || ranInPart, err)
+		}
 		if errors.Is(err, errGiveBack) {
 			return abandon(true, err)
 		}
