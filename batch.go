@@ -36,6 +36,7 @@ type queued struct {
 const DefaultPipelines = 4
 
 func (b *batcher) eval(ctx context.Context, call *Call) {
+	b.made()
 	b.mu.Lock()
 	if b.inflight < b.max {
 		b.inflight++
@@ -65,8 +66,18 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 	}
 }
 
+// made panics unless New made the batcher's Client: the zero batcher
+// would queue every call for ever, with no pipeline ever in flight to send
+// it.
+func (b *batcher) made() {
+	if b.driver == nil {
+		panic(notNew)
+	}
+}
+
 // run hands calls to the driver at once: by FCALL with WithFunctions.
 func (b *batcher) run(ctx context.Context, calls ...*Call) {
+	b.made()
 	b.mark(calls)
 	b.driver.Eval(ctx, calls...)
 	b.check(calls)

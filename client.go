@@ -17,7 +17,7 @@ const DefaultPrefix = "dlock:"
 
 // Client obtains locks through a Driver. It is safe for concurrent use; make
 // one per Redis deployment, with New, and share it. The zero Client is not
-// usable.
+// usable: its methods panic, as do those of a nil *Client.
 type Client struct {
 	driver Driver
 	prefix string
@@ -88,8 +88,25 @@ func New(d Driver, opts ...ClientOption) *Client {
 	return c
 }
 
+// notNew is the panic of a method of a Client that New did not make.
+const notNew = "dlock: Client used without New (the zero Client is not usable)"
+
+// made panics unless New made c: a Client without a driver would wait for
+// ever for its first request to be sent, or fail deep inside.
+func (c *Client) made() {
+	if c == nil {
+		panic("dlock: method called on a nil *Client")
+	}
+	if c.driver == nil {
+		panic(notNew)
+	}
+}
+
 // Prefix returns the key prefix of the client.
-func (c *Client) Prefix() string { return c.prefix }
+func (c *Client) Prefix() string {
+	c.made()
+	return c.prefix
+}
 
 // RedisKey returns the Redis key of the lock called name. Every key of one lock
 // shares the name's hash tag, so it lives in one Redis Cluster slot: a name
@@ -101,6 +118,7 @@ func (c *Client) Prefix() string { return c.prefix }
 // ":pending", ":queue" or ":released"): "{x}:fence" would be a key of the
 // lock "{x}".
 func (c *Client) RedisKey(name string) string {
+	c.made()
 	if hasHashTag(name) {
 		return c.prefix + name
 	}
@@ -110,6 +128,7 @@ func (c *Client) RedisKey(name string) string {
 // lockKeys returns the Redis keys of the exclusive lock called name: its
 // RedisKey, its waiter set and its fence counter, in one string.
 func (c *Client) lockKeys(name string) (key, waiters, fence string) {
+	c.made()
 	open, shut := "{", "}"
 	if hasHashTag(name) {
 		open, shut = "", ""
@@ -194,6 +213,7 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // context says (up to 10s). Close does not close the Redis client under
 // the driver. It is safe to call more than once.
 func (c *Client) Close() error {
+	c.made()
 	c.mu.Lock()
 	wd, waits := c.wd, c.waits
 	c.wd, c.closed = nil, true
@@ -210,6 +230,7 @@ func (c *Client) Close() error {
 // watchdog returns the client's watchdog, starting it on first use; nil
 // once the client is closed.
 func (c *Client) watchdog() *watchdog {
+	c.made()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.wd == nil && !c.closed {
@@ -231,6 +252,7 @@ func (c *Client) unwatch(s *lease) {
 
 // isClosed reports whether Close was called.
 func (c *Client) isClosed() bool {
+	c.made()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed

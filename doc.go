@@ -175,6 +175,8 @@
 // Redis restarting or failing over comes back, except a refusal that no
 // wait changes, which ends it at once: a missing or wrong password
 // (NOAUTH, WRONGPASS) or a missing ACL permission (NOPERM). No input makes dlock panic, except a nil Driver given to
-// New, calling methods on a nil *Lock, and a nil parent given to
-// Lock.Context (as context.WithCancel panics).
+// New, a Client, RWMutex or Semaphore that New, Client.RWMutex or
+// Client.Semaphore did not make (a zero value, or a nil *Client),
+// calling methods on a nil *Lock, and a nil parent given to Lock.Context
+// (as context.WithCancel panics).
 package dlock

@@ -95,6 +95,7 @@ func Open(ctx context.Context, d Driver, opts ...ClientOption) (*Client, error) 
 // it is missing. It returns ErrNoFunctions when WithFunctions was asked for
 // and the server cannot run functions.
 func (c *Client) Prepare(ctx context.Context) error {
+	c.made()
 	if ctx == nil {
 		return ErrNilContext
 	}

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"path"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ func FuzzKeys(f *testing.F) {
 	for _, s := range []string{"orders:42", "{order:42}:pay", "a{}b", "}{", "{", "}", "{}", "x{y}z{w}", "ünïcode", "a\x00b", "{a}{b}", "a}{b", "{a{}", "a{"} {
 		f.Add(s)
 	}
-	c := &Client{prefix: DefaultPrefix}
+	c := New(sendsNothing{})
 	f.Fuzz(func(t *testing.T, name string) {
 		if err := checkName(name); err != nil {
 			if !isFinal(err) {
@@ -52,7 +53,7 @@ func FuzzKeys(f *testing.F) {
 // likely used: without the added braces, unless those hold braces
 // themselves and the key is a name with a plain hash tag.
 func TestNameOf(t *testing.T) {
-	c := &Client{prefix: DefaultPrefix}
+	c := New(sendsNothing{})
 	for name, want := range map[string]string{
 		"x": "x", "{x}": "x", "{order:42}:pay": "{order:42}:pay",
 		"{a}{b}": "{a}{b}", "a}{b": "{a}{b}", "x{y}z{w}": "x{y}z{w}",
@@ -62,6 +63,15 @@ func TestNameOf(t *testing.T) {
 			t.Errorf("nameOf(RedisKey(%q)) = %q, want %q", name, got, want)
 		}
 	}
+}
+
+// sendsNothing is the driver of a Client whose test sends nothing.
+type sendsNothing struct{}
+
+func (sendsNothing) Eval(context.Context, ...*Call) { panic("sendsNothing: Eval") }
+
+func (sendsNothing) Subscribe(context.Context, func(string, string)) (Subscription, error) {
+	return nil, ErrUnsupported
 }
 
 // hashTag returns the part of key that Redis Cluster hashes when it holds a

@@ -173,6 +173,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]*Info, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
+	c.made()
 	sc, ok := c.driver.(Scanner)
 	if !ok {
 		return nil, fmt.Errorf("%w: List needs a driver that can SCAN", ErrUnsupported)

@@ -5,7 +5,7 @@ import "context"
 // RWMutex is a read/write lock on one name: any number of readers hold it
 // at once, or one writer alone. Client.RWMutex returns one; it is a handle
 // that keeps no state of its own, cheap to make and safe for concurrent
-// use.
+// use. The zero RWMutex is not usable: its holds panic.
 //
 // Every hold is a *Lock with its own token, TTL and lease, so that each
 // reader's hold expires on its own: a crashed reader frees its share after
@@ -68,6 +68,7 @@ func Fair() RWOption { return func(m *RWMutex) { m.fair = true } }
 // unless opts hold Fair. Nothing is sent to Redis until a hold is asked
 // for.
 func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
+	c.made()
 	m := &RWMutex{c: c, name: name}
 	for _, o := range opts {
 		if o != nil {
@@ -75,6 +76,15 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		}
 	}
 	return m
+}
+
+// client returns the Client that made m; it panics for an RWMutex that
+// Client.RWMutex did not make.
+func (m *RWMutex) client() *Client {
+	if m == nil || m.c == nil {
+		panic("dlock: RWMutex used without Client.RWMutex")
+	}
+	return m.c
 }
 
 // Name returns the lock's name.
@@ -85,13 +95,13 @@ func (m *RWMutex) Name() string { return m.name }
 // ahead). It waits and gives up as Client.Lock does, waking when the
 // blocking hold or waiter expires if that comes sooner.
 func (m *RWMutex) RLock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return m.c.obtain(ctx, opts, true, m.hold(readHold, true))
+	return m.client().obtain(ctx, opts, true, m.hold(readHold, true))
 }
 
 // TryRLock obtains a read hold if it can at once, in one round trip, and
 // returns ErrNotObtained if not.
 func (m *RWMutex) TryRLock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return m.c.obtain(ctx, opts, false, m.hold(readHold, false))
+	return m.client().obtain(ctx, opts, false, m.hold(readHold, false))
 }
 
 // Lock obtains the write hold, waiting while anyone holds the lock (in a
@@ -99,13 +109,13 @@ func (m *RWMutex) TryRLock(ctx context.Context, opts ...Option) (*Lock, error) {
 // reader gets in. It waits and gives up as Client.Lock does; when it gives
 // up, it takes its record as a waiter back.
 func (m *RWMutex) Lock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return m.c.obtain(ctx, opts, true, m.hold(writeHold, true))
+	return m.client().obtain(ctx, opts, true, m.hold(writeHold, true))
 }
 
 // TryLock obtains the write hold if it can at once, in one round trip, and
 // returns ErrNotObtained if not. It leaves no record as a waiter.
 func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return m.c.obtain(ctx, opts, false, m.hold(writeHold, false))
+	return m.client().obtain(ctx, opts, false, m.hold(writeHold, false))
 }
 
 var (

@@ -9,7 +9,7 @@ import (
 // Semaphore lets a limited number of holders hold one name at once: each
 // holds a permit. Client.Semaphore returns one; it is a handle that keeps
 // no state but its permit count, cheap to make and safe for concurrent
-// use.
+// use. The zero Semaphore is not usable: its acquires panic.
 //
 // Every permit is a *Lock with its own token, TTL and lease, so that a
 // holder that crashed frees its permit after its TTL while the others go
@@ -44,9 +44,19 @@ type Semaphore struct {
 // in at once. Nothing is sent to Redis until a permit is asked for; a
 // count below one makes every acquire fail with ErrInvalidPermits.
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
+	c.made()
 	s := &Semaphore{c: c, name: name}
 	s.permits.Store(int64(permits))
 	return s
+}
+
+// client returns the Client that made s; it panics for a Semaphore that
+// Client.Semaphore did not make.
+func (s *Semaphore) client() *Client {
+	if s == nil || s.c == nil {
+		panic("dlock: Semaphore used without Client.Semaphore")
+	}
+	return s.c
 }
 
 // Name returns the semaphore's name.
@@ -71,13 +81,13 @@ func (s *Semaphore) SetPermits(n int) error {
 // and gives up as Client.Lock does, waking when the first permit held
 // expires if that comes sooner.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
-	return s.c.obtain(ctx, opts, true, s.hold)
+	return s.client().obtain(ctx, opts, true, s.hold)
 }
 
 // TryAcquire obtains a permit if one is free, in one round trip, and
 // returns ErrNotObtained if not.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, error) {
-	return s.c.obtain(ctx, opts, false, s.hold)
+	return s.client().obtain(ctx, opts, false, s.hold)
 }
 
 var permitHold = &holdKind{mode: ModePermit, modeArg: true, refused: "has every permit held",

@@ -1000,6 +1000,7 @@ const cutShortSlack = 50 * time.Millisecond
 
 // hub returns the client's waitHub, creating it on first use.
 func (c *Client) hub() *waitHub {
+	c.made()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waits == nil {
