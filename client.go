@@ -32,10 +32,11 @@ type Client struct {
 
 	ttlArgs atomic.Pointer[ttlArg] // see ttlArg
 
-	mu     sync.Mutex
-	wd     *watchdog // started by the first lock that refreshes automatically
-	waits  *waitHub  // made by the first caller that waits
-	closed bool
+	mu      sync.Mutex
+	wd      *watchdog                         // started by the first lock that refreshes automatically
+	waits   *waitHub                          // made by the first caller that waits
+	waiting map[*context.CancelCauseFunc]bool // end the waits under way, at Close (see endsAtClose)
+	closed  bool
 }
 
 // ClientOption configures a Client.
@@ -201,23 +202,41 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 	return call.Val, call.Err
 }
 
-// Close stops the client's background work: the watchdog that refreshes
-// locks obtained WithAutoRefresh, and the subscription that wakes waiting
-// callers (callers still waiting then poll). Locks still held are not released; they
-// are no longer refreshed, so they expire with their TTL and their Done
-// channels close at their deadlines. A refresh under way is abandoned, and
-// not reported as a failed refresh; Close waits for the driver to give it
-// up, which, when the server does not answer, can take the driver's read
-// timeout (go-redis: ReadTimeout, 3s by default). So does a subscription
-// being opened, for a driver that dials for its own timeout whatever its
-// context says (up to 10s). Close does not close the Redis client under
-// the driver. It is safe to call more than once.
+// Close stops the client: it takes no new work, ends the waits under way,
+// and stops its background work, the watchdog that refreshes locks
+// obtained WithAutoRefresh and the subscription that wakes waiting callers.
+//
+// After Close, every acquire (TryLock, Lock, TryLockMulti, LockMulti, Do,
+// and those of read/write locks and semaphores) returns ErrClosed at once,
+// without contacting Redis, as does AutoRefresh, and Attach
+// WithAutoRefresh. The callers waiting in a Lock (of any primitive) when
+// Close is called stop waiting and return an error that matches
+// ErrClosed, having left their waiter registrations and given back what
+// their last attempt may hold, as callers whose wait ended always do; an
+// acquire that is not waiting (a TryLock, or an attempt of a Lock) is not
+// interrupted, and may still obtain its lock.
+//
+// Locks still held are not released, and stay usable: Release, Refresh
+// and TTL still work, so a deferred Release still frees its lock (Attach,
+// Inspect, List, ForceRelease and SetFenced work too). They are no longer
+// refreshed automatically, so they expire with their TTL and their Done
+// channels close at their deadlines, unless released. A refresh under way
+// is abandoned, and not reported as a failed refresh; Close waits for the
+// driver to give it up, which, when the server does not answer, can take
+// the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
+// does a subscription being opened, for a driver that dials for its own
+// timeout whatever its context says (up to 10s). Close does not wait for
+// the waiting callers to return, and does not close the Redis client
+// under the driver. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.made()
 	c.mu.Lock()
-	wd, waits := c.wd, c.waits
-	c.wd, c.closed = nil, true
+	wd, waits, waiting := c.wd, c.waits, c.waiting
+	c.wd, c.waiting, c.closed = nil, nil, true
 	c.mu.Unlock()
+	for end := range waiting {
+		(*end)(ErrClosed)
+	}
 	if wd != nil {
 		wd.close()
 	}

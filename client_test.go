@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,132 @@ func TestAClientNotMadeByNewPanics(t *testing.T) {
 				t.Errorf("panic = %v, want a \"dlock: \" message saying %q", p, tc.want)
 			}
 		})
+	}
+}
+
+// TestCloseRefusesAcquiresAndEndsWaits: after Close, every acquire fails
+// with ErrClosed without a round trip, and the callers waiting when Close
+// came stop waiting with ErrClosed, leaving nothing behind in Redis; the
+// locks the client holds can still be refreshed and released.
+func TestCloseRefusesAcquiresAndEndsWaits(t *testing.T) {
+	e := newEnv(t)
+	drv := e.newDriver(t)
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	hold := func(l *dlock.Lock, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Held by another client: the names c's callers wait for.
+	hold(e.c.TryLock(ctx, "x", dlock.WithTTL(time.Minute)))
+	hold(e.c.TryLock(ctx, "m2", dlock.WithTTL(time.Minute)))
+	hold(e.c.RWMutex("written").TryLock(ctx, dlock.WithTTL(time.Minute)))
+	hold(e.c.RWMutex("read").TryRLock(ctx, dlock.WithTTL(time.Minute)))
+	hold(e.c.RWMutex("fair", dlock.Fair()).TryLock(ctx, dlock.WithTTL(time.Minute)))
+	hold(e.c.Semaphore("sem", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute)))
+	// Held by c.
+	mine, err := c.TryLock(ctx, "mine", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	waits := []struct {
+		name    string // the name whose waiter set the wait registers in
+		acquire func(ctx context.Context) (*dlock.Lock, error)
+	}{
+		{"x", func(ctx context.Context) (*dlock.Lock, error) { return c.Lock(ctx, "x") }},
+		{"m2", func(ctx context.Context) (*dlock.Lock, error) { return c.LockMulti(ctx, []string{"m1", "m2"}) }},
+		{"written", func(ctx context.Context) (*dlock.Lock, error) { return c.RWMutex("written").RLock(ctx) }},
+		{"read", func(ctx context.Context) (*dlock.Lock, error) { return c.RWMutex("read").Lock(ctx) }},
+		{"fair", func(ctx context.Context) (*dlock.Lock, error) { return c.RWMutex("fair", dlock.Fair()).RLock(ctx) }},
+		{"sem", func(ctx context.Context) (*dlock.Lock, error) { return c.Semaphore("sem", 1).Acquire(ctx) }},
+	}
+	// Long enough that only Close ends the waits.
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	errs := make([]chan error, len(waits))
+	for i, w := range waits {
+		errs[i] = make(chan error, 1)
+		go func() {
+			l, err := w.acquire(waitCtx)
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+			errs[i] <- err
+		}()
+	}
+	inspect := func(name string) *dlock.Info {
+		t.Helper()
+		info, err := e.c.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	for _, w := range waits {
+		awaitCond(t, 5*time.Second, func() bool { return inspect(w.name).WaitingClients == 1 })
+	}
+	if !inspect("read").WriterWaiting || inspect("fair").Waiters != 1 {
+		t.Fatal("the waiting writer, or the fair lock's waiting reader, is not recorded")
+	}
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range waits {
+		if err := <-errs[i]; !errors.Is(err, dlock.ErrClosed) || errors.Is(err, context.Canceled) {
+			t.Errorf("wait at %q: err = %v, want ErrClosed, not Canceled", w.name, err)
+		}
+		info := inspect(w.name)
+		if info.WaitingClients != 0 || info.Waiters != 0 || info.WriterWaiting || len(info.Holders) != 1 {
+			t.Errorf("%q after the wait Close ended: %+v; want its one holder and no waiter", w.name, info)
+		}
+	}
+	if info := inspect("m1"); info.Kind != dlock.KindNone {
+		t.Errorf("m1 after the wait Close ended: %+v, want free", info)
+	}
+
+	// New acquires are refused without a round trip.
+	trips := drv.trips.Load()
+	m, s := c.RWMutex("free"), c.Semaphore("free-sem", 1)
+	for _, a := range []struct {
+		name    string
+		acquire func() error
+	}{
+		{"TryLock", func() error { _, err := c.TryLock(ctx, "free"); return err }},
+		{"Lock", func() error { _, err := c.Lock(ctx, "free"); return err }},
+		{"TryLockMulti", func() error { _, err := c.TryLockMulti(ctx, []string{"f1", "f2"}); return err }},
+		{"LockMulti", func() error { _, err := c.LockMulti(ctx, []string{"f1", "f2"}); return err }},
+		{"Do", func() error { return c.Do(ctx, "free", func(context.Context) error { return nil }) }},
+		{"RWMutex.TryRLock", func() error { _, err := m.TryRLock(ctx); return err }},
+		{"RWMutex.RLock", func() error { _, err := m.RLock(ctx); return err }},
+		{"RWMutex.TryLock", func() error { _, err := m.TryLock(ctx); return err }},
+		{"RWMutex.Lock", func() error { _, err := m.Lock(ctx); return err }},
+		{"Semaphore.TryAcquire", func() error { _, err := s.TryAcquire(ctx); return err }},
+		{"Semaphore.Acquire", func() error { _, err := s.Acquire(ctx); return err }},
+	} {
+		if err := a.acquire(); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("%s after Close: err = %v, want ErrClosed", a.name, err)
+		}
+	}
+	if n := drv.trips.Load() - trips; n != 0 {
+		t.Errorf("the acquires after Close made %d round trips, want none", n)
+	}
+
+	// The lock c holds is still its own to refresh and release.
+	if err := mine.Refresh(ctx, time.Minute); err != nil {
+		t.Errorf("Refresh after Close: %v", err)
+	}
+	if _, err := mine.TTL(ctx); err != nil {
+		t.Errorf("TTL after Close: %v", err)
+	}
+	if err := mine.Release(ctx); err != nil {
+		t.Errorf("Release after Close: %v", err)
+	}
+	if e.locked(t, "dlock:{mine}") {
+		t.Error("the lock is still held after its Release")
 	}
 }

@@ -111,8 +111,9 @@ func (e *ServerError) Unwrap() error { return e.Err }
 // ErrUnsupported is returned by a Driver for a capability it lacks.
 var ErrUnsupported = errors.New("dlock: not supported by this driver")
 
-// ErrClosed is returned for work that needs the client's watchdog (such as
-// WithAutoRefresh) after Client.Close.
+// ErrClosed is returned by every acquire after Client.Close, and by
+// AutoRefresh and Attach WithAutoRefresh; a wait that Close ended returns
+// an error that matches it (see Client.Close).
 var ErrClosed = errors.New("dlock: client closed")
 
 // refusedForGood reports whether err is Redis refusing the client's

@@ -796,11 +796,15 @@ func BenchmarkRefresh(b *testing.B) {
 type hookDriver struct {
 	dlock.Driver
 	before, after func(calls []*dlock.Call)
+	beforeCtx     func(ctx context.Context, calls []*dlock.Call) // before, given the calls' context
 }
 
 func (d *hookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.before != nil {
 		d.before(calls)
+	}
+	if d.beforeCtx != nil {
+		d.beforeCtx(ctx, calls)
 	}
 	d.Driver.Eval(ctx, calls...)
 	if d.after != nil {

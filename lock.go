@@ -352,7 +352,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if o.err != nil {
 		return nil, o.err
 	}
-	if c.isClosed() && o.auto {
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	token := o.token

@@ -312,7 +312,7 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			var letGo sync.Once
 			defer letGo.Do(func() { close(proceed) })
 			var acquires atomic.Int32
-			drv := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+			drv := &hookDriver{Driver: e.newDriver(t), beforeCtx: func(ctx context.Context, calls []*dlock.Call) {
 				if !strings.HasSuffix(calls[0].Script.Name, "acquire") {
 					return
 				}
@@ -320,7 +320,10 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 					close(started)
 					<-proceed // the first caller's attempt
 				} else {
-					<-wctx.Done() // the second's: no answer in time
+					// The second's: no answer in time. (Its own context,
+					// which ends with wctx but may end an instant after it:
+					// the call then fails as a real one would.)
+					<-ctx.Done()
 				}
 			}}
 			c := dlock.New(drv)

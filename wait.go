@@ -788,6 +788,8 @@ type grantee struct {
 // every other (an exclusive lock, a write hold).
 func (c *Client) waitFor(ctx context.Context, keys, names []string, what string, o *options, eager, excludes bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
 	key := keys[0]
+	ctx, unwatch := c.endsAtClose(ctx)
+	defer unwatch()
 	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound))
@@ -904,6 +906,31 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	}
 }
 
+// endsAtClose returns ctx, ended also by Close with the cause ErrClosed
+// (at once if the client is closed already): a wait that Close ends ends
+// as one whose context ended, and cleans up alike. stop lets the returned
+// context go.
+func (c *Client) endsAtClose(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel(ErrClosed)
+		return ctx, func() {}
+	}
+	if c.waiting == nil {
+		c.waiting = map[*context.CancelCauseFunc]bool{}
+	}
+	end := &cancel
+	c.waiting[end] = true
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.waiting, end)
+		c.mu.Unlock()
+		cancel(nil)
+	}
+}
+
 // onRetry calls f, the caller's WithOnRetry and the hooks' Retry; should
 // it panic, the acquisition is abandoned first (what an attempt may have
 // left is cleaned up), and the panic goes on.
@@ -956,7 +983,9 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 	if why == nil {
 		why = context.DeadlineExceeded
 	}
-	if cause := context.Cause(ctx); cause != nil && cause != why {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+		why = cause // not the caller's context: it did not end
+	} else if cause != nil && cause != why {
 		if errors.Is(cause, why) {
 			why = cause
 		} else {
