@@ -17,7 +17,7 @@ import (
 
 func ExampleClient_Do() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -36,7 +36,7 @@ func ExampleClient_Do() {
 
 func ExampleLock_Done() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -55,7 +55,7 @@ func ExampleLock_Done() {
 
 func ExampleClient_SetFenced() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -100,7 +100,7 @@ func Example_fencedHTTP() {
 	defer svc.Close()
 
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()

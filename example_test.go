@@ -14,7 +14,7 @@ import (
 
 func Example() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -35,7 +35,7 @@ func Example() {
 
 func ExampleClient_TryLock() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -56,7 +56,7 @@ func ExampleClient_TryLock() {
 func ExampleClient_Lock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -80,7 +80,7 @@ func ExampleClient_Lock() {
 
 func ExampleLock_Refresh() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -103,7 +103,7 @@ func ExampleLock_Refresh() {
 
 func ExampleClient_TryLockMulti() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -121,7 +121,7 @@ func ExampleClient_TryLockMulti() {
 
 func ExampleClient_Attach() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -140,7 +140,7 @@ func ExampleClient_Attach() {
 
 func ExampleWithOwner() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -155,7 +155,7 @@ func ExampleWithOwner() {
 
 func ExampleWithMinHold() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -184,7 +184,7 @@ func ExampleWithMinHold() {
 
 func ExampleClient_RWMutex() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -208,7 +208,7 @@ func ExampleClient_RWMutex() {
 func ExampleRWMutex_Lock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -238,7 +238,7 @@ func ExampleRWMutex_Lock() {
 
 func ExampleClient_Semaphore() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -262,7 +262,7 @@ func ExampleClient_Semaphore() {
 
 func ExampleClient_Inspect() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -287,7 +287,7 @@ func ExampleClient_Inspect() {
 
 func ExampleClient_List() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
@@ -311,7 +311,7 @@ func ExampleClient_List() {
 
 func ExampleWithHooks() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(dlock.Hooks{
 		AcquireDone: func(ctx context.Context, h dlock.HookInfo, r dlock.AcquireResult) {
@@ -334,7 +334,7 @@ func ExampleWithHooks() {
 
 func ExampleWithFunctions() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// Open loads dlock's scripts as a Redis Functions library now, and
 	// says at once if the server cannot run functions (before Redis 7).

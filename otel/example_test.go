@@ -39,7 +39,7 @@ func Example_prometheus() {
 		fmt.Println(err)
 		return
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(hooks))
 	defer locks.Close()
