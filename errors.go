@@ -30,7 +30,8 @@ var (
 
 	// ErrWrongType means a lock key already holds Redis data that dlock did not
 	// write (a string, list, …). dlock never touches such data; choose
-	// another name or key prefix.
+	// another name or key prefix. The message names the lock and, when the
+	// data is at one of its other keys (its fence counter, say), that key.
 	ErrWrongType = errors.New("dlock: key holds data that is not a dlock lock")
 
 	// ErrKindMismatch means the name is in use by another kind of dlock
@@ -171,16 +172,24 @@ func isUnauthenticated(err error) bool {
 // scriptError turns a failed script call into a dlock error. The scripts
 // report data they refuse to touch as "DLOCK_WRONGTYPE i", "DLOCK_KIND i"
 // or "DLOCK_MODE i", i being the 1-based index of the key, which name turns
-// into the name for the message; anything else is a *ServerError about key.
-func scriptError(err error, key string, name func(i int64) string) error {
+// into the name for the message, and keyOf into the name's key. A
+// "DLOCK_WRONGTYPE i" followed by a suffix (":fence", say) says that the
+// name's key with that suffix holds the data, and the message names it.
+// Anything else is a *ServerError about key.
+func scriptError(err error, key string, name func(i int64) string, keyOf func(name string) string) error {
 	msg := err.Error()
 	for _, c := range [...]struct {
 		code     string
 		sentinel error
 	}{{"DLOCK_WRONGTYPE ", ErrWrongType}, {"DLOCK_KIND ", ErrKindMismatch}, {"DLOCK_MODE ", ErrModeMismatch}} {
 		if at := strings.Index(msg, c.code); at >= 0 {
-			i, _ := strconv.ParseInt(strings.Fields(msg[at+len(c.code):] + " ")[0], 10, 64)
-			return fmt.Errorf("%w: %q", c.sentinel, name(i))
+			fields := strings.Fields(msg[at+len(c.code):] + " ")
+			i, _ := strconv.ParseInt(fields[0], 10, 64)
+			n := name(i)
+			if c.sentinel == ErrWrongType && len(fields) > 1 && strings.HasPrefix(fields[1], ":") {
+				return fmt.Errorf("%w: %q (at its key %q)", c.sentinel, n, keyOf(n)+fields[1])
+			}
+			return fmt.Errorf("%w: %q", c.sentinel, n)
 		}
 	}
 	return &ServerError{Key: key, Err: err}

@@ -46,7 +46,7 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	}
 	v, err := c.eval(ctx, scriptFencedSet, []string{key}, strconv.FormatUint(fence, 10), value)
 	if err != nil {
-		return scriptError(err, key, func(int64) string { return key })
+		return scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
 	}
 	r, _ := v.([]any)
 	if len(r) == 0 {

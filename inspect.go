@@ -94,7 +94,7 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 	key := c.RedisKey(name)
 	v, err := c.eval(ctx, s, describeKeys(key))
 	if err != nil {
-		return nil, scriptError(err, key, func(int64) string { return name })
+		return nil, scriptError(err, key, func(int64) string { return name }, c.RedisKey)
 	}
 	info, ok := parseInfo(name, v)
 	if !ok {

@@ -1096,7 +1096,7 @@ func (l *Lock) describe() string {
 // replyError turns a failed script call on part p of the lock into a dlock
 // error.
 func (l *Lock) replyError(p part, err error) error {
-	return scriptError(err, p.keys[0], func(i int64) string { return p.name(l.names, i) })
+	return scriptError(err, p.keys[0], func(i int64) string { return p.name(l.names, i) }, l.c.RedisKey)
 }
 
 // holdError is replyError for the scripts that act on the hold: a token

@@ -783,6 +783,58 @@ func TestFencesIncrease(t *testing.T) {
 	}
 }
 
+// TestAWrongTypeErrorNamesTheKeyAtFault: a name refused because one of its
+// keys other than its own holds data dlock did not write says which key;
+// one refused for its own key says the name alone.
+func TestAWrongTypeErrorNamesTheKeyAtFault(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, key string // key: the foreign data's, "" for the name's own key
+		take      func(name string) error
+	}{
+		{"own", "", func(n string) error { _, err := e.c.TryLock(ctx, n); return err }},
+		{"fenced", ":fence", func(n string) error { _, err := e.c.TryLock(ctx, n); return err }},
+		{"multi", ":fence", func(n string) error { _, err := e.c.TryLockMulti(ctx, []string{"other", n}); return err }},
+		{"waited", ":waiters", func(n string) error { _, err := e.c.Lock(ctx, n, dlock.WithMaxWait(time.Second)); return err }},
+		{"rwown", "", func(n string) error { _, err := e.c.RWMutex(n).TryRLock(ctx); return err }},
+		{"writefence", ":fence", func(n string) error { _, err := e.c.RWMutex(n).TryLock(ctx); return err }},
+		{"rwmarker", ":released", func(n string) error { _, err := e.c.RWMutex(n).TryRLock(ctx); return err }},
+		{"semmarker", ":released", func(n string) error { _, err := e.c.Semaphore(n, 2).TryAcquire(ctx); return err }},
+		{"semwaited", ":waiters", func(n string) error {
+			_, err := e.c.Semaphore(n, 1).Acquire(ctx, dlock.WithMaxWait(time.Second))
+			return err
+		}},
+		{"inspected", ":holds", func(n string) error { _, err := e.c.Inspect(ctx, n); return err }},
+	} {
+		key := "dlock:{" + tc.name + "}" + tc.key
+		switch tc.name {
+		case "waited": // held, so that the Lock registers as a waiter
+			if _, err := e.newClient(t).TryLock(ctx, tc.name, dlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		case "semwaited":
+			if _, err := e.newClient(t).Semaphore(tc.name, 1).TryAcquire(ctx, dlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		case "inspected":
+			if _, err := e.c.Semaphore(tc.name, 1).TryAcquire(ctx, dlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			e.srv.Do(t, "DEL", key)
+		}
+		e.srv.Do(t, "RPUSH", key, "user data")
+		err := tc.take(tc.name)
+		want := strconv.Quote(tc.name)
+		if tc.key != "" {
+			want += " (at its key " + strconv.Quote(key) + ")"
+		}
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("foreign data at %s: err = %v, want ErrWrongType ending in %s", key, err, want)
+		}
+	}
+}
+
 func TestKeysThatHoldOtherDataAreRefusedAndUntouched(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

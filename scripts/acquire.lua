@@ -54,8 +54,10 @@
 -- Returns {0, pttl, i} when KEYS[i] is held by another holder, or when its
 -- 'rel' says the acquisition of this request token has ended (see
 -- release).
--- Fails with DLOCK_WRONGTYPE i or DLOCK_KIND i when KEYS[i] holds data that
--- is not an exclusive lock; nothing is written then.
+-- Fails with DLOCK_WRONGTYPE i and the suffix of the key at fault (see
+-- wrongtype) when a key of the name holds data dlock did not write, or
+-- with DLOCK_KIND i when KEYS[i] is another kind of lock; nothing is
+-- written then.
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
@@ -63,6 +65,14 @@ local attempt, asked = ARGV[8] or '', ARGV[9] or ''
 local given = ARGV[10] == '1'
 
 local hold = 'h:' .. req
+
+-- wrongtype is the error that refuses the i-th name because its key
+-- KEYS[j] holds data dlock did not write: DLOCK_WRONGTYPE i, then the
+-- key's suffix to the lock's key (':waiters' or ':fence'; none for the
+-- lock's own), which names it in the error.
+local function wrongtype(i, j)
+  return redis.error_reply('DLOCK_WRONGTYPE ' .. i .. ' ' .. string.sub(KEYS[j], #KEYS[i] + 1))
+end
 
 -- now returns the server's clock in microseconds, as a number and as text.
 local function now()
@@ -129,10 +139,10 @@ end
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
   local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel', 'forced')
-  if cur.err then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+  if cur.err then return wrongtype(i, i) end
   marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[10]
   if not cur[1] then
-    if redis.call('EXISTS', KEYS[i]) == 1 then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+    if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
   elseif cur[1] ~= 'lock' then
     return redis.error_reply('DLOCK_KIND ' .. i)
   elseif not given and listed(cur[9], req) then
@@ -149,7 +159,7 @@ for i = 1, n do
     state[i], token, joined[i] = 'reenter', cur[2], cur[2]
   else
     if waiter ~= '' and not waits(i, now(), attempt ~= '' and n == 1) then
-      return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
+      return wrongtype(i, n + i)
     end
     if waiter ~= '' and n > 1 then leave_others(i) end
     return {0, redis.call('PTTL', KEYS[i]), i}
@@ -169,7 +179,7 @@ for i = 1, n do
     fences[i] = tonumber(redis.call('HGET', KEYS[i], 'fence'))
   else
     fences[i], texts[i] = next_fence(KEYS[2 * n + i], now_us, last[i], now_text)
-    if not fences[i] then return redis.error_reply('DLOCK_WRONGTYPE ' .. i) end
+    if not fences[i] then return wrongtype(i, 2 * n + i) end
   end
 end
 

@@ -35,7 +35,8 @@ local function describe(k, fk, wk, hk, pk)
   local live = redis.pcall('ZRANGEBYSCORE', hk, after, '+inf', 'WITHSCORES')
   local waiting = {}
   if kind == 'rwlock' then waiting = redis.pcall('ZRANGEBYSCORE', pk, after, '+inf') end
-  if live.err or waiting.err then return wrongtype() end
+  if live.err then return wrongtype(4) end
+  if waiting.err then return wrongtype(5) end
   local out = {kind, newest, tonumber(cur[2]) or 0, #waiting, 0, cur[3] == '1' and 1 or 0, clients, 0}
   for _, m in ipairs(waiting) do
     if string.sub(m, 1, 1) == 'w' then

@@ -38,7 +38,13 @@ end
 -- str formats a number as a Redis argument without losing digits.
 local function str(x) return string.format('%.0f', x) end
 
-local function wrongtype() return redis.error_reply('DLOCK_WRONGTYPE 1') end
+-- wrongtype is the error of a script that refuses the name because its key
+-- KEYS[j] (KEYS[1], the base key, when j is nil) holds data dlock did not
+-- write: DLOCK_WRONGTYPE 1, then that key's suffix to the base key (':fence',
+-- say; none for the base key), which names it in the error.
+local function wrongtype(j)
+  return redis.error_reply('DLOCK_WRONGTYPE 1 ' .. string.sub(KEYS[j or 1], #KEYS[1] + 1))
+end
 
 -- read_marker reads a name's release marker (see holds_release): it returns
 -- 'ids' and the score of member (false when absent) for the sorted set
@@ -262,7 +268,7 @@ end
 -- kind of a new name, …). It returns an error reply when hk holds data
 -- dlock did not write; nothing is written then.
 local function grant(k, hk, now, ttl, req, mode, owner, meta, fence, fields)
-  if not wrote(redis.pcall('ZADD', hk, str(now + ttl), req)) then return wrongtype() end
+  if not wrote(redis.pcall('ZADD', hk, str(now + ttl), req)) then return wrongtype(2) end
   local h = cjson.encode({m = mode, o = owner, c = 1, a = {req}, d = meta, s = str(now), f = str(fence)})
   fields[#fields + 1] = 'h:' .. req
   fields[#fields + 1] = h

@@ -43,7 +43,7 @@
 -- Returns 0 when released or taken back, 1 when the caller held nothing,
 -- -1 when ForceRelease ended its hold (see record_forced).
 -- A release fails with DLOCK_MODE 1 when the token holds the name in
--- another mode, and with DLOCK_WRONGTYPE 1 when the marker holds data
+-- another mode, and with DLOCK_WRONGTYPE 1 :released when the marker holds data
 -- dlock did not write, having changed nothing.
 local k, hk = KEYS[1], KEYS[2]
 local token, req, mode = ARGV[1], ARGV[2], ARGV[3]
@@ -54,7 +54,7 @@ local marked = false -- what the marker is: 'ids' (this script's), 'old' (see ab
 if id ~= '' then
   local until_
   marked, until_ = read_marker(marker, id)
-  if marked == nil then return wrongtype() end
+  if marked == nil then return wrongtype(#KEYS) end
   if until_ and tonumber(until_) > now then return 0 end
 end
 if ends and id == '' then

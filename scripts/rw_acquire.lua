@@ -37,10 +37,11 @@
 -- ms, 1, queued} when refused: ms is how long until a blocker expires, or
 -- less when the caller's pending acquire needs renewing (for a late copy
 -- of an ended acquisition's request, until the marker forgets it), and
--- queued is 1 when the caller has one. Fails with DLOCK_WRONGTYPE 1, DLOCK_KIND 1
+-- queued is 1 when the caller has one. Fails with DLOCK_WRONGTYPE 1 and a
+-- key's suffix (see wrongtype), DLOCK_KIND 1
 -- (another kind, or the other fairness) or DLOCK_MODE 1 (the request token
 -- holds the other mode), having changed nothing; a waiting caller that is
--- refused fails with DLOCK_WRONGTYPE 1 too when its waiter set holds data
+-- refused fails with DLOCK_WRONGTYPE 1 :waiters too when its waiter set holds data
 -- dlock did not write (a caller that obtains a hold leaves such a set
 -- alone).
 local k, hk, ck, pk, qk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -54,7 +55,7 @@ local now, now_us = clock()
 -- refused as the other keys are: the hold could not be released.
 local marked, ended = false, false
 if KEYS[7] then marked, ended = read_marker(KEYS[7], 'r:' .. req) end
-if marked == nil then return wrongtype() end
+if marked == nil then return wrongtype(7) end
 if not given and ended and tonumber(ended) > now then return {0, tonumber(ended) - now, 1, 0} end
 local cur, err = open(k, 'rwlock', 'fair', 'writer', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
@@ -66,7 +67,7 @@ local function take(fields)
   local fence = 0
   if mode == 'write' then
     fence = next_fence(fk, now_us)
-    if not fence then return wrongtype() end
+    if not fence then return wrongtype(6) end
     fields[#fields + 1] = 'writer'
     fields[#fields + 1] = req
   end
@@ -82,7 +83,7 @@ if not cur[1] then
   return take({'kind', 'rwlock', 'fair', fair})
 end
 if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
-if not prune(k, hk, now) then return wrongtype() end
+if not prune(k, hk, now) then return wrongtype(2) end
 local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6])
 if again then
   if again[1] == 1 then
@@ -109,9 +110,9 @@ end
 local queued = false
 if fair == '1' then
   local gone = redis.pcall('ZRANGEBYSCORE', pk, '-inf', now)
-  if gone.err then return wrongtype() end
+  if gone.err then return wrongtype(4) end
   local q = redis.pcall('ZRANGE', qk, 0, -1)
-  if q.err then return wrongtype() end
+  if q.err then return wrongtype(5) end
   if #gone > 0 then
     chunked('ZREM', pk, gone)
     chunked('ZREM', qk, gone)
@@ -134,18 +135,18 @@ if fair == '1' then
   end
 elseif mode == 'read' and not blocked then
   local w = redis.pcall('ZRANGEBYSCORE', pk, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if w.err then return wrongtype() end
+  if w.err then return wrongtype(4) end
   blocked = w[2]
 end
 
 if blocked then
   local ms = math.max(tonumber(blocked) - now, 0)
   if records and fair ~= '1' and not wrote(redis.pcall('ZREMRANGEBYSCORE', pk, '-inf', now)) then
-    return wrongtype()
+    return wrongtype(4)
   end
   -- A waiter set holding other data refuses a waiting caller before
   -- anything is recorded: it could not be told of a release.
-  if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype() end
+  if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype(3) end
   if records then
     if fair == '1' and not queued then redis.call('ZADD', qk, redis.call('HINCRBY', k, 'seq', 1), member) end
     redis.call('ZADD', pk, str(now + ttl), member)

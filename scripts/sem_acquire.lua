@@ -19,8 +19,9 @@
 -- or the held one when the request repeats an acquire or re-enters a
 -- permit of the same owner. Returns {0, ms, 1} when every permit is taken,
 -- ms being how long until the first of them expires. Fails with
--- DLOCK_WRONGTYPE 1 or DLOCK_KIND 1, having changed nothing; a waiting
--- caller that is refused fails with DLOCK_WRONGTYPE 1 too when its waiter
+-- DLOCK_WRONGTYPE 1 and a key's suffix (see wrongtype) or DLOCK_KIND 1,
+-- having changed nothing; a waiting caller that is refused fails with
+-- DLOCK_WRONGTYPE 1 :waiters too when its waiter
 -- set holds data dlock did not write (see rw_acquire).
 local k, hk, ck = KEYS[1], KEYS[2], KEYS[3]
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -32,7 +33,7 @@ local now = clock()
 -- rw_acquire).
 local marked, ended = false, false
 if KEYS[4] then marked, ended = read_marker(KEYS[4], 'r:' .. req) end
-if marked == nil then return wrongtype() end
+if marked == nil then return wrongtype(4) end
 if ARGV[10] ~= '1' and ended and tonumber(ended) > now then return {0, tonumber(ended) - now, 1} end
 local cur, err = open(k, 'semaphore', 'h:' .. req, 'a:' .. req, owned(mode, owner))
 if err then return err end
@@ -40,7 +41,7 @@ local fields = {'permits', permits}
 if not cur[1] then
   fields[3], fields[4] = 'kind', 'semaphore'
 else
-  if not prune(k, hk, now) then return wrongtype() end
+  if not prune(k, hk, now) then return wrongtype(2) end
   local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], cur[4])
   if again then
     if again[1] == 1 then settle(k, ck, channel, more, now, lease) end
@@ -48,7 +49,7 @@ else
   end
   if redis.call('ZCARD', hk) >= tonumber(permits) then
     local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
-    if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype() end
+    if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype(3) end
     return {0, math.max(tonumber(first[2]) - now, 0), 1}
   end
 end

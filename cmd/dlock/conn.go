@@ -7,9 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -194,61 +196,51 @@ func (a *app) redisError(c *conn, err error) error {
 }
 
 // wrongTypeError explains an ErrWrongType: which key of the name holds
-// data dlock did not write, when Redis tells. The library names the name,
-// not the key, as ErrWrongType's message and the name quoted; an error of
-// another form is reported as it is.
+// data dlock did not write. The library's message names the name and, when
+// it is not the name's own key, that key; a message of another form is
+// reported as it is.
 func (a *app) wrongTypeError(c *conn, err error) error {
-	quoted, ok := strings.CutPrefix(err.Error(), dlock.ErrWrongType.Error()+": ")
-	name, uerr := strconv.Unquote(quoted)
-	if !ok || uerr != nil {
+	m := wrongTypeMsg.FindStringSubmatch(err.Error())
+	if m == nil {
 		return usage(a.cmd, "%s; pick another name or --prefix", libMsg(err))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
-	defer cancel()
-	key := c.locks.RedisKey(name)
-	which := fmt.Sprintf("one of its keys (%q or one that starts with it)", key)
-	switch {
-	case foreignBase(ctx, c.rdb, key):
-		which = fmt.Sprintf("its key %q", key)
-	case foreignFence(ctx, c.rdb, fenceKey(key)):
-		which = fmt.Sprintf("its fence counter %q", fenceKey(key))
+	name, uerr := strconv.Unquote(m[1])
+	if uerr != nil {
+		return usage(a.cmd, "%s; pick another name or --prefix", libMsg(err))
 	}
-	return usage(a.cmd, "%s: %s holds data dlock did not write; pick another name or --prefix", quote(name), which)
+	key := c.locks.RedisKey(name)
+	if m[2] != "" {
+		if k, err := strconv.Unquote(m[2]); err == nil {
+			key = k
+		}
+	}
+	return usage(a.cmd, "%s: its key %q holds data dlock did not write; pick another name or --prefix", quote(name), key)
 }
+
+// wrongTypeMsg matches the end of the library's ErrWrongType message: the
+// name quoted, and the key at fault quoted when it is not the name's own.
+var wrongTypeMsg = regexp.MustCompile(`: ("(?:[^"\\]|\\.)*")(?: \(at its key ("(?:[^"\\]|\\.)*")\))?$`)
 
 // fenceKey is the key of the fence counter of the name whose key is key.
 func fenceKey(key string) string { return key + ":fence" }
 
-// foreignBase reports whether a name's key holds data dlock did not write:
-// anything but a hash of a kind dlock knows. False when it cannot tell.
-func foreignBase(ctx context.Context, rdb redis.UniversalClient, key string) bool {
-	typ, err := rdb.Type(ctx, key).Result()
-	switch {
-	case err != nil, typ == "none":
-		return false
-	case typ != "hash":
-		return true
-	}
-	kind, err := rdb.HGet(ctx, key, "kind").Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return true
-	case err != nil:
-		return false
-	}
-	return kind != string(dlock.KindLock) && kind != string(dlock.KindRWMutex) && kind != string(dlock.KindSemaphore)
-}
-
 // foreignFence reports whether a fence counter holds data dlock did not
-// write: anything but a string of a whole number below 2^53, which is
-// where dlock stops issuing fences. False when it cannot tell.
+// write, as its scripts tell: anything but a string that reads as a number
+// below 2^53, where dlock stops issuing fences. False when it cannot tell.
 func foreignFence(ctx context.Context, rdb redis.UniversalClient, key string) bool {
 	v, err := rdb.Get(ctx, key).Result()
 	if err != nil {
 		return strings.HasPrefix(err.Error(), "WRONGTYPE")
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	return err != nil || n >= 1<<53
+	v = strings.TrimSpace(v) // as Lua's tonumber reads it
+	var f float64
+	if h, ok := strings.CutPrefix(strings.ToLower(v), "0x"); ok {
+		n, perr := strconv.ParseUint(h, 16, 64)
+		f, err = float64(n), perr
+	} else {
+		f, err = strconv.ParseFloat(v, 64)
+	}
+	return err != nil || math.IsNaN(f) || f >= 1<<53
 }
 
 func isNetError(err error) bool {

@@ -588,9 +588,9 @@ func TestForeignDataNamesTheKey(t *testing.T) {
 			[][]string{runArgs(nil, "%s", "exit", "0"), {"status", "%s"}, {"release", "--force", "%s"}}},
 		{"hash", "dlock:{%s}", func(k string) error { return rdb.HSet(ctx, k, "foo", "bar").Err() }, "its key",
 			[][]string{runArgs(nil, "%s", "exit", "0"), {"status", "%s"}, {"release", "--force", "%s"}}},
-		{"fence-string", "dlock:{%s}:fence", func(k string) error { return rdb.Set(ctx, k, "notanumber", time.Minute).Err() }, "its fence counter",
+		{"fence-string", "dlock:{%s}:fence", func(k string) error { return rdb.Set(ctx, k, "notanumber", time.Minute).Err() }, "its key",
 			[][]string{runArgs(nil, "%s", "exit", "0"), runArgs([]string{"--write"}, "%s", "exit", "0")}},
-		{"fence-hash", "dlock:{%s}:fence", func(k string) error { return rdb.HSet(ctx, k, "foo", "bar").Err() }, "its fence counter",
+		{"fence-hash", "dlock:{%s}:fence", func(k string) error { return rdb.HSet(ctx, k, "foo", "bar").Err() }, "its key",
 			[][]string{runArgs(nil, "%s", "exit", "0")}},
 	} {
 		name := base + ":" + tc.name
@@ -611,7 +611,7 @@ func TestForeignDataNamesTheKey(t *testing.T) {
 				args[0], name, tc.what, key, args[0]))
 		}
 	}
-	// Another of a read/write lock's keys: the message cannot say which.
+	// Another of a read/write lock's keys.
 	name := base + ":pending"
 	l, err := libClient(t).RWMutex(name).TryRLock(ctx)
 	if err != nil {
@@ -624,5 +624,5 @@ func TestForeignDataNamesTheKey(t *testing.T) {
 	}
 	defer rdb.Del(ctx, key+":pending")
 	r := dlockRun(t, nil, "status", name)
-	checkOneLine(t, r, exitUsage, fmt.Sprintf("dlock status: '%s': one of its keys (%q or one that starts with it) holds data dlock did not write; pick another name or --prefix", name, key))
+	checkOneLine(t, r, exitUsage, fmt.Sprintf("dlock status: '%s': its key %q holds data dlock did not write; pick another name or --prefix", name, key+":pending"))
 }

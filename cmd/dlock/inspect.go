@@ -62,7 +62,7 @@ Examples:
 				// Inspect reads a fence counter that holds data dlock
 				// did not write as no fence: say which it is.
 				badFence := ""
-				if k := fenceKey(c.locks.RedisKey(info.Name)); info.Fence == 0 && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
+				if k := fenceKey(c.locks.RedisKey(info.Name)); (info.Fence == 0 || info.Fence >= 1<<53) && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
 					badFence = k
 				}
 				writeStatus(a.stdout, info, time.Now(), badFence)

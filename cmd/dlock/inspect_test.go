@@ -142,6 +142,17 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, want) {
 		t.Errorf("status after a read hold: %q", r.stdout)
 	}
+	// A number at 2^53 or past it is not a fence dlock issues either: its
+	// scripts refuse it.
+	if err := rdb.Set(ctx, key, "9007199254740993", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, want) {
+		t.Errorf("status with a counter past 2^53: %q", r.stdout)
+	}
+	if r := dlockRun(t, nil, runArgs(nil, name, "exit", "0")...); r.code != exitUsage {
+		t.Errorf("run with a counter past 2^53: code %d, stderr %q", r.code, r.stderr)
+	}
 	// A counter dlock wrote is a fence, and a name without one has none.
 	if err := rdb.Set(ctx, key, "17", time.Minute).Err(); err != nil {
 		t.Fatal(err)
