@@ -281,10 +281,11 @@ func (a *app) run(args []string, o *runOptions) error {
 	// A stderr whose reader is gone (dlock run … 2>&1 | head -1) must not
 	// kill dlock by SIGPIPE while it waits, holds the lock or runs the
 	// command: caught, a write there fails instead, to the end of the
-	// process. The command starts with SIGPIPE's default all the same, and
-	// one ignored when dlock started stays ignored.
-	if caught := notIgnored(brokenPipe); len(caught) > 0 {
-		signal.Notify(make(chan os.Signal, 1), caught...)
+	// process. The command starts with SIGPIPE's default all the same, as
+	// every Go program's children do (Go handles SIGPIPE itself, even one
+	// ignored when it started).
+	if len(brokenPipe) > 0 {
+		signal.Notify(make(chan os.Signal, 1), brokenPipe...)
 	}
 
 	l, c, err := a.obtain(name, argv, o, sigs)
