@@ -293,6 +293,25 @@ func (a *app) run(args []string, o *runOptions) error {
 		return err
 	}
 	defer c.close()
+	// A stopping signal that came once the lock was obtained, before the
+	// command started, stops it from starting: one from a terminal would
+	// otherwise be taken for one the command got too. Others wait for it.
+	var later []os.Signal
+	for pending := true; pending; {
+		select {
+		case sig := <-sigs:
+			if stopsWait(sig) {
+				a.release(l, name, false)
+				return fail(sigCode(sig), "%v before the command started; the command was not run", signalled{sig})
+			}
+			later = append(later, sig)
+		default:
+			pending = false
+		}
+	}
+	for _, sig := range later {
+		sigs <- sig // room for them: they came from it
+	}
 	return a.runHolding(l, name, path, argv, o, sigs)
 }
 

@@ -714,7 +714,8 @@ func TestRunSurvivesAClosedStderr(t *testing.T) {
 
 // signalOnObtained is a stderr that sends dlock's own process sig as run
 // says it obtained the lock, and waits until the signal has reached the
-// process's handlers.
+// process's handlers: seen has it, and Stop, which waits for the delivery
+// under way to end, returned.
 type signalOnObtained struct {
 	syncBuffer
 	sig  syscall.Signal
@@ -727,16 +728,17 @@ func (s *signalOnObtained) Write(p []byte) (int, error) {
 		s.once.Do(func() {
 			_ = syscall.Kill(os.Getpid(), s.sig)
 			<-s.seen
+			signal.Stop(s.seen)
 		})
 	}
 	return s.syncBuffer.Write(p)
 }
 
-// A signal that comes as run obtains the lock, after its wait, is the
-// command's: run passes it on, rather than take it for one that ended a
-// wait that is over. Not parallel: the signal is sent to the test's own
+// A signal that comes as run obtains the lock, after its wait, is not
+// lost, as if for a wait that is over: the command is not run, and the lock
+// is given back. Not parallel: the signal is sent to the test's own
 // process, which only this run (and seen) catch then.
-func TestRunPassesOnASignalThatComesAsTheLockIsObtained(t *testing.T) {
+func TestRunHeedsASignalThatComesAsTheLockIsObtained(t *testing.T) {
 	name := lockName(t)
 	c := libClient(t)
 	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
@@ -752,8 +754,9 @@ func TestRunPassesOnASignalThatComesAsTheLockIsObtained(t *testing.T) {
 		}
 		return "", false
 	}}
+	ran := filepath.Join(t.TempDir(), "ran")
 	code := make(chan int, 1)
-	go func() { code <- a.main([]string{"run", name, "--", "sleep", "30"}) }()
+	go func() { code <- a.main([]string{"run", name, "--", "touch", ran}) }()
 	waitFor(t, "the run to wait", func() bool {
 		info, err := c.Inspect(context.Background(), name)
 		return err == nil && info.WaitingClients == 1
@@ -764,10 +767,16 @@ func TestRunPassesOnASignalThatComesAsTheLockIsObtained(t *testing.T) {
 	select {
 	case got := <-code:
 		if want := 128 + int(syscall.SIGTERM); got != want {
-			t.Errorf("exit code %d, want %d (the command ended by SIGTERM); stderr: %s", got, want, stderr.String())
+			t.Errorf("exit code %d, want %d; stderr: %s", got, want, stderr.String())
 		}
 	case <-time.After(procTimeout):
-		t.Fatalf("the command still runs %v after SIGTERM; stderr: %s", procTimeout, stderr.String())
+		t.Fatalf("run still runs %v after SIGTERM; stderr: %s", procTimeout, stderr.String())
+	}
+	if want := "dlock run: interrupted by SIGTERM before the command started; the command was not run"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the command ran")
 	}
 	if !isFree(t, c, name) {
 		t.Error("the lock is still held after the run")
