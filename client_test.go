@@ -195,3 +195,41 @@ func TestCloseRefusesAcquiresAndEndsWaits(t *testing.T) {
 		t.Error("the lock is still held after its Release")
 	}
 }
+
+// TestAnAcquireWhoseContextHasEndedSendsNothing: an acquire called with a
+// context that has already ended fails with the context's error (and its
+// cause) without a round trip, and leaves nothing in Redis, not even the
+// clean-up's record of a request that was never sent.
+func TestAnAcquireWhoseContextHasEndedSendsNothing(t *testing.T) {
+	e := newEnv(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	why := errors.New("the request was dropped")
+	expired, cancel2 := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), why)
+	defer cancel2()
+	acquires := map[string]func(ctx context.Context) (*dlock.Lock, error){
+		"TryLock":      func(ctx context.Context) (*dlock.Lock, error) { return e.c.TryLock(ctx, "ended") },
+		"Lock":         func(ctx context.Context) (*dlock.Lock, error) { return e.c.Lock(ctx, "ended") },
+		"TryLockMulti": func(ctx context.Context) (*dlock.Lock, error) { return e.c.TryLockMulti(ctx, []string{"ended", "x"}) },
+		"LockMulti":    func(ctx context.Context) (*dlock.Lock, error) { return e.c.LockMulti(ctx, []string{"ended", "x"}) },
+		"TryRLock":     func(ctx context.Context) (*dlock.Lock, error) { return e.c.RWMutex("ended").TryRLock(ctx) },
+		"RWMutex.Lock": func(ctx context.Context) (*dlock.Lock, error) { return e.c.RWMutex("ended").Lock(ctx) },
+		"TryAcquire":   func(ctx context.Context) (*dlock.Lock, error) { return e.c.Semaphore("ended", 2).TryAcquire(ctx) },
+		"Acquire":      func(ctx context.Context) (*dlock.Lock, error) { return e.c.Semaphore("ended", 2).Acquire(ctx) },
+	}
+	for what, acquire := range acquires {
+		before := e.drv.trips.Load()
+		if l, err := acquire(cancelled); l != nil || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v, %v; want context.Canceled", what, l, err)
+		}
+		if l, err := acquire(expired); l != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, why) {
+			t.Errorf("%s past its deadline: %v, %v; want context.DeadlineExceeded and its cause", what, l, err)
+		}
+		if n := e.drv.trips.Load() - before; n != 0 {
+			t.Errorf("%s: %d round trips, want none", what, n)
+		}
+	}
+	if keys := e.srv.Do(t, "KEYS", "*"); keys != "" {
+		t.Errorf("keys left: %q", keys)
+	}
+}

@@ -107,7 +107,8 @@ func (k *holdKind) args(common ...any) []any {
 // (as every call that acquires) gives back whatever that attempt may hold,
 // for up to 2 seconds more than ctx allowed, so that no half-taken lock
 // stays behind; a clean-up that fails is logged, and the lock expires with
-// its TTL.
+// its TTL. A ctx that has already ended when it is called sends nothing:
+// the error matches ctx.Err() (every call that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
 }
@@ -326,6 +327,16 @@ func (l *Lock) refreshed(calls []*Call) error {
 	return failed
 }
 
+// gone says what may have become of a hold the Lock found gone: one whose
+// token other Locks may share (given WithToken, or attached) may have been
+// released by one of them.
+func (l *Lock) gone() string {
+	if l.ownReq {
+		return "had expired or was taken"
+	}
+	return "had expired, was taken, or was released by another Lock of its token"
+}
+
 // refreshedPart reads the reply of the refresh of one part.
 func (l *Lock) refreshedPart(p part, call *Call) error {
 	if call.Err != nil {
@@ -335,7 +346,7 @@ func (l *Lock) refreshedPart(p part, call *Call) error {
 	case !ok:
 		return l.badReply(call.Val)
 	case i > 0:
-		return fmt.Errorf("%w: %q had expired or was taken", ErrNotHeld, p.name(l.names, i))
+		return fmt.Errorf("%w: %q %s", ErrNotHeld, p.name(l.names, i), l.gone())
 	case i < 0:
 		return forceReleased(strconv.Quote(p.name(l.names, -i)))
 	}
@@ -411,6 +422,10 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 // obtain makes the attempts of an acquisition: one, or, when wait is set,
 // as many as Lock describes.
 func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) error {
+	if ctx.Err() != nil {
+		// Nothing is sent, so nothing is left behind to clean up.
+		return fmt.Errorf("%s: not attempted: its context had ended (%w)", l.describe(), endOf(ctx))
+	}
 	if !wait {
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
@@ -731,7 +746,7 @@ func (l *Lock) release(ctx context.Context) error {
 		case !ok:
 			failed = cmp.Or(failed, l.badReply(call.Val))
 		case missing > 0:
-			err = cmp.Or(err, fmt.Errorf("%w: %s had expired or was taken", ErrNotHeld, l.describe()))
+			err = cmp.Or(err, fmt.Errorf("%w: %s %s", ErrNotHeld, l.describe(), l.gone()))
 		case missing < 0:
 			err = forceReleased(l.describe())
 		}

@@ -1098,6 +1098,38 @@ func TestAttachToAFreeNameIsNotHeld(t *testing.T) {
 	}
 }
 
+// A Lock that finds its hold gone says what may have become of it: one
+// whose token another Lock shares (attached) may have been released by
+// that Lock; one whose token is its own cannot have been.
+func TestALockFoundGoneSaysWhatMayHaveEndedIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "shared", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attached, err := e.c.Attach(ctx, "shared", l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = attached.Release(ctx)
+	if want := `"shared" had expired, was taken, or was released by another Lock of its token`; !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Release of the attached Lock: err = %v, want ErrNotHeld saying %s", err, want)
+	}
+	own, err := e.c.TryLock(ctx, "own", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{own}")
+	err = own.Release(ctx)
+	if want := `"own" had expired or was taken`; !errors.Is(err, dlock.ErrNotHeld) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("Release of a Lock whose hold was deleted: err = %v, want ErrNotHeld saying %s", err, want)
+	}
+}
+
 // Attaching to a name whose key holds data dlock did not write says so,
 // as acquiring it does, and leaves the data alone.
 func TestAttachToOtherDataIsWrongType(t *testing.T) {

@@ -979,18 +979,9 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 		}
 		t.Stop()
 	}
-	why := ctx.Err()
-	if why == nil {
-		why = context.DeadlineExceeded
-	}
+	why := endOf(ctx)
 	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
 		why = cause // not the caller's context: it did not end
-	} else if cause != nil && cause != why {
-		if errors.Is(cause, why) {
-			why = cause
-		} else {
-			why = fmt.Errorf("%w: %w", why, cause)
-		}
 	}
 	switch {
 	case found.failing != nil:
@@ -1003,6 +994,23 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
 	}
 	return fmt.Errorf("%w: %s still held when the wait ended: %w", ErrNotObtained, what, why)
+}
+
+// endOf returns why ctx ended (DeadlineExceeded when it has not yet, past
+// its deadline): its error, with its cause when that says more.
+func endOf(ctx context.Context) error {
+	why := ctx.Err()
+	if why == nil {
+		why = context.DeadlineExceeded
+	}
+	switch cause := context.Cause(ctx); {
+	case cause == nil || cause == why:
+		return why
+	case errors.Is(cause, why):
+		return cause
+	default:
+		return fmt.Errorf("%w: %w", why, cause)
+	}
 }
 
 // cutShort reports whether err is that of an attempt that the end of ctx
