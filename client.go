@@ -36,6 +36,7 @@ type Client struct {
 	wd      *watchdog                         // started by the first lock that refreshes automatically
 	waits   *waitHub                          // made by the first caller that waits
 	waiting map[*context.CancelCauseFunc]bool // end the waits under way, at Close (see endsAtClose)
+	idle    chan struct{}                     // closed when the waits Close ended have cleaned up
 	closed  bool
 }
 
@@ -211,10 +212,14 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // without contacting Redis, as does AutoRefresh, and Attach
 // WithAutoRefresh. The callers waiting in a Lock (of any primitive) when
 // Close is called stop waiting and return an error that matches
-// ErrClosed, having left their waiter registrations and given back what
-// their last attempt may hold, as callers whose wait ended always do; an
-// acquire that is not waiting (a TryLock, or an attempt of a Lock) is not
-// interrupted, and may still obtain its lock.
+// ErrClosed (not ErrNotObtained), having left their waiter registrations
+// and given back what their last attempt may hold (an attempt under way is
+// cut short as the end of its context would), as callers whose wait ended
+// always do; Close waits for that, up to 3 seconds, so that the Redis
+// client may be closed next. A TryLock under way is not interrupted, and
+// may still obtain its lock; one WithAutoRefresh that obtains it after
+// Close gives it back and returns ErrClosed, since nothing would refresh
+// it.
 //
 // Locks still held are not released, and stay usable: Release, Refresh
 // and TTL still work, so a deferred Release still frees its lock (Attach,
@@ -225,17 +230,42 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
 // does a subscription being opened, for a driver that dials for its own
-// timeout whatever its context says (up to 10s). Close does not wait for
-// the waiting callers to return, and does not close the Redis client
-// under the driver. It is safe to call more than once.
+// timeout whatever its context says (up to 10s). Close does not close the
+// Redis client under the driver. It is safe to call more than once.
+// closeCleanupBound bounds how long Close waits for the waits it ended to
+// clean up: each clean-up is bounded by cleanupTimeout.
+const closeCleanupBound = cleanupTimeout + time.Second
+
 func (c *Client) Close() error {
 	c.made()
 	c.mu.Lock()
-	wd, waits, waiting := c.wd, c.waits, c.waiting
-	c.wd, c.waiting, c.closed = nil, nil, true
+	wd, waits := c.wd, c.waits
+	c.wd, c.closed = nil, true
+	ends := make([]*context.CancelCauseFunc, 0, len(c.waiting))
+	for end := range c.waiting {
+		ends = append(ends, end)
+	}
+	var idle chan struct{}
+	if len(ends) > 0 {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle = c.idle
+	}
 	c.mu.Unlock()
-	for end := range waiting {
+	for _, end := range ends {
 		(*end)(ErrClosed)
+	}
+	if idle != nil {
+		// The waits clean up (leave their registrations, give back what
+		// their last attempt may hold) with the driver, which the caller
+		// may close next.
+		t := time.NewTimer(closeCleanupBound)
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if wd != nil {
 		wd.close()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestAClientNotMadeByNewPanics: every method of the zero Client, and of an
@@ -231,5 +233,95 @@ func TestAnAcquireWhoseContextHasEndedSendsNothing(t *testing.T) {
 	}
 	if keys := e.srv.Do(t, "KEYS", "*"); keys != "" {
 		t.Errorf("keys left: %q", keys)
+	}
+}
+
+// TestCloseWaitsForTheWaitsItEnds: a Client closed while its callers wait,
+// and its Redis client closed right after (stacked defers), leaves nothing
+// of the waits in Redis: no waiter registration or grant request, no
+// pending writer that keeps readers out. Close waited for their clean-up.
+func TestCloseWaitsForTheWaitsItEnds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder, err := e.c.TryLock(ctx, "x", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	reader, err := e.c.RWMutex("rw").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Release(ctx)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), ContextTimeoutEnabled: true})
+	c := dlock.New(goredis.New(rdb))
+	errs := make(chan error, 2)
+	go func() { _, err := c.Lock(ctx, "x"); errs <- err }()
+	go func() { _, err := c.RWMutex("rw").Lock(ctx); errs <- err }()
+	awaitCond(t, 5*time.Second, func() bool {
+		x, err1 := e.c.Inspect(ctx, "x")
+		rw, err2 := e.c.Inspect(ctx, "rw")
+		return err1 == nil && err2 == nil && x.WaitingClients == 1 && rw.WriterWaiting
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("wait: err = %v, want ErrClosed, not ErrNotObtained", err)
+		}
+	}
+	if x, err := e.c.Inspect(ctx, "x"); err != nil || x.WaitingClients != 0 {
+		t.Errorf("x: %+v, %v; want no waiting client", x, err)
+	}
+	if fields := e.srv.Do(t, "HKEYS", "dlock:{x}"); strings.Contains(fields, "g:") {
+		t.Errorf("x keeps a grant request: %q", fields)
+	}
+	if rw, err := e.c.Inspect(ctx, "rw"); err != nil || rw.WriterWaiting {
+		t.Errorf("rw: %+v, %v; want no writer waiting", rw, err)
+	}
+	if l, err := e.newClient(t).RWMutex("rw").TryRLock(ctx); err != nil {
+		t.Errorf("a reader after Close: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+}
+
+// TestAnAcquireThatCloseOvertakesLeavesNothing: Close called as an acquire
+// starts (here from a hook): a waiting one sends nothing, and one
+// WithAutoRefresh that obtains its lock gives it back, since nothing would
+// refresh it; both return ErrClosed.
+func TestAnAcquireThatCloseOvertakesLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what    string
+		acquire func(c *dlock.Client) (*dlock.Lock, error)
+	}{
+		{"Lock", func(c *dlock.Client) (*dlock.Lock, error) { return c.Lock(ctx, "overtaken") }},
+		{"RLock", func(c *dlock.Client) (*dlock.Lock, error) { return c.RWMutex("overtaken").RLock(ctx) }},
+		{"TryLock WithAutoRefresh", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.TryLock(ctx, "overtaken", dlock.WithAutoRefresh())
+		}},
+		{"Lock WithAutoRefresh", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.Lock(ctx, "overtaken", dlock.WithAutoRefresh())
+		}},
+	} {
+		var c *dlock.Client
+		c = dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{
+			AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context {
+				_ = c.Close()
+				return ctx
+			},
+		}))
+		if l, err := tc.acquire(c); l != nil || !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("%s: %v, %v; want ErrClosed", tc.what, l, err)
+		}
+		if info, err := e.c.Inspect(ctx, "overtaken"); err != nil || len(info.Holders) != 0 || info.WaitingClients != 0 {
+			t.Errorf("%s: %+v, %v; want the name free, nobody waiting", tc.what, info, err)
+		}
 	}
 }

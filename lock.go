@@ -435,6 +435,13 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	}); err != nil {
 		return err
 	}
+	if o.auto && l.c.isClosed() {
+		// Close came while it was obtained: no lock that nothing refreshes.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = l.release(rctx)
+		return fmt.Errorf("%s: %w", l.describe(), ErrClosed)
+	}
 	if l.c.log.Enabled(ctx, slog.LevelDebug) {
 		l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
 	}

@@ -790,6 +790,9 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	key := keys[0]
 	ctx, unwatch := c.endsAtClose(ctx)
 	defer unwatch()
+	if errors.Is(context.Cause(ctx), ErrClosed) {
+		return fmt.Errorf("%s: %w", what, ErrClosed) // Close came first: nothing sent
+	}
 	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound))
@@ -909,7 +912,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 // endsAtClose returns ctx, ended also by Close with the cause ErrClosed
 // (at once if the client is closed already): a wait that Close ends ends
 // as one whose context ended, and cleans up alike. stop lets the returned
-// context go.
+// context go, once the wait has cleaned up: Close waits for that.
 func (c *Client) endsAtClose(ctx context.Context) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c.mu.Lock()
@@ -926,6 +929,10 @@ func (c *Client) endsAtClose(ctx context.Context) (_ context.Context, stop func(
 	return ctx, func() {
 		c.mu.Lock()
 		delete(c.waiting, end)
+		if len(c.waiting) == 0 && c.idle != nil {
+			close(c.idle) // the last wait Close waits for
+			c.idle = nil
+		}
 		c.mu.Unlock()
 		cancel(nil)
 	}
@@ -979,10 +986,12 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 		}
 		t.Stop()
 	}
-	why := endOf(ctx)
 	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
-		why = cause // not the caller's context: it did not end
+		// Not the caller's context, which did not end, nor a lock found
+		// held: the client closed.
+		return fmt.Errorf("%s: the wait ended: %w", what, cause)
 	}
+	why := endOf(ctx)
 	switch {
 	case found.failing != nil:
 		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, found.failing)

@@ -590,7 +590,9 @@ func (r *Locker) final(err error) bool {
 			n++
 		}
 	}
-	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument) || errors.Is(err, dlock.ErrClosed)
+	// ErrClosed is final when the Locker closed; a node's Client that was
+	// closed is a node that fails, as one that is down.
+	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument) || errors.Is(err, dlock.ErrClosed) && r.isClosed()
 }
 
 // joined returns the errors joined in err, or err alone.

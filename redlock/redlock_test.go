@@ -1756,3 +1756,58 @@ func TestAReleaseThatNoRetryCanCompleteEndsTheLockAsLost(t *testing.T) {
 		}
 	}
 }
+
+// TestANodeWhoseClientClosedIsANodeThatFails: a node whose dlock Client
+// was closed refuses every acquire (ErrClosed), as a node that is down
+// fails them: a Lock waits on, and obtains the lock on the quorum of the
+// others once its holder lets it go.
+func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := context.Background()
+	h, err := newLocker(t, srvs).TryLock(ctx, "closed-node", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].Client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	refused := make(chan struct{})
+	retry := dlock.RetryFunc(func(int) (time.Duration, bool) {
+		once.Do(func() { close(refused) })
+		return 20 * time.Millisecond, true
+	})
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := r.Lock(lctx, "closed-node", redlock.WithRetry(retry))
+		if err == nil {
+			if n := len(l.Nodes()); n != 2 {
+				err = fmt.Errorf("held on %d nodes, want the 2 whose Clients are open", n)
+			}
+			_ = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-refused:
+	case err := <-got:
+		t.Fatalf("Lock with a node's Client closed ended before the holder let go: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("Lock with a node's Client closed: %v", err)
+	}
+}
