@@ -10,7 +10,8 @@ var scriptFiles embed.FS
 
 // The scripts dlock runs on the server, one per operation. Helpers shared by
 // several scripts live in files of their own (held.lua, fence.lua, …) and
-// are put in front of the scripts that use them.
+// are put in front of the scripts that use them; replies.lua, which every
+// script uses (see foreign), goes first in each.
 var (
 	scriptAcquire = loadScript("acquire", "wake", "fence", "held")
 	scriptRelease = loadScript("release", "held", "wake", "fence", "grant")
@@ -39,11 +40,11 @@ func Scripts() []*Script {
 		scriptFencedSet, scriptInspect, scriptForceRelease, scriptUnwait}
 }
 
-// loadScript builds a script from scripts/name.lua, preceded by the named
-// helper files.
+// loadScript builds a script from scripts/name.lua, preceded by
+// scripts/replies.lua and the named helper files.
 func loadScript(name string, helpers ...string) *Script {
 	var b strings.Builder
-	for _, f := range append(helpers, name) {
+	for _, f := range append(append([]string{"replies"}, helpers...), name) {
 		src, err := scriptFiles.ReadFile("scripts/" + f + ".lua")
 		if err != nil {
 			panic("dlock: missing embedded script " + f) // a broken build, not a runtime condition

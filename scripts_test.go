@@ -9,17 +9,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestNextFenceBeforeRedis7 runs next_fence (fence.lua) on a server that
-// refuses SET with both NX and GET, as servers before Redis 7 do: a stand-in
-// for redis.pcall answers that command with a syntax error, and everything
-// else goes to the server. The fallback reads the counter with GET.
+// TestNextFenceBeforeRedis7 runs next_fence (fence.lua, after replies.lua
+// as in dlock's scripts) on a server that refuses SET with both NX and GET,
+// as servers before Redis 7 do: a stand-in for redis.pcall answers that
+// command with a syntax error, and everything else goes to the server. The
+// fallback reads the counter with GET.
 func TestNextFenceBeforeRedis7(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	src, err := scriptFiles.ReadFile("scripts/fence.lua")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"replies", "fence"} {
+		b, err := scriptFiles.ReadFile("scripts/" + f + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	shim := `local refused = 0
 local redis = setmetatable({pcall = function(cmd, ...)

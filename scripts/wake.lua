@@ -58,17 +58,6 @@ local function deaf(w, n)
   return w.heard and n == 0
 end
 
--- wrote reports whether r, the reply of a write made by redis.pcall,
--- succeeded: false when the key holds another type of data. Any other
--- error (READONLY on a replica, OOM at maxmemory) is raised as it is: the
--- caller may retry, and a script's first write is the one that fails, so
--- nothing has been written.
-local function wrote(r)
-  if type(r) ~= 'table' or not r.err then return true end
-  if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return false end
-  error(r)
-end
-
 -- lock_free reports whether lock k, whose 'kind' and 'token' fields cur holds
 -- (an HMGET reply), is free: a released exclusive lock's hash, or no key.
 local function lock_free(k, cur)

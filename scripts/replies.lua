@@ -1,0 +1,28 @@
+-- replies: shared by every script; dlock puts it in front of each, first.
+--
+-- The scripts read and write the keys of a name with redis.pcall where a
+-- key may hold data dlock did not write: the command's error then says so,
+-- and the script refuses the name (DLOCK_WRONGTYPE) or leaves that key
+-- alone. Only a WRONGTYPE error means that. Any other error (the ACL user
+-- may not run the command, READONLY on a replica, OOM at maxmemory) is
+-- raised as it is, so that the caller gets Redis's own error rather than
+-- an innocent key blamed for it, or a lock taken for free.
+
+-- foreign reports whether r, the reply of a read made by redis.pcall, is
+-- the error of a key that holds another type of data; false when r is no
+-- error. Any other error is raised as it is: the scripts read before they
+-- write, so nothing has been written.
+local function foreign(r)
+  if type(r) ~= 'table' or not r.err then return false end
+  if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return true end
+  error(r)
+end
+
+-- wrote reports whether r, the reply of a write made by redis.pcall,
+-- succeeded: false when the key holds another type of data. Any other
+-- error (READONLY on a replica, OOM at maxmemory) is raised as it is: the
+-- caller may retry, and a script's first write is the one that fails, so
+-- nothing has been written.
+local function wrote(r)
+  return not foreign(r)
+end
