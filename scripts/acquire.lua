@@ -121,7 +121,7 @@ local function leave_others(i)
   for j = 1, n do
     if j ~= i and string.sub(more or '', j, j) ~= '1' then
       local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
-      if not cur.err and not cur[3] and lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
+      if not foreign(cur) and not cur[3] and lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
         wake(KEYS[n + j], KEYS[j])
       end
     end
@@ -139,7 +139,7 @@ end
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
   local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel', 'forced')
-  if cur.err then return wrongtype(i, i) end
+  if foreign(cur) then return wrongtype(i, i) end
   marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[10]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end

@@ -32,7 +32,7 @@ local function next_fence(fk, now_us, last, now_text)
     if old == false then return now_us, f end
     if type(old) == 'table' then
       old = redis.pcall('GET', fk)
-      if type(old) == 'table' then return nil end -- not a string
+      if foreign(old) then return nil end -- not a string
     end
     if old then
       last = tonumber(old)

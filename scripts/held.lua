@@ -3,10 +3,11 @@
 --
 -- read_lock(k, ...) reads the exclusive lock hash k: 'kind', 'token',
 -- 'owner', 'count', then the fields named; nil when k is no lock hash.
--- (See acquire for the fields.)
+-- (See acquire for the fields.) A read Redis refuses (the ACL user may not
+-- run HMGET) fails the script, rather than read as no lock (see foreign).
 local function read_lock(k, ...)
   local cur = redis.pcall('HMGET', k, 'kind', 'token', 'owner', 'count', ...)
-  if type(cur) ~= 'table' or cur.err or cur[1] ~= 'lock' then return nil end
+  if foreign(cur) or cur[1] ~= 'lock' then return nil end
   return cur
 end
 
@@ -40,7 +41,10 @@ end
 -- only the first acquisition's request token is recorded).
 -- f is the record when the caller has read it (false when absent).
 local function forced(k, req, token, f)
-  if f == nil then f = redis.pcall('HGET', k, 'forced') end
+  if f == nil then
+    f = redis.pcall('HGET', k, 'forced')
+    if foreign(f) then return false end
+  end
   return type(f) == 'string' and (listed(f, req) or listed(f, token or ''))
 end
 

@@ -30,7 +30,7 @@ for i = 1, #KEYS do
     -- data dlock did not write, is a mistake to name.
     if attach then
       local kind = redis.pcall('HGET', KEYS[i], 'kind')
-      if type(kind) == 'table' or (not kind and redis.call('EXISTS', KEYS[i]) == 1) then
+      if foreign(kind) or (not kind and redis.call('EXISTS', KEYS[i]) == 1) then
         return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
       end
       if kind and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end

@@ -7,11 +7,14 @@
 -- releases tell every waiter.)
 --
 -- ARGV[1] the client's channel. The request it may have left for a grant
--- (see grant) goes too.
+-- (see grant) goes too. Keys holding other data are left as they are.
+-- The lock is read first, so that a read Redis refuses fails the script
+-- before it writes (see foreign).
+local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
+local other = foreign(cur)
 redis.pcall('ZREM', KEYS[2], ARGV[1])
 redis.pcall('HDEL', KEYS[1], 'g:' .. ARGV[1])
-local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
-if cur.err then return 0 end
+if other then return 0 end
 if cur[1] == 'semaphore' then
   wake(KEYS[2], KEYS[1], false, true)
 elseif lock_free(KEYS[1], cur) then

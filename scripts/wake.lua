@@ -88,7 +88,7 @@ local function next_waiter(wk, t)
   t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local r = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if r.err or not r[1] then return nil, t end
+  if foreign(r) or not r[1] then return nil, t end
   return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
 end
 
@@ -131,7 +131,7 @@ local function wake_all(wk, k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local all = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf')
-  if all.err then return end
+  if foreign(all) then return end
   for _, ch in ipairs(all) do
     tell(ch, k)
   end
