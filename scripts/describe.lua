@@ -14,12 +14,12 @@
 -- for one caller or more; a waiter set holding other data counts none.
 local function describe(k, fk, wk, hk, pk)
   local newest = redis.pcall('GET', fk)
-  if type(newest) ~= 'string' then newest = '0' end
+  if foreign(newest) or not newest then newest = '0' end
   local cur = redis.pcall('HMGET', k, 'kind', 'permits', 'fair')
-  if cur.err then return wrongtype() end
+  if foreign(cur) then return wrongtype() end
   local now = clock()
   local clients = redis.pcall('ZCOUNT', wk, now, '+inf')
-  if type(clients) ~= 'number' then clients = 0 end
+  if foreign(clients) then clients = 0 end
   local kind = cur[1]
   if not kind then
     if redis.call('EXISTS', k) == 1 then return wrongtype() end
@@ -35,8 +35,8 @@ local function describe(k, fk, wk, hk, pk)
   local live = redis.pcall('ZRANGEBYSCORE', hk, after, '+inf', 'WITHSCORES')
   local waiting = {}
   if kind == 'rwlock' then waiting = redis.pcall('ZRANGEBYSCORE', pk, after, '+inf') end
-  if live.err then return wrongtype(4) end
-  if waiting.err then return wrongtype(5) end
+  if foreign(live) then return wrongtype(4) end
+  if foreign(waiting) then return wrongtype(5) end
   local out = {kind, newest, tonumber(cur[2]) or 0, #waiting, 0, cur[3] == '1' and 1 or 0, clients, 0}
   for _, m in ipairs(waiting) do
     if string.sub(m, 1, 1) == 'w' then

@@ -43,9 +43,12 @@ if kind == 'lock' then
   wake(KEYS[3], KEYS[1])
   return was
 end
+-- The arrival queue is read before the first write: a read Redis refuses
+-- fails the script with nothing written (see foreign).
+local queued = kind == 'rwlock' and queued_any(KEYS[6])
 record_forced(KEYS[4], KEYS[7], clock())
 if kind == 'rwlock' then
-  if queued_any(KEYS[6]) then
+  if queued then
     redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
   else
     redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])

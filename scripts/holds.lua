@@ -57,8 +57,9 @@ local function read_marker(marker, member)
   if left == -2 then return false end
   if left < 0 or left > 60000 then return nil end
   local score = redis.pcall('ZSCORE', marker, member)
-  if type(score) ~= 'table' then return 'ids', score end
-  if type(redis.pcall('GET', marker)) == 'string' then return 'old' end
+  if not foreign(score) then return 'ids', score end
+  local old = redis.pcall('GET', marker)
+  if not foreign(old) and old then return 'old' end
   return nil
 end
 
@@ -68,7 +69,7 @@ end
 -- fair never reads, so that nothing else refused it.
 local function queued_any(qk)
   local n = redis.pcall('ZCARD', qk)
-  return type(n) == 'number' and n > 0
+  return not foreign(n) and n > 0
 end
 
 -- A hold that ForceRelease ended is recorded in the name's release marker
@@ -83,7 +84,7 @@ local function record_forced(hk, mk, now)
   local left = redis.call('PTTL', mk)
   if left == -1 or left > 60000 then return end
   local toks = redis.pcall('ZRANGEBYSCORE', hk, '(' .. now, '+inf')
-  if type(toks) ~= 'table' or toks.err or #toks == 0 then return end
+  if foreign(toks) or #toks == 0 then return end
   local score = str(now + 60000)
   for i = 1, #toks, 500 do
     local args = {}
@@ -108,7 +109,7 @@ end
 local function was_forced(mk, token, now)
   if not mk then return false end
   local until_ = redis.pcall('ZSCORE', mk, 'f:' .. token)
-  return type(until_) == 'string' and tonumber(until_) > now
+  return not foreign(until_) and until_ and tonumber(until_) > now
 end
 
 -- owned returns the field naming the token that owner holds in mode, or ''
@@ -124,7 +125,7 @@ end
 -- released exclusive lock's hash (see acquire) is a free name: it goes.
 local function open(k, kind, ...)
   local cur = redis.pcall('HMGET', k, 'kind', ...)
-  if cur.err then return nil, wrongtype() end
+  if foreign(cur) then return nil, wrongtype() end
   if not cur[1] then
     if redis.call('EXISTS', k) == 1 then return nil, wrongtype() end
   elseif cur[1] ~= kind then
@@ -209,7 +210,7 @@ end
 -- hk holds data dlock did not write.
 local function prune(k, hk, now)
   local dead = redis.pcall('ZRANGEBYSCORE', hk, '-inf', now)
-  if dead.err then return false end
+  if foreign(dead) then return false end
   if #dead == 0 then return true end
   local fields = {}
   for _, tok in ipairs(dead) do
@@ -337,7 +338,7 @@ end
 -- it records req; nil when none does.
 local function acquisition(k, hk, now, req, mode)
   local cur = redis.pcall('HMGET', k, 'h:' .. req, 'a:' .. req)
-  if cur.err then return nil end
+  if foreign(cur) then return nil end
   local tok, h = req, cur[1]
   if not h and cur[2] then tok, h = cur[2], redis.call('HGET', k, 'h:' .. cur[2]) end
   if not h or not alive(hk, tok, now) then return nil end
@@ -356,7 +357,7 @@ end
 -- expired must not act on the next hold of the same owner.
 local function held(k, hk, now, token, req, mode)
   local h = redis.pcall('HGET', k, 'h:' .. token)
-  if type(h) ~= 'string' then return nil end -- none, or k holds other data
+  if foreign(h) or not h then return nil end -- k holds other data, or none
   local exp = alive(hk, token, now)
   if not exp then return nil end
   local d = decode(h)

@@ -59,7 +59,7 @@ if id ~= '' then
 end
 if ends and id == '' then
   local left = redis.call('PTTL', marker)
-  if left >= 0 and left <= 60000 and type(redis.pcall('ZCARD', marker)) == 'number' then
+  if left >= 0 and left <= 60000 and not foreign(redis.pcall('ZCARD', marker)) then
     marked = 'ids'
   elseif left ~= -2 then
     ends = false -- not a marker dlock wrote

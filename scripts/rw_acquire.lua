@@ -110,9 +110,9 @@ end
 local queued = false
 if fair == '1' then
   local gone = redis.pcall('ZRANGEBYSCORE', pk, '-inf', now)
-  if gone.err then return wrongtype(4) end
+  if foreign(gone) then return wrongtype(4) end
   local q = redis.pcall('ZRANGE', qk, 0, -1)
-  if q.err then return wrongtype(5) end
+  if foreign(q) then return wrongtype(5) end
   if #gone > 0 then
     chunked('ZREM', pk, gone)
     chunked('ZREM', qk, gone)
@@ -135,7 +135,7 @@ if fair == '1' then
   end
 elseif mode == 'read' and not blocked then
   local w = redis.pcall('ZRANGEBYSCORE', pk, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if w.err then return wrongtype(4) end
+  if foreign(w) then return wrongtype(4) end
   blocked = w[2]
 end
 
