@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -309,4 +310,199 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 func closedOnIt(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) ||
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe")
+}
+
+// TestAReadRefusedInsideAScriptIsNotForeignData: an ACL user that may not
+// run one of the reads inside dlock's scripts (its ACL line lacks one
+// command of the README's) gets Redis's refusal from every acquire, and
+// from Inspect, that comes to that read: not ErrWrongType, which would
+// blame an innocent key of the name for holding data dlock did not write,
+// nor a refusal as if the name were held, nor a success that read nothing.
+// The name is left as it was (see nameState): the scripts read before they
+// write.
+func TestAReadRefusedInsideAScriptIsNotForeignData(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	full := dlock.New(goredis.New(admin))
+	t.Cleanup(func() { _ = full.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hold := dlock.WithTTL(time.Minute)
+
+	// held makes name held by another client (holders has its Lock),
+	// with a release marker when it has one: that of a second hold, taken
+	// and released, so that an acquire reads every key of the name.
+	holders := map[string]*dlock.Lock{}
+	held := func(name string, take func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)) {
+		l, err := take(ctx, hold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders[name] = l
+		l, err = take(ctx, hold)
+		if errors.Is(err, dlock.ErrNotObtained) {
+			return // an exclusive lock
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type op struct {
+		name  string
+		setup func(name string)
+		run   func(c *dlock.Client, name string) error
+	}
+	lock := func(n string) {
+		held(n, func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return full.TryLock(ctx, n, opts...)
+		})
+	}
+	rw := func(fair bool) func(n string) {
+		return func(n string) {
+			var opts []dlock.RWOption
+			if fair {
+				opts = append(opts, dlock.Fair())
+			}
+			held(n, full.RWMutex(n, opts...).TryRLock)
+		}
+	}
+	sem := func(n string) { held(n, full.Semaphore(n, 3).TryAcquire) }
+	ops := []op{
+		{"lock", lock, func(c *dlock.Client, n string) error { _, err := c.TryLock(ctx, n); return err }},
+		// ttl.lua, which reads the lock as release and refresh do.
+		{"attach", lock, func(c *dlock.Client, n string) error { _, err := c.Attach(ctx, n, holders[n].Token()); return err }},
+		{"rlock", rw(false), func(c *dlock.Client, n string) error { _, err := c.RWMutex(n).TryRLock(ctx); return err }},
+		{"wlock", rw(false), func(c *dlock.Client, n string) error { _, err := c.RWMutex(n).TryLock(ctx); return err }},
+		{"fair-rlock", rw(true), func(c *dlock.Client, n string) error {
+			_, err := c.RWMutex(n, dlock.Fair()).TryRLock(ctx)
+			return err
+		}},
+		{"fair-wlock", rw(true), func(c *dlock.Client, n string) error {
+			_, err := c.RWMutex(n, dlock.Fair()).TryLock(ctx)
+			return err
+		}},
+		{"sem", sem, func(c *dlock.Client, n string) error { _, err := c.Semaphore(n, 3).TryAcquire(ctx); return err }},
+		{"inspect-lock", lock, func(c *dlock.Client, n string) error { _, err := c.Inspect(ctx, n); return err }},
+		{"inspect-rw", rw(true), func(c *dlock.Client, n string) error { _, err := c.Inspect(ctx, n); return err }},
+		{"inspect-sem", sem, func(c *dlock.Client, n string) error { _, err := c.Inspect(ctx, n); return err }},
+	}
+	acquires := []string{"lock", "rlock", "wlock", "fair-rlock", "fair-wlock", "sem"}
+	holds := []string{"rlock", "wlock", "fair-rlock", "fair-wlock", "sem"}
+	inspects := []string{"inspect-lock", "inspect-rw", "inspect-sem"}
+	for _, tc := range []struct {
+		cmd     string
+		refused []string // the operations that come to a read with cmd
+	}{
+		{"hmget", append(append(acquires, "attach"), inspects...)},
+		{"zrangebyscore", append(holds, "inspect-rw", "inspect-sem")},
+		{"zscore", holds},
+		{"zrange", []string{"wlock", "fair-rlock", "fair-wlock"}},
+		{"pttl", append(acquires, "attach", "inspect-lock")},
+		{"zcount", inspects},
+		{"get", inspects},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			user := "no" + tc.cmd
+			rules := []string{"ACL", "SETUSER", user}
+			for _, r := range aclRules {
+				if r != "+"+tc.cmd {
+					rules = append(rules, r)
+				}
+			}
+			if len(rules) != len(aclRules)+2 {
+				t.Fatalf("+%s is not in the README's ACL line", tc.cmd)
+			}
+			// The scripts as Redis Functions too: the user may load and
+			// call them.
+			srv.Do(t, append(rules, "+fcall", "+function|load")...)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "s3cret", MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			for _, c := range []struct {
+				name string
+				*dlock.Client
+			}{
+				{"eval", dlock.New(goredis.New(rdb))},
+				{"fcall", dlock.New(goredis.New(rdb), dlock.WithFunctions())},
+			} {
+				t.Cleanup(func() { _ = c.Close() })
+				for _, o := range ops {
+					n := tc.cmd + "-" + c.name + "-" + o.name
+					o.setup(n)
+					before := nameState(ctx, t, admin, full, n)
+					err := o.run(c.Client, n)
+					mustRefuse := false
+					for _, r := range tc.refused {
+						mustRefuse = mustRefuse || r == o.name
+					}
+					switch {
+					case refusedInScript(err):
+						if after := nameState(ctx, t, admin, full, n); after != before {
+							t.Errorf("%s by %s: the name changed under a refusal:\nbefore %q\nafter  %q", o.name, c.name, before, after)
+						}
+					case mustRefuse:
+						t.Errorf("%s by %s: err = %v, want Redis's refusal of %s", o.name, c.name, err, strings.ToUpper(tc.cmd))
+					case err != nil && !errors.Is(err, dlock.ErrNotObtained):
+						t.Errorf("%s by %s: err = %v, want the operation's outcome or Redis's refusal of %s",
+							o.name, c.name, err, strings.ToUpper(tc.cmd))
+					}
+				}
+			}
+		})
+	}
+}
+
+// refusedInScript reports whether err is Redis's refusal of a command
+// inside a script to the client's ACL user (in the words of Redis 7.0, or of
+// later versions), and not dlock's error for foreign data.
+func refusedInScript(err error) bool {
+	if err == nil || errors.Is(err, dlock.ErrWrongType) || errors.Is(err, dlock.ErrNotObtained) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "can't run this command") || strings.Contains(msg, "ACL failure in script") ||
+		strings.Contains(msg, "NOPERM")
+}
+
+// nameState returns what the keys of name hold, for comparison, but for
+// the records that an acquisition ended which its clean-up leaves, in a
+// lock hash's 'rel' and as a release marker's 'r:' members (see release.lua
+// and holds_release.lua): they take nothing.
+func nameState(ctx context.Context, t *testing.T, rdb *redis.Client, c *dlock.Client, name string) string {
+	t.Helper()
+	var b strings.Builder
+	key := c.RedisKey(name)
+	for _, k := range []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending", key + ":queue", key + ":released"} {
+		var v any
+		var err error
+		switch typ := rdb.Type(ctx, k).Val(); typ {
+		case "none":
+			continue
+		case "hash":
+			var h map[string]string
+			h, err = rdb.HGetAll(ctx, k).Result()
+			delete(h, "rel")
+			v = h
+		case "zset":
+			var z []redis.Z
+			z, err = rdb.ZRangeWithScores(ctx, k, 0, -1).Result()
+			kept := z[:0]
+			for _, m := range z {
+				if !strings.HasPrefix(m.Member.(string), "r:") {
+					kept = append(kept, m)
+				}
+			}
+			v = kept
+		default:
+			v, err = rdb.Dump(ctx, k).Result()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s=%v\n", k, v)
+	}
+	return b.String()
 }
