@@ -158,7 +158,8 @@ func unreachable(display string, err error) error {
 	switch {
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
-	case strings.Contains(msg, "NOPERM"):
+	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "can't run this command"), strings.Contains(msg, "ACL failure in script"):
+		// The last two: a command inside a script (Redis 7.0, and 7.2 on).
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
 	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"),
 		strings.Contains(msg, "IP SANs"):

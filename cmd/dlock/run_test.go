@@ -605,6 +605,14 @@ func TestRunWaitRefusedForGood(t *testing.T) {
 			t.Errorf("%v: stderr %s", flags, r.stderr)
 		}
 	}
+	// A command inside dlock's scripts that the user may not run: Redis
+	// words that refusal otherwise.
+	srv.Do(t, "ACL", "SETUSER", "noreads", "on", ">pw", "+@all", "-hmget", "~*", "&*")
+	env = []string{"DLOCK_REDIS=redis://noreads:pw@" + srv.Addr()}
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
+		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
+		checkOneLine(t, r, exitUnavailable, "the Redis user lacks a permission dlock needs")
+	}
 }
 
 // However short --wait is, a free lock is obtained: the first attempt

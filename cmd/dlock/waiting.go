@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,10 @@ func hopeless(err error) bool {
 			return true
 		}
 	}
-	return false
+	// A command inside a script that the ACL user may not run (Redis 7.0,
+	// and 7.2 on).
+	msg := err.Error()
+	return strings.Contains(msg, "can't run this command") || strings.Contains(msg, "ACL failure in script")
 }
 
 // cutShort reports whether err is that of an attempt cut short by the end
