@@ -438,15 +438,7 @@ func TestAutoRefreshKeepsTheLocksTTL(t *testing.T) {
 func TestWatchdogBatchesRefreshes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	var refreshTrips, refreshCalls atomic.Int64
-	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
-		if isRefresh(calls) {
-			refreshTrips.Add(1)
-			refreshCalls.Add(int64(len(calls)))
-		}
-	}}
-	c := dlock.New(d)
-	defer c.Close()
+	c, refreshTrips, refreshCalls := refreshCounting(t, e)
 	const (
 		locks    = 200
 		interval = 100 * time.Millisecond
@@ -472,11 +464,32 @@ func TestWatchdogBatchesRefreshes(t *testing.T) {
 	if trips, calls := refreshTrips.Load(), refreshCalls.Load(); trips > 2*rounds {
 		t.Errorf("%d round trips to refresh %d locks %d times (%d refreshes)", trips, locks, rounds, calls)
 	}
+	releaseAllHeld(t, held)
+}
+
+// refreshCounting returns a client, closed with the test, whose refresh
+// round trips and refresh calls are counted.
+func refreshCounting(t *testing.T, e *env) (c *dlock.Client, trips, calls *atomic.Int64) {
+	trips, calls = new(atomic.Int64), new(atomic.Int64)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(cs []*dlock.Call) {
+		if isRefresh(cs) {
+			trips.Add(1)
+			calls.Add(int64(len(cs)))
+		}
+	}}
+	c = dlock.New(d)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, trips, calls
+}
+
+// releaseAllHeld checks that none of the locks was lost, and releases them.
+func releaseAllHeld(t *testing.T, held []*dlock.Lock) {
+	t.Helper()
 	for _, l := range held {
 		if l.Err() != nil {
 			t.Fatalf("lost: %v", l.Err())
 		}
-		_ = l.Release(ctx)
+		_ = l.Release(context.Background())
 	}
 }
 
@@ -488,15 +501,7 @@ func TestWatchdogBatchesRefreshes(t *testing.T) {
 func TestWatchdogGroupsLocksTakenApart(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	var refreshTrips, refreshCalls atomic.Int64
-	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
-		if isRefresh(calls) {
-			refreshTrips.Add(1)
-			refreshCalls.Add(int64(len(calls)))
-		}
-	}}
-	c := dlock.New(d)
-	defer c.Close()
+	c, refreshTrips, refreshCalls := refreshCounting(t, e)
 	const (
 		locks    = 200
 		interval = 300 * time.Millisecond
@@ -525,12 +530,7 @@ func TestWatchdogGroupsLocksTakenApart(t *testing.T) {
 		t.Errorf("%d round trips to refresh %d locks taken over %v, %d times (%d refreshes); want at most %d",
 			trips, locks, spread, rounds, calls, limit)
 	}
-	for _, l := range held {
-		if l.Err() != nil {
-			t.Fatalf("lost: %v", l.Err())
-		}
-		_ = l.Release(ctx)
-	}
+	releaseAllHeld(t, held)
 }
 
 // TestPausedHolderIsFencedOut: the holder's process stops (its watchdog is

@@ -697,13 +697,7 @@ func TestRunSurvivesAClosedStderr(t *testing.T) {
 		<-done
 	})
 	// It said it waits, to nobody, and lives on.
-	waitFor(t, "the run to wait", func() bool {
-		info, err := c.Inspect(context.Background(), name)
-		return err == nil && info.WaitingClients == 1
-	})
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	releaseOnceItWaits(t, c, l, name)
 	select {
 	case <-done:
 	case <-time.After(procTimeout):
@@ -717,6 +711,19 @@ func TestRunSurvivesAClosedStderr(t *testing.T) {
 	}
 	if !isFree(t, c, name) {
 		t.Error("the lock is still held after the run")
+	}
+}
+
+// releaseOnceItWaits releases l, the lock on name, once a client waits
+// for it: the run under test.
+func releaseOnceItWaits(t *testing.T, c *dlock.Client, l *dlock.Lock, name string) {
+	t.Helper()
+	waitFor(t, "the run to wait", func() bool {
+		info, err := c.Inspect(context.Background(), name)
+		return err == nil && info.WaitingClients == 1
+	})
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -765,13 +772,7 @@ func TestRunHeedsASignalThatComesAsTheLockIsObtained(t *testing.T) {
 	ran := filepath.Join(t.TempDir(), "ran")
 	code := make(chan int, 1)
 	go func() { code <- a.main([]string{"run", name, "--", "touch", ran}) }()
-	waitFor(t, "the run to wait", func() bool {
-		info, err := c.Inspect(context.Background(), name)
-		return err == nil && info.WaitingClients == 1
-	})
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	releaseOnceItWaits(t, c, l, name)
 	select {
 	case got := <-code:
 		if want := 128 + int(syscall.SIGTERM); got != want {
