@@ -93,6 +93,11 @@ func TestFlagError(t *testing.T) {
 		{"flag provided but not defined: -x", []string{"--", "-x"}, "flag provided but not defined: --x"},
 		{"flag provided but not defined: -x*", []string{"-x*"}, "flag provided but not defined: -x*"},
 		{"bad flag syntax: ---x", []string{"---x"}, "bad flag syntax: ---x"},
+		// A value that looks like a flag is left as it is.
+		{`invalid value "k: -v" for flag -ttl: bad`, []string{"--ttl", "k: -v"}, `invalid value "k: -v" for flag --ttl: bad`},
+		{`invalid value "a for -v" for flag -ttl: bad`, []string{"--ttl", "a for -v"}, `invalid value "a for -v" for flag --ttl: bad`},
+		{`invalid boolean value "-x" for -json: bad`, []string{"--json=-x"}, `invalid boolean value "-x" for --json: bad`},
+		{"flag needs an argument: -ttl", []string{"-ttl"}, "flag needs an argument: -ttl"},
 	} {
 		if got := flagError(errors.New(tc.err), tc.args).Error(); got != tc.want {
 			t.Errorf("flagError(%q, %q) = %q, want %q", tc.err, tc.args, got, tc.want)

@@ -279,7 +279,10 @@ func flagError(err error, args []string) error {
 	}))
 }
 
-var flagName = regexp.MustCompile(`(: |flag |for )-([^\s:=-][^\s:=]*)`)
+// flagName matches a flag where the flag package names one: after its
+// message's lead, or after the quoted value ("…" for flag -name), never
+// inside that value.
+var flagName = regexp.MustCompile(`(^flag provided but not defined: |^flag needs an argument: |" for flag |" for )-([^\s:=-][^\s:=]*)`)
 
 // typedFlag finds the flag called name among args, before any "--", and
 // returns it as typed, without its value (-name or --name), and the whole
