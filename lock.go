@@ -730,11 +730,11 @@ func (l *Lock) release(ctx context.Context) error {
 		}
 		// And the hold's token, by which a re-entry learns of a force
 		// release (none when it is the request token).
-		var tok any = token
-		if token == l.req {
-			tok = argNone
+		tok := argNone
+		if token != l.req {
+			tok = token // boxed only then
 		}
-		args = append(args, "", "", minHold, l.endsArg(), tok)
+		args = append(args, argNone, argNone, minHold, l.endsArg(), tok)
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
@@ -1062,11 +1062,11 @@ func (l *Lock) nameKeys() []string {
 func (l *Lock) releaseArgs(token string, id any) []any {
 	req := l.reqValue()
 	if !l.kind.modeArg {
-		return append(make([]any, 0, 6), req, id) // room for what Release adds
+		return append(make([]any, 0, 7), req, id) // room for what Release adds
 	}
-	var tok any = token
-	if token == l.req {
-		tok = req
+	tok := req
+	if token != l.req {
+		tok = token // boxed only then
 	}
 	return append(l.kind.args(append(make([]any, 0, 6), tok, req)...), id) // room for the mode, the id and what Release adds
 }
