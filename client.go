@@ -203,6 +203,10 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 	return call.Val, call.Err
 }
 
+// closeCleanupBound bounds how long Close waits for the waits it ended to
+// clean up: each clean-up is bounded by cleanupTimeout.
+const closeCleanupBound = cleanupTimeout + time.Second
+
 // Close stops the client: it takes no new work, ends the waits under way,
 // and stops its background work, the watchdog that refreshes locks
 // obtained WithAutoRefresh and the subscription that wakes waiting callers.
@@ -231,11 +235,9 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
 // does a subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s). Close does not close the
-// Redis client under the driver. It is safe to call more than once.
-// closeCleanupBound bounds how long Close waits for the waits it ended to
-// clean up: each clean-up is bounded by cleanupTimeout.
-const closeCleanupBound = cleanupTimeout + time.Second
-
+// Redis client under the driver. It is safe to call more than once. Called
+// from a waiting caller's own WithOnRetry function, it waits out its bound
+// for that caller, which cannot end its wait until Close returns.
 func (c *Client) Close() error {
 	c.made()
 	c.mu.Lock()

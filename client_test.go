@@ -325,3 +325,76 @@ func TestAnAcquireThatCloseOvertakesLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestALockObtainedAfterCloseIsGivenBackAsAFailedAcquire: an acquire
+// WithAutoRefresh that Close overtakes (here from a hook) gives back only
+// what it took, as a failed acquire would: no minimum hold keeps the name,
+// a token given to another Lock too keeps that Lock's hold, a re-entry by
+// owner leaves the owner's first hold, and the hooks hear of no lock held.
+func TestALockObtainedAfterCloseIsGivenBackAsAFailedAcquire(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var events []string
+	closing := func() *dlock.Client {
+		var c *dlock.Client
+		c = dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{
+			AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context {
+				_ = c.Close()
+				events = append(events, "start")
+				return ctx
+			},
+			AcquireDone: func(_ context.Context, _ dlock.HookInfo, r dlock.AcquireResult) {
+				events = append(events, "done:"+r.Outcome)
+			},
+			End: func(dlock.HookInfo, time.Duration, error) { events = append(events, "end") },
+		}))
+		return c
+	}
+	auto := []dlock.Option{dlock.WithAutoRefresh(), dlock.WithTTL(time.Minute)}
+
+	events = nil
+	_, err := closing().TryLock(ctx, "mh", append(auto, dlock.WithMinHold(time.Minute))...)
+	if !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("with a minimum hold: err = %v, want ErrClosed", err)
+	}
+	if strings.Join(events, " ") != "start done:error" {
+		t.Errorf("hooks heard %q, want start and an error", events)
+	}
+	if l, err := e.c.TryLock(ctx, "mh"); err != nil {
+		t.Errorf("the name given back is not free: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+
+	for _, tc := range []struct {
+		what string
+		opt  dlock.Option
+	}{{"token", dlock.WithToken("shared-token-0123456789abcdef")}, {"owner", dlock.WithOwner("owner-1")}} {
+		for _, kind := range []struct {
+			what    string
+			acquire func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error)
+		}{
+			{"exclusive", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) { return c.TryLock(ctx, "sh", opts...) }},
+			{"read", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.RWMutex("sh-rw").TryRLock(ctx, opts...)
+			}},
+			{"write", func(c *dlock.Client, opts ...dlock.Option) (*dlock.Lock, error) {
+				return c.RWMutex("sh-w").TryLock(ctx, opts...)
+			}},
+		} {
+			first, err := kind.acquire(e.c, tc.opt, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kind.acquire(closing(), append(auto, tc.opt)...); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("%s, %s: err = %v, want ErrClosed", tc.what, kind.what, err)
+			}
+			if err := first.Refresh(ctx, time.Minute); err != nil {
+				t.Errorf("%s, %s: the first Lock's hold was ended by the give-back: %v", tc.what, kind.what, err)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Errorf("%s, %s: %v", tc.what, kind.what, err)
+			}
+		}
+	}
+}

@@ -254,6 +254,14 @@ func (s *lease) expireIfDue() {
 	}
 }
 
+// drop ends the lease of a lock its caller never got: no hook hears of it.
+func (s *lease) drop() {
+	s.mu.Lock()
+	s.hook = nil
+	s.mu.Unlock()
+	s.end(nil)
+}
+
 // end closes the lease with err (nil for a release). Only the first call
 // counts.
 func (s *lease) end(err error) {

@@ -436,10 +436,16 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		return err
 	}
 	if o.auto && l.c.isClosed() {
-		// Close came while it was obtained: no lock that nothing refreshes.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = l.release(rctx)
+		// Close came while it was obtained: no lock that nothing
+		// refreshes, and none its caller hears of. It is given back as a
+		// failed acquire's would be (this acquisition only, with no
+		// minimum hold), unless its token was given (WithToken): the hold
+		// may be another Lock's too, and is left to its TTL.
+		l.drop()
+		if l.ownReq {
+			l.cleanup(ctx, true)
+		}
+		l.ended()
 		return fmt.Errorf("%s: %w", l.describe(), ErrClosed)
 	}
 	if l.c.log.Enabled(ctx, slog.LevelDebug) {

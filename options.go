@@ -99,7 +99,8 @@ func WithRetry(s RetryStrategy) Option {
 // WithOnRetry sets a function that Lock calls after each failed attempt
 // with the number of attempts failed so far and why the last one failed
 // (ErrNotObtained, or the Redis error). It is called on the goroutine that
-// called Lock.
+// called Lock (a Client.Close called from it waits out its bound for that
+// caller's wait).
 func WithOnRetry(f func(failed int, err error)) Option {
 	return func(o *options) { o.onRetry = f }
 }

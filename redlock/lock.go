@@ -586,12 +586,13 @@ func (l *Lock) nodeError(i int, err error) error {
 func (r *Locker) final(err error) bool {
 	n := 0
 	for _, e := range joined(err) {
-		if errors.Is(e, dlock.ErrWrongType) || errors.Is(e, dlock.ErrKindMismatch) {
+		// A node whose dlock Client was closed refuses every acquire for
+		// good too.
+		if errors.Is(e, dlock.ErrWrongType) || errors.Is(e, dlock.ErrKindMismatch) || errors.Is(e, dlock.ErrClosed) {
 			n++
 		}
 	}
-	// ErrClosed is final when the Locker closed; a node's Client that was
-	// closed is a node that fails, as one that is down.
+	// ErrClosed is final also when the Locker itself closed.
 	return n > len(r.nodes)-r.quorum || errors.Is(err, dlock.ErrInvalidArgument) || errors.Is(err, dlock.ErrClosed) && r.isClosed()
 }
 

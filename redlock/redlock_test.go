@@ -1760,8 +1760,38 @@ func TestAReleaseThatNoRetryCanCompleteEndsTheLockAsLost(t *testing.T) {
 // TestANodeWhoseClientClosedIsANodeThatFails: a node whose dlock Client
 // was closed refuses every acquire (ErrClosed), as a node that is down
 // fails them: a Lock waits on, and obtains the lock on the quorum of the
-// others once its holder lets it go.
+// others once its holder lets it go. With more such nodes than the quorum
+// can spare, no wait helps: Lock ends at once with ErrClosed.
 func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
+	t.Run("a quorum closed", func(t *testing.T) {
+		srvs := redistest.StartMasters(t, 3)
+		nodes := make([]redlock.Node, len(srvs))
+		for i, srv := range srvs {
+			nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
+		}
+		r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		for _, n := range nodes[:2] {
+			if err := n.Client.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		retried := false
+		_, err = r.Lock(ctx, "quorum-closed", redlock.WithRetry(dlock.RetryFunc(func(int) (time.Duration, bool) {
+			retried = true
+			cancel() // the wait would go on
+			return time.Millisecond, true
+		})))
+		if retried || !errors.Is(err, dlock.ErrClosed) || errors.Is(err, context.Canceled) {
+			t.Errorf("Lock with 2 of 3 node Clients closed: retried %v, err = %v; want ErrClosed at once", retried, err)
+		}
+	})
+
 	srvs := redistest.StartMasters(t, 3)
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {

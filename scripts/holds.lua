@@ -69,7 +69,7 @@ end
 -- fair never reads, so that nothing else refused it.
 local function queued_any(qk)
   local n = redis.pcall('ZCARD', qk)
-  return not foreign(n) and n > 0
+  return type(n) == 'number' and n > 0 -- read after writes: any error is none
 end
 
 -- A hold that ForceRelease ended is recorded in the name's release marker
@@ -109,7 +109,7 @@ end
 local function was_forced(mk, token, now)
   if not mk then return false end
   local until_ = redis.pcall('ZSCORE', mk, 'f:' .. token)
-  return not foreign(until_) and until_ and tonumber(until_) > now
+  return type(until_) == 'string' and tonumber(until_) > now -- read after writes: any error is none
 end
 
 -- owned returns the field naming the token that owner holds in mode, or ''

@@ -10,8 +10,11 @@
 
 -- foreign reports whether r, the reply of a read made by redis.pcall, is
 -- the error of a key that holds another type of data; false when r is no
--- error. Any other error is raised as it is: the scripts read before they
--- write, so nothing has been written.
+-- error. Any other error is raised as it is. The scripts use it for the
+-- reads they make before their first write, so that nothing has been
+-- written then; a read after writes (the waiters a release wakes, say)
+-- takes any error for none instead, so that a script never fails half
+-- done for it.
 local function foreign(r)
   if type(r) ~= 'table' or not r.err then return false end
   if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return true end

@@ -88,7 +88,9 @@ local function next_waiter(wk, t)
   t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local r = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if foreign(r) or not r[1] then return nil, t end
+  -- Read after the caller's writes: any error (other data, a command the
+  -- user may not run) is no waiter, so that a release never fails half done.
+  if type(r) ~= 'table' or r.err or not r[1] then return nil, t end
   return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
 end
 
@@ -131,7 +133,7 @@ local function wake_all(wk, k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local all = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf')
-  if foreign(all) then return end
+  if type(all) ~= 'table' or all.err then return end -- as in next_waiter
   for _, ch in ipairs(all) do
     tell(ch, k)
   end
