@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,13 @@ const testNodeTimeout = 250 * time.Millisecond
 // with the test (the Locker first).
 func newLocker(t testing.TB, srvs []*redistest.Server, opts ...redlock.LockerOption) *redlock.Locker {
 	t.Helper()
+	r, _ := newLockerNodes(t, srvs, opts...)
+	return r
+}
+
+// newLockerNodes is newLocker, and returns the Locker's nodes too.
+func newLockerNodes(t testing.TB, srvs []*redistest.Server, opts ...redlock.LockerOption) (*redlock.Locker, []redlock.Node) {
+	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
@@ -64,7 +72,18 @@ func newLocker(t testing.TB, srvs []*redistest.Server, opts ...redlock.LockerOpt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return r, nodes
+}
+
+// retryAfterRefusal returns a retry strategy that retries every 20ms, and
+// a channel closed at the first refused attempt.
+func retryAfterRefusal() (dlock.RetryStrategy, <-chan struct{}) {
+	var once sync.Once
+	refused := make(chan struct{})
+	return dlock.RetryFunc(func(int) (time.Duration, bool) {
+		once.Do(func() { close(refused) })
+		return 20 * time.Millisecond, true
+	}), refused
 }
 
 // newClient returns a dlock client of its own on srv, closed with the test.

@@ -1511,12 +1511,7 @@ func TestLockStopsAtClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	refused := make(chan struct{})
-	retry := dlock.RetryFunc(func(int) (time.Duration, bool) {
-		once.Do(func() { close(refused) })
-		return 20 * time.Millisecond, true
-	})
+	retry, refused := retryAfterRefusal()
 	got := make(chan error, 1)
 	go func() {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -1764,16 +1759,7 @@ func TestAReleaseThatNoRetryCanCompleteEndsTheLockAsLost(t *testing.T) {
 // can spare, no wait helps: Lock ends at once with ErrClosed.
 func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
 	t.Run("a quorum closed", func(t *testing.T) {
-		srvs := redistest.StartMasters(t, 3)
-		nodes := make([]redlock.Node, len(srvs))
-		for i, srv := range srvs {
-			nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
-		}
-		r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.Close() })
+		r, nodes := newLockerNodes(t, redistest.StartMasters(t, 3))
 		for _, n := range nodes[:2] {
 			if err := n.Client.Close(); err != nil {
 				t.Fatal(err)
@@ -1782,7 +1768,7 @@ func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		retried := false
-		_, err = r.Lock(ctx, "quorum-closed", redlock.WithRetry(dlock.RetryFunc(func(int) (time.Duration, bool) {
+		_, err := r.Lock(ctx, "quorum-closed", redlock.WithRetry(dlock.RetryFunc(func(int) (time.Duration, bool) {
 			retried = true
 			cancel() // the wait would go on
 			return time.Millisecond, true
@@ -1793,15 +1779,7 @@ func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
 	})
 
 	srvs := redistest.StartMasters(t, 3)
-	nodes := make([]redlock.Node, len(srvs))
-	for i, srv := range srvs {
-		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: newClient(t, srv)}
-	}
-	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
+	r, nodes := newLockerNodes(t, srvs)
 	ctx := context.Background()
 	h, err := newLocker(t, srvs).TryLock(ctx, "closed-node", redlock.WithTTL(time.Minute))
 	if err != nil {
@@ -1810,12 +1788,7 @@ func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
 	if err := nodes[0].Client.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	refused := make(chan struct{})
-	retry := dlock.RetryFunc(func(int) (time.Duration, bool) {
-		once.Do(func() { close(refused) })
-		return 20 * time.Millisecond, true
-	})
+	retry, refused := retryAfterRefusal()
 	got := make(chan error, 1)
 	go func() {
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)

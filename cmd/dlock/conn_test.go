@@ -574,8 +574,7 @@ func TestBadNameIsUsage(t *testing.T) {
 // one message naming that key.
 func TestForeignDataNamesTheKey(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
-	defer rdb.Close()
+	rdb := rawClient(t)
 	ctx := context.Background()
 	base := lockName(t)
 	for _, tc := range []struct {

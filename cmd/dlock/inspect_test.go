@@ -17,7 +17,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // status --json and ls --json describe a lock held by run: its holder's
@@ -122,8 +121,7 @@ func TestListWatch(t *testing.T) {
 // fence, is still taken.
 func TestStatusForeignFenceCounter(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
-	defer rdb.Close()
+	rdb := rawClient(t)
 	ctx := context.Background()
 	name := lockName(t)
 	key := "dlock:{" + name + "}:fence"

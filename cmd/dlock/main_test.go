@@ -330,13 +330,17 @@ func checkOneLine(t *testing.T, r result, code int, want string) {
 // hold and inspect locks beside the command.
 func libClient(t *testing.T) *dlock.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() {
-		_ = c.Close()
-		_ = rdb.Close()
-	})
+	c := dlock.New(goredis.New(rawClient(t)))
+	t.Cleanup(func() { _ = c.Close() }) // before the Redis client's
 	return c
+}
+
+// rawClient returns a go-redis client on the shared server, closed with
+// the test, for a test to write keys beside the command.
+func rawClient(t *testing.T) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }
 
 // lockName returns a lock name of the test's own.
