@@ -127,14 +127,37 @@ var ErrClosed = errors.New("dlock: client closed")
 // for a command inside a script, after the script's earlier writes, where
 // the other refusals come before anything runs.
 func refusedForGood(err error) (refused, ranInPart bool) {
-	if errors.As(err, new(*unauthenticated)) {
-		return true, false
+	// Every error in err's tree counts, not only the first ServerError: a
+	// refusal joined behind another failure is still final.
+	var walk func(err error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+			return
+		case *unauthenticated:
+			refused = true
+			return
+		case *ServerError:
+			r, p := refusedMessage(e.Err)
+			refused, ranInPart = refused || r, ranInPart || p
+		case interface{ Unwrap() []error }:
+			for _, e := range e.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		walk(errors.Unwrap(err))
 	}
-	var se *ServerError
-	if !errors.As(err, &se) || se.Err == nil {
+	walk(err)
+	return refused, ranInPart
+}
+
+// refusedMessage is refusedForGood for one driver error.
+func refusedMessage(err error) (refused, ranInPart bool) {
+	if err == nil {
 		return false, false
 	}
-	switch msg := se.Err.Error(); {
+	switch msg := err.Error(); {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):
 		return true, false
 	case strings.HasPrefix(msg, "NOPERM "),

@@ -851,13 +851,14 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		if isFinal(err) {
 			return abandon(uncertain, err)
 		}
+		if errors.Is(err, errGiveBack) {
+			// Names may be left taken, whatever the refusal behind it.
+			return abandon(true, err)
+		}
 		if refused, ranInPart := refusedForGood(err); refused {
 			// A missing password or permission: waiting would only hide
 			// it behind the wait's end.
 			return abandon(uncertain || ranInPart, err)
-		}
-		if errors.Is(err, errGiveBack) {
-			return abandon(true, err)
 		}
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late

@@ -1,0 +1,35 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// refusedForGood is pure logic over error trees: these are the shapes the
+// wait meets, built by hand (the refusals themselves come from real Redis
+// in security_test.go).
+func TestRefusedForGoodLooksAtEveryError(t *testing.T) {
+	server := func(msg string) error { return &ServerError{Key: "dlock:{x}", Err: errors.New(msg)} }
+	for _, tc := range []struct {
+		name               string
+		err                error
+		refused, ranInPart bool
+	}{
+		{"nil", nil, false, false},
+		{"not obtained", fmt.Errorf("%w: held", ErrNotObtained), false, false},
+		{"timeout", server("i/o timeout"), false, false},
+		{"wrong password", server("WRONGPASS invalid username-password pair"), true, false},
+		{"no permission", server("NOPERM this user has no permissions to run the 'evalsha' command"), true, true},
+		{"in a script", server("ERR The user executing the script can't run this command or subcommand script: ..."), true, true},
+		{"unauthenticated", &unauthenticated{errors.New("ERR Protocol error: unauthenticated multibulk length")}, true, false},
+		{"wrapped", fmt.Errorf("attempt: %w", server("NOAUTH Authentication required.")), true, false},
+		{"joined behind another failure", errors.Join(server("i/o timeout"), server("NOPERM no permissions")), true, true},
+		{"two wrapped", fmt.Errorf("%w: %w", server("LOADING"), server("ACL failure in script: no permission")), true, true},
+	} {
+		refused, ranInPart := refusedForGood(tc.err)
+		if refused != tc.refused || ranInPart != tc.ranInPart {
+			t.Errorf("%s: refusedForGood = %v, %v; want %v, %v", tc.name, refused, ranInPart, tc.refused, tc.ranInPart)
+		}
+	}
+}
