@@ -36,7 +36,8 @@ type Client struct {
 	wd      *watchdog                         // started by the first lock that refreshes automatically
 	waits   *waitHub                          // made by the first caller that waits
 	waiting map[*context.CancelCauseFunc]bool // end the waits under way, at Close (see endsAtClose)
-	idle    chan struct{}                     // closed when the waits Close ended have cleaned up
+	busy    int                               // acquisitions under way (see underway)
+	idle    chan struct{}                     // closed when the waits Close ended have cleaned up, and the acquisitions have ended
 	closed  bool
 }
 
@@ -204,7 +205,8 @@ func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any
 }
 
 // closeCleanupBound bounds how long Close waits for the waits it ended to
-// clean up: each clean-up is bounded by cleanupTimeout.
+// clean up, and for the acquisitions under way to end: each clean-up is
+// bounded by cleanupTimeout.
 const closeCleanupBound = cleanupTimeout + time.Second
 
 // Close stops the client: it takes no new work, ends the waits under way,
@@ -223,7 +225,8 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // client may be closed next. A TryLock under way is not interrupted, and
 // may still obtain its lock; one WithAutoRefresh that obtains it after
 // Close gives it back and returns ErrClosed, since nothing would refresh
-// it.
+// it. Close waits for the TryLocks under way too, within the same bound,
+// so that their give-backs and clean-ups are done with the driver open.
 //
 // Locks still held are not released, and stay usable: Release, Refresh
 // and TTL still work, so a deferred Release still frees its lock (Attach,
@@ -248,7 +251,7 @@ func (c *Client) Close() error {
 		ends = append(ends, end)
 	}
 	var idle chan struct{}
-	if len(ends) > 0 {
+	if len(ends) > 0 || c.busy > 0 {
 		if c.idle == nil {
 			c.idle = make(chan struct{})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,6 +288,73 @@ func TestCloseWaitsForTheWaitsItEnds(t *testing.T) {
 		t.Errorf("a reader after Close: %v", err)
 	} else {
 		_ = l.Release(ctx)
+	}
+}
+
+// TestCloseWaitsForATryLockUnderWay: Close called while a TryLock
+// WithAutoRefresh is under way returns only once that TryLock has given
+// back the lock it obtained after Close, so that the caller may close the
+// Redis client next and find the name free.
+func TestCloseWaitsForATryLockUnderWay(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	obtained, proceed := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, s)
+	}
+	c := dlock.New(&hookDriver{Driver: goredis.New(rdb), after: func(calls []*dlock.Call) {
+		if calls[0].Keys[0] != "dlock:{underway}" {
+			return // the probe below
+		}
+		switch calls[0].Script.Name {
+		case "acquire":
+			close(obtained) // once: the only acquire sent
+			<-proceed
+		case "release":
+			note("given back")
+		}
+	}})
+	tried := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(ctx, "underway", dlock.WithAutoRefresh(), dlock.WithTTL(time.Minute))
+		tried <- err
+	}()
+	<-obtained
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		note("Close returned")
+		close(closed)
+	}()
+	awaitCond(t, 5*time.Second, func() bool {
+		l, err := c.TryLock(ctx, "probe") // ErrClosed without a request once Close has begun
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return errors.Is(err, dlock.ErrClosed)
+	})
+	close(proceed)
+	<-closed
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-tried; !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock: err = %v, want ErrClosed", err)
+	}
+	mu.Lock()
+	got := strings.Join(order, ", ")
+	mu.Unlock()
+	if got != "given back, Close returned" {
+		t.Errorf("order: %s; want the lock given back before Close returned", got)
+	}
+	if info, err := e.c.Inspect(ctx, "underway"); err != nil || len(info.Holders) != 0 {
+		t.Errorf("%+v, %v; want the name free", info, err)
 	}
 }
 
