@@ -35,6 +35,16 @@ var dlockDefaultLibrary = Library{
 	},
 }
 
+// dlockFunctionsLibrary is dlock WithFunctions: its scripts as a Redis
+// Functions library, called by FCALL.
+var dlockFunctionsLibrary = Library{
+	Name:  "dlock-fn",
+	Setup: "dlock over its go-redis driver WithFunctions (FCALL instead of EVALSHA)",
+	New: func(cfg ClientConfig) (Locker, error) {
+		return newDlock(cfg, dlock.DefaultRetry(), goredisDriver, dlock.WithFunctions())
+	},
+}
+
 // dlockRow is dlock as it comes over one of its drivers.
 func dlockRow(name, client, conns string, open openDriver) Library {
 	return Library{
@@ -77,13 +87,13 @@ type dlockLocker struct {
 	waitOpts    []dlock.Option
 }
 
-func newDlock(cfg ClientConfig, retry dlock.RetryStrategy, open openDriver) (Locker, error) {
+func newDlock(cfg ClientConfig, retry dlock.RetryStrategy, open openDriver, opts ...dlock.ClientOption) (Locker, error) {
 	drv, closeClient, err := open(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &dlockLocker{
-		c:           dlock.New(drv),
+		c:           dlock.New(drv, opts...),
 		closeClient: closeClient,
 		tryOpts:     []dlock.Option{dlock.WithTTL(cfg.TTL)},
 		waitOpts:    []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithRetry(retry)},
