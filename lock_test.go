@@ -306,9 +306,10 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 		t.Run(fmt.Sprintf("behind a hold just taken, shared %v", shared), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			wctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			started, proceed := make(chan struct{}), make(chan struct{})
+			// The wait ends once its attempt is under way, as at a deadline.
+			wctx, endWait := context.WithCancelCause(ctx)
+			defer endWait(nil)
+			started, proceed, second := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			var letGo sync.Once
 			defer letGo.Do(func() { close(proceed) })
 			var acquires atomic.Int32
@@ -323,6 +324,7 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 					// The second's: no answer in time. (Its own context,
 					// which ends with wctx but may end an instant after it:
 					// the call then fails as a real one would.)
+					close(second) // once: the wait ends at its first attempt
 					<-ctx.Done()
 				}
 			}}
@@ -355,6 +357,8 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			}()
 			awaitWaiting(t, c, name, 2)
 			letGo.Do(func() { close(proceed) })
+			<-second
+			endWait(context.DeadlineExceeded)
 			if err := awaitErr(t, behind, "the caller behind"); errors.Is(err, dlock.ErrNotObtained) == shared || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("the caller behind: err = %v, want DeadlineExceeded, and ErrNotObtained %v", err, !shared)
 			}
