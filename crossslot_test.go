@@ -230,11 +230,11 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 
 	t.Run("AutoRefresh", func(t *testing.T) {
 		c, _ := e.newClient(t)
-		l, err := c.TryLockMulti(ctx, e.names, dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(30*time.Millisecond))
+		l, err := c.TryLockMulti(ctx, e.names, dlock.WithTTL(500*time.Millisecond), dlock.WithRefreshInterval(30*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(1500 * time.Millisecond) // three TTLs: kept only by refreshes
 		select {
 		case <-l.Done():
 			t.Fatalf("Done closed while refreshed: %v", l.Err())
@@ -245,7 +245,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 		// Taken away on one primary: the next refresh notices.
 		e.takeAway(t, mid)
-		waitDone(t, l, time.Second)
+		waitDone(t, l, 5*time.Second)
 		if !errors.Is(l.Err(), dlock.ErrLost) {
 			t.Errorf("Err = %v, want ErrLost", l.Err())
 		}

@@ -60,14 +60,18 @@ func ExampleClient_SetFenced() {
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
 
-	old, _ := locks.TryLock(ctx, "report", dlock.WithTTL(20*time.Millisecond))
+	old, err := locks.TryLock(ctx, "report", dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	<-old.Done() // the holder stalls past its TTL...
 	cur, _ := locks.Lock(ctx, "report")
 	defer cur.Release(ctx)
 
 	// ...and a newer holder writes first.
 	fmt.Println(locks.SetFenced(ctx, "report:body", cur.Fence(), "new"))
-	err := locks.SetFenced(ctx, "report:body", old.Fence(), "stale")
+	err = locks.SetFenced(ctx, "report:body", old.Fence(), "stale")
 	fmt.Println(errors.Is(err, dlock.ErrStaleFence))
 	// Output:
 	// <nil>
@@ -115,7 +119,11 @@ func Example_fencedHTTP() {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	old, _ := locks.TryLock(ctx, "inventory", dlock.WithTTL(20*time.Millisecond))
+	old, err := locks.TryLock(ctx, "inventory", dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	<-old.Done()
 	cur, _ := locks.Lock(ctx, "inventory")
 	defer cur.Release(ctx)

@@ -214,8 +214,8 @@ func ExampleRWMutex_Lock() {
 	defer locks.Close()
 
 	catalog := locks.RWMutex("catalog")
-	// A reader that crashed: its hold expires after 50ms.
-	_, _ = catalog.TryRLock(ctx, dlock.WithTTL(50*time.Millisecond))
+	// A reader that crashed: its hold expires after half a second.
+	_, _ = catalog.TryRLock(ctx, dlock.WithTTL(500*time.Millisecond))
 
 	// The writer waits, and no new reader gets in while it does.
 	var once sync.Once

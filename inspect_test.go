@@ -239,7 +239,7 @@ func TestAForceReleaseRecordsOnlyTheHoldsItEnded(t *testing.T) {
 	}
 
 	s := e.c.Semaphore("expired-before", 2)
-	dead, err := s.TryAcquire(ctx, dlock.WithTTL(50*time.Millisecond))
+	dead, err := s.TryAcquire(ctx, dlock.WithTTL(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestAForceReleaseRecordsOnlyTheHoldsItEnded(t *testing.T) {
 		if _, err := admin.ForceRelease(ctx, name); err != nil {
 			t.Fatal(err)
 		}
-		again, err := take(dlock.WithTTL(50 * time.Millisecond))
+		again, err := take(dlock.WithTTL(200 * time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

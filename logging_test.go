@@ -35,11 +35,17 @@ func TestLogRecordsNameTheLockAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitCond(t, 5*time.Second, func() bool { return logged("dlock: refreshed") })
-	if _, err := c.Lock(ctx, "log-x", dlock.WithMaxWait(30*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+	// A wait that gives up after its first refusal.
+	wctx, giveUp := context.WithTimeout(ctx, 5*time.Second)
+	_, err = c.Lock(wctx, "log-x", dlock.WithOnRetry(func(int, error) { giveUp() }))
+	giveUp()
+	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("second Lock: err = %v, want ErrNotObtained", err)
 	}
 	e.srv.Do(t, "DEL", "dlock:{log-x}")
 	waitDone(t, l, 5*time.Second)
+	// Logged after Done closes.
+	awaitCond(t, 5*time.Second, func() bool { return logged("dlock: lock lost") })
 	l, err = c.TryLock(ctx, "log-x")
 	if err != nil {
 		t.Fatal(err)

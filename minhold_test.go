@@ -266,7 +266,7 @@ func TestMinHoldKeepsNothingNotHeld(t *testing.T) {
 		_ = next.Release(ctx)
 	}
 
-	l, err := e.c.TryLock(ctx, "expired", dlock.WithTTL(50*time.Millisecond), dlock.WithMinHold(time.Minute))
+	l, err := e.c.TryLock(ctx, "expired", dlock.WithTTL(200*time.Millisecond), dlock.WithMinHold(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,12 +104,12 @@ func TestSemaphoreCrashedHolderExpiresWhileOthersRefresh(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s := e.c.Semaphore("workers", 2)
-	kept, err := s.TryAcquire(ctx, dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(20*time.Millisecond))
+	kept, err := s.TryAcquire(ctx, dlock.WithTTL(2*time.Second), dlock.WithRefreshInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The other holder crashes: it never refreshes or releases.
-	if _, err := e.newClient(t).Semaphore("workers", 2).TryAcquire(ctx, dlock.WithTTL(100*time.Millisecond)); err != nil {
+	if _, err := e.newClient(t).Semaphore("workers", 2).TryAcquire(ctx, dlock.WithTTL(300*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	// A retry interval far longer than the context proves the waiter woke
