@@ -266,11 +266,18 @@ func wokenByRelease(t *testing.T, holder, waiter *dlock.Client, name string, reg
 	refused := make(chan struct{})
 	got := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(ctx, wakeBeat*8/10)
+		// The wait ends 0.8 of the beat after its last refusal (the
+		// first may come late on a loaded machine: a new client dials).
+		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		end := time.AfterFunc(time.Hour, cancel)
+		defer end.Stop()
 		var once sync.Once
-		l, err := waiter.Lock(ctx, name, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
-			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		l, err := waiter.Lock(wctx, name, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+			dlock.WithOnRetry(func(int, error) {
+				end.Reset(wakeBeat * 8 / 10)
+				once.Do(func() { close(refused) })
+			}))
 		if err == nil {
 			err = l.Release(ctx)
 		}
@@ -310,8 +317,8 @@ func testTakesOverAtExpiry(t *testing.T, e *env) {
 func testAutoRefreshAndLoss(t *testing.T, e *env) {
 	ctx := timeout(t)
 	c := e.client(t)
-	const ttl = 300 * time.Millisecond
-	l, err := c.TryLock(ctx, "lease", dlock.WithTTL(ttl), dlock.WithAutoRefresh())
+	const ttl = 500 * time.Millisecond
+	l, err := c.TryLock(ctx, "lease", dlock.WithTTL(ttl), dlock.WithRefreshInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,11 +499,17 @@ func testSharedHolds(t *testing.T, e *env) {
 	waitFor := func(acquire func(context.Context, ...dlock.Option) (*dlock.Lock, error)) (refused <-chan struct{}, got <-chan error) {
 		ref, res := make(chan struct{}), make(chan error, 1)
 		go func() {
-			ctx, cancel := context.WithTimeout(ctx, limit)
+			// The wait ends limit after its last refusal.
+			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
+			end := time.AfterFunc(time.Hour, cancel)
+			defer end.Stop()
 			var once sync.Once
-			l, err := acquire(ctx, dlock.WithRetry(retry),
-				dlock.WithOnRetry(func(int, error) { once.Do(func() { close(ref) }) }))
+			l, err := acquire(wctx, dlock.WithRetry(retry),
+				dlock.WithOnRetry(func(int, error) {
+					end.Reset(limit)
+					once.Do(func() { close(ref) })
+				}))
 			if err == nil && l.Fence() == 0 && l.Mode() == dlock.ModeWrite {
 				err = errors.New("a write hold without a fence")
 			}

@@ -67,11 +67,11 @@ func (s *subscription) current() *redis.PubSub {
 }
 
 // behindCutProxy shortens the silence after which a connection is sent a
-// PING to 100ms, for the test, and returns a server, a CutProxy in front
+// PING to 500ms, for the test, and returns a server, a CutProxy in front
 // of it and a go-redis client through the proxy, closed with the test.
 func behindCutProxy(t *testing.T) (*redistest.Server, *redistest.CutProxy, *redis.Client) {
 	saved := shardSilence
-	shardSilence = 100 * time.Millisecond
+	shardSilence = 500 * time.Millisecond
 	t.Cleanup(func() { shardSilence = saved })
 	srv := redistest.Start(t)
 	px := redistest.StartCutProxy(t, srv.Addr())

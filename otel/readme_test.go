@@ -99,7 +99,7 @@ func useEveryHook(e *env) {
 
 	// Not obtained at once; obtained after the holder's TTL ran out.
 	name := e.name("contended")
-	_, err = e.other.TryLock(ctx, name, dlock.WithTTL(50*time.Millisecond))
+	_, err = e.other.TryLock(ctx, name, dlock.WithTTL(300*time.Millisecond))
 	must(err)
 	if _, err := e.locks.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held lock: %v", err)

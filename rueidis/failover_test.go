@@ -20,7 +20,7 @@ func TestWithReplicasAfterAFailover(t *testing.T) {
 	locks := dlock.New(newClusterDriver(t, c))
 	defer locks.Close()
 	ctx := context.Background()
-	opts := []dlock.Option{dlock.WithReplicas(1, 500*time.Millisecond), dlock.WithTTL(10 * time.Second)}
+	opts := []dlock.Option{dlock.WithReplicas(1, 500*time.Millisecond), dlock.WithTTL(time.Minute)}
 
 	l, err := locks.TryLock(ctx, "failover", opts...)
 	if err != nil {

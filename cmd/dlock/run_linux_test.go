@@ -197,10 +197,12 @@ func TestRunLockLostLeavesAloneWhatDlockHadBefore(t *testing.T) {
 	t.Parallel()
 	name, dir := lockName(t), t.TempDir()
 	other, late := filepath.Join(dir, "other"), filepath.Join(dir, "late")
+	// The late child starts once the command has (its pid file, $2,
+	// exists): dlock is running it by then, and adopts orphans.
 	script := `sleep 30 >/dev/null 2>&1 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"
-(sleep 0.3; sleep 30 >/dev/null 2>&1 & echo $! > "$1.tmp"; mv "$1.tmp" "$1") >/dev/null 2>&1 &
-shift; exec "$@"`
-	p := startProc(t, nil, "sh", "-c", script, other, late, dlockBin, "run", "--ttl", "600ms", "--grace", "300ms", name, "--",
+(while [ ! -e "$2" ]; do sleep 0.02; done; sleep 30 >/dev/null 2>&1 & echo $! > "$1.tmp"; mv "$1.tmp" "$1") >/dev/null 2>&1 &
+shift 2; exec "$@"`
+	p := startProc(t, nil, "sh", "-c", script, other, late, filepath.Join(dir, "pid"), dlockBin, "run", "--ttl", "600ms", "--grace", "300ms", name, "--",
 		"sh", "-c", "cd "+dir+" && sleep 20 & echo $! > "+filepath.Join(dir, "pid")+"; wait")
 	otherPID, latePID := waitPID(t, p, other), waitPID(t, p, late)
 	pid := waitPID(t, p, filepath.Join(dir, "pid"))
