@@ -454,9 +454,9 @@ func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, giveUp, cancel := untilRefused(ctx)
 	defer cancel()
-	if _, err := c.Lock(wctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := c.Lock(wctx, name, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("first wait: err = %v, want ErrNotObtained", err)
 	}
 	got := make(chan error, 1)
@@ -539,9 +539,9 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 		held[name] = l
 	}
 	giveUp := func(name string) error {
-		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		ctx, refused, cancel := untilRefused(ctx)
 		defer cancel()
-		if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+		if _, err := c.Lock(ctx, name, refused); !errors.Is(err, dlock.ErrNotObtained) {
 			return fmt.Errorf("wait for %s: err = %v, want ErrNotObtained", name, err)
 		}
 		return nil

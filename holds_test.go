@@ -158,7 +158,7 @@ func TestAnExpiredWriteHoldStaysDead(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := e.c.RWMutex("ghost").TryLock(ctx, dlock.WithOwner("job"), dlock.WithTTL(100*time.Millisecond))
+	a, err := e.c.RWMutex("ghost").TryLock(ctx, dlock.WithOwner("job"), dlock.WithTTL(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

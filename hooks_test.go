@@ -182,9 +182,9 @@ func TestHooksReportRetriesAndTheWait(t *testing.T) {
 	}
 
 	// Given up after its first refusal: not obtained.
-	wctx, giveUp := context.WithTimeout(ctx, 5*time.Second)
-	defer giveUp()
-	if _, err := c.Lock(wctx, "waited", dlock.WithOnRetry(func(int, error) { giveUp() })); !errors.Is(err, dlock.ErrNotObtained) {
+	wctx, giveUp, cancel := untilRefused(ctx)
+	defer cancel()
+	if _, err := c.Lock(wctx, "waited", giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatal(err)
 	}
 	lines = rec.take()

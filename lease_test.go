@@ -263,7 +263,7 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	e := newEnv(t)
 	start := time.Now()
 	l, err := e.c.TryLock(context.Background(), "capped",
-		dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(20*time.Millisecond), dlock.WithMaxHold(300*time.Millisecond))
+		dlock.WithTTL(time.Second), dlock.WithRefreshInterval(100*time.Millisecond), dlock.WithMaxHold(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	checkLossMessage(t, l.Err())
 	checkNotHeldAfterLoss(t, l.Refresh(context.Background(), time.Minute))
 	// Refreshed past its TTL, up to the cap.
-	if held := time.Since(start); held < 250*time.Millisecond {
+	if held := time.Since(start); held < 1900*time.Millisecond {
 		t.Errorf("lock ended after %v, before its max hold", held)
 	}
 }
@@ -284,7 +284,7 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 func TestAutoRefreshKeepsTheMaxHoldTheLockWasObtainedWith(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	l, err := e.c.TryLock(ctx, "kept-cap", dlock.WithTTL(100*time.Millisecond), dlock.WithMaxHold(300*time.Millisecond))
+	l, err := e.c.TryLock(ctx, "kept-cap", dlock.WithTTL(time.Second), dlock.WithMaxHold(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,11 +308,12 @@ func TestAutoRefreshResumesRefreshingThatTheMaxHoldStopped(t *testing.T) {
 	// The first refresh, at 600ms, can extend the lock by only 400ms.
 	const ttl, every, maxHold = time.Second, 600 * time.Millisecond, time.Second
 	t.Run("after it stopped", func(t *testing.T) {
-		start := time.Now()
 		l, err := e.c.TryLock(ctx, "recapped", dlock.WithTTL(ttl), dlock.WithRefreshInterval(every), dlock.WithMaxHold(maxHold))
 		if err != nil {
 			t.Fatal(err)
 		}
+		// After the acquire was sent, from when the max hold counts.
+		start := time.Now()
 		defer l.Release(ctx)
 		// That refresh is the last: the watchdog lets the lock go, to run
 		// out at the max hold.
@@ -388,15 +389,15 @@ func TestAutoRefreshStartedLaterAndStoppedByClose(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := e.newClient(t)
-	l, err := c.TryLock(ctx, "later", dlock.WithTTL(100*time.Millisecond))
+	l, err := c.TryLock(ctx, "later", dlock.WithTTL(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.AutoRefresh(dlock.WithRefreshInterval(20 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	// Refreshed: still held after several TTLs.
-	time.Sleep(300 * time.Millisecond)
+	// Refreshed: still held after three TTLs.
+	time.Sleep(1500 * time.Millisecond)
 	if _, err := l.TTL(ctx); err != nil {
 		t.Fatalf("lost while refreshed: %v", err)
 	}
@@ -1197,14 +1198,20 @@ func TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Armed first: the next refresh is held back whether it comes before
+	// or after the lock is taken away, so none finds it gone unheld.
+	armed.Store(true)
 	e.srv.Do(t, "DEL", "dlock:{gonewhilereleased}")
 	other, err := e.newClient(t).TryLock(ctx, "gonewhilereleased", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Release(ctx)
-	armed.Store(true)
-	<-refreshHeld
+	select {
+	case <-refreshHeld:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refresh within 10s")
+	}
 	relErr := make(chan error, 1)
 	go func() { relErr <- l.Release(ctx) }()
 	<-releasing

@@ -389,7 +389,8 @@ func TestLockGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("context deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		// Long enough for the client's first wait to open its subscription.
+		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
 		_, err := e.c.Lock(ctx, "busy")
 		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {

@@ -35,10 +35,9 @@ func TestLogRecordsNameTheLockAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitCond(t, 5*time.Second, func() bool { return logged("dlock: refreshed") })
-	// A wait that gives up after its first refusal.
-	wctx, giveUp := context.WithTimeout(ctx, 5*time.Second)
-	_, err = c.Lock(wctx, "log-x", dlock.WithOnRetry(func(int, error) { giveUp() }))
-	giveUp()
+	wctx, giveUp, cancel := untilRefused(ctx)
+	_, err = c.Lock(wctx, "log-x", giveUp)
+	cancel()
 	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("second Lock: err = %v, want ErrNotObtained", err)
 	}

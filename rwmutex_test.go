@@ -337,7 +337,7 @@ func TestRWMutexWaitingWriterThatDiesStopsBlockingReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorded, giveUp := frozenWaiter(t, e.newClient(t).RWMutex("paused"), true, dlock.WithTTL(200*time.Millisecond))
+	recorded, giveUp := frozenWaiter(t, e.newClient(t).RWMutex("paused"), true, dlock.WithTTL(time.Second))
 	defer giveUp()
 	<-recorded
 	if _, err := m.TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
@@ -361,7 +361,7 @@ func TestRWMutexCrashedReaderExpiresOnItsOwn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m := e.c.RWMutex("shared")
-	kept, err := m.TryRLock(ctx, dlock.WithTTL(100*time.Millisecond), dlock.WithRefreshInterval(20*time.Millisecond),
+	kept, err := m.TryRLock(ctx, dlock.WithTTL(time.Second), dlock.WithRefreshInterval(50*time.Millisecond),
 		dlock.WithMetadata("kept"))
 	if err != nil {
 		t.Fatal(err)
@@ -725,9 +725,9 @@ func TestAReadWriteLockLeavesAQueueKeyItDidNotWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	wctx, giveUp, cancel := untilRefused(ctx)
 	defer cancel()
-	if _, err := e.newClient(t).RWMutex("q").Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := e.newClient(t).RWMutex("q").Lock(wctx, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("waiting writer: err = %v, want ErrNotObtained", err)
 	}
 	if got := e.srv.Do(t, "ZCARD", "dlock:{q}:pending"); got != "0" {

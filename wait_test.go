@@ -73,11 +73,18 @@ func wokenByRelease(t *testing.T, held *dlock.Lock, lock func(ctx context.Contex
 	registered := make(chan struct{})
 	got := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(ctx, dlock.WaitBeat*8/10)
+		// The wait ends 0.8 of the beat after its last refusal (the first
+		// may come late on a loaded machine: a new client dials).
+		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		end := time.AfterFunc(time.Hour, cancel)
+		defer end.Stop()
 		var once sync.Once
-		l, err := lock(ctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
-			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(registered) }) }))
+		l, err := lock(wctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)),
+			dlock.WithOnRetry(func(int, error) {
+				end.Reset(dlock.WaitBeat * 8 / 10)
+				once.Do(func() { close(registered) })
+			}))
 		if err == nil {
 			err = l.Release(ctx)
 		}
@@ -98,9 +105,9 @@ func TestAMultiKeyWaiterThatGivesUpLeavesTheWaiterSet(t *testing.T) {
 	if _, err := e.c.TryLock(ctx, "taken", dlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, giveUp, cancel := untilRefused(ctx)
 	defer cancel()
-	if _, err := e.newClient(t).LockMulti(wctx, []string{"free", "taken"}); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := e.newClient(t).LockMulti(wctx, []string{"free", "taken"}, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("err = %v, want ErrNotObtained", err)
 	}
 	if got := e.srv.Do(t, "ZCARD", "dlock:{taken}:waiters"); got != "0" {
@@ -132,9 +139,9 @@ func TestAGivingUpWaiterKeepsTheRegistrationOthersUse(t *testing.T) {
 		single <- err
 	}()
 	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters") == "1" })
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, giveUp, cancel := untilRefused(ctx)
 	defer cancel()
-	if _, err := c.LockMulti(wctx, []string{"other", "shared"}); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := c.LockMulti(wctx, []string{"other", "shared"}, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("LockMulti: err = %v, want ErrNotObtained", err)
 	}
 	if got := e.srv.Do(t, "ZCARD", "dlock:{shared}:waiters"); got != "1" {
