@@ -212,7 +212,8 @@ type infoJSON struct {
 	NameBase64    string       `json:"name_base64,omitempty"` // the name's bytes, when they are not UTF-8 (Name then shows U+FFFD for the others)
 	Kind          string       `json:"kind"`                  // "free" when nobody holds it
 	Held          bool         `json:"held"`
-	Fence         uint64       `json:"fence"` // the newest fence issued for the name
+	Fence         uint64       `json:"fence"`                   // the newest fence issued for the name
+	FenceForeign  bool         `json:"fence_foreign,omitempty"` // status: the name's fence counter holds data dlock did not write (fence is then 0)
 	Holders       []holderJSON `json:"holders"`
 	Readers       int          `json:"readers"`
 	Waiters       *int         `json:"waiters,omitempty"`

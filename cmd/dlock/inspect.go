@@ -28,7 +28,7 @@ how long each has held it and how long it has left unless refreshed, readers
 where the kind has them, how many clients wait for it (processes, or dlock
 runs), and the newest fence issued (or that the name's fence counter holds
 data dlock did not write, which refuses plain and --write runs of the name;
---json then shows fence 0). A lock released before its minimum hold
+--json then shows fence 0 and fence_foreign true). A lock released before its minimum hold
 had passed (run --min-hold) shows its holder as released, kept until it
 expires. A free name is reported as kind "free" with no holders; that is not
 an error.
@@ -56,14 +56,18 @@ Examples:
 				if err != nil {
 					return a.redisError(c, err)
 				}
-				if *asJSON {
-					return writeJSON(a.stdout, toJSON(info, time.Now()))
-				}
 				// Inspect reads a fence counter that holds data dlock
 				// did not write as no fence: say which it is.
 				badFence := ""
 				if k := fenceKey(c.locks.RedisKey(info.Name)); (info.Fence == 0 || info.Fence >= 1<<53) && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
 					badFence = k
+				}
+				if *asJSON {
+					out := toJSON(info, time.Now())
+					if badFence != "" {
+						out.Fence, out.FenceForeign = 0, true
+					}
+					return writeJSON(a.stdout, out)
 				}
 				writeStatus(a.stdout, info, time.Now(), badFence)
 				return nil

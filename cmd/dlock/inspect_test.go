@@ -134,6 +134,19 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "none issued") {
 		t.Errorf("status: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// statusJSON returns the fence and fence_foreign of status --json.
+	statusJSON := func() (uint64, bool) {
+		t.Helper()
+		r := dlockRun(t, nil, "status", "--json", name)
+		var info infoJSON
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &info) != nil {
+			t.Fatalf("status --json: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		return info.Fence, info.FenceForeign
+	}
+	if fence, foreign := statusJSON(); fence != 0 || !foreign {
+		t.Errorf("status --json: fence %d, fence_foreign %v; want 0, true", fence, foreign)
+	}
 	if r := dlockRun(t, nil, runArgs([]string{"--shared"}, name, "exit", "0")...); r.code != 0 {
 		t.Errorf("run --shared: code %d, stderr %q", r.code, r.stderr)
 	}
@@ -148,6 +161,9 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, want) {
 		t.Errorf("status with a counter past 2^53: %q", r.stdout)
 	}
+	if fence, foreign := statusJSON(); fence != 0 || !foreign {
+		t.Errorf("status --json with a counter past 2^53: fence %d, fence_foreign %v; want 0, true", fence, foreign)
+	}
 	if r := dlockRun(t, nil, runArgs(nil, name, "exit", "0")...); r.code != exitUsage {
 		t.Errorf("run with a counter past 2^53: code %d, stderr %q", r.code, r.stderr)
 	}
@@ -157,6 +173,9 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	}
 	if r := dlockRun(t, nil, "status", name); !strings.Contains(r.stdout, "fence:    17 (the newest issued)\n") {
 		t.Errorf("status with fence 17: %q", r.stdout)
+	}
+	if fence, foreign := statusJSON(); fence != 17 || foreign {
+		t.Errorf("status --json with fence 17: fence %d, fence_foreign %v; want 17, false", fence, foreign)
 	}
 	if r := dlockRun(t, nil, "status", name+":other"); !strings.Contains(r.stdout, "fence:    0 (none issued)\n") {
 		t.Errorf("status of a name never locked: %q", r.stdout)
