@@ -546,10 +546,11 @@ func TestListAllKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"b", "d"} {
-		recorded, giveUp := frozenWaiter(t, e.newClient(t).RWMutex(name, dlock.Fair()), true)
-		if name == "b" {
-			recorded, giveUp = frozenWaiter(t, e.newClient(t).RWMutex(name), true)
+		m := e.newClient(t).RWMutex(name) // b is not fair
+		if name == "d" {
+			m = e.newClient(t).RWMutex(name, dlock.Fair())
 		}
+		recorded, giveUp := frozenWaiter(t, m, true)
 		<-recorded
 		defer giveUp()
 	}
