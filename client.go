@@ -37,7 +37,7 @@ type Client struct {
 	waits   *waitHub                          // made by the first caller that waits
 	waiting map[*context.CancelCauseFunc]bool // end the waits under way, at Close (see endsAtClose)
 	busy    int                               // acquisitions under way (see underway)
-	idle    chan struct{}                     // closed when the waits Close ended have cleaned up, and the acquisitions have ended
+	idle    chan struct{}                     // closed when the acquisitions Close waits for have ended
 	closed  bool
 }
 
@@ -251,7 +251,7 @@ func (c *Client) Close() error {
 		ends = append(ends, end)
 	}
 	var idle chan struct{}
-	if len(ends) > 0 || c.busy > 0 {
+	if c.busy > 0 { // acquisitions under way, the waits among them
 		if c.idle == nil {
 			c.idle = make(chan struct{})
 		}
@@ -262,9 +262,10 @@ func (c *Client) Close() error {
 		(*end)(ErrClosed)
 	}
 	if idle != nil {
-		// The waits clean up (leave their registrations, give back what
-		// their last attempt may hold) with the driver, which the caller
-		// may close next.
+		// The acquisitions end with the driver, which the caller may close
+		// next: the waits clean up (leave their registrations, give back
+		// what their last attempt may hold), and a lock obtained
+		// WithAutoRefresh is given back.
 		t := time.NewTimer(closeCleanupBound)
 		select {
 		case <-idle:

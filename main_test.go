@@ -19,10 +19,10 @@ var exampleAddr string
 func TestMain(m *testing.M) { redistest.RunMain(m, &exampleAddr) }
 
 // untilRefused returns a context and an option for a wait that gives up
-// after its first refused attempt (or after 10s), rather than at a short
+// after its first failed attempt (or after 10s), rather than at a short
 // deadline that a loaded machine's first round trip, with its dial, can
-// outlast. Its error matches ErrNotObtained and context.Canceled. cancel
-// releases the context's resources.
+// outlast. After a refusal its error matches ErrNotObtained and
+// context.Canceled. cancel releases the context's resources.
 func untilRefused(ctx context.Context) (_ context.Context, giveUp dlock.Option, cancel context.CancelFunc) {
 	ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 	return ctx, dlock.WithOnRetry(func(int, error) { cancel() }), cancel

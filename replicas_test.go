@@ -317,12 +317,11 @@ func TestAReplicaOrAFullServerIsNotTakenForOtherData(t *testing.T) {
 			t.Errorf("%s: %v, want the server's %s error, not ErrWrongType", what, err, want)
 		}
 	}
-	// Each wait gives up after its first failed attempt, within a bound of
-	// its own that leaves room for dialing the replica.
+	// Each wait gives up after its first failed attempt.
 	waitOnce := func(acquire func(context.Context, ...dlock.Option) (*dlock.Lock, error)) error {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, giveUp, cancel := untilRefused(ctx)
 		defer cancel()
-		_, err := acquire(wctx, dlock.WithOnRetry(func(int, error) { cancel() }))
+		_, err := acquire(wctx, giveUp)
 		return err
 	}
 	err := waitOnce(func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {

@@ -913,26 +913,35 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 // endsAtClose returns ctx, ended also by Close with the cause ErrClosed
 // (at once if the client is closed already): a wait that Close ends ends
 // as one whose context ended, and cleans up alike. stop lets the returned
-// context go, once the wait has cleaned up: Close waits for that.
+// context go. Every wait runs within an acquisition that underway counts,
+// whose end, after the wait's clean-up, Close waits for.
 func (c *Client) endsAtClose(ctx context.Context) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	untrack, ok := c.track(&cancel)
-	if !ok {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		cancel(ErrClosed)
 		return ctx, func() {}
 	}
+	if c.waiting == nil {
+		c.waiting = map[*context.CancelCauseFunc]bool{}
+	}
+	end := &cancel
+	c.waiting[end] = true
 	return ctx, func() {
-		untrack()
+		c.mu.Lock()
+		delete(c.waiting, end)
+		c.mu.Unlock()
 		cancel(nil)
 	}
 }
 
 // underway counts an acquisition under way, which Close waits for
 // without ending it (its wait, if any, Close ends through endsAtClose),
-// so that what it does after Close (giving back a lock obtained
-// WithAutoRefresh, cleaning up after an attempt of unknown outcome) is
-// done before the caller of Close closes the Redis client; false, with
-// nothing counted, once the client is closed. finished ends the count.
+// so that what it does after Close (cleaning up after a wait that Close
+// ended, giving back a lock obtained WithAutoRefresh) is done before the
+// caller of Close closes the Redis client; false, with nothing counted,
+// once the client is closed. finished ends the count.
 func (c *Client) underway() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -943,39 +952,14 @@ func (c *Client) underway() bool {
 	return true
 }
 
-// finished ends what underway counted.
+// finished ends what underway counted, and lets Close go on after the
+// last acquisition it waits for.
 func (c *Client) finished() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.busy--
-	c.settled()
-}
-
-// track adds end to the waits Close ends and waits for; false, with
-// nothing added, when the client is closed already. untrack takes it out.
-func (c *Client) track(end *context.CancelCauseFunc) (untrack func(), ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return func() {}, false
-	}
-	if c.waiting == nil {
-		c.waiting = map[*context.CancelCauseFunc]bool{}
-	}
-	c.waiting[end] = true
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.waiting, end)
-		c.settled()
-	}, true
-}
-
-// settled lets Close go on once nothing it waits for is left. c.mu is
-// held.
-func (c *Client) settled() {
-	if len(c.waiting) == 0 && c.busy == 0 && c.idle != nil {
-		close(c.idle) // the last one Close waits for
+	if c.busy == 0 && c.idle != nil {
+		close(c.idle)
 		c.idle = nil
 	}
 }
