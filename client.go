@@ -25,6 +25,10 @@ type Client struct {
 	hooks  []Hooks
 	batch  batcher
 
+	// fenceKeep is the fence counters' retention in ms, boxed for the
+	// scripts' arguments, or nil for the default (see WithFenceRetention).
+	fenceKeep any
+
 	// cluster is set once the server refused a lock's call on names in
 	// several hash slots (CROSSSLOT): from then on such locks are split by
 	// slot from the start (see slots.go).
@@ -72,6 +76,55 @@ func WithLogger(l *slog.Logger) ClientOption {
 // at once, alone.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
+}
+
+// DefaultFenceRetention is how long a name's fence counter is kept after
+// the name's last fence, unless WithFenceRetention sets another time.
+const DefaultFenceRetention = 24 * time.Hour
+
+// WithFenceRetention sets how long the key that counts a name's fencing
+// tokens (its fence counter, at RedisKey(name)+":fence") is kept after the
+// name's last fence; the default is DefaultFenceRetention, a day. Fences
+// are at least the server's clock in microseconds, and one more than the
+// last: the counter only keeps them growing across a server clock that is
+// set back (by hand, or by a failover to a replica whose clock is behind),
+// by up to d. Each distinct name keeps a counter of about 130 bytes for
+// that long, so a service that locks many names (one per order, say) keeps
+// fewer keys with a shorter d.
+//
+// A d of 0 or less keeps no counter: the client neither writes nor reads
+// one (an acquire of a fresh name then runs one command less). An exclusive
+// lock's fence is then the clock, or one more than the fence its hash
+// keeps while it is held and for a minute after its release; a writer's
+// fence on a read/write lock is the clock alone. Fences of a name then grow
+// only while the server's clock does not go back. Give every client of a
+// name the same retention: one that keeps none does not see the counters
+// of the others. A d that is not a whole number of milliseconds is rounded
+// up.
+func WithFenceRetention(d time.Duration) ClientOption {
+	return func(c *Client) {
+		switch {
+		case d == DefaultFenceRetention:
+			c.fenceKeep = nil // the scripts' default: no argument to send
+		case d <= 0:
+			c.fenceKeep = "0"
+		default:
+			c.fenceKeep = strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+		}
+	}
+}
+
+// fenceArg returns args with the fence retention at index i (the script's
+// ARGV[i+1], after empty arguments up to it) when the client keeps fence
+// counters for other than the default time; otherwise args as they are.
+func (c *Client) fenceArg(args []any, i int) []any {
+	if c.fenceKeep == nil {
+		return args
+	}
+	for len(args) < i {
+		args = append(args, argNone)
+	}
+	return append(args, c.fenceKeep)
 }
 
 // New returns a Client that reaches Redis through d, such as

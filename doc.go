@@ -90,7 +90,8 @@
 // read/write lock, gets a fencing token (Lock.Fence) larger than any given
 // for that name before, so a resource can refuse writes from a holder
 // whose lock has expired and passed to another. SetFenced does that for a
-// value kept in Redis.
+// value kept in Redis. A name's fence counter is kept for a day after its
+// last fence; WithFenceRetention sets another time, or none.
 //
 // # Re-entrant owners
 //

@@ -526,7 +526,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	if l.reqArg == nil {
 		l.reqArg = l.req
 	}
-	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken {
+	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken && l.c.fenceKeep == nil {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 	}
@@ -550,7 +550,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 		}
 		args = append(args, argOne)
 	}
-	return args
+	return l.c.fenceArg(args, 10) // how long the fence counter is kept
 }
 
 // takePart runs the acquire script on the names of p. When one is held by
@@ -631,7 +631,8 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 		// The acquisition, by its request token; no id; the client
 		// channel whose request the acquisition may have left for a grant;
 		// any fence, no minimum hold; and whether it ends there.
-		args = []any{l.req, "", l.asked, "", "", l.endsArg()}
+		// And how long a fence counter is kept, for a grant.
+		args = l.c.fenceArg([]any{l.req, "", l.asked, "", "", l.endsArg()}, 7)
 	}
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
@@ -744,6 +745,9 @@ func (l *Lock) release(ctx context.Context) error {
 			tok = token // boxed only then
 		}
 		args = append(args, argNone, argNone, minHold, l.endsArg(), tok)
+	}
+	if !l.kind.modeArg {
+		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {

@@ -788,6 +788,128 @@ func TestFencesIncrease(t *testing.T) {
 	}
 }
 
+// TestFenceRetention: WithFenceRetention sets how long a name's fence
+// counter is kept, for an exclusive lock's acquire, a grant to its waiter
+// and a read/write lock's writer; with 0 the client keeps none, and its
+// fences still grow, from the released lock's hash.
+func TestFenceRetention(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	// fences takes name, lets a waiter of c be granted it, and takes the
+	// write hold of the read/write lock rw:name, returning their fences.
+	fences := func(c *dlock.Client, name string) []uint64 {
+		t.Helper()
+		held, err := c.TryLock(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockWhenRefused(t, ctx, c, name)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := c.RWMutex("rw:" + name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return []uint64{held.Fence(), r.l.Fence(), w.Fence()}
+	}
+	counterTTL := func(name string) int {
+		t.Helper()
+		ttl, err := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{"+name+"}:fence"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ttl
+	}
+
+	for _, tc := range []struct {
+		d        time.Duration
+		min, max int // the counter's PTTL in ms
+	}{
+		{time.Hour, 3_590_000, 3_600_000},
+		{time.Hour + time.Nanosecond, 3_590_000, 3_600_001}, // rounded up to a millisecond
+		{dlock.DefaultFenceRetention, 86_390_000, 86_400_000},
+	} {
+		c := e.newClient(t, dlock.WithFenceRetention(tc.d))
+		name := "kept:" + tc.d.String()
+		f := fences(c, name)
+		if f[1] <= f[0] {
+			t.Errorf("%v: a grant's fence %d after %d", tc.d, f[1], f[0])
+		}
+		// The counter's TTL after the exclusive lock's grant, then the writer's.
+		for _, key := range []string{name, "rw:" + name} {
+			if ttl := counterTTL(key); ttl < tc.min || ttl > tc.max {
+				t.Errorf("%v: %s's fence counter PTTL = %d ms, want %d to %d", tc.d, key, ttl, tc.min, tc.max)
+			}
+		}
+	}
+
+	// With none (and a negative retention counts as none), no counter is
+	// read or written: one holding other data is not refused, and none is
+	// made.
+	for _, d := range []time.Duration{0, -time.Second} {
+		c := e.newClient(t, dlock.WithFenceRetention(d))
+		name := "uncounted:" + d.String()
+		e.srv.Do(t, "RPUSH", "dlock:{"+name+"}:fence", "not a counter")
+		e.srv.Do(t, "RPUSH", "dlock:{rw:"+name+"}:fence", "not a counter")
+		before := uint64(time.Now().UnixMicro())
+		f := fences(c, name)
+		if f[0] < before-1_000_000 || f[1] <= f[0] || f[2] < before-1_000_000 {
+			t.Errorf("fences %v with no counter, want at least the clock (%d), and a grant's above the holder's", f, before)
+		}
+		for _, key := range []string{name, "rw:" + name} {
+			if got := e.srv.Do(t, "TYPE", "dlock:{"+key+"}:fence"); got != "list" {
+				t.Errorf("%s's fence counter is a %s, want the list left alone", key, got)
+			}
+		}
+		// A fresh name gets no counter; the released hash keeps its fence,
+		// which the next fence overtakes even when it is ahead of the clock.
+		fresh := "fresh:" + d.String()
+		l, err := c.TryLock(ctx, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if e.exists(t, "dlock:{"+fresh+"}:fence") {
+			t.Errorf("a fence counter for %s, from a client that keeps none", fresh)
+		}
+		ahead := l.Fence() + 1_000_000_000
+		e.srv.Do(t, "HSET", "dlock:{"+fresh+"}", "fence", strconv.FormatUint(ahead, 10))
+		info, err := c.Inspect(ctx, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Fence != ahead {
+			t.Errorf("Inspect: newest fence %d, want the released hash's %d", info.Fence, ahead)
+		}
+		l, err = c.TryLock(ctx, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() != ahead+1 {
+			t.Errorf("fence %d after the hash's %d, want one more", l.Fence(), ahead)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if e.exists(t, "dlock:{"+fresh+"}:fence") {
+			t.Errorf("a fence counter for %s, from a client that keeps none", fresh)
+		}
+	}
+}
+
 // TestAWrongTypeErrorNamesTheKeyAtFault: a name refused because one of its
 // keys other than its own holds data dlock did not write says which key;
 // one refused for its own key says the name alone.

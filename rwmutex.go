@@ -142,6 +142,10 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 		given := flag(o.token != "")
 		args := []any{kind.mode, flag(wait), flag(m.fair), given}
 		ahead := []any{kind.mode, flag(false), flag(m.fair), given}
+		if kind == writeHold {
+			// How long the writers' fence counter is kept (ARGV[12]).
+			args, ahead = m.c.fenceArg(args, 4), m.c.fenceArg(ahead, 4)
+		}
 		l.extra = func(wa waitArgs) []any {
 			if wa.ahead {
 				return ahead // a waiting caller's attempt that records nothing

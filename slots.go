@@ -210,7 +210,11 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	defer cancel()
 	calls := make([]*Call, len(parts))
 	for i, p := range parts {
-		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: l.releaseArgs(tokens[i], newReleaseID())}
+		args := l.releaseArgs(tokens[i], newReleaseID())
+		if !l.kind.modeArg {
+			args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
+		}
+		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
 	for i, call := range calls {

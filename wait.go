@@ -520,7 +520,7 @@ func (h *waitHub) returnGrant(key, req string, fence uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence"},
-			Args: []any{req, "", member, strconv.FormatUint(fence, 10)}}
+			Args: h.c.fenceArg([]any{req, "", member, strconv.FormatUint(fence, 10)}, 7)}
 		h.c.evalWith(ctx, replication{}, call)
 		if call.Err != nil {
 			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "names", []string{h.c.nameOf(key)}, "err", call.Err)

@@ -15,7 +15,9 @@
 -- asked, when this one does not register ('' or absent when none),
 -- ARGV[10] '1' when the request token was given by the caller (WithToken),
 -- who may use it again after its acquisition ended (see release), '' or
--- absent when dlock made it
+-- absent when dlock made it,
+-- ARGV[11] how long a fence counter is kept after its last fence, in ms
+-- ('0' for none, '' or absent for a day; see keep_fences)
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
 -- released), 'req' (the request token of the acquire that made the hold,
@@ -63,6 +65,7 @@ local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
 local attempt, asked = ARGV[8] or '', ARGV[9] or ''
 local given = ARGV[10] == '1'
+keep_fences(ARGV[11])
 
 local hold = 'h:' .. req
 

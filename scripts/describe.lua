@@ -14,6 +14,7 @@
 -- for one caller or more; a waiter set holding other data counts none.
 local function describe(k, fk, wk, hk, pk)
   local newest = redis.pcall('GET', fk)
+  local uncounted = newest == false
   if foreign(newest) or not newest then newest = '0' end
   local cur = redis.pcall('HMGET', k, 'kind', 'permits', 'fair')
   if foreign(cur) then return wrongtype() end
@@ -28,6 +29,9 @@ local function describe(k, fk, wk, hk, pk)
   if kind ~= 'lock' and kind ~= 'rwlock' and kind ~= 'semaphore' then return wrongtype() end
   if kind == 'lock' then
     local h = redis.call('HMGET', k, 'owner', 'meta', 'count', 'since', 'fence', 'token')
+    -- No counter (a client that keeps none, see keep_fences): the hash
+    -- keeps the newest fence.
+    if uncounted and h[5] then newest = h[5] end
     if h[6] == '' then return {'', newest, 0, 0, 0, 0, clients, 0} end -- released (see acquire)
     return {kind, newest, 0, 0, 0, 0, clients, 1, 'exclusive', h[1], h[2], h[3], h[4], redis.call('PTTL', k), h[5]}
   end

@@ -9,12 +9,22 @@
 -- spares formatting a number that large. A fence never goes backwards:
 -- one more than the last, and at least the server's clock in microseconds,
 -- so that increments a failover or restart lost are still overtaken. The
--- counter is kept for a day after the name's last fence: after that the
--- clock alone is ahead of every fence issued, unless the server's clock was
--- set back by more than that day. A counter at 2^53 or beyond, where Lua's
--- numbers stop telling one more apart (the clock gets there in 2255), was
--- not written by dlock: the fences would stop growing, so it is refused.
+-- counter is kept for fence_keep_ms after the name's last fence, a day
+-- unless the client says otherwise (see keep_fences): after that the clock
+-- alone is ahead of every fence issued, unless the server's clock was set
+-- back by more than that. A client that keeps no counter ('0') neither
+-- reads nor writes it: its fences are the clock, or one more than last. A
+-- counter at 2^53 or beyond, where Lua's numbers stop telling one more
+-- apart (the clock gets there in 2255), was not written by dlock: the
+-- fences would stop growing, so it is refused.
 local fence_keep_ms = '86400000'
+
+-- keep_fences sets how long, in ms, next_fence keeps a counter after its
+-- last fence, from a script's argument: '' or absent keeps the default, a
+-- day; '0' keeps none (WithFenceRetention).
+local function keep_fences(arg)
+  if arg and arg ~= '' then fence_keep_ms = arg end
+end
 
 -- clock_us returns the server's clock from a TIME reply t in microseconds,
 -- as a number and as text (which spares formatting a number that large).
@@ -24,7 +34,8 @@ end
 
 local function next_fence(fk, now_us, last, now_text)
   local f = now_text or string.format('%.0f', now_us)
-  if not last then
+  local counted = fence_keep_ms ~= '0'
+  if not last and counted then
     -- A name without a counter takes one command: SET NX GET (Redis 7)
     -- sets the clock and reports a counter that was there instead. Before
     -- Redis 7, or on a key that is not a string, it fails; GET tells.
@@ -44,6 +55,6 @@ local function next_fence(fk, now_us, last, now_text)
     now_us = last + 1
     f = string.format('%.0f', now_us)
   end
-  redis.call('SET', fk, f, 'PX', fence_keep_ms)
+  if counted then redis.call('SET', fk, f, 'PX', fence_keep_ms) end
   return now_us, f
 end

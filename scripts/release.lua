@@ -13,7 +13,9 @@
 -- request token is its own (not given with WithToken), '' or absent when
 -- not (see below), and ARGV[7] the token of the hold the acquisition was
 -- part of, when the caller knows it ('' or absent when not), by which a
--- re-entry learns that ForceRelease ended that hold (see forced)
+-- re-entry learns that ForceRelease ended that hold (see forced), and
+-- ARGV[8] how long a fence counter is kept after the fence of a grant
+-- (see keep_fences)
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -38,6 +40,7 @@
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 local min_hold = tonumber(ARGV[5] or '')
 local ends = ARGV[6] == '1'
+keep_fences(ARGV[8])
 local hold = 'h:' .. req
 
 -- kept is how much of 'rel' a release keeps: room for the last eight

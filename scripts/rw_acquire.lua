@@ -13,7 +13,9 @@
 -- for a fair lock, '0' for one that prefers writers, ARGV[11] '1' when the
 -- request token was given by the caller (WithToken): a new hold of it
 -- takes it out of the marker's record of holds force-released (see
--- record_forced) and is not refused for having ended (see below)
+-- record_forced) and is not refused for having ended (see below),
+-- ARGV[12] how long the fence counter is kept after a writer's fence, in
+-- ms ('0' for none, '' or absent for a day; see keep_fences)
 --
 -- The base hash also holds 'fair' and, while a writer holds, 'writer' (its
 -- token). A pending acquire is the member 'r'..req or 'w'..req of KEYS[4],
@@ -48,6 +50,7 @@ local k, hk, ck, pk, qk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local mode, waits, fair, given = ARGV[8], ARGV[9] == '1', ARGV[10], ARGV[11] == '1'
+keep_fences(ARGV[12])
 local now, now_us = clock()
 -- The acquisition of this request token has ended (see holds_release):
 -- this is a late copy of its request, whose caller is gone. Refused,

@@ -33,6 +33,7 @@ const (
 type connFlags struct {
 	url, prefix, sentinelMaster    string
 	tlsCA, tlsCert, tlsKey, tlsSNI string
+	fenceRetention                 string // --fence-retention, unparsed: DLOCK_FENCE_RETENTION fills it in when empty
 	cluster                        bool
 	prefixSet                      bool // --prefix was given, possibly empty
 }
@@ -48,6 +49,7 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", f.tlsCert, "")
 	fs.StringVar(&f.tlsKey, "tls-key", f.tlsKey, "")
 	fs.StringVar(&f.tlsSNI, "tls-server-name", f.tlsSNI, "")
+	fs.StringVar(&f.fenceRetention, "fence-retention", f.fenceRetention, "")
 	fs.BoolVar(&f.cluster, "cluster", f.cluster, "")
 }
 
@@ -58,6 +60,9 @@ type target struct {
 	failover *redis.FailoverOptions
 	display  string // the URL without its password, for messages
 	prefix   string
+	// fenceRetention is how long the client keeps a name's fence counter
+	// after its last fence (dlock.WithFenceRetention).
+	fenceRetention time.Duration
 }
 
 // conn is an open connection and the dlock client on it.
@@ -91,7 +96,8 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 		_ = rdb.Close()
 		return nil, usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", t.display)
 	}
-	return &conn{rdb: rdb, locks: dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)), display: t.display}, nil
+	locks := dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix), dlock.WithFenceRetention(t.fenceRetention))
+	return &conn{rdb: rdb, locks: locks, display: t.display}, nil
 }
 
 // open opens the client of t and checks that Redis answers. go-redis
@@ -270,6 +276,20 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 		// An empty one counts as unset, as every variable: one blank in
 		// a template must not put the locks of some hosts elsewhere.
 		t.prefix = p
+	}
+	t.fenceRetention = dlock.DefaultFenceRetention
+	if s, from := f.fenceRetention, "--fence-retention"; s != "" || getenv("DLOCK_FENCE_RETENTION") != "" {
+		if s == "" {
+			s, from = getenv("DLOCK_FENCE_RETENTION"), "DLOCK_FENCE_RETENTION"
+		}
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("bad fence retention %q (from %s): not a duration; write one such as 1h or 24h, or 0 to keep no fence counters", s, from)
+		case d < 0:
+			return nil, fmt.Errorf("bad fence retention %q (from %s): negative; write 0 to keep no fence counters", s, from)
+		}
+		t.fenceRetention = d
 	}
 	if err := f.applyTLS(t, getenv); err != nil {
 		return nil, err

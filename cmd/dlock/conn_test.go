@@ -173,6 +173,55 @@ func TestConnectErrors(t *testing.T) {
 	checkOneLine(t, r, exitUsage, `(from DLOCK_REDIS): invalid database number: "x"`)
 }
 
+// TestFenceRetentionFlag: --fence-retention, or DLOCK_FENCE_RETENTION,
+// sets how long a name's fence counter is kept after run's fence, as
+// dlock.WithFenceRetention; 0 keeps none, and a bad value is a usage error.
+func TestFenceRetentionFlag(t *testing.T) {
+	t.Parallel()
+	rdb := rawClient(t)
+	ctx := context.Background()
+	ran := filepath.Join(t.TempDir(), "ran")
+	for i, tc := range []struct {
+		flags, env []string
+		min, max   time.Duration // the counter's TTL; 0: no counter
+	}{
+		{flags: []string{"--fence-retention", "1h"}, min: 59 * time.Minute, max: time.Hour},
+		{env: []string{"DLOCK_FENCE_RETENTION=2h"}, min: 119 * time.Minute, max: 2 * time.Hour},
+		{flags: []string{"--fence-retention", "1h"}, env: []string{"DLOCK_FENCE_RETENTION=2h"}, min: 59 * time.Minute, max: time.Hour},
+		{flags: []string{"--fence-retention", "0"}},
+		{env: []string{"DLOCK_FENCE_RETENTION="}, min: 1439 * time.Minute, max: 24 * time.Hour}, // empty: unset
+	} {
+		name := lockName(t) + ":" + strconv.Itoa(i)
+		if r := dlockRun(t, tc.env, runArgs(tc.flags, name, "job", ran, "0")...); r.code != 0 {
+			t.Fatalf("%v %v: exit %d: %s", tc.flags, tc.env, r.code, r.stderr)
+		}
+		ttl, err := rdb.PTTL(ctx, "dlock:{"+name+"}:fence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.max == 0 && ttl != -2*time.Nanosecond || tc.max != 0 && (ttl < tc.min || ttl > tc.max) {
+			t.Errorf("%v %v: fence counter TTL %v, want %v to %v (0: no counter)", tc.flags, tc.env, ttl, tc.min, tc.max)
+		}
+	}
+	for _, tc := range []struct {
+		flags, env []string
+		want       string
+	}{
+		{[]string{"--fence-retention", "soon"}, nil, `bad fence retention "soon" (from --fence-retention): not a duration`},
+		{[]string{"--fence-retention", "-1h"}, nil, `bad fence retention "-1h" (from --fence-retention): negative; write 0 to keep no fence counters`},
+		{nil, []string{"DLOCK_FENCE_RETENTION=1 day"}, `bad fence retention "1 day" (from DLOCK_FENCE_RETENTION): not a duration`},
+	} {
+		r := dlockRun(t, tc.env, runArgs(tc.flags, lockName(t), "job", ran, "0")...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(ran); strings.Count(string(data), "start ") != 5 {
+		t.Errorf("the command ran %d times, want 5 (none with a bad fence retention):\n%s", strings.Count(string(data), "start "), data)
+	}
+}
+
 func TestConnectUnixSocket(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "redis.sock")

@@ -51,6 +51,9 @@ const connHelp = `Connection flags (every command but version; also accepted bef
                            ($DLOCK_SENTINEL_MASTER)
   --prefix PREFIX          the key prefix, as dlock.WithPrefix; default $DLOCK_PREFIX, else "dlock:"
                            (only --prefix '' gives an empty prefix)
+  --fence-retention D      how long a name's fence counter is kept after its last fence, as
+                           dlock.WithFenceRetention; 0 keeps none ($DLOCK_FENCE_RETENTION;
+                           default 24h). Use the same as the services that lock those names
   --tls-ca FILE            PEM CA certificates to verify the server with ($DLOCK_TLS_CA)
   --tls-cert FILE          PEM client certificate, for servers that ask for one ($DLOCK_TLS_CERT)
   --tls-key FILE           PEM key of --tls-cert ($DLOCK_TLS_KEY)
@@ -62,8 +65,8 @@ const envHelp = `Environment:
   DLOCK_PASSWORD           the Redis password, when the URL has none (keeps it out of ps and history)
   DLOCK_SENTINEL_PASSWORD  the sentinels' password, when they need one
   DLOCK_PREFIX             the key prefix, when --prefix is not given (empty counts as unset)
-  DLOCK_SENTINEL_MASTER, DLOCK_TLS_CA, DLOCK_TLS_CERT, DLOCK_TLS_KEY
-                           as the flags of the same names
+  DLOCK_SENTINEL_MASTER, DLOCK_FENCE_RETENTION, DLOCK_TLS_CA, DLOCK_TLS_CERT,
+  DLOCK_TLS_KEY            as the flags of the same names
   run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE (0 for --shared and --semaphore)
   for the command it runs, which gets the rest of dlock's environment as it is.
 `
