@@ -526,11 +526,14 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	if l.reqArg == nil {
 		l.reqArg = l.req
 	}
-	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken && l.c.fenceKeep == nil {
+	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
-		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
+		if l.c.fenceKeep == nil {
+			return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
+		}
+		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, argNone, argNone, argNone, argNone, argNone, argNone, l.c.fenceKeep}
 	}
-	args := make([]any, 0, 10)
+	args := make([]any, 0, 11)
 	args = append(args, l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg)
 	switch {
 	case l.extra != nil:
@@ -1075,7 +1078,7 @@ func (l *Lock) nameKeys() []string {
 func (l *Lock) releaseArgs(token string, id any) []any {
 	req := l.reqValue()
 	if !l.kind.modeArg {
-		return append(make([]any, 0, 7), req, id) // room for what Release adds
+		return append(make([]any, 0, 8), req, id) // room for what Release adds
 	}
 	tok := req
 	if token != l.req {

@@ -45,6 +45,16 @@ var dlockFunctionsLibrary = Library{
 	},
 }
 
+// dlockNoCounterLibrary is dlock WithFenceRetention(0): no fence counters,
+// so a fresh name's acquire runs one command less and leaves one key less.
+var dlockNoCounterLibrary = Library{
+	Name:  "dlock-nocounter",
+	Setup: "dlock over its go-redis driver WithFenceRetention(0) (no fence counters)",
+	New: func(cfg ClientConfig) (Locker, error) {
+		return newDlock(cfg, dlock.DefaultRetry(), goredisDriver, dlock.WithFenceRetention(0))
+	},
+}
+
 // dlockRow is dlock as it comes over one of its drivers.
 func dlockRow(name, client, conns string, open openDriver) Library {
 	return Library{

@@ -73,7 +73,7 @@ func Libraries() []Library {
 // Variants returns extra configurations that a run includes only when asked
 // for by name.
 func Variants() []Library {
-	return []Library{dlockDefaultLibrary, dlockFunctionsLibrary}
+	return []Library{dlockDefaultLibrary, dlockFunctionsLibrary, dlockNoCounterLibrary}
 }
 
 // Counters counts requests on the client side: Commands is every command
