@@ -35,7 +35,7 @@ func main() {
 func run() error {
 	var (
 		quick     = flag.Bool("quick", false, "smoke run of under a minute: fewer rounds, shorter slices")
-		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,dlock-rueidis,dlock-redigo,redislock,redsync,rueidislock; also dlock-poll)")
+		libs      = flag.String("libs", "", "comma-separated libraries to run (default floor,dlock,dlock-rueidis,dlock-redigo,redislock,redsync,rueidislock; also, on request, dlock-poll, dlock-fn and dlock-nocounter)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario numbers to run (default all: 1,2,3,4,5,6)")
 		rounds    = flag.Int("rounds", 0, "rounds of scenarios 1–4 (default: 7, or 2 with -quick)")
 		out       = flag.String("out", "results", `directory for latest.md and latest.svg ("" writes nothing)`)
