@@ -25,7 +25,10 @@ type Info struct {
 	Name    string   // the name: as given to Inspect or ForceRelease, as List finds it
 	Kind    Kind     // KindNone when the name is free
 	Holders []Holder // who holds it now, longest-held first
-	Fence   uint64   // the newest fencing token issued for the name
+	// Fence is the newest fencing token issued for the name, from its fence
+	// counter, or, where clients keep none (WithFenceRetention), from an
+	// exclusive lock's hash while it lasts; 0 when neither is there.
+	Fence uint64
 	// Permits is a semaphore's permit count, as its last acquire gave it.
 	Permits int
 	// Waiters counts the waiting callers a read/write lock records: writers
