@@ -916,12 +916,23 @@ func TestFenceRetention(t *testing.T) {
 func TestAWrongTypeErrorNamesTheKeyAtFault(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	var holder *dlock.Lock // of "granted"
 	for _, tc := range []struct {
 		name, key string // key: the foreign data's, "" for the name's own key
 		take      func(name string) error
 	}{
 		{"own", "", func(n string) error { _, err := e.c.TryLock(ctx, n); return err }},
 		{"fenced", ":fence", func(n string) error { _, err := e.c.TryLock(ctx, n); return err }},
+		// Released: its hash keeps the last fence, and the counter is not read.
+		{"refenced", ":fence", func(n string) error { _, err := e.c.TryLock(ctx, n); return err }},
+		// Not granted to its waiter by the release, which is not refused.
+		{"granted", ":fence", func(n string) error {
+			got := lockWhenRefused(t, ctx, e.c, n)
+			if err := holder.Release(ctx); err != nil {
+				t.Errorf("the holder's release: %v", err)
+			}
+			return (<-got).err
+		}},
 		{"multi", ":fence", func(n string) error { _, err := e.c.TryLockMulti(ctx, []string{"other", n}); return err }},
 		{"waited", ":waiters", func(n string) error { _, err := e.c.Lock(ctx, n, dlock.WithMaxWait(time.Second)); return err }},
 		{"rwown", "", func(n string) error { _, err := e.c.RWMutex(n).TryRLock(ctx); return err }},
@@ -936,6 +947,21 @@ func TestAWrongTypeErrorNamesTheKeyAtFault(t *testing.T) {
 	} {
 		key := "dlock:{" + tc.name + "}" + tc.key
 		switch tc.name {
+		case "refenced":
+			l, err := e.c.TryLock(ctx, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.srv.Do(t, "DEL", key)
+		case "granted":
+			var err error
+			if holder, err = e.newClient(t).TryLock(ctx, tc.name, dlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			e.srv.Do(t, "DEL", key)
 		case "waited": // held, so that the Lock registers as a waiter
 			if _, err := e.newClient(t).TryLock(ctx, tc.name, dlock.WithTTL(time.Minute)); err != nil {
 				t.Fatal(err)
@@ -958,6 +984,9 @@ func TestAWrongTypeErrorNamesTheKeyAtFault(t *testing.T) {
 		}
 		if !errors.Is(err, dlock.ErrWrongType) || !strings.HasSuffix(err.Error(), want) {
 			t.Errorf("foreign data at %s: err = %v, want ErrWrongType ending in %s", key, err, want)
+		}
+		if got := e.srv.Do(t, "LRANGE", key, "0", "-1"); got != "user data" || e.srv.Do(t, "PTTL", key) != "-1" {
+			t.Errorf("foreign data at %s: %q, PTTL %s after the refusal, want it untouched", key, got, e.srv.Do(t, "PTTL", key))
 		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 // as in dlock's scripts) on a server that refuses SET with both NX and GET,
 // as servers before Redis 7 do: a stand-in for redis.pcall answers that
 // command with a syntax error, and everything else goes to the server. The
-// fallback reads the counter with GET.
+// fallback reads the counter with GET. Before Redis 6.2 SET refuses GET
+// alone too, and a fence after a released lock's (last) is written by a
+// plain SET.
 func TestNextFenceBeforeRedis7(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -27,9 +29,10 @@ func TestNextFenceBeforeRedis7(t *testing.T) {
 		src = append(src, b...)
 	}
 	shim := `local refused = 0
+local before62 = ARGV[2] == '1'
 local redis = setmetatable({pcall = function(cmd, ...)
   local n = select('#', ...)
-  if cmd == 'SET' and n == 6 and select(5, ...) == 'NX' then
+  if cmd == 'SET' and select(n, ...) == 'GET' and (before62 or select(5, ...) == 'NX') then
     refused = refused + 1
     return {err = 'ERR syntax error'}
   end
@@ -37,7 +40,7 @@ local redis = setmetatable({pcall = function(cmd, ...)
 end}, {__index = redis})
 `
 	script := redis.NewScript(shim + string(src) + `
-local f, s = next_fence(KEYS[1], tonumber(ARGV[1]))
+local f, s = next_fence(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3] or ''))
 if not f then return 'nil' end
 return {s, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), refused}
 `)
@@ -62,6 +65,15 @@ return {s, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), refused}
 	check("no counter", next(1000), 1000)
 	check("counter behind the clock", next(5000), 5000)
 	check("counter ahead of the clock", next(10), 5001)
+	after := func(now, last int64) any { // before Redis 6.2, after a released lock's fence
+		v, err := script.Run(ctx, rdb, []string{"fence"}, now, "1", last).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	check("before Redis 6.2, after a released lock's fence", after(6000, 7000), 7001)
+	check("before Redis 6.2, after a released lock's fence behind the clock", after(8000, 7001), 8000)
 
 	rdb.Set(ctx, "fence", "not a number", 0)
 	if got := next(9000); got != "nil" {

@@ -55,6 +55,15 @@ local function next_fence(fk, now_us, last, now_text)
     now_us = last + 1
     f = string.format('%.0f', now_us)
   end
-  if counted then redis.call('SET', fk, f, 'PX', fence_keep_ms) end
+  if counted then
+    -- With GET, SET writes nothing on a counter of another type, which a
+    -- released lock's hash (last) did not read: refused as above. Before
+    -- Redis 6.2, which refuses the option, a plain SET.
+    local old = redis.pcall('SET', fk, f, 'PX', fence_keep_ms, 'GET')
+    if type(old) == 'table' and old.err then
+      if string.sub(old.err, 1, 9) == 'WRONGTYPE' then return nil end
+      redis.call('SET', fk, f, 'PX', fence_keep_ms)
+    end
+  end
   return now_us, f
 end
