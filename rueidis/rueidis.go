@@ -275,10 +275,10 @@ func (d *Driver) primaries(ctx context.Context) ([]rueidis.Client, error) {
 		return nil, err
 	}
 	var addrs []string
-	seen := map[string]bool{}
+	first := map[string]int{} // a slot of each primary
 	for _, r := range m.ranges {
-		if !seen[r.addr] {
-			seen[r.addr] = true
+		if _, ok := first[r.addr]; !ok {
+			first[r.addr] = r.first
 			addrs = append(addrs, r.addr)
 		}
 	}
@@ -287,7 +287,7 @@ func (d *Driver) primaries(ctx context.Context) ([]rueidis.Client, error) {
 	for _, addr := range addrs {
 		n, ok := m.nodes[addr]
 		if !ok {
-			return nil, fmt.Errorf("dlockrueidis: no connection to %q, a primary of the cluster", addr)
+			return nil, d.unconnected(ctx, addr, keyIn(first[addr]), "a primary of the cluster")
 		}
 		out = append(out, n)
 	}

@@ -27,7 +27,10 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // serves its slot now, and the connection goes on with the others; when a
 // connection fails, or an SSUBSCRIBE is refused (MOVED), its channels are.
 // They are subscribed anew after the slot map is read again, with a
-// backoff from 10ms to 1s, until Close; once an attempt has subscribed
+// backoff from 10ms to 1s, until Close (a primary the client has no
+// connection to yet, such as a replica that took over in a failover, is
+// waited for: a request routed to its slot makes rueidis read the
+// cluster's topology again, see unconnected); once an attempt has subscribed
 // any of its channels, notify is called with an empty channel and payload
 // (see dlock.Subscription). A primary's connection is closed
 // when its last channel is unsubscribed. notify is called one message at a
@@ -101,6 +104,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	added := map[*subscription]string{} // new primaries, and their addresses
 	byNode := map[*subscription][]string{}
 	var failed []string
+	var unknown, unknownAddr string // a channel whose primary the client has no connection to
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -118,8 +122,9 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 		addr := m.owner(keyslot.Of(ch))
 		node, ok := m.nodes[addr]
 		if !ok {
-			s.d.slots.Store(nil)
-			errs = append(errs, fmt.Errorf("dlockrueidis: no connection to %q, which serves the slot of %q", addr, ch))
+			if unknown == "" {
+				unknown, unknownAddr = ch, addr
+			}
 			failed = append(failed, ch)
 			continue
 		}
@@ -142,6 +147,9 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	}
 	s.retry(failed)
 	s.mu.Unlock()
+	if unknown != "" {
+		errs = append(errs, s.d.unconnected(ctx, unknownAddr, unknown, fmt.Sprintf("which serves the slot of %q", unknown)))
+	}
 	// The requests go unlocked, so that a primary that is slow to answer
 	// holds up only its own channels.
 	for n, chs := range byNode {

@@ -148,8 +148,7 @@ func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, e
 		addr := m.owner(keyslot.Of(call.Keys[0]))
 		node, ok := m.nodes[addr]
 		if !ok {
-			d.slots.Store(nil)
-			return nil, fmt.Errorf("dlockrueidis: no connection to %q, which serves the slot of %q", addr, call.Keys[0])
+			return nil, d.unconnected(ctx, addr, call.Keys[0], fmt.Sprintf("which serves the slot of %q", call.Keys[0]))
 		}
 		i, ok := index[addr]
 		if !ok {
@@ -166,6 +165,38 @@ func (d *Driver) byPrimary(ctx context.Context, calls []*dlock.Call) ([]group, e
 		groups[0].calls = append(groups[0].calls, keyless...)
 	}
 	return groups, nil
+}
+
+// refreshNudge bounds the request that makes the cluster client read the
+// cluster's topology again (see unconnected).
+const refreshNudge = 200 * time.Millisecond
+
+// unconnected returns the error of a slot whose primary, at addr, the
+// cluster client has no connection to (a replica promoted since the client
+// last read the cluster's topology), and resets the slot map. So that the
+// next attempt finds a connection, it also makes the client read the
+// topology again, which rueidis does only after a request routed by slot
+// fails or is redirected (or every ShardsRefreshInterval, off by default):
+// it sends one, EXISTS of key, a key in that slot (a read that changes
+// nothing), bounded by refreshNudge. Without it a shard subscription could
+// wait for good for a primary that took over in a failover.
+func (d *Driver) unconnected(ctx context.Context, addr, key, what string) error {
+	d.slots.Store(nil)
+	nctx, cancel := context.WithTimeout(ctx, refreshNudge)
+	defer cancel()
+	_ = d.client.Do(nctx, d.client.B().Exists().Key(key).Build()).Error()
+	return fmt.Errorf("dlockrueidis: no connection to %q, %s", addr, what)
+}
+
+// keyIn returns a key in slot (every slot has one among the first few
+// hundred thousand numbers).
+func keyIn(slot int) string {
+	for i := range 1 << 22 {
+		if k := "{" + strconv.Itoa(i) + "}"; keyslot.Of(k) == slot {
+			return k
+		}
+	}
+	return ""
 }
 
 // currentSlots returns the slot map, read again if it was reset (set to
