@@ -72,6 +72,21 @@ func whenRefused(t *testing.T, what string, acquire func(...dlock.Option) (*dloc
 	return got
 }
 
+// handedOver has c wait for name (see lockWhenRefused), releases held,
+// the name's holder, and returns the Lock the waiter obtained then.
+func handedOver(t *testing.T, ctx context.Context, held *dlock.Lock, c *dlock.Client, name string) *dlock.Lock {
+	t.Helper()
+	got := lockWhenRefused(t, ctx, c, name)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.l
+}
+
 type lockResult struct {
 	l   *dlock.Lock
 	err error
@@ -684,15 +699,8 @@ func TestAGrantToALockThatEndedIsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiter := e.newClient(t)
-	got := lockWhenRefused(t, ctx, waiter, "ended")
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-got
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if err := r.l.Release(ctx); err != nil {
+	ended := handedOver(t, ctx, held, waiter, "ended")
+	if err := ended.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The late attempt, while another holds the lock.
@@ -702,7 +710,7 @@ func TestAGrantToALockThatEndedIsGivenBack(t *testing.T) {
 	member := dlock.Member(waiter)
 	e.srv.Do(t, "ZADD", "dlock:{ended}:waiters", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), member)
 	e.srv.Do(t, "HSET", "dlock:{ended}", "g:"+member,
-		`["`+r.l.Token()+`","60000","","","1","`+strconv.FormatInt(time.Now().UnixMicro(), 10)+`"]`)
+		`["`+ended.Token()+`","60000","","","1","`+strconv.FormatInt(time.Now().UnixMicro(), 10)+`"]`)
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

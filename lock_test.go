@@ -803,15 +803,8 @@ func TestFenceRetention(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := lockWhenRefused(t, ctx, c, name)
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r := <-got
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if err := r.l.Release(ctx); err != nil {
+		granted := handedOver(t, ctx, held, c, name)
+		if err := granted.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		w, err := c.RWMutex("rw:" + name).TryLock(ctx)
@@ -821,7 +814,7 @@ func TestFenceRetention(t *testing.T) {
 		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return []uint64{held.Fence(), r.l.Fence(), w.Fence()}
+		return []uint64{held.Fence(), granted.Fence(), w.Fence()}
 	}
 	counterTTL := func(name string) int {
 		t.Helper()
