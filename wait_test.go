@@ -295,11 +295,22 @@ func TestAWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 // that nobody heard, takes it out of the waiter set and grants the lock to
 // the live client behind it. A semaphore's release skips it the same way
 // and tells the live client. One the server never heard is not taken for
-// dead: the live client gets in by its periodic wake-up.
+// dead: the live client gets in by its periodic wake-up. Throughout, a
+// client subscribed to the pattern "*" (as a monitoring tool's pub/sub view
+// is) hears every notice, so that a notice to the dead client reaches
+// somebody: the release asks the server who listens on the client's own
+// channel instead.
 func TestADeadWaiterDoesNotStallTheLock(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	monitor := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	defer monitor.Close()
+	everything := monitor.PSubscribe(ctx, "*")
+	defer everything.Close()
+	if _, err := everything.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
 	t.Run("lock", func(t *testing.T) {
 		held, err := e.c.TryLock(ctx, "ghost", dlock.WithTTL(time.Minute))
 		if err != nil {

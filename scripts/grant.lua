@@ -38,11 +38,11 @@ local function pass(k, wk, fk, fence, rel, forced)
     local rec = redis.call('HGET', k, 'g:' .. m)
     local ok, g = false, nil
     if rec then ok, g = pcall(cjson.decode, rec) end
-    local gone
+    local dead -- nil until asked (see died)
     if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
         and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-      gone = w.heard and deaf(w, listeners(m, k))
-      if not gone then
+      dead = died(w, k)
+      if not dead then
         local now_us, now_text = clock_us(t)
         local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
         if f then
@@ -58,7 +58,8 @@ local function pass(k, wk, fk, fence, rel, forced)
         end
       end
     end
-    if not gone and not deaf(w, tell(m, k)) then return false end
+    if dead == nil then dead = died(w, k) end
+    if not dead and not deaf(w, tell(m, k)) then return false end
     drop(wk, k, w)
     if try < wake_tries then w = next_waiter(wk, t) end
   end

@@ -58,6 +58,15 @@ local function deaf(w, n)
   return w.heard and n == 0
 end
 
+-- died reports whether waiting client w, seen listening when it
+-- registered, died since: nobody listens on its channel now. It asks the
+-- server before the notice is sent, as what a notice reached counts the
+-- clients subscribed to a pattern that matches (a monitoring tool's
+-- PSUBSCRIBE *, say) too, which would hide a dead client.
+local function died(w, k)
+  return w.heard and deaf(w, listeners(w.member, k))
+end
+
 -- lock_free reports whether lock k, whose 'kind' and 'token' fields cur holds
 -- (an HMGET reply), is free: a released exclusive lock's hash, or no key.
 local function lock_free(k, cur)
@@ -116,7 +125,7 @@ local function wake(wk, k, marked, unregister)
   local w, t = next_waiter(wk)
   for try = 1, wake_tries do
     if not w then return end
-    if not deaf(w, tell(w.member, k)) then
+    if not died(w, k) and not deaf(w, tell(w.member, k)) then
       if unregister then redis.call('ZREM', wk, w.member) end
       return
     end
