@@ -531,7 +531,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 		if l.c.fenceKeep == nil {
 			return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 		}
-		return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, argNone, argNone, argNone, argNone, argNone, argNone, l.c.fenceKeep}
+		return l.c.fenceArg(append(make([]any, 0, 11), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner), 10)
 	}
 	args := make([]any, 0, 11)
 	args = append(args, l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg)

@@ -278,10 +278,11 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 		t.prefix = p
 	}
 	t.fenceRetention = dlock.DefaultFenceRetention
-	if s, from := f.fenceRetention, "--fence-retention"; s != "" || getenv("DLOCK_FENCE_RETENTION") != "" {
-		if s == "" {
-			s, from = getenv("DLOCK_FENCE_RETENTION"), "DLOCK_FENCE_RETENTION"
-		}
+	s, from := f.fenceRetention, "--fence-retention"
+	if s == "" {
+		s, from = getenv("DLOCK_FENCE_RETENTION"), "DLOCK_FENCE_RETENTION"
+	}
+	if s != "" {
 		d, err := time.ParseDuration(s)
 		switch {
 		case err != nil:
