@@ -36,15 +36,20 @@ func FunctionLibrary() *Library { return library }
 var library = newLibrary(Scripts())
 
 // functionFlags are the flags of the functions that need some: inspect
-// only reads, so it runs on a server at its maxmemory (and on a replica),
-// and the scripts that give locks up free memory, so they run there too.
-// The others are write functions, refused at maxmemory before they run.
+// only reads, so it runs on a server at its maxmemory (and on a replica);
+// the scripts that give locks up free memory, and the refreshes add none,
+// so they run there too: a full server neither keeps a lock given up nor
+// takes one from its holder. The others are write functions, refused at
+// maxmemory before they run. (By EVALSHA, the same scripts make a first
+// write that adds no memory, which lets their others run: see allow_oom.)
 var functionFlags = map[string]string{
 	"inspect":       "'no-writes'",
 	"release":       "'allow-oom'",
 	"holds_release": "'allow-oom'",
 	"force_release": "'allow-oom'",
 	"unwait":        "'allow-oom'",
+	"refresh":       "'allow-oom'",
+	"holds_refresh": "'allow-oom'",
 }
 
 // newLibrary builds the library of scripts and names each script's

@@ -125,40 +125,6 @@ func TestFunctionsRefusedToTheACLUser(t *testing.T) {
 	}
 }
 
-// On a server at its maxmemory, the functions that only read (Inspect,
-// Prepare) or free memory (ForceRelease, Release) still run. (By EVALSHA,
-// Inspect does, and a release is refused at its first write.)
-func TestFunctionsThatReadOrFreeRunAtMaxmemory(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	c := e.functionsClient(t)
-	l, err := c.TryLock(ctx, "full", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.Semaphore("full-permits", 2).TryAcquire(ctx, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
-	defer e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
-	if err := c.Prepare(ctx); err != nil {
-		t.Errorf("Prepare: %v", err)
-	}
-	if _, err := c.Inspect(ctx, "full"); err != nil {
-		t.Errorf("Inspect: %v", err)
-	}
-	if err := p.Release(ctx); err != nil {
-		t.Errorf("Release of a permit: %v", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release: %v", err)
-	}
-	if _, err := c.ForceRelease(ctx, "full"); err != nil {
-		t.Errorf("ForceRelease: %v", err)
-	}
-}
-
 func TestFunctionLibraryNamesEveryScript(t *testing.T) {
 	lib := dlock.FunctionLibrary()
 	if !strings.HasPrefix(lib.Name, "dlock_") || !strings.HasPrefix(lib.Src, "#!lua name="+lib.Name+"\n") {

@@ -1956,21 +1956,3 @@ func TestAGivenTokenCanTakeTheLockAgainAfterItsRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// On a server at its maxmemory, the Release of a lock that expired still
-// says ErrNotHeld: the record it would leave on the empty name is a write
-// the server refuses, and it goes without.
-func TestAReleaseOfAnExpiredLockAtMaxmemorySaysNotHeld(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	l, err := e.c.TryLock(ctx, "oom-expired")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv.Do(t, "DEL", "dlock:{oom-expired}") // as its expiry would
-	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
-	defer e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
-	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("err = %v, want ErrNotHeld", err)
-	}
-}

@@ -22,6 +22,7 @@ local was = describe(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if was.err then return was end
 local kind = was[1]
 if kind == '' then return was end
+allow_oom(KEYS[1])
 if kind == 'lock' then
   local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'rel', 'forced', 'w')
   local token, words = f[1] or '', {}

@@ -43,6 +43,10 @@ local function pass(k, wk, fk, fence, rel, forced)
         and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
       dead = died(w, k)
       if not dead then
+        -- The expiry first: at maxmemory, a write that adds no memory lets
+        -- the next ones run (see release). A lock not granted after all
+        -- gets the free lock's expiry.
+        redis.call('PEXPIRE', k, g[2])
         local now_us, now_text = clock_us(t)
         local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
         if f then
@@ -50,7 +54,6 @@ local function pass(k, wk, fk, fence, rel, forced)
             'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
           redis.call('HDEL', k, 'g:' .. m)
           if forced and listed(forced, g[1]) then redis.call('HSET', k, 'forced', unlisted(forced, g[1])) end
-          redis.call('PEXPIRE', k, g[2])
           redis.call('ZREM', wk, m)
           local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
           tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)

@@ -38,6 +38,16 @@ end
 -- str formats a number as a Redis argument without losing digits.
 local function str(x) return string.format('%.0f', x) end
 
+-- allow_oom lets the writes that follow run on a server at its maxmemory,
+-- for the scripts that end or extend holds, so that a full server neither
+-- keeps a hold given up nor takes one from its holder. Redis refuses there
+-- a script's write that may add memory (HSET, ZADD), unless the script
+-- wrote already: this first write, of no effect (an empty range) on key k,
+-- whatever k holds, counts as one.
+local function allow_oom(k)
+  redis.pcall('ZREMRANGEBYSCORE', k, 1, 0)
+end
+
 -- wrongtype is the error of a script that refuses the name because its key
 -- KEYS[j] (KEYS[1], the base key, when j is nil) holds data dlock did not
 -- write: DLOCK_WRONGTYPE 1, then that key's suffix to the base key (':fence',

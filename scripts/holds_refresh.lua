@@ -20,6 +20,7 @@ if not tok then
   if was_forced(KEYS[3], token, now) then return -1 end
   return 1
 end
+allow_oom(k)
 extend(hk, tok, now, ttl, d, exp)
 keep(k, ttl, hk)
 return 0

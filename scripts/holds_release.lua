@@ -99,6 +99,7 @@ end
 local queued = unqueue()
 if not tok then
   if queued then wake_all(KEYS[3], k) end
+  allow_oom(k)
   remember(false) -- not the id: a release sent again must say again that it held nothing
   if not undo and was_forced(marker, token, now) then return -1 end
   return 1
@@ -123,6 +124,7 @@ if d.c > 1 then
       if r ~= tok then gone[#gone + 1] = 'a:' .. r end
     end
   end
+  allow_oom(k) -- the last hold's release writes a DEL or HDEL first instead
   redis.call('HSET', k, 'h:' .. tok, encode(d))
   if #gone > 0 then redis.call('HDEL', k, unpack(gone)) end
   remember(true)

@@ -108,8 +108,8 @@ for i = 1, n do
     ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7], cur[10]))
     if ends then
       -- Not its id: a release sent again must say again that it held
-      -- nothing. At maxmemory (by EVALSHA) the server refuses these
-      -- writes, and nothing is recorded.
+      -- nothing. At maxmemory (by EVALSHA), the server refuses these
+      -- writes when they are the script's first, and nothing is recorded.
       if cur then
         redis.pcall('HSET', k, 'rel', record(cur[5], false))
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
@@ -118,26 +118,31 @@ for i = 1, n do
       end
     end
   elseif tonumber(cur[4]) > 1 then
+    -- The first write of each path below may not add memory (HDEL,
+    -- PEXPIRE): at maxmemory, Redis refuses only a script's first write
+    -- that may (HSET), and the writes after it then run, so that a release
+    -- frees the lock on a full server too. (For the first acquisition, hold
+    -- is no field: nothing goes.)
+    redis.call('HDEL', k, hold)
     redis.call('HINCRBY', k, 'count', -1)
     if first then
       redis.call('HSET', k, 'req', '', 'rel', record(cur[5], true))
-    else
-      redis.call('HDEL', k, hold)
-      if id ~= '' or ends then redis.call('HSET', k, 'rel', record(cur[5], true)) end
+    elseif id ~= '' or ends then
+      redis.call('HSET', k, 'rel', record(cur[5], true))
     end
   else
     if again then redis.call('HDEL', k, hold) end
     local rel = record(cur[5], true)
     local keep = keep_for(k)
     if keep then
-      redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
       redis.call('PEXPIRE', k, keep)
+      redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
       -- The next waiter's timer follows the TTL it was refused with: told,
       -- it tries again and sleeps until this one.
       if cur[6] then wake(KEYS[n + i], k, true) end
     elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel, cur[10])) then
-      redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
       redis.call('PEXPIRE', k, '60000')
+      redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
     end
   end
 end
