@@ -27,7 +27,7 @@ var aclRules = []string{
 	"on", ">s3cret", "resetkeys", "~dlock:*", "resetchannels", "&dlock:*",
 	"-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+scan", "+ping", "+hello",
 	// the commands dlock's scripts run
-	"+exists", "+hmget", "+hget", "+hset", "+hlen", "+hincrby", "+del", "+get", "+set", "+incr", "+time",
+	"+exists", "+hmget", "+hget", "+hset", "+hlen", "+hincrby", "+del", "+get", "+set", "+time",
 	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish", "+pubsub|numsub",
 	// and those of the read/write locks' and semaphores' scripts
 	"+hdel", "+zscore", "+zrange", "+zcard", "+zcount", "+zremrangebyscore",
@@ -148,6 +148,84 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	defer other.Close()
 	if _, err := other.TryLock(ctx, "secret"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a lock under another prefix: err = %v, want NOPERM", err)
+	}
+}
+
+// clusterACLRules are what the README adds to aclRules on a Redis
+// Cluster: the cluster clients read the slot map (CLUSTER SLOTS, or
+// SHARDS), and waiters listen on shard channels.
+var clusterACLRules = []string{"+cluster|slots", "+cluster|shards", "+command|info", "+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub"}
+
+// TestACLUserOnACluster: the README's user, with its additions for a
+// cluster, takes, waits for (woken by a sharded notice), lists and
+// force-releases locks on every primary, and on several slots at once,
+// with no command refused on any node.
+func TestACLUserOnACluster(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "`" + strings.Join(clusterACLRules, " ") + "`"; !strings.Contains(string(readme), want) {
+		t.Errorf("the README does not show the cluster's rules %s", want)
+	}
+	cluster := redistest.StartCluster(t, 3, 0)
+	for _, n := range cluster.Nodes {
+		n.Do(t, append([]string{"ACL", "SETUSER", "locker"}, append(append([]string(nil), aclRules...), clusterACLRules...)...)...)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: "locker", Password: "s3cret", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	names := []string{"job-a", "job-b", "job-c", "job-d", "job-e", "job-f"}
+	for _, name := range names {
+		l, err := c.TryLock(ctx, name)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", name, err)
+		}
+		got := lockAndRelease(c, name, 10*time.Second)
+		awaitWaiting(t, c, name, 1)
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release(%q): %v", name, err)
+		}
+		if err := <-got; err != nil {
+			t.Errorf("waiter for %q: %v", name, err)
+		}
+	}
+	multi, err := c.TryLockMulti(ctx, names)
+	if err != nil {
+		t.Fatalf("TryLockMulti: %v", err)
+	}
+	if infos, err := c.List(ctx, "job-*"); err != nil || len(infos) != len(names) {
+		t.Errorf("List = %d locks, %v; want %d", len(infos), err, len(names))
+	}
+	if err := multi.Release(ctx); err != nil {
+		t.Errorf("Release of several names: %v", err)
+	}
+	p, err := c.Semaphore("pool", 1).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	got := waitInBackground(func(ctx context.Context) (*dlock.Lock, error) { return c.Semaphore("pool", 1).Acquire(ctx) })
+	awaitWaiting(t, c, "pool", 1)
+	if err := p.Release(ctx); err != nil {
+		t.Errorf("permit Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiting for a permit: %v", err)
+	}
+	if _, err := c.TryLock(ctx, "forced"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceRelease(ctx, "forced"); err != nil {
+		t.Errorf("ForceRelease: %v", err)
+	}
+	for _, n := range cluster.Nodes {
+		if log := n.Do(t, "ACL", "LOG"); log != "" {
+			t.Errorf("ACL LOG of %s after dlock's calls:\n%s", n.Addr(), log)
+		}
 	}
 }
 
