@@ -3,16 +3,19 @@ package dlock
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // batcher coalesces the script calls that many goroutines issue at once
 // into pipelines. While fewer than max pipelines are in flight a call goes
 // out at once, alone, with no added delay. Beyond that, calls queue; when a
 // pipeline returns, the goroutine that sent it hands everything queued
-// meanwhile to the first queued caller, which sends it as one pipeline. So
-// under load each round trip carries many calls, and no goroutine is
-// started: every call is sent by a goroutine that waits for it.
+// meanwhile to one queued caller, which sends it as one pipeline: the
+// caller of the latest deadline, so that nobody waits for a deadline later
+// than their own. So under load each round trip carries many calls, and no
+// goroutine is started: every call is sent by a goroutine that waits for
+// it. A caller whose context ends does not wait longer: a queued call is
+// not sent, and one in a pipeline that another caller sent is left as a
+// call whose reply was lost.
 type batcher struct {
 	driver Driver
 	max    int
@@ -26,9 +29,14 @@ type batcher struct {
 // queued is a call waiting for a pipeline.
 type queued struct {
 	ctx  context.Context
-	call *Call
-	done chan struct{}  // closed when the call has its reply
-	lead chan []*queued // receives a batch for this caller to send
+	call *Call // the caller's: gets sent's reply once the pipeline is back
+	// sent is what the pipeline sends and fills, a copy of call, so that a
+	// caller that leaves while its pipeline is out (see eval) shares
+	// nothing with it.
+	sent  Call
+	done  chan struct{}  // closed when sent has its reply
+	lead  chan []*queued // receives a batch for this caller to send
+	leads bool           // set, under the batcher's mu, once it is to send one
 }
 
 // DefaultPipelines is how many pipelines a client keeps in flight at once
@@ -45,25 +53,40 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 		b.handOver()
 		return
 	}
-	q := &queued{ctx: ctx, call: call, done: make(chan struct{}), lead: make(chan []*queued, 1)}
+	q := &queued{ctx: ctx, call: call, sent: *call, done: make(chan struct{}), lead: make(chan []*queued, 1)}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
 	select {
 	case <-q.done:
+		q.reply()
 	case batch := <-q.lead:
-		b.send(batch)
+		b.send(q, batch)
 	case <-ctx.Done():
-		if b.withdraw(q) {
+		if leads, queued := b.withdraw(q); queued {
 			call.Err = ctx.Err()
 			return
+		} else if leads {
+			// Its batch is handed to it (the caller of the latest
+			// deadline of the batch): it sends it.
+			b.send(q, <-q.lead)
+			return
 		}
-		// Already taken into a batch: wait for it like the rest.
+		// In a pipeline another caller sent: unless the reply is there,
+		// it leaves it, as a call whose reply was lost (the pipeline
+		// fills sent, which nobody reads), and does not wait beyond its
+		// context for callers with later deadlines, or none.
 		select {
 		case <-q.done:
-		case batch := <-q.lead:
-			b.send(batch)
+			q.reply()
+		default:
+			call.Val, call.Err = nil, ctx.Err()
 		}
 	}
+}
+
+// reply gives the caller the reply its pipeline stored.
+func (q *queued) reply() {
+	q.call.Val, q.call.Err = q.sent.Val, q.sent.Err
 }
 
 // made panics unless New made the batcher's Client: the zero batcher
@@ -109,24 +132,33 @@ func (b *batcher) check(calls []*Call) {
 	}
 }
 
-// send sends a batch led by its first caller, hands on the queue, and
-// wakes the other callers.
-func (b *batcher) send(batch []*queued) {
+// send sends a batch, in the order its calls queued, for lead, one of its
+// callers (see handOver), hands on the queue, and wakes the other callers.
+// The pipeline goes under lead's deadline, the batch's latest, and not
+// lead's cancellation, so that the others still get replies.
+func (b *batcher) send(lead *queued, batch []*queued) {
 	calls := make([]*Call, len(batch))
 	for i, q := range batch {
-		calls[i] = q.call
+		calls[i] = &q.sent
 	}
-	ctx, cancel := batchContext(batch)
+	ctx, cancel := context.WithoutCancel(lead.ctx), context.CancelFunc(func() {})
+	if d, ok := lead.ctx.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(ctx, d)
+	}
 	b.run(ctx, calls...)
 	cancel()
-	for _, q := range batch[1:] {
-		close(q.done)
+	lead.reply()
+	for _, q := range batch {
+		if q != lead {
+			close(q.done)
+		}
 	}
 	b.handOver()
 }
 
-// handOver gives whatever queued while a pipeline was out to the first
-// queued caller, or frees the pipeline's slot.
+// handOver gives whatever queued while a pipeline was out to the queued
+// caller of the latest deadline (the first with none, else the first of
+// the latest), which sends it, or frees the pipeline's slot.
 func (b *batcher) handOver() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
@@ -136,37 +168,40 @@ func (b *batcher) handOver() {
 	}
 	batch := b.queue
 	b.queue = nil
+	lead := batch[0]
+	for _, q := range batch {
+		if later(q.ctx, lead.ctx) {
+			lead = q
+		}
+	}
+	lead.leads = true
 	b.mu.Unlock()
-	batch[0].lead <- batch
+	lead.lead <- batch
+}
+
+// later reports whether context a ends after b, by their deadlines: one
+// with none ends after every one with one.
+func later(a, b context.Context) bool {
+	da, ok := a.Deadline()
+	if !ok {
+		_, hasB := b.Deadline()
+		return hasB
+	}
+	db, ok := b.Deadline()
+	return ok && da.After(db)
 }
 
 // withdraw takes a caller whose context ended out of the queue, and
-// reports whether it was still there.
-func (b *batcher) withdraw(q *queued) bool {
+// reports whether it was still there, or else whether it is to send its
+// batch.
+func (b *batcher) withdraw(q *queued) (leads, queued bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, x := range b.queue {
 		if x == q {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			return true
+			return false, true
 		}
 	}
-	return false
-}
-
-// batchContext is the context a pipeline is sent under: it ends at the
-// latest deadline of its callers (none if any has none), and is not
-// cancelled when one caller gives up, so the others still get replies.
-func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, q := range batch {
-		d, ok := q.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	return q.leads, false
 }

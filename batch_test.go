@@ -2,11 +2,16 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestConcurrentCallsShareRoundTrips runs 64 goroutines taking and
@@ -55,5 +60,67 @@ func testSharedRoundTrips(t *testing.T, pipelines int) {
 	// last release; no lock is left.
 	if n := e.srv.Do(t, "DBSIZE"); n != strconv.Itoa(2*workers*rounds) {
 		t.Errorf("%s keys left, want %d fence counters and release markers", n, 2*workers*rounds)
+	}
+}
+
+// TestACallerLeavesAPipelineAtItsDeadline: on a server that stalls (CLIENT
+// PAUSE), a caller whose call went out in a pipeline that another caller
+// sent returns at its own deadline, as a call whose reply was lost,
+// instead of waiting with the pipeline; the pipeline is sent by the caller
+// of the latest deadline (here none), which gets its reply once the server
+// answers again.
+func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	// No read timeout but the callers' deadlines.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb), dlock.WithPipelines(1))
+	t.Cleanup(func() { _ = c.Close() })
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	defer srv.Do(t, "CLIENT", "UNPAUSE")
+	pipelines := func(inflight, queued int) func() bool {
+		return func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued }
+	}
+	tryLock := func(ctx context.Context, name string) <-chan error {
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.TryLock(ctx, name)
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			got <- err
+		}()
+		return got
+	}
+	ctx := context.Background()
+	// The client's one pipeline is out, stalled, until this call's deadline.
+	soon, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	first := tryLock(soon, "first")
+	awaitCond(t, 5*time.Second, pipelines(1, 0))
+	// These two queue, and go out together once it returns: sent by the
+	// one without a deadline, as the other's comes later than the first's.
+	later, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	patient := tryLock(ctx, "patient")
+	hurried := tryLock(later, "hurried")
+	awaitCond(t, 5*time.Second, pipelines(1, 2))
+
+	select {
+	case err := <-hurried:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the caller whose deadline came: %v, want context.DeadlineExceeded", err)
+		}
+	case err := <-patient:
+		t.Fatalf("the caller without a deadline returned while the server stalled: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the caller whose deadline came waited for the stalled pipeline")
+	}
+	if err := <-first; err == nil {
+		t.Error("the first caller obtained its lock from a stalled server")
+	}
+	srv.Do(t, "CLIENT", "UNPAUSE")
+	if err := <-patient; err != nil {
+		t.Errorf("the caller without a deadline, once the server answers: %v", err)
 	}
 }

@@ -73,7 +73,9 @@ func WithLogger(l *slog.Logger) ClientOption {
 // once before it queues further requests from other goroutines and sends
 // them together as one pipeline; the default is DefaultPipelines (4).
 // Values below 1 count as 1. Idle or lightly loaded, every request goes out
-// at once, alone.
+// at once, alone. A caller whose context ends leaves its pipeline, as a
+// request whose reply was lost, instead of waiting for the callers with
+// later deadlines that share it.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }
@@ -273,7 +275,9 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // Close is called stop waiting and return an error that matches
 // ErrClosed (not ErrNotObtained), having left their waiter registrations
 // and given back what their last attempt may hold (an attempt under way is
-// cut short as the end of its context would), as callers whose wait ended
+// cut short as the end of its context would, where the driver ends a
+// request at its context's cancellation: go-redis does not, and a request
+// it sent to a stalled server ends at its read timeout), as callers whose wait ended
 // always do; Close waits for that, up to 3 seconds, so that the Redis
 // client may be closed next. A TryLock under way is not interrupted, and
 // may still obtain its lock; one WithAutoRefresh that obtains it after

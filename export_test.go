@@ -99,3 +99,11 @@ func LeaseDropped(l *Lock) bool {
 
 // RefreshEvery returns how often l is refreshed automatically, 0 when not.
 func RefreshEvery(l *Lock) time.Duration { return l.every() }
+
+// Pipelines returns how many pipelines c has out, and how many calls wait
+// for one.
+func Pipelines(c *Client) (inflight, queued int) {
+	c.batch.mu.Lock()
+	defer c.batch.mu.Unlock()
+	return c.batch.inflight, len(c.batch.queue)
+}

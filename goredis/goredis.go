@@ -16,6 +16,10 @@
 // deadline to a request already on a connection, and a server that stops
 // answering holds dlock's calls (refreshes, clean-ups, waits) for the
 // client's read timeout (3s by default) instead of their own deadlines.
+// Even with it, go-redis ends a request already sent at its context's
+// deadline, not at its cancellation: a call whose context is cancelled
+// (as dlock.Client.Close cancels the waits under way) waits for its reply,
+// or for the read timeout when the server stalls.
 package goredis
 
 import (
