@@ -37,9 +37,9 @@ var library = newLibrary(Scripts())
 
 // functionFlags are the flags of the functions that need some: inspect
 // only reads, so it runs on a server at its maxmemory (and on a replica);
-// the scripts that give locks up free memory, and the refreshes add none,
-// so they run there too: a full server neither keeps a lock given up nor
-// takes one from its holder. The others are write functions, refused at
+// the scripts that give locks up free memory, and the refreshes and TTL
+// reads add none (an attach by TTL adds a field), so they run there too: a
+// full server neither keeps a lock given up nor takes one from its holder. The others are write functions, refused at
 // maxmemory before they run. (By EVALSHA, the same scripts make a first
 // write that adds no memory, which lets their others run: see allow_oom.)
 var functionFlags = map[string]string{
@@ -50,6 +50,8 @@ var functionFlags = map[string]string{
 	"unwait":        "'allow-oom'",
 	"refresh":       "'allow-oom'",
 	"holds_refresh": "'allow-oom'",
+	"ttl":           "'allow-oom'",
+	"holds_ttl":     "'allow-oom'",
 }
 
 // newLibrary builds the library of scripts and names each script's

@@ -13,8 +13,8 @@ import (
 // which refuses writes that may grow its memory, every way a hold ends
 // still runs (a release, re-entered or not, of every kind, on several
 // names, one that grants the lock to a waiter, one kept for its minimum
-// hold, a force release), and so does every refresh, so that no holder
-// loses its lock to a full server, by EVALSHA and as functions alike.
+// hold, a force release), and so does every refresh (and TTL), so that no
+// holder loses its lock to a full server, by EVALSHA and as functions alike.
 // Acquisitions are refused there (TestAReplicaOrAFullServerIsNotTakenForOtherData).
 func TestAFullServerStillFreesAndKeepsLocks(t *testing.T) {
 	for _, mode := range []string{"EVALSHA", "functions"} {
@@ -69,6 +69,9 @@ func TestAFullServerStillFreesAndKeepsLocks(t *testing.T) {
 			}{{"lock", refreshed}, {"permit", permit}, {"re-entered permit", p2}, {"read hold", r1}, {"write hold", w}, {"several names", multi}} {
 				if err := h.l.Refresh(ctx, 2*time.Minute); err != nil {
 					t.Errorf("Refresh of a %s: %v", h.what, err)
+				}
+				if ttl, err := h.l.TTL(ctx); err != nil || ttl <= time.Minute {
+					t.Errorf("TTL of a %s refreshed: %v, %v", h.what, ttl, err)
 				}
 			}
 			if err := c.Prepare(ctx); err != nil {

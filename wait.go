@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // Waiting is woken by Redis, not by polling. A client that waits for a
@@ -1015,16 +1017,18 @@ func waitEnded(ctx context.Context, what string, found keyFound, last error) err
 	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
 		// Not the caller's context, which did not end, nor a lock found
 		// held: the client closed.
-		return fmt.Errorf("%s: the wait ended: %w", what, cause)
+		return &causes.Error{Msg: "dlock: " + what + ": the wait ended: " + causes.Unprefixed(cause), Errs: []error{cause}}
 	}
 	why := endOf(ctx)
 	switch {
 	case found.failing != nil:
-		return fmt.Errorf("%s: the wait ended (%w) with Redis failing: %w", what, why, found.failing)
+		return &causes.Error{Msg: "dlock: " + what + ": the wait ended (" + why.Error() + ") with Redis failing: " + causes.Unprefixed(found.failing),
+			Errs: []error{why, found.failing}}
 	case !found.refused && last != nil:
-		return fmt.Errorf("%s: the wait ended (%w) before Redis answered: %w", what, why, last)
+		return &causes.Error{Msg: "dlock: " + what + ": the wait ended (" + why.Error() + ") before Redis answered: " + causes.Unprefixed(last),
+			Errs: []error{why, last}}
 	case !found.refused:
-		return fmt.Errorf("%s: the wait ended (%w) before an attempt of this caller, or of the one ahead of it in this client, was answered", what, why)
+		return fmt.Errorf("dlock: %s: the wait ended (%w) before an attempt of this caller, or of the one ahead of it in this client, was answered", what, why)
 	case last != nil && !errors.Is(last, ErrNotObtained):
 		return fmt.Errorf("%w: %s: the wait ended: %w", ErrNotObtained, what, why) // the attempt ended with it
 	}
