@@ -2,7 +2,10 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // batcher coalesces the script calls that many goroutines issue at once
@@ -104,6 +107,19 @@ func (b *batcher) run(ctx context.Context, calls ...*Call) {
 	b.mark(calls)
 	b.driver.Eval(ctx, calls...)
 	b.check(calls)
+	deadlined(ctx, calls)
+}
+
+// deadlined makes the failure of a call that ctx's deadline cut short
+// match context.DeadlineExceeded, as the driver may report it as a network
+// timeout (go-redis with ContextTimeoutEnabled), so that a caller whose
+// deadline came learns it by errors.Is whatever the driver.
+func deadlined(ctx context.Context, calls []*Call) {
+	for _, c := range calls {
+		if c.Err != nil && !errors.Is(c.Err, context.DeadlineExceeded) && timedOut(ctx, c.Err) {
+			c.Err = &causes.Error{Msg: c.Err.Error(), Errs: []error{c.Err, context.DeadlineExceeded}}
+		}
+	}
 }
 
 // mark sets the function library on calls, with WithFunctions.

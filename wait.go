@@ -1058,10 +1058,14 @@ func cutShort(ctx context.Context, err error) bool {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return true
 	}
-	// A driver may report the end of ctx as a network timeout, and
-	// before ctx says so (go-redis with ContextTimeoutEnabled sets the
-	// socket's deadline from ctx's); one well after ctx's deadline is the
-	// driver's own timeout: a failure.
+	return timedOut(ctx, err)
+}
+
+// timedOut reports whether err is a network timeout by which a driver
+// reports that ctx's deadline came, maybe before ctx says so (go-redis
+// with ContextTimeoutEnabled sets the socket's deadline from ctx's); one
+// well after ctx's deadline is the driver's own timeout: a failure.
+func timedOut(ctx context.Context, err error) bool {
 	dl, ok := ctx.Deadline()
 	if !ok || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
@@ -1071,7 +1075,7 @@ func cutShort(ctx context.Context, err error) bool {
 }
 
 // cutShortSlack is how long after its context's deadline a network
-// timeout still counts as that deadline's (see cutShort).
+// timeout still counts as that deadline's (see timedOut).
 const cutShortSlack = 50 * time.Millisecond
 
 // hub returns the client's waitHub, creating it on first use.
