@@ -18,7 +18,7 @@ import (
 // goroutine is started: every call is sent by a goroutine that waits for
 // it. A caller whose context ends does not wait longer: a queued call is
 // not sent, and one in a pipeline that another caller sent is left as a
-// call whose reply was lost.
+// call whose reply was lost (but for a refresh: see stays).
 type batcher struct {
 	driver Driver
 	max    int
@@ -77,7 +77,13 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 		// In a pipeline another caller sent: unless the reply is there,
 		// it leaves it, as a call whose reply was lost (the pipeline
 		// fills sent, which nobody reads), and does not wait beyond its
-		// context for callers with later deadlines, or none.
+		// context for callers with later deadlines, or none. A refresh
+		// stays (see stays).
+		if stays(call) {
+			<-q.done
+			q.reply()
+			return
+		}
 		select {
 		case <-q.done:
 			q.reply()
@@ -85,6 +91,20 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 			call.Val, call.Err = nil, ctx.Err()
 		}
 	}
+}
+
+// stays reports whether the caller of call waits for its pipeline even
+// past its context: a refresh. A Lock refreshes one call at a time, so
+// that its deadline follows the refresh the server ran last; a refresh
+// that left could still run (a driver sends a pipeline again after a
+// timeout) after its Lock's next one, and cut short the TTL that one set,
+// while the Lock counts on it. An acquire, a release or a read that runs
+// late does no such harm: a late acquire takes nothing once its clean-up
+// ran (when that could not be sent either, it holds the name for nobody
+// until its TTL, as after any lost reply), and a release is recognised by
+// its id.
+func stays(call *Call) bool {
+	return call.Script == scriptRefresh || call.Script == scriptHoldsRefresh
 }
 
 // reply gives the caller the reply its pipeline stored.

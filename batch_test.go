@@ -126,3 +126,53 @@ func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
 		t.Errorf("the caller without a deadline, once the server answers: %v", err)
 	}
 }
+
+// TestARefreshStaysInItsPipeline: a Refresh whose context ends while its
+// call is in a pipeline that another caller sent waits for the pipeline
+// (here, for the stalled server to answer) instead of leaving: its Lock's
+// next refresh must not go out while it may still run, or it could run
+// after that one and cut short the TTL the Lock counts on.
+func TestARefreshStaysInItsPipeline(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb), dlock.WithPipelines(1))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "refreshed", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	defer srv.Do(t, "CLIENT", "UNPAUSE")
+	pipelines := func(inflight, queued int) func() bool {
+		return func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued }
+	}
+	soon, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { _, err := c.TryLock(soon, "first"); first <- err }()
+	awaitCond(t, 5*time.Second, pipelines(1, 0))
+	// Queued behind it: a TryLock without a deadline, which sends the
+	// batch, and the Refresh, whose deadline comes while the batch stalls.
+	patient := make(chan error, 1)
+	go func() { _, err := c.TryLock(ctx, "patient"); patient <- err }()
+	awaitCond(t, 5*time.Second, pipelines(1, 1))
+	later, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(later, 2*time.Minute) }()
+	awaitCond(t, 5*time.Second, pipelines(1, 2))
+	<-first
+	<-later.Done()
+	srv.Do(t, "CLIENT", "UNPAUSE")
+	if err := <-refreshed; err != nil {
+		t.Errorf("the Refresh whose deadline came in its pipeline: %v, want the reply of its pipeline", err)
+	}
+	if err := <-patient; err != nil {
+		t.Errorf("the caller that sent the pipeline: %v", err)
+	}
+	if left := time.Until(l.Deadline()); left <= time.Minute {
+		t.Errorf("Deadline in %v, want the refresh's 2m", left)
+	}
+}

@@ -75,7 +75,8 @@ func WithLogger(l *slog.Logger) ClientOption {
 // Values below 1 count as 1. Idle or lightly loaded, every request goes out
 // at once, alone. A caller whose context ends leaves its pipeline, as a
 // request whose reply was lost, instead of waiting for the callers with
-// later deadlines that share it.
+// later deadlines that share it; a refresh stays, so that it never runs
+// after its lock's next refresh.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }
