@@ -70,17 +70,9 @@ func testSharedRoundTrips(t *testing.T, pipelines int) {
 // of the latest deadline (here none), which gets its reply once the server
 // answers again.
 func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
-	srv := redistest.Start(t)
-	// No read timeout but the callers' deadlines.
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb), dlock.WithPipelines(1))
-	t.Cleanup(func() { _ = c.Close() })
+	srv, c, awaitPipelines := onePipelineClient(t)
 	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
 	defer srv.Do(t, "CLIENT", "UNPAUSE")
-	pipelines := func(inflight, queued int) func() bool {
-		return func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued }
-	}
 	tryLock := func(ctx context.Context, name string) <-chan error {
 		got := make(chan error, 1)
 		go func() {
@@ -97,14 +89,14 @@ func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
 	soon, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	first := tryLock(soon, "first")
-	awaitCond(t, 5*time.Second, pipelines(1, 0))
+	awaitPipelines(1, 0)
 	// These two queue, and go out together once it returns: sent by the
 	// one without a deadline, as the other's comes later than the first's.
 	later, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
 	patient := tryLock(ctx, "patient")
 	hurried := tryLock(later, "hurried")
-	awaitCond(t, 5*time.Second, pipelines(1, 2))
+	awaitPipelines(1, 2)
 
 	select {
 	case err := <-hurried:
@@ -133,11 +125,7 @@ func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
 // next refresh must not go out while it may still run, or it could run
 // after that one and cut short the TTL the Lock counts on.
 func TestARefreshStaysInItsPipeline(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb), dlock.WithPipelines(1))
-	t.Cleanup(func() { _ = c.Close() })
+	srv, c, awaitPipelines := onePipelineClient(t)
 	ctx := context.Background()
 	l, err := c.TryLock(ctx, "refreshed", dlock.WithTTL(time.Minute))
 	if err != nil {
@@ -145,24 +133,21 @@ func TestARefreshStaysInItsPipeline(t *testing.T) {
 	}
 	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
 	defer srv.Do(t, "CLIENT", "UNPAUSE")
-	pipelines := func(inflight, queued int) func() bool {
-		return func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued }
-	}
 	soon, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	first := make(chan error, 1)
 	go func() { _, err := c.TryLock(soon, "first"); first <- err }()
-	awaitCond(t, 5*time.Second, pipelines(1, 0))
+	awaitPipelines(1, 0)
 	// Queued behind it: a TryLock without a deadline, which sends the
 	// batch, and the Refresh, whose deadline comes while the batch stalls.
 	patient := make(chan error, 1)
 	go func() { _, err := c.TryLock(ctx, "patient"); patient <- err }()
-	awaitCond(t, 5*time.Second, pipelines(1, 1))
+	awaitPipelines(1, 1)
 	later, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- l.Refresh(later, 2*time.Minute) }()
-	awaitCond(t, 5*time.Second, pipelines(1, 2))
+	awaitPipelines(1, 2)
 	<-first
 	<-later.Done()
 	srv.Do(t, "CLIENT", "UNPAUSE")
@@ -174,5 +159,21 @@ func TestARefreshStaysInItsPipeline(t *testing.T) {
 	}
 	if left := time.Until(l.Deadline()); left <= time.Minute {
 		t.Errorf("Deadline in %v, want the refresh's 2m", left)
+	}
+}
+
+// onePipelineClient starts a server and returns it, with a client of one
+// pipeline (WithPipelines(1)) over go-redis with no read timeout but its
+// callers' deadlines, and a function that waits until the client has
+// inflight pipelines out and queued calls waiting for one.
+func onePipelineClient(t *testing.T) (*redistest.Server, *dlock.Client, func(inflight, queued int)) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb), dlock.WithPipelines(1))
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, c, func(inflight, queued int) {
+		t.Helper()
+		awaitCond(t, 5*time.Second, func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued })
 	}
 }

@@ -278,9 +278,9 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // and given back what their last attempt may hold (an attempt under way is
 // cut short as the end of its context would, where the driver ends a
 // request at its context's cancellation: go-redis does not, and a request
-// it sent to a stalled server ends at its read timeout), as callers whose wait ended
-// always do; Close waits for that, up to 3 seconds, so that the Redis
-// client may be closed next. A TryLock under way is not interrupted, and
+// it sent to a stalled server ends at its read timeout), as callers whose
+// wait ended always do; Close waits for that, up to 3 seconds, so that the
+// Redis client may be closed next. A TryLock under way is not interrupted, and
 // may still obtain its lock; one WithAutoRefresh that obtains it after
 // Close gives it back and returns ErrClosed, since nothing would refresh
 // it. Close waits for the TryLocks under way too, within the same bound,

@@ -39,9 +39,10 @@ var library = newLibrary(Scripts())
 // only reads, so it runs on a server at its maxmemory (and on a replica);
 // the scripts that give locks up free memory, and the refreshes and TTL
 // reads add none (an attach by TTL adds a field), so they run there too: a
-// full server neither keeps a lock given up nor takes one from its holder. The others are write functions, refused at
-// maxmemory before they run. (By EVALSHA, the same scripts make a first
-// write that adds no memory, which lets their others run: see allow_oom.)
+// full server neither keeps a lock given up nor takes one from its holder.
+// The others are write functions, refused at maxmemory before they run.
+// (By EVALSHA, the same scripts make a first write that adds no memory,
+// which lets their others run: see allow_oom.)
 var functionFlags = map[string]string{
 	"inspect":       "'no-writes'",
 	"release":       "'allow-oom'",
