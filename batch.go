@@ -177,12 +177,13 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 	for i, q := range batch {
 		calls[i] = &q.sent
 	}
-	ctx, cancel := context.WithoutCancel(lead.ctx), context.CancelFunc(func() {})
+	ctx := context.WithoutCancel(lead.ctx)
 	if d, ok := lead.ctx.Deadline(); ok {
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
 	}
 	b.run(ctx, calls...)
-	cancel()
 	lead.reply()
 	for _, q := range batch {
 		if q != lead {
