@@ -65,7 +65,7 @@ type waitHub struct {
 	retryAt  time.Time     // after a failed Subscribe, when the next may be tried
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
-	enrolled map[string]bool          // keys whose waiter set a caller's attempt registered the client in since they were last idle
+	enrolled map[string]bool          // keys whose waiter set a caller's attempt may have registered the client in since they were last idle
 	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
@@ -581,8 +581,9 @@ func (h *waitHub) moreAt(keys []string, w *waiter) string {
 	return string(b)
 }
 
-// enroll records that an attempt for the lock whose keys are keys may have
-// registered the client in their waiter sets (it was refused, having asked).
+// enroll records that an attempt for the lock whose keys are keys may
+// register the client in their waiter sets: it asks to, and whether it did
+// is known only from a reply that may be lost.
 func (h *waitHub) enroll(keys []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -843,6 +844,10 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			hub.listen(ctx, keys, w)
 			wa.more = hub.moreAt(keys, w)
 			wa.channel = hub.member()
+			// The attempt may register the client even if its reply is
+			// lost or the wait ends first: the last caller to give up
+			// then leaves the sets all the same.
+			hub.enroll(keys)
 		}
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
@@ -873,9 +878,6 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			hub.saw(key, w, nil)
 		case !short:
 			hub.saw(key, w, err)
-		}
-		if notHeld && notices {
-			hub.enroll(keys)
 		}
 		failed++
 		if o.onRetry != nil {

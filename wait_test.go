@@ -118,6 +118,66 @@ func TestAMultiKeyWaiterThatGivesUpLeavesTheWaiterSet(t *testing.T) {
 	}
 }
 
+// TestAWaiterWhoseOnlyAttemptWasCutShortLeavesTheWaiterSet: the first
+// attempt of a waiter registers its client, but the reply is lost as the
+// wait ends. The client is registered all the same, and the waiter, giving
+// up, takes the registration back: else the next release would tell that
+// client, which nobody waits in, instead of the next waiting one.
+func TestAWaiterWhoseOnlyAttemptWasCutShortLeavesTheWaiterSet(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	kinds := []struct {
+		name string
+		take func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error)
+		wait func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error)
+	}{
+		{"lock",
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+			},
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.Lock(ctx, name)
+			}},
+		{"semaphore",
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.Semaphore(name, 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+			},
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.Semaphore(name, 1).Acquire(ctx)
+			}},
+		{"rwmutex",
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.RWMutex(name).TryLock(ctx, dlock.WithTTL(time.Minute))
+			},
+			func(c *dlock.Client, ctx context.Context, name string) (*dlock.Lock, error) {
+				return c.RWMutex(name).RLock(ctx)
+			}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			name := "cut-" + k.name
+			if _, err := k.take(e.c, ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			d := e.newDriver(t)
+			c := dlock.New(d)
+			defer c.Close()
+			if err := c.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			d.loseReplyThen(cancel)
+			if _, err := k.wait(c, wctx, name); !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if got := e.srv.Do(t, "ZCARD", "dlock:{"+name+"}:waiters"); got != "0" {
+				t.Errorf("%s clients registered after the only waiter gave up, want 0", got)
+			}
+		})
+	}
+}
+
 // TestAGivingUpWaiterKeepsTheRegistrationOthersUse: two callers of one
 // client wait, one for two names, one for one of them; the client is
 // registered once, at the held name. When the first gives up, the
