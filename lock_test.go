@@ -1892,6 +1892,34 @@ func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
 	}
 }
 
+// The record that refuses such a late copy lasts a minute from the
+// clean-up, also when the name's free hash, which keeps it, was near the
+// end of its own minute.
+func TestTheRecordOfAnAcquireGivenUpOutlivesAnOldFreeHash(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "old-free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "PEXPIRE", "dlock:{old-free}", "2000") // most of its minute gone
+	d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+	c := dlock.New(d)
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "old-free"); !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v, want the lost request's", err)
+	}
+	if ms, _ := strconv.Atoi(e.srv.Do(t, "PTTL", "dlock:{old-free}")); ms < 50000 {
+		t.Errorf("the hash with the clean-up's record expires in %d ms, want about a minute", ms)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+}
+
 // A late copy of an owner's re-entry, released since, does not re-enter
 // the hold again: the first acquisition's Release frees the name.
 func TestALateCopyOfAReleasedReentryTakesNothing(t *testing.T) {
