@@ -106,8 +106,8 @@ func (k *holdKind) args(common ...any) []any {
 // have taken the lock on the server: before returning its error, TryLock
 // (as every call that acquires) gives back whatever that attempt may hold,
 // for up to 2 seconds more than ctx allowed, so that no half-taken lock
-// stays behind; a clean-up that fails is logged, and the lock expires with
-// its TTL. A ctx that has already ended when it is called sends nothing:
+// stays behind; a clean-up that fails is sent once more at once, and if
+// that fails too it is logged, and the lock expires with its TTL. A ctx that has already ended when it is called sends nothing:
 // the error matches ctx.Err() (every call that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
@@ -640,6 +640,23 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
+	// A clean-up may run twice: the second finds nothing of the
+	// acquisition left, and records its end again. So one that failed is
+	// sent once more at once, for a connection the server closed under it
+	// (a client library that does not retry): a server that is down fails
+	// it as fast, and one that stalled has used up ctx.
+	var again []*Call
+	for _, call := range calls {
+		if call.Err != nil && ctx.Err() == nil {
+			if refused, _ := refusedMessage(call.Err); !refused {
+				call.Val, call.Err = nil, nil
+				again = append(again, call)
+			}
+		}
+	}
+	if len(again) > 0 {
+		l.c.evalWith(ctx, replication{}, again...)
+	}
 	for _, call := range calls {
 		if call.Err != nil && logFailure {
 			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)

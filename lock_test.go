@@ -1892,6 +1892,71 @@ func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
 	}
 }
 
+// dropDriver fails the next calls of one script without sending them, as
+// a connection the server closed under them does.
+type dropDriver struct {
+	dlock.Driver
+	mu     sync.Mutex
+	script string
+	drops  int
+}
+
+func (d *dropDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	var send []*dlock.Call
+	d.mu.Lock()
+	for _, c := range calls {
+		if c.Script.Name == d.script && d.drops > 0 {
+			d.drops--
+			c.Err = errors.New("read: connection reset by peer")
+			continue
+		}
+		send = append(send, c)
+	}
+	d.mu.Unlock()
+	if len(send) > 0 {
+		d.Driver.Eval(ctx, send...)
+	}
+}
+
+// The clean-up after an acquire whose reply was lost is sent once more
+// when it fails, so a connection closed under it does not leave the name
+// held, by nobody, until its TTL.
+func TestACleanUpThatFailsIsSentAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, k := range []struct {
+		name, release string
+		try           func(c *dlock.Client) error
+		free          func() error
+	}{
+		{"cleanup-lock", "release",
+			func(c *dlock.Client) error {
+				_, err := c.TryLock(ctx, "cleanup-lock", dlock.WithTTL(time.Minute))
+				return err
+			},
+			func() error { _, err := e.c.TryLock(ctx, "cleanup-lock"); return err }},
+		{"cleanup-sem", "holds_release",
+			func(c *dlock.Client) error {
+				_, err := c.Semaphore("cleanup-sem", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+				return err
+			},
+			func() error { _, err := e.c.Semaphore("cleanup-sem", 1).TryAcquire(ctx); return err }},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			tap := e.newDriver(t)
+			c := dlock.New(&dropDriver{Driver: tap, script: k.release, drops: 1})
+			defer c.Close()
+			tap.loseReplies(1) // the acquire runs; its reply is lost
+			if err := k.try(c); !errors.Is(err, errLostReply) {
+				t.Fatalf("err = %v, want the lost reply's", err)
+			}
+			if err := k.free(); err != nil {
+				t.Errorf("the name is still taken after the clean-up: %v", err)
+			}
+		})
+	}
+}
+
 // The record that refuses such a late copy lasts a minute from the
 // clean-up, also when the name's free hash, which keeps it, was near the
 // end of its own minute.
