@@ -706,6 +706,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	case unknown > 0 && freed+unknown >= l.r.quorum && !lost:
 		// A quorum may still be released: Release again retries.
 		retry = true
+		hideNotHeld(rd.errs)
 		err = l.failure(ctx, rd, "released", 0)
 		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
 	default:
@@ -728,6 +729,18 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.end(nil)
 	}
 	return err
+}
+
+// hideNotHeld rewrites the nodes' errors that match dlock.ErrNotHeld so
+// that they no longer do: where the lock is still held, or its release may
+// yet reach a quorum, a node's "not held" must not make the whole error
+// match it.
+func hideNotHeld(errs []error) {
+	for i, err := range errs {
+		if errors.Is(err, dlock.ErrNotHeld) {
+			errs[i] = fmt.Errorf("the lock is gone there (%v)", err)
+		}
+	}
 }
 
 // endReleaseFailed ends the lock with the error of a Release that did not
@@ -859,13 +872,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 	}
 	live := l.live
 	if live >= l.r.quorum {
-		// Still held: a node's "not held" must not make the whole error
-		// match dlock.ErrNotHeld.
-		for i, err := range rd.errs {
-			if errors.Is(err, dlock.ErrNotHeld) {
-				rd.errs[i] = fmt.Errorf("the lock is gone there (%v)", err)
-			}
-		}
+		hideNotHeld(rd.errs) // still held
 	}
 	err := l.failure(ctx, rd, "refreshed", 0)
 	l.mu.Unlock()

@@ -1360,6 +1360,35 @@ func TestAReleaseThatFailsOnAQuorumCanBeRetried(t *testing.T) {
 	}
 }
 
+// A Release that one node answers "not held" and too few others answer is
+// still of unknown outcome: its error matches ErrNoQuorum, not
+// dlock.ErrNotHeld, and Release again finishes it.
+func TestAReleaseOfUnknownOutcomeDoesNotSayNotHeld(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r, breakRelease := newReleaseBreakingLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "gone-on-one", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Do(t, "DEL", "dlock:{gone-on-one}") // restarted without it, say
+	breakRelease(true)
+	err = l.Release(ctx)
+	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release: err = %v, want ErrNoQuorum and not ErrNotHeld", err)
+	}
+	if err := l.Err(); errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Err = %v, want it not to match ErrNotHeld", err)
+	}
+	breakRelease(false)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release again: %v", err)
+	}
+	if n := heldOn(t, srvs, "gone-on-one"); n != 0 {
+		t.Errorf("%d nodes hold the lock after the second Release", n)
+	}
+}
+
 // A Release that missed the quorum, followed by one that finds the lock
 // gone from the nodes it missed (it expired there), leaves Err with the
 // second Release's error: nothing is left to retry.
