@@ -326,6 +326,8 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
 	srv.Do(t, "ACL", "SETUSER", "noexpiry", "on", ">s3cret", "~*", "&*", "+@all", "-pexpire")
 	srv.Do(t, "CONFIG", "SET", "requirepass", "pw") // last: srv.Do has no password
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "pw"})
+	t.Cleanup(func() { _ = admin.Close() })
 	for _, tc := range []struct {
 		name string
 		opts redis.Options
@@ -355,9 +357,6 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 					return c.LockMulti(ctx, []string{"m1", "m2"}, opts...)
 				}},
 				{"RLock", c.RWMutex("rw").RLock},
-				// A name of its own: a user without PEXPIRE leaves what
-				// the read hold's attempt wrote without a TTL, which
-				// dlock then takes for data it did not write.
 				{"RWMutex.Lock", c.RWMutex("rw-write").Lock},
 				{"fair RLock", c.RWMutex("fair", dlock.Fair()).RLock},
 				{"Acquire", c.Semaphore("sem", 2).Acquire},
@@ -379,6 +378,17 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 				if retried || err == nil || !errors.As(err, &se) || errors.Is(err, dlock.ErrNotObtained) ||
 					errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("%s: retried %v, err = %v; want no retry and a *ServerError saying %q", p.name, retried, err, tc.want)
+				}
+			}
+			// A name refused its TTL is not left in Redis for good (an
+			// exclusive lock would be held for good).
+			keys, err := admin.Keys(context.Background(), "dlock:*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if ms := admin.PTTL(context.Background(), k).Val(); ms == -1 {
+					t.Errorf("%s is left without a TTL", k)
 				}
 			}
 		})

@@ -104,7 +104,7 @@ local function record_forced(hk, mk, now)
     end
     if type(redis.pcall('ZADD', mk, unpack(args))) ~= 'number' then return end
   end
-  redis.call('PEXPIRE', mk, 60000)
+  expire_or_drop(mk, 60000)
 end
 
 -- unrecord_forced takes token out of release marker mk, where a force
@@ -242,11 +242,24 @@ local function ghost(k, tok, d)
 end
 
 -- keep makes k, and the other keys given, live at least ttl ms more.
+-- Refused (an ACL user without PEXPIRE), it deletes those of them left
+-- without a TTL, which this script made, so that the name does not stay
+-- in Redis for good, and raises the refusal.
 local function keep(k, ttl, ...)
   local left = redis.call('PTTL', k)
   local env = math.max(left, ttl + 1) -- 1 ms for the time the script takes
-  if env > left then redis.call('PEXPIRE', k, env) end
-  for _, key in ipairs({...}) do redis.call('PEXPIRE', key, env) end
+  local keys = {k, ...}
+  for i, key in ipairs(keys) do
+    if i > 1 or env > left then
+      local r = redis.pcall('PEXPIRE', key, env)
+      if type(r) == 'table' and r.err then
+        for _, x in ipairs(keys) do
+          if redis.call('PTTL', x) == -1 then redis.pcall('DEL', x) end
+        end
+        error(r)
+      end
+    end
+  end
 end
 
 -- extend sets the expiry of hold tok of hk, d decoded, alive until exp, to

@@ -78,7 +78,7 @@ local function remember(with_id)
     redis.call('ZREMRANGEBYSCORE', marker, '-inf', now)
   end
   redis.call('ZADD', marker, unpack(add))
-  redis.call('PEXPIRE', marker, 60000)
+  expire_or_drop(marker, 60000)
 end
 -- unqueue takes back the pending acquire of a failed acquire; it reports
 -- whether there was one.

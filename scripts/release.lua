@@ -117,7 +117,7 @@ for i = 1, n do
         redis.pcall('HSET', k, 'rel', record(cur[5], false))
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
           'owner', '', 'meta', '', 'count', '0', 'rel', req)) == 'number' then
-        redis.call('PEXPIRE', k, '60000')
+        expire_or_drop(k, '60000')
       end
     end
   elseif tonumber(cur[4]) > 1 then

@@ -21,6 +21,15 @@ local function foreign(r)
   error(r)
 end
 
+-- expire_or_drop gives key k, which the script just wrote, a TTL of ms.
+-- Refused (an ACL user without PEXPIRE), it deletes k if k is left
+-- without one: the key would otherwise stay in Redis for good.
+local function expire_or_drop(k, ms)
+  if type(redis.pcall('PEXPIRE', k, ms)) ~= 'number' and redis.call('PTTL', k) == -1 then
+    redis.pcall('DEL', k)
+  end
+end
+
 -- wrote reports whether r, the reply of a write made by redis.pcall,
 -- succeeded: false when the key holds another type of data. Any other
 -- error (READONLY on a replica, OOM at maxmemory) is raised as it is: the

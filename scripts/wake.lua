@@ -81,7 +81,7 @@ local function register(wk, k, member, now_ms, lease)
   local score = now_ms + lease
   if (listeners(member, k) or 0) > 0 then score = score + 0.5 end
   if not wrote(redis.pcall('ZADD', wk, score, member)) then return false end
-  redis.call('PEXPIRE', wk, lease)
+  expire_or_drop(wk, lease)
   return true
 end
 
