@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -462,6 +464,32 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// A waiting LockMulti whose part's primary cannot be reached waits on:
+	// the request to it was never sent, so there is nothing to give back
+	// there, and nothing that could run late.
+	t.Run("AWaiterWhosePartIsUnreachableWaits", func(t *testing.T) {
+		d := &unreachable{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}, key: dlock.DefaultPrefix + "{" + mid + "}"}
+		d.down.Store(true)
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.LockMulti(wctx, []string{low, mid, high}, dlock.WithOnRetry(func(failed int, _ error) {
+			if failed == 2 {
+				d.down.Store(false) // back after two failed attempts
+			}
+		}))
+		if err != nil {
+			t.Fatalf("LockMulti: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.taken(t, e.names...); len(got) > 0 {
+			t.Errorf("%q left taken", got)
+		}
+	})
+
 	// A waiting LockMulti whose part's reply was lost gives that part back
 	// with the others: while it waits for a name another took meanwhile,
 	// it holds nothing.
@@ -607,6 +635,32 @@ func (d *giveBackLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
 }
 
 func (d *giveBackLoser) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
+}
+
+// unreachable is a tapDriver whose calls on the lock key key fail, without
+// being sent, as calls to a primary that is down do, while down is set.
+type unreachable struct {
+	*tapDriver
+	key  string
+	down atomic.Bool
+}
+
+func (d *unreachable) Eval(ctx context.Context, calls ...*dlock.Call) {
+	var send []*dlock.Call
+	for _, c := range calls {
+		if d.down.Load() && c.Keys[0] == d.key {
+			c.Val, c.Err = nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			continue
+		}
+		send = append(send, c)
+	}
+	if len(send) > 0 {
+		d.tapDriver.Eval(ctx, send...)
+	}
+}
+
+func (d *unreachable) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
 }
 

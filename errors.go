@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -150,6 +151,25 @@ func refusedForGood(err error) (refused, ranInPart bool) {
 	}
 	walk(err)
 	return refused, ranInPart
+}
+
+// notRun reports whether err says that a request never ran: the driver
+// could not connect to send it, or the server refused it before running it
+// (its slot moving or split between nodes, the cluster down, the server
+// loading its data). Such a request cannot run late.
+func notRun(err error) bool {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		msg := e.Error()
+		for _, p := range []string{"TRYAGAIN ", "CLUSTERDOWN ", "MOVED ", "ASK ", "LOADING "} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // refusedMessage is refusedForGood for one driver error.

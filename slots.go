@@ -172,13 +172,21 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 		t, f, holderTTL, err := l.takePart(ctx, p, args)
 		if err != nil {
 			taken := l.parts[:i]
-			if !errors.Is(err, ErrNotObtained) && !isFinal(err) {
+			if !errors.Is(err, ErrNotObtained) && !isFinal(err) && !notRun(err) {
 				// The part may have been taken unseen (its reply was
 				// lost): it goes back too, by the request token, so that
 				// a waiter holds nothing between attempts.
 				taken, tokens = l.parts[:i+1], append(tokens, l.req)
 			}
-			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil {
+			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
+				// Not sent, or refused before it ran: it cannot run late,
+				// so a waiting caller goes on. What it did not give back
+				// stays held by the request token until the next attempt
+				// takes it again, or the clean-up after the last: the
+				// attempt counts as one whose reply was lost, not as
+				// refused.
+				err = fmt.Errorf("%w; the attempt had failed: %v", gerr, err)
+			} else if gerr != nil {
 				// Names may be left taken: the caller must not count the
 				// attempt as refused, and cleans up as after a lost reply.
 				// A waiting caller stops waiting (see errGiveBack).
@@ -217,10 +225,18 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
+	// The error of a release that may have run comes first: see notRun.
+	var first error
 	for i, call := range calls {
 		if call.Err != nil {
-			return l.replyError(parts[i], call.Err)
+			err := l.replyError(parts[i], call.Err)
+			if !notRun(call.Err) {
+				return err
+			}
+			if first == nil {
+				first = err
+			}
 		}
 	}
-	return nil
+	return first
 }
