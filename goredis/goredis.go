@@ -172,19 +172,32 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
 		}
 		return nil
 	})
+	storeAll(calls, cmds, err)
+}
+
+// storeAll stores the replies of a pipeline that returned err. go-redis
+// leaves the commands of a pipeline it could not send (no connection, or
+// the context ended before) without an error: those get err.
+func storeAll(calls []*dlock.Call, cmds []*redis.Cmd, err error) {
 	for i, call := range calls {
-		if cmds[i].Err() == nil && cmds[i].Val() == nil {
-			// go-redis leaves the commands of a pipeline it could not
-			// send (no connection, or the context ended before) without
-			// an error; a reply, nil included, always sets one of them.
-			if err == nil {
-				err = errNoReply
-			}
-			call.Val, call.Err = nil, err
+		if unsent(cmds[i]) {
+			call.Val, call.Err = nil, noReply(err)
 			continue
 		}
 		store(call, cmds[i])
 	}
+}
+
+// unsent reports whether cmd, of a pipeline, got no reply: a reply, nil
+// included, always sets its value or its error.
+func unsent(cmd *redis.Cmd) bool { return cmd.Err() == nil && cmd.Val() == nil }
+
+// noReply is err, or errNoReply when the pipeline returned none.
+func noReply(err error) error {
+	if err == nil {
+		return errNoReply
+	}
+	return err
 }
 
 var errNoReply = errors.New("goredis: the pipeline returned no reply")
@@ -533,7 +546,7 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		}
 		cmds := make([]*redis.Cmd, len(calls))
 		var wait *redis.Cmd
-		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, perr := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, call := range calls {
 				cmds[i] = send(ctx, p, call, first)
 			}
@@ -542,8 +555,9 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		})
 		// Every reply is kept, even when WAIT failed: a refused acquire's
 		// reply says so, and an error says which call failed.
-		for i, call := range calls {
-			store(call, cmds[i])
+		storeAll(calls, cmds, perr)
+		if unsent(wait) {
+			return 0, noReply(perr)
 		}
 		n, err := wait.Int()
 		if err != nil {

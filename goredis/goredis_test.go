@@ -3,9 +3,11 @@ package goredis_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,6 +212,76 @@ func TestAWaitLongerThanTheReadTimeout(t *testing.T) {
 	if tok := srv.Do(t, "HGET", "dlock:{replicated}", "token"); tok != "" && tok != "(nil)" {
 		t.Errorf("a lock not replicated is still held: token %q", tok)
 	}
+}
+
+// TestWithReplicasReportsWhyNothingWasSent: a pipeline with WAIT that
+// go-redis could not send reports why (no server, or the context's
+// deadline while it waited for a connection), not that WAIT's reply was
+// missing.
+func TestWithReplicasReportsWhyNothingWasSent(t *testing.T) {
+	ctx := context.Background()
+	t.Run("no server", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.TryLock(ctx, "a", dlock.WithReplicas(1, 100*time.Millisecond))
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("err = %v, want the refused connection's", err)
+		}
+	})
+	t.Run("no connection before the deadline", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		if err := c.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The pool's only connection waits in BLPOP until the test ends.
+		bctx, unblock := context.WithCancel(ctx)
+		blocked := make(chan struct{})
+		go func() {
+			defer close(blocked)
+			rdb.BLPop(bctx, 0, "never")
+		}()
+		defer func() {
+			srv.Do(t, "CLIENT", "UNBLOCK", blpopClient(t, srv))
+			unblock()
+			<-blocked
+		}()
+		for end := time.Now().Add(5 * time.Second); blpopClient(t, srv) == ""; {
+			if time.Now().After(end) {
+				t.Fatal("BLPOP never reached the server")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := c.TryLock(tctx, "b", dlock.WithReplicas(1, 100*time.Millisecond))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want one matching context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// blpopClient returns the id of the server's client waiting in BLPOP, or
+// "" when there is none.
+func blpopClient(t *testing.T, srv *redistest.Server) string {
+	for _, line := range strings.Split(srv.Do(t, "CLIENT", "LIST"), "\n") {
+		if strings.Contains(line, "cmd=blpop") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			return id
+		}
+	}
+	return ""
 }
 
 // TestARefusalOutlivesAFailedWait: when WAIT itself fails (here the user
