@@ -107,8 +107,9 @@ func (k *holdKind) args(common ...any) []any {
 // (as every call that acquires) gives back whatever that attempt may hold,
 // for up to 2 seconds more than ctx allowed, so that no half-taken lock
 // stays behind; a clean-up that fails is sent once more at once, and if
-// that fails too it is logged, and the lock expires with its TTL. A ctx that has already ended when it is called sends nothing:
-// the error matches ctx.Err() (every call that acquires does the same).
+// that fails too it is logged, and the lock expires with its TTL. A ctx
+// that has already ended when it is called sends nothing: the error
+// matches ctx.Err() (every call that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
 }

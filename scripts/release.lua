@@ -113,7 +113,7 @@ for i = 1, n do
       if cur then
         -- A free hash's minute may be almost over: it is made to last a
         -- minute from now, for the record (PEXPIRE first: see below).
-        if not cur[2] or cur[2] == '' then redis.call('PEXPIRE', k, '60000') end
+        if not cur[2] or cur[2] == '' then redis.pcall('PEXPIRE', k, '60000') end
         redis.pcall('HSET', k, 'rel', record(cur[5], false))
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
           'owner', '', 'meta', '', 'count', '0', 'rel', req)) == 'number' then
