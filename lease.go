@@ -557,9 +557,12 @@ func (s *lease) refreshAt() time.Time {
 // before its deadline as a full refresh sent now would leave, one interval
 // from now after a full refresh; sooner (at once, if that is past) when the
 // last refresh was capped by a max hold that AutoRefresh has raised since.
-// s.mu must be held.
+// It is at least a tenth of the TTL (less the drift allowance) before the
+// deadline, so that an interval barely shorter than that leaves the
+// refresh time to be answered. s.mu must be held.
 func (s *lease) nextAt() time.Time {
-	return s.deadline.Add(-(s.ttl - drift(s.ttl) - s.every()))
+	valid := s.ttl - drift(s.ttl)
+	return s.deadline.Add(-max(valid-s.every(), valid/10))
 }
 
 // ErrLost is wrapped by Err, and by the errors of a lock that was lost: it

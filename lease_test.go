@@ -813,6 +813,88 @@ func (d *hookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 }
 
+// TestARefreshToAShorterTTLMovesTheDeadlineBeforeItsReply: the server
+// cuts the TTL as soon as it runs the refresh; while its reply is on the
+// way, Deadline is already the shorter one's, for exclusive locks and
+// permits alike.
+func TestARefreshToAShorterTTLMovesTheDeadlineBeforeItsReply(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ran, proceed := make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if strings.HasSuffix(calls[0].Script.Name, "refresh") {
+			ran <- struct{}{}
+			<-proceed
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	for _, k := range []struct {
+		name    string
+		acquire func() (*dlock.Lock, error)
+	}{
+		{"lock", func() (*dlock.Lock, error) { return c.TryLock(ctx, "shorter", dlock.WithTTL(10*time.Second)) }},
+		{"permit", func() (*dlock.Lock, error) {
+			return c.Semaphore("shorter-sem", 1).TryAcquire(ctx, dlock.WithTTL(10*time.Second))
+		}},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			l, err := k.acquire()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			refreshed := make(chan error, 1)
+			go func() { refreshed <- l.Refresh(ctx, 100*time.Millisecond) }()
+			<-ran // the server has cut the TTL; the reply is held back
+			if left := time.Until(l.Deadline()); left > 100*time.Millisecond {
+				t.Errorf("Deadline %v away while the refresh to 100ms that ran awaits its reply", left)
+			}
+			close(proceed)
+			if err := <-refreshed; err != nil {
+				t.Fatal(err)
+			}
+			proceed = make(chan struct{})
+		})
+	}
+}
+
+// TestAnIntervalJustShortOfTheDeadlineLeavesTheRefreshTime: an interval
+// that ends 78µs before the lock's deadline is valid, and the watchdog
+// refreshes a tenth of the TTL before the deadline all the same, so the
+// lock is not lost for want of time to answer.
+func TestAnIntervalJustShortOfTheDeadlineLeavesTheRefreshTime(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	refreshes := make(chan error, 8)
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			refreshes <- calls[0].Err
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	ttl := 1012200 * time.Microsecond // less 1% and 2ms: 1000.078ms
+	l, err := c.TryLock(ctx, "just-short", dlock.WithTTL(ttl), dlock.WithRefreshInterval(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-refreshes:
+			if err != nil {
+				t.Fatalf("refresh %d: %v", i+1, err)
+			}
+		case <-l.Done():
+			t.Fatalf("lost before refresh %d: %v", i+1, l.Err())
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("after two refreshes: %v", err)
+	}
+}
+
 // isRefresh reports whether calls are a refresh of an exclusive lock.
 func isRefresh(calls []*dlock.Call) bool { return calls[0].Script.Name == "refresh" }
 

@@ -839,6 +839,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
+	// The server may run the refresh, and so cut a longer TTL short, well
+	// before its reply comes: until then the deadline is the sooner of the
+	// two.
+	l.unsure(start, ttl)
 	calls := l.refreshCalls(ttl)
 	l.c.evalWith(ctx, l.repl, calls...)
 	err := l.refreshed(calls)

@@ -173,7 +173,9 @@ func WithAutoRefresh() Option {
 
 // WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
 // every d instead of every third of its TTL. d must be shorter than the
-// TTL less the drift allowance (1% of it and 2ms), the lock's deadline.
+// TTL less the drift allowance (1% of it and 2ms), the lock's deadline;
+// whatever d, each refresh is sent at least a tenth of that before the
+// deadline, so that it has time to be answered.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

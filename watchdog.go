@@ -53,13 +53,12 @@ func newWatchdog(c *Client) *watchdog {
 // add schedules a lease's first refresh one interval after it was
 // obtained, or sooner when its deadline is nearer than a fresh lease's: an
 // attached lock may have little of its TTL left. The refresh then comes as
-// long before the deadline as it would for a fresh lease (its TTL, less the
-// drift allowance, less the interval), or at once if that is past.
+// long before the deadline as it would for a fresh lease (see nextAt), or
+// at once if that is past.
 func (w *watchdog) add(s *lease) {
 	s.mu.Lock()
-	every := s.every()
-	next := s.acquired.Add(every)
-	if byDeadline := s.deadline.Add(-(s.ttl - drift(s.ttl) - every)); byDeadline.Before(next) {
+	next := s.acquired.Add(s.every())
+	if byDeadline := s.nextAt(); byDeadline.Before(next) {
 		next = byDeadline
 	}
 	s.mu.Unlock()
