@@ -79,7 +79,8 @@ const exitHelp = `Exit codes:
   126      run: the command was found but could not be executed
   127      run: the command was not found
   128+N    run: the command was killed by signal N (or dlock was, while waiting
-           or before the command started)
+           or before the command started); status, ls, release: signal N
+           (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stopped it before Redis answered
   64       bad usage: a flag, argument, URL or name is wrong (also a name whose key
            holds other data or that another kind of lock uses, and a database or
            cluster the server does not have); the message says which

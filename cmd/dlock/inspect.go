@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -46,34 +46,39 @@ Examples:
 				if err := wantArgs(statusCommand, args, 1, 1, "the lock's NAME"); err != nil {
 					return err
 				}
-				ctx := context.Background()
-				c, err := a.connect(ctx)
-				if err != nil {
-					return err
-				}
-				defer c.close()
-				info, err := c.locks.Inspect(ctx, args[0])
-				if err != nil {
-					return a.redisError(c, err)
-				}
-				// Inspect reads a fence counter that holds data dlock
-				// did not write as no fence: say which it is.
-				badFence := ""
-				if k := fenceKey(c.locks.RedisKey(info.Name)); (info.Fence == 0 || info.Fence >= 1<<53) && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
-					badFence = k
-				}
-				if *asJSON {
-					out := toJSON(info, time.Now())
-					if badFence != "" {
-						out.Fence, out.FenceForeign = 0, true
-					}
-					return writeJSON(a.stdout, out)
-				}
-				writeStatus(a.stdout, info, time.Now(), badFence)
-				return nil
+				ctx, stopped := stoppable()
+				return stopped(a.status(ctx, args[0], *asJSON))
 			}
 		},
 	}
+}
+
+// status is the status command on the lock called name.
+func (a *app) status(ctx context.Context, name string, asJSON bool) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	info, err := c.locks.Inspect(ctx, name)
+	if err != nil {
+		return a.redisError(c, err)
+	}
+	// Inspect reads a fence counter that holds data dlock did not write as
+	// no fence: say which it is.
+	badFence := ""
+	if k := fenceKey(c.locks.RedisKey(info.Name)); (info.Fence == 0 || info.Fence >= 1<<53) && info.Kind != dlock.KindSemaphore && foreignFence(ctx, c.rdb, k) {
+		badFence = k
+	}
+	if asJSON {
+		out := toJSON(info, time.Now())
+		if badFence != "" {
+			out.Fence, out.FenceForeign = 0, true
+		}
+		return writeJSON(a.stdout, out)
+	}
+	writeStatus(a.stdout, info, time.Now(), badFence)
+	return nil
 }
 
 var lsCommand = new(command)
@@ -120,31 +125,88 @@ Examples:
 				if len(args) == 1 {
 					pattern = args[0]
 				}
-				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-				defer stop()
-				c, err := a.connect(ctx)
-				if err != nil {
-					return err
-				}
-				defer c.close()
-				if *watch {
-					return a.watchList(ctx, c, pattern, *asJSON, interval)
-				}
-				infos, err := c.locks.List(ctx, pattern)
-				if err != nil {
-					return a.redisError(c, err)
-				}
-				if *asJSON {
-					return writeJSON(a.stdout, listJSON(infos, time.Now()))
-				}
-				if len(infos) == 0 {
-					fmt.Fprintln(a.stderr, noLocks(pattern))
-					return nil
-				}
-				fmt.Fprintln(a.stdout, strings.Join(tableLines(infos, time.Now()), "\n"))
-				return nil
+				ctx, stopped := stoppable()
+				return stopped(a.list(ctx, pattern, *asJSON, *watch, interval))
 			}
 		},
+	}
+}
+
+// list is the ls command. A signal ends a --watch with no error.
+func (a *app) list(ctx context.Context, pattern string, asJSON, watch bool, interval time.Duration) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	if watch {
+		return a.watchList(ctx, c, pattern, asJSON, interval)
+	}
+	infos, err := listHeld(ctx, c, pattern)
+	if err != nil {
+		return a.redisError(c, err)
+	}
+	if asJSON {
+		return writeJSON(a.stdout, listJSON(infos, time.Now()))
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(a.stderr, noLocks(pattern))
+		return nil
+	}
+	fmt.Fprintln(a.stdout, strings.Join(tableLines(infos, time.Now()), "\n"))
+	return nil
+}
+
+// listHeld lists the locks held whose names match pattern: a read/write
+// lock or semaphore whose holds all ran out, while its keys live on, is in
+// use but held by nobody, and left out.
+func listHeld(ctx context.Context, c *conn, pattern string) ([]*dlock.Info, error) {
+	infos, err := c.locks.List(ctx, pattern)
+	held := infos[:0]
+	for _, info := range infos {
+		if len(info.Holders) > 0 {
+			held = append(held, info)
+		}
+	}
+	return held, err
+}
+
+// stoppable returns a context that the first stopping signal (SIGINT,
+// SIGTERM, SIGHUP, SIGQUIT: see stopsWait) ends, for the commands that only
+// talk to Redis, and the function to pass their error through when they
+// return: an error after such a signal becomes its exit code (128+N), as
+// for a wait that run gives up, and Ctrl-\ never ends dlock with Go's dump
+// of its goroutines. A command that completes all the same succeeds.
+func stoppable() (context.Context, func(error) error) {
+	var stops []os.Signal
+	for _, sig := range notIgnored(forwarded) {
+		if stopsWait(sig) {
+			stops = append(stops, sig)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs, done, watched := make(chan os.Signal, 1), make(chan struct{}), make(chan struct{})
+	if len(stops) > 0 {
+		signal.Notify(sigs, stops...)
+	}
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-sigs:
+			cancel(signalled{sig})
+		case <-done:
+		}
+	}()
+	return ctx, func(err error) error {
+		signal.Stop(sigs)
+		close(done)
+		<-watched
+		defer cancel(nil)
+		var s signalled
+		if err != nil && errors.As(context.Cause(ctx), &s) {
+			return fail(sigCode(s.sig), "%v: %v", s, err)
+		}
+		return err
 	}
 }
 
@@ -178,7 +240,7 @@ func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON boo
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		infos, err := c.locks.List(ctx, pattern)
+		infos, err := listHeld(ctx, c, pattern)
 		now := time.Now()
 		if ctx.Err() != nil {
 			return nil
@@ -257,38 +319,43 @@ Examples:
 				if !*force {
 					return usage(releaseCommand, "release frees a lock whoever holds it and needs --force to say so; a holder releases its own lock by ending its dlock run")
 				}
-				ctx := context.Background()
-				c, err := a.connect(ctx)
-				if err != nil {
-					return err
-				}
-				defer c.close()
-				info, err := c.locks.ForceRelease(ctx, args[0])
-				if err != nil {
-					return a.redisError(c, err)
-				}
-				now := time.Now()
-				if *asJSON {
-					return writeJSON(a.stdout, toJSON(info, now))
-				}
-				if len(info.Holders) == 0 {
-					fmt.Fprintf(a.stdout, "%s was not held; nothing was removed\n", quote(info.Name))
-					return nil
-				}
-				fmt.Fprintf(a.stdout, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
-				for _, h := range info.Holders {
-					if released(info, h) {
-						fmt.Fprintf(a.stdout, "  removed the hold kept for its minimum hold after %s's run: started %s ago with %s left, fence %d, metadata %s\n",
-							whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
-						continue
-					}
-					fmt.Fprintf(a.stdout, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
-						whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
-				}
-				return nil
+				ctx, stopped := stoppable()
+				return stopped(a.forceRelease(ctx, args[0], *asJSON))
 			}
 		},
 	}
+}
+
+// forceRelease is the release --force command on the lock called name.
+func (a *app) forceRelease(ctx context.Context, name string, asJSON bool) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	info, err := c.locks.ForceRelease(ctx, name)
+	if err != nil {
+		return a.redisError(c, err)
+	}
+	now := time.Now()
+	if asJSON {
+		return writeJSON(a.stdout, toJSON(info, now))
+	}
+	if len(info.Holders) == 0 {
+		fmt.Fprintf(a.stdout, "%s was not held; nothing was removed\n", quote(info.Name))
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
+	for _, h := range info.Holders {
+		if released(info, h) {
+			fmt.Fprintf(a.stdout, "  removed the hold kept for its minimum hold after %s's run: started %s ago with %s left, fence %d, metadata %s\n",
+				whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
+			continue
+		}
+		fmt.Fprintf(a.stdout, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
+			whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
+	}
+	return nil
 }
 
 func orDash(s string) string {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -113,6 +114,90 @@ func TestListWatch(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &infos); err != nil || len(infos) != 0 {
 			t.Errorf("line %q: %v", line, err)
 		}
+	}
+}
+
+// ls lists the locks held: not a semaphore whose permits all ran out while
+// its keys live on, which List still reports as in use.
+func TestListLeavesOutNamesHeldByNobody(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, name := libClient(t), lockName(t)
+	if _, err := c.Semaphore(name, 2).TryAcquire(ctx, dlock.WithTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The keys outlive the permit, as a longer hold released since leaves
+	// them.
+	rdb := rawClient(t)
+	for _, k := range []string{c.RedisKey(name), c.RedisKey(name) + ":holds"} {
+		if err := rdb.PExpire(ctx, k, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the permit to run out", func() bool {
+		infos, err := c.List(ctx, name)
+		return err == nil && len(infos) == 1 && len(infos[0].Holders) == 0
+	})
+	r := dlockRun(t, nil, "ls", "--json", name)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("ls --json: code %d, stdout %q, stderr %q; want []", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A stopping signal ends status, release and ls with its exit code
+// (128+N) while Redis has not answered, and Ctrl-\ never with Go's dump of
+// its goroutines; it ends ls --watch, which has no other end, with 0.
+func TestInspectionStoppedBySignals(t *testing.T) {
+	t.Parallel()
+	// A server that takes connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	silent := "redis://" + ln.Addr().String()
+	for _, tc := range []struct {
+		args []string
+		sig  syscall.Signal
+	}{
+		{[]string{"status", "--redis", silent, "x"}, syscall.SIGQUIT},
+		{[]string{"release", "--force", "--redis", silent, "x"}, syscall.SIGINT},
+		{[]string{"ls", "--redis", silent}, syscall.SIGTERM},
+	} {
+		p := startDlock(t, nil, tc.args...)
+		select {
+		case <-accepted:
+		case <-time.After(procTimeout):
+			t.Fatalf("%s never connected", tc.args[0])
+		}
+		p.signal(t, tc.sig)
+		r := p.wait(t)
+		if r.code != 128+int(tc.sig) || !strings.Contains(r.stderr, "interrupted by "+sigName(tc.sig)) || strings.Contains(r.stderr, "goroutine ") {
+			t.Errorf("%s, %v: exit code %d, stderr %q; want %d, interrupted", tc.args[0], sigName(tc.sig), r.code, r.stderr, 128+int(tc.sig))
+		}
+	}
+	p := startDlock(t, nil, "ls", "--watch", "--interval", "50ms", lockName(t)+"*")
+	waitFor(t, "a listing", func() bool { return p.stderr.String() != "" || p.stdout.String() != "" })
+	p.signal(t, syscall.SIGQUIT)
+	if r := p.wait(t); r.code != 0 || strings.Contains(r.stderr, "goroutine ") {
+		t.Errorf("ls --watch, SIGQUIT: exit code %d, stderr %q; want 0", r.code, r.stderr)
 	}
 }
 

@@ -94,6 +94,7 @@ type app struct {
 	lookupEnv      func(string) (string, bool)
 	conn           connFlags
 	cmd            *command // the command being run
+	argv           []string // run's command, after its `--`
 }
 
 func main() {
@@ -217,13 +218,13 @@ func (a *app) dispatch(args []string) error {
 		return usage(a.cmd, "%v%s", flagError(err, cmdArgs), dashNameHint(a.cmd, err, cmdArgs))
 	}
 	if a.cmd == runCommand {
-		if j := indexOf(tail, "--"); len(pos) == 0 && j == 1 {
+		if len(pos) == 0 && len(tail) >= 2 && tail[1] == "--" {
 			// dlock run -- NAME -- COMMAND: the first `--` ended the flags,
-			// before a NAME (one that starts with '-', say), as for status.
-			pos, tail = tail[:j], tail[j+1:]
+			// before a NAME (one that starts with '-', say, or `--`
+			// itself), as for status.
+			pos, tail = tail[:1], tail[2:]
 		}
-		pos = append(pos, "--")
-		pos = append(pos, tail...)
+		a.argv = tail
 	}
 	return action(a, pos)
 }

@@ -248,9 +248,8 @@ func sigCode(sig os.Signal) int {
 
 var errWaitedOut = errors.New("--wait ran out")
 
-func (a *app) run(args []string, o *runOptions) error {
-	sep := indexOf(args, "--")
-	names, argv := args[:sep], args[sep+1:]
+func (a *app) run(names []string, o *runOptions) error {
+	argv := a.argv
 	switch {
 	case len(names) == 0:
 		return usage(runCommand, "missing the lock's NAME: write dlock run NAME -- COMMAND [ARGS...]")

@@ -561,6 +561,11 @@ func TestRunFlagsAfterName(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "DLOCK_NAME="+name+"\n") {
 		t.Errorf("run -- %s -- ...: code %d, stdout %q, stderr %s", name, r.code, r.stdout, r.stderr)
 	}
+	// A name that is `--` itself, as status takes it.
+	r = dlockRun(t, nil, "run", "--", "--", "--", helperBin, "env")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "DLOCK_NAME=--\n") {
+		t.Errorf("run -- -- -- ...: code %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // The command gets dlock's environment, so that a dlock it runs reaches
