@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -804,11 +805,14 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	hub := c.hub()
 	w := hub.join(keys, g.req)
 	obtained := false
+	rejoined := false // the attempt that obtained it registered the client again, for its other callers
 	defer func() {
 		// The attempt that obtains the lock also leaves the waiter sets.
 		// The last caller of the client to give up leaves them for every
-		// caller that registered, itself or one before it.
-		if idle := hub.leave(keys, w); len(idle) > 0 && !obtained {
+		// caller that registered, itself or one before it; and so does one
+		// that obtained it registering again for callers that have all
+		// given up since.
+		if idle := hub.leave(keys, w); len(idle) > 0 && (!obtained || rejoined) {
 			c.unwait(ctx, idle)
 		}
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
@@ -851,7 +855,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		}
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
-			obtained = true
+			obtained, rejoined = true, strings.Contains(wa.more, "1")
 			hub.obtained(key, w, excludes)
 			return nil
 		}

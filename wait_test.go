@@ -178,6 +178,69 @@ func TestAWaiterWhoseOnlyAttemptWasCutShortLeavesTheWaiterSet(t *testing.T) {
 	}
 }
 
+// TestAClientRegisteredAgainForCallersThatGaveUpLeaves: the attempt that
+// obtains a permit registers its client again for the client's next
+// caller; when that caller gives up while the attempt runs, the client
+// leaves the waiter set all the same: else the next release would tell it,
+// where nobody waits, instead of the next waiting client.
+func TestAClientRegisteredAgainForCallersThatGaveUpLeaves(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const name, waiters = "rejoined", "dlock:{rejoined}:waiters"
+	held, err := e.c.Semaphore(name, 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		for _, c := range calls {
+			// An attempt that says that more callers of the client wait.
+			if c.Script.Name == "sem_acquire" && len(c.Args) > 5 && c.Args[5] == "1" && armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-proceed
+			}
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	sem := c.Semaphore(name, 1)
+	first := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := sem.Acquire(ctx, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- l
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == "1" })
+	sctx, giveUp := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() {
+		_, err := sem.Acquire(sctx)
+		second <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 2 })
+	armed.Store(true)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the first caller's attempt, for the second too, is under way
+	giveUp()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Errorf("the second caller: err = %v, want context.Canceled", err)
+	}
+	close(proceed)
+	l := <-first
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+	if got := e.srv.Do(t, "ZCARD", waiters); got != "0" {
+		t.Errorf("%s clients registered once the only caller still waiting gave up, want 0", got)
+	}
+}
+
 // TestAGivingUpWaiterKeepsTheRegistrationOthersUse: two callers of one
 // client wait, one for two names, one for one of them; the client is
 // registered once, at the held name. When the first gives up, the
