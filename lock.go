@@ -641,11 +641,23 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	// A clean-up may run twice: the second finds nothing of the
-	// acquisition left, and records its end again. So one that failed is
-	// sent once more at once, for a connection the server closed under it
-	// (a client library that does not retry): a server that is down fails
-	// it as fast, and one that stalled has used up ctx.
+	l.sendAgain(ctx, calls)
+	for _, call := range calls {
+		if call.Err != nil && logFailure {
+			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
+			return
+		}
+	}
+}
+
+// sendAgain sends once more, at once, the calls of a release or a clean-up
+// that failed for a reason a retry may change, while ctx lasts: for a
+// connection the server closed under them (a client library that does not
+// retry, or that took a connection the server had closed). Both may run
+// twice: a release is known by its id, and a clean-up finds nothing of its
+// acquisition left the second time and records its end again. A server
+// that is down fails them as fast; one that stalled has used up ctx.
+func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 	var again []*Call
 	for _, call := range calls {
 		if call.Err != nil && ctx.Err() == nil {
@@ -657,12 +669,6 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	}
 	if len(again) > 0 {
 		l.c.evalWith(ctx, replication{}, again...)
-	}
-	for _, call := range calls {
-		if call.Err != nil && logFailure {
-			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
-			return
-		}
 	}
 }
 
@@ -701,7 +707,9 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // closed once Release returns without a Redis error. Release stops the
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
-// sooner. Every Release of one Lock is the same request: one whose first
+// sooner. A request that fails (a connection the server closed under it)
+// is sent once more at once before Release gives up. Every Release of one
+// Lock is the same request: one whose first
 // call ran on the server but whose reply was lost counts as done, and so
 // do Releases called at once from several goroutines (each returns nil
 // when the lock was freed); only a Release called after one has returned
@@ -774,6 +782,7 @@ func (l *Lock) release(ctx context.Context) error {
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
+	l.sendAgain(ctx, calls)
 	var err, failed error // not held; the outcome unknown
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)

@@ -1957,6 +1957,29 @@ func TestACleanUpThatFailsIsSentAgain(t *testing.T) {
 	}
 }
 
+// A Release that fails (a connection the server closed under it) is sent
+// once more at once: the lock is freed, and Release returns nil.
+func TestAReleaseThatFailsIsSentAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &dropDriver{Driver: e.newDriver(t), script: "release"}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "released-again", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.drops = 1
+	d.mu.Unlock()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if e.locked(t, "dlock:{released-again}") {
+		t.Error("the lock is still held")
+	}
+}
+
 // The record that refuses such a late copy lasts a minute from the
 // clean-up, also when the name's free hash, which keeps it, was near the
 // end of its own minute.

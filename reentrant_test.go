@@ -147,9 +147,10 @@ func TestReleaseCalledAgainAfterALostReplyCountsOnce(t *testing.T) {
 		}
 		holds[i] = l
 	}
-	// The first release runs, its reply is lost: the caller calls Release
-	// again, which is the same release and counts as done.
-	e.drv.loseReplies(1)
+	// The first release runs, and so does the one Release sends again at
+	// once; both replies are lost: the caller calls Release again, which is
+	// the same release and counts as done.
+	e.drv.loseReplies(2)
 	if err := holds[0].Release(ctx); err == nil {
 		t.Fatal("Release with its reply lost returned nil")
 	}
@@ -164,7 +165,7 @@ func TestReleaseCalledAgainAfterALostReplyCountsOnce(t *testing.T) {
 	}
 	// Again, with another hold's release between the two calls: the
 	// repeated call must not take the third hold's count.
-	e.drv.loseReplies(1)
+	e.drv.loseReplies(2)
 	if err := holds[1].Release(ctx); err == nil {
 		t.Fatal("Release with its reply lost returned nil")
 	}
