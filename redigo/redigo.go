@@ -31,7 +31,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -103,7 +105,10 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 // Eval runs the calls by EVALSHA on one connection of the pool, several
 // calls as pipelines (see sendChunk), and runs
 // again by EVAL, on the same connection, those the server answered
-// NOSCRIPT (it had not seen the script yet, or has restarted since).
+// NOSCRIPT (it had not seen the script yet, or has restarted since). Calls
+// that all find their connection closed (an idle one of the pool that the
+// server closed: redigo hands those out unchecked) run once more on a new
+// connection.
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
@@ -117,6 +122,43 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 	defer conn.Close()
 	eval(ctx, d.timeout, conn, calls)
+	if closedUnder(calls) && ctx.Err() == nil {
+		// An idle connection of the pool that the server had closed (its
+		// timeout, CLIENT KILL): redigo hands it out unchecked. Once more
+		// on a new connection, as go-redis does; dlock's scripts count a
+		// request that ran twice once.
+		fresh, err := d.dial(ctx)
+		if err != nil {
+			return
+		}
+		defer fresh.Close()
+		for _, c := range calls {
+			c.Val, c.Err = nil, nil
+		}
+		eval(ctx, d.timeout, fresh, calls)
+	}
+}
+
+// closedUnder reports whether every call failed because the connection
+// was closed under it (EOF, reset, broken pipe) with no reply read.
+func closedUnder(calls []*dlock.Call) bool {
+	for _, c := range calls {
+		if c.Err == nil || !(errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE)) {
+			return false
+		}
+	}
+	return true
+}
+
+// dial opens a new connection as the pool does, outside it.
+func (d *Driver) dial(ctx context.Context) (redis.Conn, error) {
+	switch {
+	case d.pool.DialContext != nil:
+		return d.pool.DialContext(ctx)
+	case d.pool.Dial != nil:
+		return d.pool.Dial()
+	}
+	return nil, errors.New("redigo: the pool has no dial function")
 }
 
 // EvalWait runs the calls as Eval does and then, on the same connection,

@@ -158,6 +158,26 @@ func TestASilentlyCutSubscriptionComesBack(t *testing.T) {
 	}
 }
 
+// TestAnIdleConnectionTheServerClosedIsReplaced: redigo's pool hands out
+// an idle connection the server has closed (CLIENT KILL, its timeout)
+// unchecked; a call that finds it closed runs again on a new connection.
+func TestAnIdleConnectionTheServerClosedIsReplaced(t *testing.T) {
+	srv := redistest.Start(t)
+	drv := dlockredigo.New(newPool(t, srv.Addr()))
+	echo := dlock.NewScript("echo", "return ARGV[1]")
+	warm := &dlock.Call{Script: echo, Args: []any{"warm"}}
+	drv.Eval(context.Background(), warm) // leaves an idle connection in the pool
+	if warm.Err != nil {
+		t.Fatal(warm.Err)
+	}
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+	call := &dlock.Call{Script: echo, Args: []any{"again"}}
+	drv.Eval(context.Background(), call)
+	if call.Err != nil || call.Val != "again" {
+		t.Errorf("after the idle connection was closed: %v, %v; want the reply", call.Val, call.Err)
+	}
+}
+
 // TestABatchToAHungServerEnds: a batch too large for the socket's buffers,
 // of large calls or of many small ones, sent to a server that stopped
 // reading, ends at its context's deadline too; the connection is dropped,
