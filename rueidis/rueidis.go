@@ -15,9 +15,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/dlockio/dlock"
 	"github.com/redis/rueidis"
@@ -57,6 +59,44 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
+	d.eval(ctx, calls)
+	// rueidis learns that the server closed a connection (CLIENT KILL, its
+	// timeout) only from the requests it sends there, one failing on each
+	// of its connections, and does not send scripts again: those go once
+	// more on the next, as go-redis would send them (dlock's scripts count
+	// a request that ran twice once). A server that is down refuses the
+	// dial instead, which is not sent again.
+	for range closedRetries {
+		again := closedUnder(calls)
+		if len(again) == 0 || ctx.Err() != nil {
+			return
+		}
+		for _, c := range again {
+			c.Val, c.Err = nil, nil
+		}
+		d.eval(ctx, again)
+	}
+}
+
+// closedRetries bounds how many times Eval sends again the calls whose
+// connection was closed under them.
+const closedRetries = 4
+
+// closedUnder returns the calls that failed because their connection was
+// closed under them (EOF, reset, broken pipe).
+func closedUnder(calls []*dlock.Call) []*dlock.Call {
+	var out []*dlock.Call
+	for _, c := range calls {
+		if c.Err != nil && (errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE)) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// eval runs the calls by EVALSHA (or FCALL), and again by EVAL those the
+// server answered NOSCRIPT (or by FCALL once the library is loaded).
+func (d *Driver) eval(ctx context.Context, calls []*dlock.Call) {
 	d.run(ctx, calls, true)
 	retry, lib := dlock.Unknown(calls)
 	if lib != nil {
