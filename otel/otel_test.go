@@ -410,7 +410,7 @@ func TestRedisErrors(t *testing.T) {
 
 	// A failed release ends nothing: the lock is still held, until a
 	// release succeeds (or its TTL runs out, and it is lost).
-	e.drv.fail.Store(1)
+	e.drv.fail.Store(2) // Release sends a failed request once more
 	if err := l.Release(ctx); !errors.Is(err, errInjected) {
 		t.Fatalf("Release: %v", err)
 	}

@@ -116,7 +116,7 @@ func useEveryHook(e *env) {
 	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, errInjected) {
 		t.Fatalf("Refresh: %v", err)
 	}
-	e.drv.fail.Store(1)
+	e.drv.fail.Store(2) // Release sends a failed request once more
 	if err := l.Release(ctx); !errors.Is(err, errInjected) {
 		t.Fatalf("Release: %v", err)
 	}
