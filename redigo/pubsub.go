@@ -46,7 +46,7 @@ func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload str
 		pingEvery: pingEvery, silentFor: silentFor}
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	c, err := s.dial(ctx)
+	c, err := dial(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -78,13 +78,13 @@ type subscription struct {
 	channels map[string]bool
 }
 
-// dial opens a connection with the pool's dial function.
-func (s *subscription) dial(ctx context.Context) (redis.Conn, error) {
+// dial opens a connection with the pool's dial function, outside the pool.
+func dial(ctx context.Context, pool *redis.Pool) (redis.Conn, error) {
 	switch {
-	case s.pool.DialContext != nil:
-		return s.pool.DialContext(ctx)
-	case s.pool.Dial != nil:
-		return s.pool.Dial()
+	case pool.DialContext != nil:
+		return pool.DialContext(ctx)
+	case pool.Dial != nil:
+		return pool.Dial()
 	}
 	return nil, errors.New("redigo: the pool has neither DialContext nor Dial")
 }
@@ -192,7 +192,7 @@ func (s *subscription) reconnect(delay *time.Duration) redis.Conn {
 		case <-t.C:
 		}
 		*delay = min(2**delay, maxBackoff)
-		c, err := s.dial(s.ctx)
+		c, err := dial(s.ctx, s.pool)
 		if err != nil {
 			continue
 		}

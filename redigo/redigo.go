@@ -127,7 +127,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		// timeout, CLIENT KILL): redigo hands it out unchecked. Once more
 		// on a new connection, as go-redis does; dlock's scripts count a
 		// request that ran twice once.
-		fresh, err := d.dial(ctx)
+		fresh, err := dial(ctx, d.pool)
 		if err != nil {
 			return
 		}
@@ -148,17 +148,6 @@ func closedUnder(calls []*dlock.Call) bool {
 		}
 	}
 	return true
-}
-
-// dial opens a new connection as the pool does, outside it.
-func (d *Driver) dial(ctx context.Context) (redis.Conn, error) {
-	switch {
-	case d.pool.DialContext != nil:
-		return d.pool.DialContext(ctx)
-	case d.pool.Dial != nil:
-		return d.pool.Dial()
-	}
-	return nil, errors.New("redigo: the pool has no dial function")
 }
 
 // EvalWait runs the calls as Eval does and then, on the same connection,
