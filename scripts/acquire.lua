@@ -204,13 +204,8 @@ for i = 1, n do
   else
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
       'meta', meta, 'fence', texts[i], 'since', since, 's', '')
-    local r = redis.pcall('PEXPIRE', k, ttl)
-    if type(r) == 'table' and r.err then
-      -- Refused (an ACL user without PEXPIRE): a new lock without a TTL
-      -- would be held for good, so it goes, and the refusal is replied.
-      if not state[i] then redis.pcall('DEL', k) end
-      return r
-    end
+    local refused = expire_or_drop(k, ttl)
+    if refused then return refused end
   end
   if forced_by[i] and state[i] ~= 'repeat' and state[i] ~= 'reenter' and listed(forced_by[i], token) then
     -- A token given again after its hold was force-released: the record

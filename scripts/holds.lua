@@ -248,18 +248,10 @@ end
 local function keep(k, ttl, ...)
   local left = redis.call('PTTL', k)
   local env = math.max(left, ttl + 1) -- 1 ms for the time the script takes
-  local keys = {k, ...}
-  for i, key in ipairs(keys) do
-    if i > 1 or env > left then
-      local r = redis.pcall('PEXPIRE', key, env)
-      if type(r) == 'table' and r.err then
-        for _, x in ipairs(keys) do
-          if redis.call('PTTL', x) == -1 then redis.pcall('DEL', x) end
-        end
-        error(r)
-      end
-    end
-  end
+  local refused
+  if env > left then refused = expire_or_drop(k, env) end
+  for _, key in ipairs({...}) do refused = expire_or_drop(key, env) or refused end
+  if refused then error(refused) end
 end
 
 -- extend sets the expiry of hold tok of hk, d decoded, alive until exp, to

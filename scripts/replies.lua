@@ -23,10 +23,13 @@ end
 
 -- expire_or_drop gives key k, which the script just wrote, a TTL of ms.
 -- Refused (an ACL user without PEXPIRE), it deletes k if k is left
--- without one: the key would otherwise stay in Redis for good.
+-- without one (the key would otherwise stay in Redis for good, a new lock
+-- held for good), and returns the refusal; nil when k got its TTL.
 local function expire_or_drop(k, ms)
-  if type(redis.pcall('PEXPIRE', k, ms)) ~= 'number' and redis.call('PTTL', k) == -1 then
-    redis.pcall('DEL', k)
+  local r = redis.pcall('PEXPIRE', k, ms)
+  if type(r) == 'table' and r.err then
+    if redis.call('PTTL', k) == -1 then redis.pcall('DEL', k) end
+    return r
   end
 end
 
