@@ -23,8 +23,8 @@ import (
 // permits than its semaphore's count are held, its own count, whatever
 // other callers use. Callers that agree on the count get exactly that
 // bound. Changing it (SetPermits, or another handle with another count)
-// takes effect at the next acquire: a larger count lets more in at once, a
-// smaller one lets nobody in until enough holders have left; no held
+// takes effect at the next acquire: a larger count lets more in at once
+// (SetPermits wakes the callers of its client that wait), a smaller one lets nobody in until enough holders have left; no held
 // permit is ever revoked. Inspect reports the count of the last acquire
 // that took a permit.
 //
@@ -66,14 +66,16 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
 
 // SetPermits changes how many holders the semaphore lets in at once, from
-// its next acquire on, including the next attempt of an Acquire that is
-// waiting. It returns ErrInvalidPermits, changing nothing, if n is below
-// one. It sends nothing to Redis.
+// its next acquire on. A raise wakes the callers of its client waiting for
+// the name, which try again at once. It returns ErrInvalidPermits,
+// changing nothing, if n is below one. It sends nothing to Redis.
 func (s *Semaphore) SetPermits(n int) error {
 	if n < 1 {
 		return fmt.Errorf("%w: %d", ErrInvalidPermits, n)
 	}
-	s.permits.Store(int64(n))
+	if old := s.permits.Swap(int64(n)); int64(n) > old && s.c != nil {
+		s.c.wakeWaiters(s.c.RedisKey(s.name))
+	}
 	return nil
 }
 

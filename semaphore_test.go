@@ -296,3 +296,39 @@ func TestPermitsFreedTogetherWakeAsManyClients(t *testing.T) {
 		defer r.l.Release(context.Background())
 	}
 }
+
+// TestARaisedCountWakesTheWaitingAcquires: SetPermits raising the count
+// lets the callers waiting on that client in at once, not at their next
+// periodic wake-up or the holder's expiry (both a minute away here).
+func TestARaisedCountWakesTheWaitingAcquires(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := e.c.Semaphore("raise", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	c := e.newClient(t)
+	dlock.SetWaitBeat(c, time.Minute)
+	s := c.Semaphore("raise", 1)
+	got := []<-chan lockResult{whenRefused(t, "Acquire", func(opts ...dlock.Option) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) },
+		dlock.WithTTL(time.Minute))}
+	second := make(chan lockResult, 1)
+	go func() {
+		l, err := s.Acquire(ctx, dlock.WithTTL(time.Minute))
+		second <- lockResult{l, err}
+	}()
+	got = append(got, second)
+	awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, "raise") == 2 })
+	if err := s.SetPermits(3); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range got {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("waiter %d after the raise: %v", i+1, r.err)
+		}
+		defer r.l.Release(context.Background())
+	}
+}

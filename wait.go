@@ -405,6 +405,27 @@ func (h *waitHub) notify(channel, payload string) {
 		}
 		return
 	}
+	h.wakeLocked(key)
+}
+
+// wakeWaiters wakes the callers of c waiting for the lock at key, as a
+// notice of its release would, if any wait.
+func (c *Client) wakeWaiters(key string) {
+	c.mu.Lock()
+	h := c.waits
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wakeLocked(key)
+}
+
+// wakeLocked wakes the callers first in line for the lock at key and those
+// waiting for a lock on several names of which key is one; h.mu must be
+// held.
+func (h *waitHub) wakeLocked(key string) {
 	signalFront(h.queues[key])
 	for _, w := range h.others[key] {
 		w.signal()
