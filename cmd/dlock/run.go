@@ -623,16 +623,16 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	code := exitStatus(cmd.ProcessState)
 	if lost != nil {
 		_ = a.release(l, name, true) // frees it if Redis still has it; a failure is no news
-		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(code))
+		return fail(exitLost, "lock %s was lost while the command ran (%s); the command was stopped (%s)", quote(name), lossReason(lost), describeStatus(cmd.ProcessState))
 	}
 	if lost = l.Err(); lost != nil {
 		// Lost as the command ended: by its local deadline, say, which
 		// Redis cannot confirm if it cannot be reached.
 		_ = a.release(l, name, true)
-		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(lost), describeStatus(code))
+		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(lost), describeStatus(cmd.ProcessState))
 	}
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
-		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(code))
+		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(cmd.ProcessState))
 	}
 	if code == 0 {
 		return nil
@@ -690,9 +690,11 @@ func lossReason(err error) string {
 	return msg
 }
 
-func describeStatus(code int) string {
-	if code > exitSignal && code < exitSignal+65 {
-		return fmt.Sprintf("killed by %s", sigName(syscall.Signal(code-exitSignal)))
+// describeStatus says how the command ended: killed by a signal, or with
+// its exit code (128+N included, which a signal did not cause).
+func describeStatus(ps *os.ProcessState) string {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("killed by %s", sigName(ws.Signal()))
 	}
-	return fmt.Sprintf("exit code %d", code)
+	return fmt.Sprintf("exit code %d", ps.ExitCode())
 }

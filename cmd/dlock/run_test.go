@@ -409,6 +409,22 @@ func TestRunLockLost(t *testing.T) {
 			t.Errorf("exit code %d (want %d, though the command exited 0), stderr:\n%s", r.code, exitLost, r.stderr)
 		}
 	})
+
+	// A command that exits 143 on SIGTERM was not killed by it: the
+	// message gives its exit code.
+	t.Run("exits 143", func(t *testing.T) {
+		t.Parallel()
+		name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+		p := startDlock(t, nil, runArgs([]string{"--ttl", ttl.String()}, name, "signals", file, "143")...)
+		waitForLine(t, file, "ready ")
+		if _, err := libClient(t).ForceRelease(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait(t)
+		if r.code != exitLost || !strings.Contains(r.stderr, "the command was stopped (exit code 143)") {
+			t.Errorf("exit code %d (want %d), stderr:\n%s", r.code, exitLost, r.stderr)
+		}
+	})
 }
 
 // Without a terminal, a lost lock stops the command's whole process group:
