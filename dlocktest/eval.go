@@ -25,6 +25,7 @@ var evalTests = []test{
 	{name: "Concurrent", run: testConcurrentEval},
 	{name: "EndedContext", run: testEndedContext},
 	{name: "FailedConnection", run: testFailedConnection, only: onStandalone},
+	{name: "KilledConnections", run: testKilledConnections},
 	{name: "DeadlineDuringCall", run: testDeadlineDuringCall, only: onStandalone},
 	{name: "CrossSlot", run: testCrossSlot, only: onCluster},
 }
@@ -371,6 +372,44 @@ func testFailedConnection(t *testing.T, e *env) {
 				t.Errorf("%d calls to %s, where nothing listens: call %d: Val %#v, Err %v; want an error", n, addr, i, call.Val, call.Err)
 			}
 		}
+	}
+}
+
+// testKilledConnections: calls sent after the servers closed every
+// connection of the driver's (CLIENT KILL, or their idle timeout) succeed,
+// the driver sending them again on a new connection, round after round:
+// a Release there must not fail for a connection that had long gone.
+func testKilledConnections(t *testing.T, e *env) {
+	drv := e.driver(t)
+	s := dlock.NewScript("incr", "return redis.call('INCR', KEYS[1])")
+	calls := e.callPerPrimary(t, s)
+	for round := 1; round <= 5; round++ {
+		drv.Eval(timeout(t), calls...)
+		for i, call := range calls {
+			checkReply(t, fmt.Sprintf("round %d, call %d", round, i), call, int64(round))
+			call.Val, call.Err = nil, nil
+		}
+		e.killClients(t)
+	}
+}
+
+// callPerPrimary returns a call of s on a key of its own on each primary.
+func (e *env) callPerPrimary(t testing.TB, s *dlock.Script) []*dlock.Call {
+	t.Helper()
+	var calls []*dlock.Call
+	for _, p := range e.primaries {
+		calls = append(calls, &dlock.Call{Script: s, Keys: []string{prefix(t) + "{" + e.tagOn(t, p) + "}"}})
+	}
+	return calls
+}
+
+// killClients closes every connection of the clients of every node
+// (CLIENT KILL TYPE normal): not subscriptions, replication links or the
+// cluster bus.
+func (e *env) killClients(t testing.TB) {
+	t.Helper()
+	for _, n := range e.nodes {
+		n.Do(t, "CLIENT", "KILL", "TYPE", "normal")
 	}
 }
 

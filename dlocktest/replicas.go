@@ -15,6 +15,7 @@ import (
 
 var replicaTests = []test{
 	{name: "EvalWait", run: testEvalWait},
+	{name: "EvalWaitKilledConnections", run: testEvalWaitKilledConnections},
 	{name: "WithReplicas", run: testWithReplicas},
 }
 
@@ -84,6 +85,27 @@ func testEvalWait(t *testing.T, e *env) {
 	}
 	for i, call := range calls[:20] {
 		checkReply(t, fmt.Sprintf("with the replicas stopped, call %d", i), call, "again")
+	}
+}
+
+// testEvalWaitKilledConnections: as testKilledConnections, for EvalWait.
+func testEvalWaitKilledConnections(t *testing.T, e *env) {
+	rep, ok := e.driver(t).(dlock.Replicator)
+	if !ok {
+		t.Skip("the driver has no Replicator")
+	}
+	s := dlock.NewScript("incr", "return redis.call('INCR', KEYS[1])")
+	calls := e.callPerPrimary(t, s)
+	for round := 1; round <= 5; round++ {
+		acked, err := rep.EvalWait(timeout(t), e.replicas(), waitFor/2, calls...)
+		if err != nil || acked != e.replicas() {
+			t.Errorf("round %d: EvalWait acknowledged by %d replicas, err %v; want %d", round, acked, err, e.replicas())
+		}
+		for i, call := range calls {
+			checkReply(t, fmt.Sprintf("round %d, call %d", round, i), call, int64(round))
+			call.Val, call.Err = nil, nil
+		}
+		e.killClients(t)
 	}
 }
 

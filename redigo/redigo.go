@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -120,40 +121,50 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		failAll(calls, err)
 		return
 	}
-	defer conn.Close()
+	conn = d.evalRenewing(ctx, conn, calls)
+	_ = conn.Close()
+}
+
+// evalRenewing runs the calls on conn, and once more on a new connection
+// when they all found conn closed: an idle connection of the pool that the
+// server had closed (its timeout, CLIENT KILL), which redigo hands out
+// unchecked. So go-redis does too; dlock's scripts count a request that
+// ran twice once. It returns the connection the calls ran on last, which
+// the caller closes.
+func (d *Driver) evalRenewing(ctx context.Context, conn redis.Conn, calls []*dlock.Call) redis.Conn {
 	eval(ctx, d.timeout, conn, calls)
-	if closedUnder(calls) && ctx.Err() == nil {
-		// An idle connection of the pool that the server had closed (its
-		// timeout, CLIENT KILL): redigo hands it out unchecked. Once more
-		// on a new connection, as go-redis does; dlock's scripts count a
-		// request that ran twice once.
-		fresh, err := dial(ctx, d.pool)
-		if err != nil {
-			return
-		}
-		defer fresh.Close()
-		for _, c := range calls {
-			c.Val, c.Err = nil, nil
-		}
-		eval(ctx, d.timeout, fresh, calls)
+	if !closedUnder(calls) || ctx.Err() != nil {
+		return conn
 	}
+	fresh, err := dial(ctx, d.pool)
+	if err != nil {
+		return conn
+	}
+	_ = conn.Close()
+	for _, c := range calls {
+		c.Val, c.Err = nil, nil
+	}
+	eval(ctx, d.timeout, fresh, calls)
+	return fresh
 }
 
 // closedUnder reports whether every call failed because the connection
-// was closed under it (EOF, reset, broken pipe) with no reply read.
+// was closed under it (EOF, reset, broken pipe, or closed by the client
+// after one of those) with no reply read.
 func closedUnder(calls []*dlock.Call) bool {
 	for _, c := range calls {
-		if c.Err == nil || !(errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE)) {
+		if c.Err == nil || !(errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE) || errors.Is(c.Err, net.ErrClosed)) {
 			return false
 		}
 	}
 	return true
 }
 
-// EvalWait runs the calls as Eval does and then, on the same connection,
-// WAIT replicas timeout, whose reply it returns: how many replicas
+// EvalWait runs the calls as Eval does and then, on the connection they
+// ran on, WAIT replicas timeout, whose reply it returns: how many replicas
 // acknowledged the writes. The reply is awaited for the timeout and a
-// second more, or until ctx ends if it has a deadline.
+// second more, or until ctx ends if it has a deadline. WAIT is never sent
+// alone on a new connection, which would wait for nothing.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	ectx, cancel := d.bound(ctx) // for the calls; WAIT has its own bound
 	defer cancel()
@@ -162,8 +173,8 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		failAll(calls, err)
 		return 0, err
 	}
+	conn = d.evalRenewing(ectx, conn, calls)
 	defer conn.Close()
-	eval(ectx, d.timeout, conn, calls)
 	wait := timeout + time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl))

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -83,15 +84,22 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 const closedRetries = 4
 
 // closedUnder returns the calls that failed because their connection was
-// closed under them (EOF, reset, broken pipe).
+// closed under them (see closed).
 func closedUnder(calls []*dlock.Call) []*dlock.Call {
 	var out []*dlock.Call
 	for _, c := range calls {
-		if c.Err != nil && (errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE)) {
+		if closed(c.Err) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// closed reports whether err says that the connection was closed under
+// the request: EOF, reset, broken pipe, or closed by rueidis after one of
+// those.
+func closed(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // eval runs the calls by EVALSHA (or FCALL), and again by EVAL those the

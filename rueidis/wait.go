@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,14 +83,25 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		if len(calls) == 0 {
 			break
 		}
-		cmds := make(rueidis.Commands, 0, len(calls)+1)
-		for _, call := range calls {
-			cmds = append(cmds, command(c, call, bySHA))
+		pipeline := func() rueidis.Commands {
+			cmds := make(rueidis.Commands, 0, len(calls)+1)
+			for _, call := range calls {
+				cmds = append(cmds, command(c, call, bySHA))
+			}
+			// WAIT is a blocking command: the whole pipeline goes out on
+			// one connection of the blocking pool, in order.
+			return append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build())
 		}
-		// WAIT is a blocking command: the whole pipeline goes out on one
-		// connection of the blocking pool, in order.
-		cmds = append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build())
-		rs := c.DoMulti(ctx, cmds...)
+		rs := c.DoMulti(ctx, pipeline()...)
+		// A pipeline whose every request found the connection closed goes
+		// again, whole, as Eval's calls do: WAIT alone on another
+		// connection would wait for nothing.
+		for range closedRetries {
+			if ctx.Err() != nil || slices.ContainsFunc(rs, func(r rueidis.RedisResult) bool { return !closed(r.Error()) }) {
+				break
+			}
+			rs = c.DoMulti(ctx, pipeline()...)
+		}
 		for i, call := range calls {
 			store(call, rs[i])
 		}
