@@ -224,6 +224,8 @@ func TestAnAcquireWhoseContextHasEndedSendsNothing(t *testing.T) {
 		before := e.drv.trips.Load()
 		if l, err := acquire(cancelled); l != nil || !errors.Is(err, context.Canceled) {
 			t.Errorf("%s with a cancelled context: %v, %v; want context.Canceled", what, l, err)
+		} else if msg := err.Error(); !strings.HasPrefix(msg, "dlock: ") || strings.Count(msg, "dlock: ") != 1 {
+			t.Errorf("%s with a cancelled context: error %q, want it to say \"dlock: \" once, first", what, msg)
 		}
 		if l, err := acquire(expired); l != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, why) {
 			t.Errorf("%s past its deadline: %v, %v; want context.DeadlineExceeded and its cause", what, l, err)

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -170,6 +171,13 @@ func notRun(err error) bool {
 		}
 	}
 	return false
+}
+
+// isTimeout reports whether err says that a request got no reply in time:
+// a network timeout, or a deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // refusedMessage is refusedForGood for one driver error.

@@ -428,7 +428,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	}
 	if ctx.Err() != nil {
 		// Nothing is sent, so nothing is left behind to clean up.
-		return fmt.Errorf("%s: not attempted: its context had ended (%w)", l.describe(), endOf(ctx))
+		return fmt.Errorf("dlock: %s: not attempted: its context had ended (%w)", l.describe(), endOf(ctx))
 	}
 	if !wait {
 		if _, err := try(ctx, waitArgs{}); err != nil {
@@ -656,11 +656,13 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // retry, or that took a connection the server had closed). Both may run
 // twice: a release is known by its id, and a clean-up finds nothing of its
 // acquisition left the second time and records its end again. A server
-// that is down fails them as fast; one that stalled has used up ctx.
+// that is down fails them as fast. A call that timed out is not sent
+// again: the server stalled, and a copy would wait as long (with a ctx
+// that has no deadline, for the client library's read timeout once more).
 func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 	var again []*Call
 	for _, call := range calls {
-		if call.Err != nil && ctx.Err() == nil {
+		if call.Err != nil && ctx.Err() == nil && !isTimeout(call.Err) {
 			if refused, _ := refusedMessage(call.Err); !refused {
 				call.Val, call.Err = nil, nil
 				again = append(again, call)
@@ -708,7 +710,8 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // automatic refreshing first, so a lock whose Release failed runs out with
 // its TTL, as a crashed holder's would; calling Release again frees it
 // sooner. A request that fails (a connection the server closed under it)
-// is sent once more at once before Release gives up. Every Release of one
+// is sent once more at once before Release gives up; one that timed out
+// (a server that stalled) is not. Every Release of one
 // Lock is the same request: one whose first
 // call ran on the server but whose reply was lost counts as done, and so
 // do Releases called at once from several goroutines (each returns nil

@@ -1,11 +1,13 @@
 package dlock_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1899,15 +1901,20 @@ type dropDriver struct {
 	mu     sync.Mutex
 	script string
 	drops  int
+	err    error // the dropped calls' error; nil for a reset connection's
+	sent   int   // calls of script asked for, dropped or not
 }
 
 func (d *dropDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	var send []*dlock.Call
 	d.mu.Lock()
 	for _, c := range calls {
+		if c.Script.Name == d.script {
+			d.sent++
+		}
 		if c.Script.Name == d.script && d.drops > 0 {
 			d.drops--
-			c.Err = errors.New("read: connection reset by peer")
+			c.Err = cmp.Or(d.err, errors.New("read: connection reset by peer"))
 			continue
 		}
 		send = append(send, c)
@@ -1976,6 +1983,41 @@ func TestAReleaseThatFailsIsSentAgain(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 	if e.locked(t, "dlock:{released-again}") {
+		t.Error("the lock is still held")
+	}
+}
+
+// A Release whose request timed out (a server that stalled, under a
+// context without a deadline) is not sent again: the copy would wait as
+// long for the same server, doubling the caller's wait. It fails, and the
+// lock runs out with its TTL unless Release is called again.
+func TestAReleaseThatTimedOutIsNotSentAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	d := &dropDriver{Driver: e.newDriver(t), script: "release", err: timeout}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "timed-out", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.drops = 1
+	d.mu.Unlock()
+	if err := l.Release(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Release: err = %v, want the timeout", err)
+	}
+	d.mu.Lock()
+	sent := d.sent
+	d.mu.Unlock()
+	if sent != 1 {
+		t.Errorf("the release was asked for %d times, want once", sent)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release called again: %v", err)
+	}
+	if e.locked(t, "dlock:{timed-out}") {
 		t.Error("the lock is still held")
 	}
 }
