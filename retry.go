@@ -8,9 +8,17 @@ import (
 	"github.com/dlockio/dlock/internal/nilretry"
 )
 
-// RetryStrategy decides how long Lock waits before trying again after a
-// failed attempt. Strategies are stateless: one value may serve any number of
-// calls and goroutines at once.
+// RetryStrategy decides whether Lock tries again after a failed attempt,
+// and how long it waits first. The wait is the strategy's after an attempt
+// that Redis did not answer (or answered with an error), and when the
+// driver cannot subscribe (then it is the polling interval). While the
+// lock is held and the client gets Redis's notices, a waiter sleeps
+// instead until it is woken, the holder's TTL runs out or half a second
+// passes, whatever the strategy's wait: the strategy bounds how many
+// attempts are made, not how long they take (WithMaxWait and the context
+// bound that). The waits of the strategies below are meant in that sense.
+// Strategies are stateless: one value may serve any number of calls and
+// goroutines at once.
 type RetryStrategy interface {
 	// NextBackoff returns the wait before the next attempt, given the number
 	// of attempts that failed so far (1 after the first failure), and false
@@ -29,7 +37,8 @@ func NoRetry() RetryStrategy {
 	return RetryFunc(func(int) (time.Duration, bool) { return 0, false })
 }
 
-// ConstantBackoff waits d between attempts; d may be zero.
+// ConstantBackoff waits d between attempts (see RetryStrategy); d may be
+// zero.
 func ConstantBackoff(d time.Duration) RetryStrategy {
 	d = max(d, 0)
 	return RetryFunc(func(int) (time.Duration, bool) { return d, true })

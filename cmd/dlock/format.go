@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -37,7 +38,7 @@ func parseMeta(s string) map[string]string {
 		if s, ok := v.(string); ok {
 			m[k] = s
 		} else {
-			b, _ := json.Marshal(v)
+			b, _ := marshal(v)
 			m[k] = string(b)
 		}
 	}
@@ -267,8 +268,21 @@ func toJSON(info *dlock.Info, now time.Time) infoJSON {
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// marshal is json.Marshal without its HTML escapes (& as \u0026): the
+// text is for terminals, scripts and redis-cli, not for HTML.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // writeStatus writes the inspection record of one name for people.

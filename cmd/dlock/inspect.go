@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -247,7 +246,7 @@ func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON boo
 		}
 		switch {
 		case asJSON && err == nil:
-			b, _ := json.Marshal(listJSON(infos, now))
+			b, _ := marshal(listJSON(infos, now))
 			fmt.Fprintf(a.stdout, "%s\n", b)
 		case asJSON:
 			fmt.Fprintf(a.stderr, "dlock ls: %s (retrying)\n", oneLine(a.redisError(c, err).Error()))

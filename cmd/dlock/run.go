@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -492,7 +491,7 @@ func metadata(argv []string, extra [][2]string) string {
 	for _, kv := range extra {
 		m[kv[0]] = kv[1]
 	}
-	b, _ := json.Marshal(m) // a map of strings always marshals
+	b, _ := marshal(m) // a map of strings always marshals
 	return string(b)
 }
 

@@ -262,7 +262,7 @@ func TestRunEnvironment(t *testing.T) {
 	t.Parallel()
 	name, file := lockName(t), filepath.Join(t.TempDir(), "child")
 	c := libClient(t)
-	p := startDlock(t, nil, runArgs([]string{"--metadata", "ticket=OPS-42"}, name, "signals", file, "0")...)
+	p := startDlock(t, nil, runArgs([]string{"--metadata", "ticket=OPS-42 & <b>"}, name, "signals", file, "0")...)
 	ready := waitForLine(t, file, "ready ")
 	fence, token := ready[2], ready[3]
 
@@ -275,9 +275,14 @@ func TestRunEnvironment(t *testing.T) {
 	}
 	meta := parseMeta(l.Metadata())
 	host, _ := os.Hostname()
-	if meta["pid"] != strconv.Itoa(p.cmd.Process.Pid) || meta["host"] != host || meta["ticket"] != "OPS-42" ||
+	if meta["pid"] != strconv.Itoa(p.cmd.Process.Pid) || meta["host"] != host || meta["ticket"] != "OPS-42 & <b>" ||
 		!strings.HasSuffix(meta["cmd"], " signals "+file+" 0") || meta["user"] == "" {
 		t.Errorf("metadata %q", l.Metadata())
+	}
+	// Stored as typed, for redis-cli and Holder.Metadata to show: not
+	// HTML-escaped (\u0026).
+	if !strings.Contains(l.Metadata(), `"ticket":"OPS-42 & <b>"`) {
+		t.Errorf("metadata %q, want the ticket as typed", l.Metadata())
 	}
 	p.signal(t, syscall.SIGTERM)
 	if r := p.wait(t); r.code != 0 {

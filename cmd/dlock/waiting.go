@@ -226,10 +226,15 @@ func (w *waiter) status(ctx context.Context) (line, key string) {
 	ictx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
 	info, err := w.c.locks.Inspect(ictx, w.name)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("waiting for %s", quote(w.name)), "unknown"
-	case len(info.Holders) == 0:
+	if err != nil {
+		return fmt.Sprintf("waiting for %s — holder unknown (%v)", quote(w.name), oneLine(libMsg(err))), "unknown"
+	}
+	return w.heldLine(info)
+}
+
+// heldLine returns the status line and key of a lock whose record is info.
+func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
+	if len(info.Holders) == 0 {
 		return fmt.Sprintf("waiting for %s — just released", quote(w.name)), "free"
 	}
 	key = fmt.Sprint(len(info.Holders))
