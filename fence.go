@@ -46,7 +46,11 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	}
 	v, err := c.eval(ctx, scriptFencedSet, []string{key}, strconv.FormatUint(fence, 10), value)
 	if err != nil {
-		return scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
+		err = scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
+		if errors.Is(err, ErrWrongType) {
+			return notFenced(key)
+		}
+		return err
 	}
 	r, _ := v.([]any)
 	if len(r) == 0 {
@@ -61,3 +65,14 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	}
 	return fmt.Errorf("%w: %q has seen fence %s, the write carried %d", ErrStaleFence, key, newest, fence)
 }
+
+// notFenced is SetFenced's ErrWrongType: its key is the caller's data,
+// which holds something else than a fenced value, not a lock's key.
+type notFenced string
+
+func (key notFenced) Error() string {
+	return fmt.Sprintf(`dlock: key holds data that is not a fenced value: %q (a hash of "value" and "fence" only)`, string(key))
+}
+
+// Is makes a notFenced match ErrWrongType.
+func (notFenced) Is(target error) bool { return target == ErrWrongType }

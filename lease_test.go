@@ -591,6 +591,8 @@ func TestSetFencedInput(t *testing.T) {
 	e.srv.Do(t, "SET", "plain", "x")
 	if err := e.c.SetFenced(ctx, "plain", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("string key: err = %v, want ErrWrongType", err)
+	} else if msg := err.Error(); msg != `dlock: key holds data that is not a fenced value: "plain" (a hash of "value" and "fence" only)` {
+		t.Errorf("string key: the error says %q", msg) // the key is the caller's, not a lock's
 	}
 	e.srv.Do(t, "HSET", "words", "fence", "seven", "value", "x")
 	if err := e.c.SetFenced(ctx, "words", 1, "v"); !errors.Is(err, dlock.ErrWrongType) {

@@ -698,9 +698,12 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 	return l.Release(ctx)
 }
 
-// Release gives the lock up. It returns ErrNotHeld if the lock had already
-// been released, had expired or was taken over; with several names, the
-// names still held are released all the same. A lock re-entered by its owner
+// Release gives the lock up. It returns ErrNotHeld if Redis no longer had
+// it: released already, expired or taken over; with several names, the
+// names still held are released all the same. A Lock ended by its local
+// deadline (Done closed: a refresh that did not come in time, WithMaxHold)
+// may still be on the server for the drift allowance, a few milliseconds:
+// Release then frees it and returns nil, and Err still says why it ended. A lock re-entered by its owner
 // (WithOwner) is freed when every acquisition has been released. One
 // obtained WithMinHold stays taken, by nobody, until its minimum hold has
 // passed, when the Release that frees it comes sooner (a Release sent
