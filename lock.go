@@ -699,31 +699,30 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 }
 
 // Release gives the lock up. It returns ErrNotHeld if Redis no longer had
-// it: released already, expired or taken over; with several names, the
-// names still held are released all the same. A Lock ended by its local
-// deadline (Done closed: a refresh that did not come in time, WithMaxHold)
-// may still be on the server for the drift allowance, a few milliseconds:
-// Release then frees it and returns nil, and Err still says why it ended. A lock re-entered by its owner
-// (WithOwner) is freed when every acquisition has been released. One
-// obtained WithMinHold stays taken, by nobody, until its minimum hold has
-// passed, when the Release that frees it comes sooner (a Release sent
-// again after that time reports ErrNotHeld, the kept hold having run out
-// and taken the record of the first with it). Done is
-// closed once Release returns without a Redis error. Release stops the
-// automatic refreshing first, so a lock whose Release failed runs out with
-// its TTL, as a crashed holder's would; calling Release again frees it
-// sooner. A request that fails (a connection the server closed under it)
-// is sent once more at once before Release gives up; one that timed out
-// (a server that stalled) is not. Every Release of one
-// Lock is the same request: one whose first
-// call ran on the server but whose reply was lost counts as done, and so
-// do Releases called at once from several goroutines (each returns nil
-// when the lock was freed); only a Release called after one has returned
-// reports ErrNotHeld for a lock already released. A ctx
-// that has already ended when Release is called (that of a request a
-// deferred Release belongs to, say) does not stop it: Release then keeps
-// ctx's values and gives itself up to 2 seconds, since a lock given back is
-// never wrong and one left behind blocks others for its TTL.
+// it: released already, expired or taken over; with several names, the names
+// still held are released all the same. A Lock ended by its local deadline
+// (Done closed: a refresh that did not come in time, WithMaxHold) may still
+// be on the server for the drift allowance (1% of the TTL, and 2ms): Release
+// then frees it and returns nil, and Err still says why it ended. A lock
+// re-entered by its owner (WithOwner) is freed when every acquisition has
+// been released. One obtained WithMinHold stays taken, by nobody, until its
+// minimum hold has passed, when the Release that frees it comes sooner (a
+// Release sent again after that time reports ErrNotHeld, the kept hold
+// having run out and taken the record of the first with it). Done is closed
+// once Release returns without a Redis error. Release stops the automatic
+// refreshing first, so a lock whose Release failed runs out with its TTL, as
+// a crashed holder's would; calling Release again frees it sooner. A request
+// that fails (a connection the server closed under it) is sent once more at
+// once before Release gives up; one that timed out (a server that stalled)
+// is not. Every Release of one Lock is the same request: one whose first
+// call ran on the server but whose reply was lost counts as done, and so do
+// Releases called at once from several goroutines (each returns nil when the
+// lock was freed); only a Release called after one has returned reports
+// ErrNotHeld for a lock already released. A ctx that has already ended when
+// Release is called (that of a request a deferred Release belongs to, say)
+// does not stop it: Release then keeps ctx's values and gives itself up to 2
+// seconds, since a lock given back is never wrong and one left behind blocks
+// others for its TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
