@@ -412,6 +412,17 @@ func TestList(t *testing.T) {
 			t.Errorf("List(%q) = %v, want %v", pattern, got, want)
 		}
 	}
+	// p}q and {p}q} are one lock, whose key is dlock:{p}q}: List gives the
+	// name its key spells (the README's Keys).
+	if _, err := e.c.TryLock(ctx, "p}q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.TryLock(ctx, "{p}q}"); !errors.Is(err, dlock.ErrNotObtained) || e.c.RedisKey("p}q") != "dlock:{p}q}" {
+		t.Errorf("{p}q} while p}q is held: err = %v, key of p}q %q", err, e.c.RedisKey("p}q"))
+	}
+	if infos, err := e.c.List(ctx, "{p}*"); err != nil || len(infos) != 1 || infos[0].Name != "{p}q}" {
+		t.Errorf("List({p}*) = %+v, %v; want {p}q}", infos, err)
+	}
 }
 
 // TestListMatchesAsRedisDoes: List's pattern matches the names that
