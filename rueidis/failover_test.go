@@ -105,3 +105,70 @@ func TestFunctionsWithAReplicaDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSubscriptionFollowsASentinelSwitch: after Sentinel switches to a new
+// primary while the old one lives on (here refusing REPLICAOF, so that it
+// never turns replica and passes the new primary's messages on), the
+// subscription moves to the new primary and says so (an empty notice):
+// rueidis's Sentinel client keeps a dedicated connection on the old
+// primary otherwise, and waiters would hear no release until their beat.
+func TestSubscriptionFollowsASentinelSwitch(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 3)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: r.SentinelAddrs(),
+		Sentinel: rueidis.SentinelOption{MasterSet: r.MasterName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	got := make(chan [2]string, 64)
+	sub, err := dlockrueidis.New(client).Subscribe(context.Background(), func(channel, payload string) {
+		select {
+		case got <- [2]string{channel, payload}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sub.Subscribe(ctx, "notices"); err != nil {
+		t.Fatal(err)
+	}
+	r.Primary.Do(t, "ACL", "SETUSER", "default", "-replicaof", "-slaveof")
+	r.Sentinels[0].Do(t, "SENTINEL", "FAILOVER", r.MasterName)
+	next := r.Replicas[0]
+	for !hasNode(client, next.Addr()) {
+		if ctx.Err() != nil {
+			t.Fatal("the client did not switch to the new primary within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resubscribed := false
+	for tick := time.NewTicker(50 * time.Millisecond); ; {
+		next.Do(t, "PUBLISH", "notices", "released")
+		select {
+		case n := <-got:
+			switch n {
+			case [2]string{"", ""}:
+				resubscribed = true
+			case [2]string{"notices", "released"}:
+				if !resubscribed {
+					t.Error("a notice came before the empty one that says notices were lost meanwhile")
+				}
+				tick.Stop()
+				return
+			}
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("no notice published on the new primary reached the subscription within 30s")
+		}
+	}
+}
+
+// hasNode reports whether client sends its commands to addr.
+func hasNode(client rueidis.Client, addr string) bool {
+	_, ok := client.Nodes()[addr]
+	return ok
+}

@@ -29,7 +29,9 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // breaks, that goroutine connects again, with a backoff from 10ms to 1s,
 // subscribes again to the subscription's channels, and once the server
 // confirmed them calls notify with an empty channel and payload (see
-// dlock.Subscription). Subscribe and Unsubscribe never wait for notify.
+// dlock.Subscription). Over a Sentinel client, it does the same when the
+// client has switched to a new primary, within 200ms, the old one being
+// alive or not. Subscribe and Unsubscribe never wait for notify.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	s := newSubscription(d.client, notify)
 	c, err := s.connect(ctx, nil)
@@ -89,12 +91,19 @@ type conn struct {
 	release func()
 	lost    <-chan error // yields or closes once the hooks are no longer called
 	since   time.Time
+	primary string // Sentinel: the primary the client sent commands to when c was opened
 }
+
+// followEvery is how often a subscription over a Sentinel client checks
+// that the client still sends its commands to the primary the
+// subscription's connection went to.
+const followEvery = 200 * time.Millisecond
 
 // connect opens a connection subscribed to channels.
 func (s *subscription) connect(ctx context.Context, channels []string) (*conn, error) {
+	primary := s.primary() // before Dedicate: a switch between is seen at the next check
 	dc, release := s.client.Dedicate()
-	c := &conn{dc: dc, release: release, since: time.Now()}
+	c := &conn{dc: dc, release: release, since: time.Now(), primary: primary}
 	hooks := rueidis.PubSubHooks{OnMessage: s.push}
 	if s.reroute != nil {
 		hooks.OnSubscription = s.unsubscribed
@@ -109,6 +118,26 @@ func (s *subscription) connect(ctx context.Context, channels []string) (*conn, e
 		return nil, err
 	}
 	return c, nil
+}
+
+// primary returns the address the client sends its commands to when it
+// is a Sentinel client that sends them to one server, "" otherwise.
+// rueidis moves those to the new primary when Sentinel switches, but
+// leaves dedicated connections where they are: on an old primary that
+// lives on, a subscription hears nothing of the new one's notices until
+// Sentinel makes it a replica, seconds later.
+func (s *subscription) primary() string {
+	if s.reroute != nil || s.client.Mode() != rueidis.ClientModeSentinel {
+		return ""
+	}
+	nodes := s.client.Nodes()
+	if len(nodes) != 1 {
+		return ""
+	}
+	for addr := range nodes {
+		return addr
+	}
+	return ""
 }
 
 func (c *conn) close() {
@@ -153,6 +182,12 @@ func (s *subscription) signal() {
 func (s *subscription) run(c *conn) {
 	defer close(s.done)
 	delay := minBackoff
+	var follow <-chan time.Time
+	if s.primary() != "" {
+		t := time.NewTicker(followEvery)
+		defer t.Stop()
+		follow = t.C
+	}
 	for {
 		if c == nil && s.reroute != nil {
 			s.deliver()
@@ -178,6 +213,12 @@ func (s *subscription) run(c *conn) {
 			}
 			continue
 		case <-c.lost:
+		case <-follow:
+			if p := s.primary(); p == "" || p == c.primary {
+				continue
+			}
+			// Sentinel switched to another primary: the connection goes
+			// there.
 		case <-s.ctx.Done():
 			s.drop(c)
 			return
