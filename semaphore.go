@@ -20,13 +20,13 @@ import (
 // no fencing token (Fence is 0): several hold at once.
 //
 // The permit count is the caller's: every acquire is granted while fewer
-// permits than its semaphore's count are held, its own count, whatever
-// other callers use. Callers that agree on the count get exactly that
-// bound. Changing it (SetPermits, or another handle with another count)
-// takes effect at the next acquire: a larger count lets more in at once
-// (SetPermits wakes the callers of its client that wait), a smaller one lets nobody in until enough holders have left; no held
-// permit is ever revoked. Inspect reports the count of the last acquire
-// that took a permit.
+// permits than its semaphore's count are held, its own count, whatever other
+// callers use. Callers that agree on the count get exactly that bound.
+// Changing it (SetPermits, or another handle with another count) takes
+// effect at the next acquire: a larger count lets more in at once
+// (SetPermits wakes the callers of its client that wait), a smaller one lets
+// nobody in until enough holders have left; no held permit is ever revoked.
+// Inspect reports the count of the last acquire that took a permit.
 //
 // WithOwner makes permits re-entrant per owner: an owner that holds a
 // permit and acquires again gets the same permit with its count raised,
