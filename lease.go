@@ -37,6 +37,8 @@ type lease struct {
 	capped    bool          // the max hold stopped the refreshing (see extendAuto)
 	dropped   bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released  bool          // Release was called and succeeded
+	releasing int           // Releases under way
+	relOut    error         // what the Release that succeeded returns: nil, or why the lock was not held
 	letGo     bool          // Release was called: no longer refreshed, even if it failed
 	gone      error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed error         // why the last Release failed, if it did

@@ -749,6 +749,14 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	released, token := l.released, l.token
+	if released && l.releasing > 0 {
+		// Called before the Release that succeeded returned: the same
+		// request, the same outcome.
+		out := l.relOut
+		l.mu.Unlock()
+		return out
+	}
+	l.releasing++
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.relFailed = nil
 	if l.relID == nil {
@@ -756,6 +764,11 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	id := l.relID
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.releasing--
+		l.mu.Unlock()
+	}()
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
@@ -811,7 +824,7 @@ func (l *Lock) release(ctx context.Context) error {
 		return failed
 	}
 	l.mu.Lock()
-	l.released = true
+	l.released, l.relOut = true, err
 	l.mu.Unlock()
 	if err != nil {
 		l.end(lostBy(err))

@@ -1552,6 +1552,46 @@ func TestARepeatedReleaseCountsOnce(t *testing.T) {
 	}
 }
 
+// Releases of one Lock called before any of them has returned each
+// return nil, also one that starts while the first, its reply in, is
+// still ending the lease (here held up in the End hook).
+func TestReleasesCalledAtOnceEachReturnNil(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ending, proceed := make(chan struct{}), make(chan struct{})
+	c := dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) {
+		close(ending)
+		<-proceed
+	}}))
+	defer c.Close()
+	for _, kind := range []struct {
+		name    string
+		acquire func() (*dlock.Lock, error)
+	}{
+		{"lock", func() (*dlock.Lock, error) { return c.TryLock(ctx, "at-once") }},
+		{"permit", func() (*dlock.Lock, error) { return c.Semaphore("at-once-s", 2).TryAcquire(ctx) }},
+	} {
+		ending, proceed = make(chan struct{}), make(chan struct{})
+		l, err := kind.acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan error, 1)
+		go func() { first <- l.Release(ctx) }()
+		<-ending // the first has its reply, and has not returned
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: a Release called before the first returned: %v", kind.name, err)
+		}
+		close(proceed)
+		if err := <-first; err != nil {
+			t.Errorf("%s: the first Release: %v", kind.name, err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s: a Release called after one returned: err = %v, want ErrNotHeld", kind.name, err)
+		}
+	}
+}
+
 // TestARepeatedHoldReleaseCountsOnce: the release of a read hold, a write
 // hold or a permit sent twice reports success and takes away one hold of a
 // re-entered one, not two.
