@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -488,6 +489,60 @@ func TestAHoldSharedByATokenIsOnlyExtended(t *testing.T) {
 				}
 				if err := first.Release(ctx); err != nil {
 					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// An owner that gave its token (WithToken) and released that acquisition
+// while its re-entries kept the hold re-enters it when it gives the token
+// again, as with an exclusive lock; without the owner, the token is
+// refused. Every kind, in both script modes.
+func TestAnOwnerGivingItsTokenAgainReentersItsHold(t *testing.T) {
+	exclusive := holdKindCase{"exclusive", func(ctx context.Context, c *dlock.Client, name string, _ bool, opts ...dlock.Option) (*dlock.Lock, error) {
+		return c.TryLock(ctx, name, opts...)
+	}, nil}
+	for _, k := range append([]holdKindCase{exclusive}, holdKindCases...) {
+		for _, functions := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/functions=%v", k.what, functions), func(t *testing.T) {
+				e := newEnv(t)
+				ctx := context.Background()
+				var opts []dlock.ClientOption
+				if functions {
+					opts = append(opts, dlock.WithFunctions())
+				}
+				c := dlock.New(e.newDriver(t), opts...)
+				defer c.Close()
+				owner, token := dlock.WithOwner("O"), dlock.WithToken("T")
+				first, err := k.obtain(ctx, c, "given", false, owner, token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keep, err := k.obtain(ctx, c, "given", false, owner)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := first.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := k.obtain(ctx, c, "given", false, token); !errors.Is(err, dlock.ErrNotObtained) {
+					t.Errorf("the token without its owner: err = %v, want ErrNotObtained", err)
+				}
+				again, err := k.obtain(ctx, c, "given", false, owner, token)
+				if err != nil {
+					t.Fatalf("the owner giving its token again: %v", err)
+				}
+				if again.Token() != "T" || holdCount(t, ctx, c, "given") != 2 {
+					t.Errorf("re-entry: token %q, count %d; want T, 2", again.Token(), holdCount(t, ctx, c, "given"))
+				}
+				for _, l := range []*dlock.Lock{again, keep} {
+					if err := l.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if info, err := c.Inspect(ctx, "given"); err != nil || len(info.Holders) != 0 {
+					t.Errorf("after every release: %+v, %v; want the name free", info, err)
 				}
 			})
 		}

@@ -302,11 +302,12 @@ end
 -- request. Both extend the hold (see extend). h is the hold of the request
 -- token, at the token of a hold that records the request and ot the token
 -- the owner holds (false for none), as read before prune; a hold that is
--- not alive is not joined (and forgotten, if prune did not). It returns the
+-- not alive is not joined (and forgotten, if prune did not). given is set
+-- when the caller gave the request token (WithToken). It returns the
 -- acquire's reply (a refusal, {0, ms, 1, 0}, when the hold the request made
 -- no longer counts it: see mine), an error reply when the request token
 -- holds the name in another mode, or nil when the acquire is new.
-local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
+local function rejoin(k, hk, now, ttl, req, mode, h, at, ot, given)
   -- live decodes hold tok (h, or read now) and returns its expiry if it
   -- is alive.
   local function live(tok, h)
@@ -317,18 +318,24 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
     ghost(k, tok, d)
   end
   local tok, d, exp = req, nil, nil
+  local again = false
   if h then
     d, exp = live(req, h)
+    again = d and true
     -- The hold this request made, which no longer counts it: released, and
-    -- kept by re-entries of its owner. Refused, changing nothing.
-    if d and not mine(d, req) then return {0, math.max(exp - now, 0), 1, 0} end
+    -- kept by re-entries of its owner. Refused, changing nothing; but its
+    -- owner, giving the token again, re-enters it, as an exclusive lock's.
+    if d and not mine(d, req) then
+      if not (given and ot == req) then return {0, math.max(exp - now, 0), 1, 0} end
+      again = false
+    end
   end
   if not d and at then
     tok, d, exp = at, live(at)
     if d and not recorded(d, req) then d = nil end
+    again = d and true
   end
-  local again = d and true
-  if not again and ot and ot ~= req then
+  if not d and ot and ot ~= req then
     tok = ot
     d, exp = live(ot)
   end
@@ -337,7 +344,11 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot)
   if not again then
     d.c = d.c + 1
     d.a[#d.a + 1] = req
-    redis.call('HSET', k, 'h:' .. tok, encode(d), 'a:' .. req, tok)
+    if req == tok then
+      redis.call('HSET', k, 'h:' .. tok, encode(d))
+    else
+      redis.call('HSET', k, 'h:' .. tok, encode(d), 'a:' .. req, tok)
+    end
   elseif not d.x then
     -- Another Lock may hold it with this token now (WithToken): shared.
     d.x = 1

@@ -87,7 +87,7 @@ if not cur[1] then
 end
 if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
 if not prune(k, hk, now) then return wrongtype(2) end
-local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6])
+local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6], given)
 if again then
   if again[1] == 1 then
     if records then

@@ -42,7 +42,7 @@ if not cur[1] then
   fields[3], fields[4] = 'kind', 'semaphore'
 else
   if not prune(k, hk, now) then return wrongtype(2) end
-  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], cur[4])
+  local again = rejoin(k, hk, now, ttl, req, mode, cur[2], cur[3], cur[4], ARGV[10] == '1')
   if again then
     if again[1] == 1 then settle(k, ck, channel, more, now, lease) end
     return again
