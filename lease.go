@@ -78,8 +78,7 @@ type leaseHolder interface {
 	// lockNames returns the lock's names, for log records.
 	lockNames() []string
 	// giveBackRest releases, within ctx, what is left of a lock a refresh
-	// found lost: the parts of a lock split by slot that the refresh
-	// extended.
+	// found lost: the other names of a lock on several.
 	giveBackRest(ctx context.Context)
 }
 

@@ -183,7 +183,9 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // by the acquisition that made the hold, and returns ErrNotHeld if not (a
 // hold re-entered WithOwner and kept by later acquisitions after the first
 // was released cannot be attached: the Lock would stand for a released
-// acquisition); the error matches ErrKindMismatch too when another kind of
+// acquisition, and neither can the names that an owner's lock on several
+// names took anew while it re-entered others: see Lock.Token); the error
+// matches ErrKindMismatch too when another kind of
 // lock holds the name (Attach is for exclusive locks: a read/write lock's
 // or a semaphore's hold is shared by acquiring it again with its token,
 // WithToken), and ErrWrongType when its key holds data dlock did not
@@ -674,13 +676,14 @@ func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 	}
 }
 
-// giveBackRest releases, within ctx, the parts of a split lock that a
-// refresh found lost: the refresh extended the parts still held, which
-// would otherwise stay taken, by nobody, for a TTL. It releases by the
-// request token, as cleanup does: only this acquisition's own. A lock in
-// one slot is lost whole, and its refresh changed nothing.
+// giveBackRest releases, within ctx, the names of a lock on several that
+// a request found lost: one name gone (expired, force-released) leaves
+// the others held, by nobody, for up to a TTL (the refresh of a split
+// lock extended the parts still held). It releases by the request token,
+// as cleanup does: only this acquisition's own. A lock on one name is
+// lost whole.
 func (l *Lock) giveBackRest(ctx context.Context) {
-	if l.parts != nil {
+	if len(l.names) > 1 {
 		l.cleanupWithin(ctx, false)
 	}
 }
@@ -1062,10 +1065,12 @@ func (l *Lock) Keys() []string { return append([]string(nil), l.names...) }
 
 // Token returns the lock's token: whoever knows it can refresh or release
 // the lock (see Client.Attach). An owner's lock on several names that
-// re-entered holds of different tokens (each name taken by an acquisition
-// of its own) holds each of those names with its hold's token, and Token
-// returns one of them: Attach with it finds only the names held with it.
-// The Lock itself refreshes and releases every name.
+// re-entered holds on some of them (WithOwner) holds each of those with
+// its hold's token, and the names it took anew with one of those tokens,
+// which Token returns. Such a lock cannot be handed over: Attach finds a
+// name only where the acquisition that made its hold had the token as its
+// own, which is not so of the names taken anew. The Lock itself refreshes
+// and releases every name.
 func (l *Lock) Token() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -706,6 +706,29 @@ func TestMultiKeyReleaseReportsTheLostName(t *testing.T) {
 	}
 }
 
+// A refresh that finds one name of a lock on several names gone (here
+// force-released) ends the lock and gives back the others at once, by
+// its own acquisition: they are not left held, by nobody, until their TTL.
+func TestALockFoundLostGivesBackItsOtherNames(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, names := range [][]string{{"{t}x", "{t}y"}, {"x2", "y2"}} {
+		l, err := e.c.TryLockMulti(ctx, names, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.newClient(t).ForceRelease(ctx, names[1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%v: Refresh: err = %v, want ErrNotHeld", names, err)
+		}
+		if e.locked(t, e.c.RedisKey(names[0])) {
+			t.Errorf("%v: %s still held after the lock was found lost", names, names[0])
+		}
+	}
+}
+
 func TestReentrantOwner(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

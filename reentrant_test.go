@@ -514,6 +514,44 @@ func TestAttachMultiByOwnerToSeparateHoldsIsRefused(t *testing.T) {
 	}
 }
 
+// An owner's lock on several names that re-entered one and took the other
+// anew holds the new one with the joined hold's token, by an acquisition
+// of its own: Attach with that token, or by owner, does not find it (see
+// Lock.Token), and the lock itself still releases both.
+func TestTheNamesAPartialReentryTookAnewCannotBeAttached(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("O")
+	o, err := e.c.TryLock(ctx, "{part}1", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.c.TryLockMulti(ctx, []string{"{part}1", "{part}2"}, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() != o.Token() {
+		t.Errorf("token %q, want the joined hold's %q", l.Token(), o.Token())
+	}
+	other := e.newClient(t)
+	if _, err := other.Attach(ctx, "{part}2", l.Token()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach to the name taken anew: err = %v, want ErrNotHeld", err)
+	}
+	if _, err := other.Attach(ctx, "{part}2", "any", own); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Attach by owner to the name taken anew: err = %v, want ErrNotHeld", err)
+	}
+	for _, x := range []*dlock.Lock{l, o} {
+		if err := x.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"{part}1", "{part}2"} {
+		if e.locked(t, e.c.RedisKey(name)) {
+			t.Errorf("%s still held after both releases", name)
+		}
+	}
+}
+
 // TestAnOwnersLockOnSeveralNamesReentersHoldsOfDifferentTokens: an owner
 // holds two names by two acquisitions, so with two tokens, then takes a
 // lock on both. That lock can be refreshed and released on each name, and
