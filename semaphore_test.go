@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,6 +295,28 @@ func TestPermitsFreedTogetherWakeAsManyClients(t *testing.T) {
 			t.Fatalf("waiting client %d: %v", i+1, r.err)
 		}
 		defer r.l.Release(context.Background())
+	}
+}
+
+// Inspect reports a permit count as given, however large.
+func TestInspectReportsHugePermitCounts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, n := range []int{math.MaxInt, 1<<53 + 1} {
+		l, err := e.c.Semaphore("huge", n).TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := e.c.Inspect(ctx, "huge")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Permits != n {
+			t.Errorf("Inspect after an acquire with %d permits: Permits %d", n, info.Permits)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

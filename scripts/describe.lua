@@ -41,7 +41,9 @@ local function describe(k, fk, wk, hk, pk)
   if kind == 'rwlock' then waiting = redis.pcall('ZRANGEBYSCORE', pk, after, '+inf') end
   if foreign(live) then return wrongtype(4) end
   if foreign(waiting) then return wrongtype(5) end
-  local out = {kind, newest, tonumber(cur[2]) or 0, #waiting, 0, cur[3] == '1' and 1 or 0, clients, 0}
+  -- The permit count as stored, text: a Lua number would round a count
+  -- above 2^53.
+  local out = {kind, newest, cur[2] or '0', #waiting, 0, cur[3] == '1' and 1 or 0, clients, 0}
   for _, m in ipairs(waiting) do
     if string.sub(m, 1, 1) == 'w' then
       out[5] = 1
