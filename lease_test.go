@@ -366,6 +366,7 @@ func TestLeaseOptionsAreChecked(t *testing.T) {
 		"interval equal to the TTL":   {dlock.WithTTL(time.Second), dlock.WithRefreshInterval(time.Second)},
 		"interval above the TTL":      {dlock.WithTTL(time.Second), dlock.WithRefreshInterval(2 * time.Second)},
 		"zero interval":               {dlock.WithRefreshInterval(0)},
+		"interval under 1ms":          {dlock.WithRefreshInterval(time.Nanosecond)},
 		"max hold shorter than a TTL": {dlock.WithTTL(time.Second), dlock.WithAutoRefresh(), dlock.WithMaxHold(time.Millisecond)},
 		"negative max hold":           {dlock.WithMaxHold(-time.Second)},
 	} {

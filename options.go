@@ -172,14 +172,14 @@ func WithAutoRefresh() Option {
 }
 
 // WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
-// every d instead of every third of its TTL. d must be shorter than the
-// TTL less the drift allowance (1% of it and 2ms), the lock's deadline;
-// whatever d, each refresh is sent at least a tenth of that before the
-// deadline, so that it has time to be answered.
+// every d instead of every third of its TTL. d must be at least 1ms, and
+// shorter than the TTL less the drift allowance (1% of it and 2ms), the
+// lock's deadline; whatever d, each refresh is sent at least a tenth of
+// that before the deadline, so that it has time to be answered.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
-			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) must be positive", ErrInvalidOption, d))
+		if d < minRefreshInterval {
+			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) is under the minimum of %v", ErrInvalidOption, d, minRefreshInterval))
 		}
 		o.auto, o.interval = true, d
 	}
@@ -263,6 +263,11 @@ func (o *options) checkLease(ttl time.Duration) error {
 	}
 	return nil
 }
+
+// minRefreshInterval is the shortest interval WithRefreshInterval takes:
+// one refresh of one lock a millisecond is already more than any lock
+// needs, and shorter ones would only load Redis.
+const minRefreshInterval = time.Millisecond
 
 // minTTL is the shortest TTL a lock may have. A lock's deadline is its
 // TTL less the drift allowance (see drift), 2ms and more, from when the

@@ -365,12 +365,12 @@ func WithAutoRefresh() Option {
 }
 
 // WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
-// every d instead of every third of its TTL. d must be shorter than the
-// TTL less the drift allowance (1% of it and 2ms).
+// every d instead of every third of its TTL. d must be at least 1ms, and
+// shorter than the TTL less the drift allowance (1% of it and 2ms).
 func WithRefreshInterval(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
-			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) must be positive", dlock.ErrInvalidOption, d))
+		if d < time.Millisecond {
+			o.fail(fmt.Errorf("%w: WithRefreshInterval(%v) is under the minimum of 1ms", dlock.ErrInvalidOption, d))
 		}
 		o.auto, o.interval = true, d
 	}

@@ -90,6 +90,10 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(time.Second), redlock.WithRefreshInterval(990*time.Millisecond))
 			return err
 		}, dlock.ErrInvalidOption},
+		{"refresh interval under 1ms", func() error {
+			_, err := r.TryLock(ctx, "x", redlock.WithRefreshInterval(time.Microsecond))
+			return err
+		}, dlock.ErrInvalidOption},
 		{"max hold below the TTL", func() error {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(time.Second), redlock.WithMaxHold(time.Millisecond))
 			return err
