@@ -72,6 +72,32 @@ func TestAClientNotMadeByNewPanics(t *testing.T) {
 	}
 }
 
+// An acquire that Close overtakes after its first check (here Close runs
+// from its AcquireStart hook, and returns) sends nothing and fails with
+// ErrClosed: Close waits for the acquisitions under way, so that none
+// reaches Redis after it returned, when the caller may have closed the
+// Redis client.
+func TestAnAcquireThatCloseOvertakesSendsNothing(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t)
+	var c *dlock.Client
+	c = dlock.New(d, dlock.WithHooks(dlock.Hooks{AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context {
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		if err := <-closed; err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		return ctx
+	}}))
+	before := d.trips.Load()
+	if l, err := c.TryLock(context.Background(), "overtaken"); l != nil || !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock overtaken by Close: %v, %v; want ErrClosed", l != nil, err)
+	}
+	if n := d.trips.Load() - before; n != 0 {
+		t.Errorf("%d round trips after Close returned, want none", n)
+	}
+}
+
 // TestCloseRefusesAcquiresAndEndsWaits: after Close, every acquire fails
 // with ErrClosed without a round trip, and the callers waiting when Close
 // came stop waiting with ErrClosed, leaving nothing behind in Redis; the

@@ -425,9 +425,12 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 // obtain makes the attempts of an acquisition: one, or, when wait is set,
 // as many as Lock describes.
 func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) error {
-	if l.c.underway() {
-		defer l.c.finished()
+	if !l.c.underway() {
+		// Close came after Client.obtain's check, and does not wait for
+		// this acquisition: it must send nothing.
+		return ErrClosed
 	}
+	defer l.c.finished()
 	if ctx.Err() != nil {
 		// Nothing is sent, so nothing is left behind to clean up.
 		return fmt.Errorf("dlock: %s: not attempted: its context had ended (%w)", l.describe(), endOf(ctx))
