@@ -49,7 +49,11 @@ const DefaultPipelines = 4
 func (b *batcher) eval(ctx context.Context, call *Call) {
 	b.made()
 	b.mu.Lock()
-	if b.inflight < b.max {
+	limit := b.max
+	if givesBack(call) {
+		limit += b.max
+	}
+	if b.inflight < limit {
 		b.inflight++
 		b.mu.Unlock()
 		b.run(ctx, call.one()...)
@@ -105,6 +109,17 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 // its id.
 func stays(call *Call) bool {
 	return call.Script == scriptRefresh || call.Script == scriptHoldsRefresh
+}
+
+// givesBack reports whether call gives something back: a release (or the
+// clean-up after an acquire given up, which runs the release script), or
+// a client leaving a waiter set. Those go out at once while fewer than
+// twice max pipelines are in flight: up to max slots of their own, which
+// requests a stalled server holds (go-redis waits out its read timeout,
+// whatever the context) do not take from them, so that they are not
+// queued behind those until their own bound runs out, leaving names taken.
+func givesBack(call *Call) bool {
+	return call.Script == scriptRelease || call.Script == scriptHoldsRelease || call.Script == scriptUnwait
 }
 
 // reply gives the caller the reply its pipeline stored.

@@ -177,3 +177,54 @@ func onePipelineClient(t *testing.T) (*redistest.Server, *dlock.Client, func(inf
 		awaitCond(t, 5*time.Second, func() bool { i, q := dlock.Pipelines(c); return i == inflight && q == queued })
 	}
 }
+
+// TestGiveBacksPassStalledPipelines: with every pipeline slot taken by a
+// request the server does not answer (here an acquire the driver holds
+// back), a Release and the clean-up after an acquire given up still go
+// out at once, on slots of their own: they must not wait behind the
+// stalled requests until their own bound runs out and leave the names
+// taken.
+func TestGiveBacksPassStalledPipelines(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	stall, stalled := make(chan struct{}), make(chan struct{}, 1)
+	var armed sync.Once
+	var holding bool
+	var mu sync.Mutex
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		mu.Lock()
+		hold := holding && calls[0].Script.Name == "acquire" && calls[0].Keys[0] == "dlock:{stalled}"
+		mu.Unlock()
+		if hold {
+			armed.Do(func() { stalled <- struct{}{} })
+			<-stall
+		}
+	}}
+	c := dlock.New(d, dlock.WithPipelines(1))
+	defer c.Close()
+	held, err := c.TryLock(ctx, "held", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	holding = true
+	mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(ctx, "stalled")
+		done <- err
+	}()
+	<-stalled // the one slot is taken
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := held.Release(rctx); err != nil {
+		t.Errorf("Release behind a stalled pipeline: %v", err)
+	}
+	if e.locked(t, "dlock:{held}") {
+		t.Error("the lock released behind a stalled pipeline is still held")
+	}
+	close(stall)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -76,7 +76,9 @@ func WithLogger(l *slog.Logger) ClientOption {
 // at once, alone. A caller whose context ends leaves its pipeline, as a
 // request whose reply was lost, instead of waiting for the callers with
 // later deadlines that share it; a refresh stays, so that it never runs
-// after its lock's next refresh.
+// after its lock's next refresh. Releases, clean-ups and waiter-set exits
+// may have n more in flight: requests a stalled server holds do not keep
+// them queued.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }
