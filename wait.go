@@ -67,6 +67,7 @@ type waitHub struct {
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt may have registered the client in since they were last idle
+	unwaits  map[string]*unwaiting    // keys whose waiter set an unwait under way takes the client out of (see enroll)
 	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
@@ -100,7 +101,7 @@ type waiter struct {
 func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	h := &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
-		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, shards: map[string]int{}, unsent: map[string]bool{},
+		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, unwaits: map[string]*unwaiting{}, shards: map[string]int{}, unsent: map[string]bool{},
 		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
 	h.life, h.end = context.WithCancel(context.Background())
 	return h
@@ -605,12 +606,53 @@ func (h *waitHub) moreAt(keys []string, w *waiter) string {
 
 // enroll records that an attempt for the lock whose keys are keys may
 // register the client in their waiter sets: it asks to, and whether it did
-// is known only from a reply that may be lost.
-func (h *waitHub) enroll(keys []string) {
+// is known only from a reply that may be lost. It first waits, until ctx
+// ends, for the unwaits under way at those keys: one that ran after the
+// attempt (on another connection, say) would take the new registration
+// out, and the next release would tell nobody.
+func (h *waitHub) enroll(ctx context.Context, keys []string) {
+	for {
+		h.mu.Lock()
+		var pending chan struct{}
+		for _, k := range keys {
+			if u := h.unwaits[k]; u != nil {
+				pending = u.done
+				break
+			}
+		}
+		if pending == nil || ctx.Err() != nil {
+			for _, k := range keys {
+				h.enrolled[k] = true
+			}
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		select {
+		case <-pending:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// unwaiting counts the unwaits under way at one key; done is closed when
+// the last returns.
+type unwaiting struct {
+	n    int
+	done chan struct{}
+}
+
+// unwaited records that the unwait of keys that leave announced returned.
+func (h *waitHub) unwaited(keys []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
-		h.enrolled[k] = true
+		if u := h.unwaits[k]; u != nil {
+			if u.n--; u.n == 0 {
+				close(u.done)
+				delete(h.unwaits, k)
+			}
+		}
 	}
 }
 
@@ -618,8 +660,10 @@ func (h *waitHub) enroll(keys []string) {
 // next caller try at once. It returns those of keys that no other caller
 // of the client waits for, first in line or not, and in whose waiter sets
 // an attempt of any of its callers registered the client (see enroll):
-// that registration serves nobody now.
-func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
+// that registration serves nobody now. With unwait, the caller takes the
+// client out of those sets (Client.unwait, which calls unwaited when it
+// returns), and the attempts that enroll meanwhile wait for it.
+func (h *waitHub) leave(keys []string, w *waiter, unwait bool) (idle []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys[1:] {
@@ -639,6 +683,14 @@ func (h *waitHub) leave(keys []string, w *waiter) (idle []string) {
 		if len(h.queues[k]) == 0 && len(h.others[k]) == 0 {
 			if h.enrolled[k] {
 				idle = append(idle, k)
+				if unwait {
+					u := h.unwaits[k]
+					if u == nil {
+						u = &unwaiting{done: make(chan struct{})}
+						h.unwaits[k] = u
+					}
+					u.n++
+				}
 			}
 			delete(h.enrolled, k)
 		}
@@ -833,7 +885,8 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		// caller that registered, itself or one before it; and so does one
 		// that obtained it registering again for callers that have all
 		// given up since.
-		if idle := hub.leave(keys, w); len(idle) > 0 && (!obtained || rejoined) {
+		unwait := !obtained || rejoined
+		if idle := hub.leave(keys, w, unwait); len(idle) > 0 && unwait {
 			c.unwait(ctx, idle)
 		}
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
@@ -872,7 +925,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			// The attempt may register the client even if its reply is
 			// lost or the wait ends first: the last caller to give up
 			// then leaves the sets all the same.
-			hub.enroll(keys)
+			hub.enroll(ctx, keys)
 		}
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
@@ -1127,6 +1180,7 @@ func (c *Client) hub() *waitHub {
 func (c *Client) unwait(ctx context.Context, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	defer c.hub().unwaited(keys)
 	calls := make([]*Call, len(keys))
 	for i, k := range keys {
 		calls[i] = &Call{Script: scriptUnwait, Keys: []string{k, k + ":waiters"}, Args: []any{c.hub().member()}}

@@ -1061,3 +1061,64 @@ func holdEach(t *testing.T, ctx context.Context, c *dlock.Client, names ...strin
 	}
 	return held
 }
+
+// TestALateUnwaitLeavesTheNextRegistration: the last caller of a client
+// gives up and sends unwait, which is slow to arrive (held back here);
+// meanwhile another caller of the client starts waiting. Its attempt waits
+// for the unwait, so that the unwait cannot run after the attempt
+// registered the client and take that registration out: the release then
+// tells the client, and the caller gets the lock by that notice alone (its
+// periodic wake-up is an hour away).
+func TestALateUnwaitLeavesTheNextRegistration(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const name, waiters = "late-unwait", "dlock:{late-unwait}:waiters"
+	held, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwaitStarted, attemptRan := make(chan struct{}), make(chan struct{})
+	var startOnce, ranOnce sync.Once
+	var unwaiting atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t),
+		before: func(calls []*dlock.Call) {
+			if calls[0].Script.Name == "unwait" {
+				unwaiting.Store(true)
+				startOnce.Do(func() { close(unwaitStarted) })
+				select { // until a registering attempt ran, if one comes
+				case <-attemptRan:
+				case <-time.After(time.Second):
+				}
+			}
+		},
+		after: func(calls []*dlock.Call) {
+			if c := calls[0]; unwaiting.Load() && c.Script.Name == "acquire" && len(c.Args) > 4 && c.Args[4] != "" {
+				ranOnce.Do(func() { close(attemptRan) })
+			}
+		}}
+	c := dlock.New(d)
+	defer c.Close()
+	dlock.SetWaitBeat(c, time.Hour)
+
+	first, cancel := context.WithCancel(ctx)
+	gaveUp := whenRefused(t, "the first Lock", func(opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(first, name, opts...) })
+	cancel()
+	<-unwaitStarted
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	next := whenRefused(t, "the next Lock", func(opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(wctx, name, opts...) })
+	if r := <-gaveUp; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the first Lock: %v, want context.Canceled", r.err)
+	}
+	if got := e.srv.Do(t, "ZCARD", waiters); got != "1" {
+		t.Errorf("%s clients registered while the next caller waits, want 1", got)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-next
+	if r.err != nil {
+		t.Fatalf("the next Lock, after the release: %v", r.err)
+	}
+	_ = r.l.Release(ctx)
+}
