@@ -47,8 +47,13 @@ func ConstantBackoff(d time.Duration) RetryStrategy {
 // LinearBackoff waits step after the first failure, 2×step after the second,
 // and so on, never more than limit (no cap when limit is zero).
 func LinearBackoff(step, limit time.Duration) RetryStrategy {
+	step = max(step, 0)
 	return RetryFunc(func(failed int) (time.Duration, bool) {
-		return capped(time.Duration(failed)*max(step, 0), limit), true
+		d := time.Duration(math.MaxInt64) // failed×step, saturated
+		if step == 0 || int64(max(failed, 0)) <= math.MaxInt64/int64(step) {
+			d = time.Duration(max(failed, 0)) * step
+		}
+		return capped(d, limit), true
 	})
 }
 

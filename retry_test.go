@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -53,6 +54,17 @@ func TestExponentialBackoffDoesNotOverflow(t *testing.T) {
 	s := dlock.ExponentialBackoff(time.Hour, 0)
 	if d, ok := s.NextBackoff(1000); !ok || d < time.Hour {
 		t.Errorf("NextBackoff(1000) = %v, %v", d, ok)
+	}
+}
+
+func TestLinearBackoffDoesNotOverflow(t *testing.T) {
+	for _, failed := range []int{2_562_048, math.MaxInt} {
+		if d, ok := dlock.LinearBackoff(time.Hour, 0).NextBackoff(failed); !ok || d < time.Hour {
+			t.Errorf("uncapped: NextBackoff(%d) = %v, %v", failed, d, ok)
+		}
+		if d, ok := dlock.LinearBackoff(time.Hour, 2*time.Hour).NextBackoff(failed); !ok || d != 2*time.Hour {
+			t.Errorf("capped at 2h: NextBackoff(%d) = %v, %v", failed, d, ok)
+		}
 	}
 }
 
