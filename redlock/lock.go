@@ -637,23 +637,24 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	return rd
 }
 
-// Release gives the lock up on every node that holds it (or held it and
-// may still: a node whose lock ran out only by the local clock). It
-// returns nil if a quorum of nodes released it. Otherwise its error is
-// joined with a *NodeError for every node that did not, and matches
-// ErrNoQuorum when some of them did not answer and, with those released, a
-// quorum would be (their outcome is unknown: Release may be called again,
-// and retries just those), or dlock.ErrNotHeld when too many answered that
-// they no longer held it for that, or the lock had been lost before (its
-// nodes that still hold it are given back all the same).
-// Nodes that did not answer keep the lock until its TTL runs out there.
-// A release that comes back after the node timeout counts for the next
-// Release. Done is closed once the first Release returns; Err is then nil
-// if that call released a quorum, else its error (see Err). Once Release has returned nil or dlock.ErrNotHeld, later
-// calls return dlock.ErrNotHeld. A ctx that has already ended when Release is called
-// (that of a request a deferred Release belongs to, say) does not stop it:
-// Release then keeps ctx's values, each node's request bounded by the node
-// timeout.
+// Release gives the lock up on every node that holds it (or held it and may
+// still: a node whose lock ran out only by the local clock). It returns nil
+// if a quorum of nodes released it. Otherwise its error is joined with a
+// *NodeError for every node that did not, and matches ErrNoQuorum when some
+// of them did not answer and, with those released, a quorum would be (their
+// outcome is unknown: Release may be called again, and retries just those),
+// or dlock.ErrNotHeld when too many answered that they no longer held it for
+// that, or the lock had been lost before (its nodes that still hold it are
+// given back all the same). Nodes that did not answer keep the lock until
+// its TTL runs out there. A release that comes back after the node timeout
+// counts for the next Release. Done is closed once the first Release
+// returns; Err is then nil if that call released a quorum, else its error
+// (see Err). Once Release has returned nil or dlock.ErrNotHeld, later calls
+// return dlock.ErrNotHeld, also those called at once with it: Releases of
+// one Lock run one after the other. A ctx that has already ended when
+// Release is called (that of a request a deferred Release belongs to, say)
+// does not stop it: Release then keeps ctx's values, each node's request
+// bounded by the node timeout.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
