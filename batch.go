@@ -210,16 +210,33 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 
 // handOver gives whatever queued while a pipeline was out to the queued
 // caller of the latest deadline (the first with none, else the first of
-// the latest), which sends it, or frees the pipeline's slot.
+// the latest), which sends it, or frees the pipeline's slot. A slot beyond
+// max, which only give-backs take (see givesBack), goes to the queued
+// give-backs alone: the other calls stay queued for the max slots, so
+// that they do not follow requests a stalled server holds into the slots
+// the next give-backs need.
 func (b *batcher) handOver() {
 	b.mu.Lock()
-	if len(b.queue) == 0 {
+	batch := b.queue
+	if b.inflight > b.max {
+		var rest []*queued
+		batch = nil
+		for _, q := range b.queue {
+			if givesBack(q.call) {
+				batch = append(batch, q)
+			} else {
+				rest = append(rest, q)
+			}
+		}
+		b.queue = rest
+	} else {
+		b.queue = nil
+	}
+	if len(batch) == 0 {
 		b.inflight--
 		b.mu.Unlock()
 		return
 	}
-	batch := b.queue
-	b.queue = nil
 	lead := batch[0]
 	for _, q := range batch {
 		if later(q.ctx, lead.ctx) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,51 +181,52 @@ func onePipelineClient(t *testing.T) (*redistest.Server, *dlock.Client, func(inf
 
 // TestGiveBacksPassStalledPipelines: with every pipeline slot taken by a
 // request the server does not answer (here an acquire the driver holds
-// back), a Release and the clean-up after an acquire given up still go
-// out at once, on slots of their own: they must not wait behind the
-// stalled requests until their own bound runs out and leave the names
-// taken.
+// back) and another request queued behind it, Releases, one after the
+// other, still go out at once, on slots of their own, which the queued
+// request does not take over: they must not wait behind the stalled
+// requests until their own bound runs out, leaving the names taken. (The
+// clean-up after an acquire given up runs the release script: the same
+// slots.)
 func TestGiveBacksPassStalledPipelines(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	stall, stalled := make(chan struct{}), make(chan struct{}, 1)
-	var armed sync.Once
-	var holding bool
-	var mu sync.Mutex
+	stall := make(chan struct{})
+	var holding atomic.Bool
 	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
-		mu.Lock()
-		hold := holding && calls[0].Script.Name == "acquire" && calls[0].Keys[0] == "dlock:{stalled}"
-		mu.Unlock()
-		if hold {
-			armed.Do(func() { stalled <- struct{}{} })
+		if c := calls[0]; holding.Load() && c.Script.Name == "acquire" && c.Keys[0] == "dlock:{stalled}" {
 			<-stall
 		}
 	}}
 	c := dlock.New(d, dlock.WithPipelines(1))
 	defer c.Close()
-	held, err := c.TryLock(ctx, "held", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	var held []*dlock.Lock
+	for _, name := range []string{"held1", "held2"} {
+		l, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
 	}
-	mu.Lock()
-	holding = true
-	mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.TryLock(ctx, "stalled")
-		done <- err
-	}()
-	<-stalled // the one slot is taken
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := held.Release(rctx); err != nil {
-		t.Errorf("Release behind a stalled pipeline: %v", err)
-	}
-	if e.locked(t, "dlock:{held}") {
-		t.Error("the lock released behind a stalled pipeline is still held")
+	holding.Store(true)
+	done := make(chan error, 2)
+	go func() { _, err := c.TryLock(ctx, "stalled"); done <- err }()
+	awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.Pipelines(c); return n == 1 })
+	go func() { _, err := c.TryLock(ctx, "stalled"); done <- err }()
+	awaitCond(t, 5*time.Second, func() bool { _, n := dlock.Pipelines(c); return n == 1 })
+	for _, l := range held {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := l.Release(rctx); err != nil {
+			t.Errorf("Release of %s behind stalled pipelines: %v", l.Key(), err)
+		}
+		cancel()
+		if e.locked(t, "dlock:{"+l.Key()+"}") {
+			t.Errorf("%s, released behind stalled pipelines, is still held", l.Key())
+		}
 	}
 	close(stall)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := <-done; err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
 	}
 }
