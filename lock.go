@@ -684,9 +684,11 @@ func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 // the others held, by nobody, for up to a TTL (the refresh of a split
 // lock extended the parts still held). It releases by the request token,
 // as cleanup does: only this acquisition's own. A lock on one name is
-// lost whole.
+// lost whole. Not a lock whose token was given (WithToken), which another
+// Lock may share, nor one kept for a minimum hold, which a release would
+// keep until then: those run out with their TTL.
 func (l *Lock) giveBackRest(ctx context.Context) {
-	if len(l.names) > 1 {
+	if len(l.names) > 1 && l.ownReq && l.minHold == 0 {
 		l.cleanupWithin(ctx, false)
 	}
 }
@@ -723,12 +725,12 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // is not. Every Release of one Lock is the same request: one whose first
 // call ran on the server but whose reply was lost counts as done, and so do
 // Releases called at once from several goroutines (each returns nil when the
-// lock was freed); only a Release called after one has returned reports
-// ErrNotHeld for a lock already released. A ctx that has already ended when
-// Release is called (that of a request a deferred Release belongs to, say)
-// does not stop it: Release then keeps ctx's values and gives itself up to 2
-// seconds, since a lock given back is never wrong and one left behind blocks
-// others for its TTL.
+// lock was freed); only a Release called when none is under way, after one
+// returned, reports ErrNotHeld for a lock already released. A ctx that has
+// already ended when Release is called (that of a request a deferred Release
+// belongs to, say) does not stop it: Release then keeps ctx's values and
+// gives itself up to 2 seconds, since a lock given back is never wrong and
+// one left behind blocks others for its TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
