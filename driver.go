@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 )
 
 // Driver carries dlock's requests to Redis. It is the only part of dlock that
@@ -142,6 +146,16 @@ func Unknown(calls []*Call) (again []*Call, lib *Library) {
 		}
 	}
 	return again, lib
+}
+
+// ConnectionClosed reports whether err says that the connection a request
+// went on was closed under it: EOF, a reset, a broken pipe, or a
+// connection the client library closed after one of those. A driver whose
+// client library does not send such a request again on another connection
+// does it itself (dlock's scripts count a request that ran twice once).
+func ConnectionClosed(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // FailFunctions stores err, why the function library could not be loaded,

@@ -3,6 +3,10 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 )
 
@@ -30,6 +34,26 @@ func TestRefusedForGoodLooksAtEveryError(t *testing.T) {
 		refused, ranInPart := refusedForGood(tc.err)
 		if refused != tc.refused || ranInPart != tc.ranInPart {
 			t.Errorf("%s: refusedForGood = %v, %v; want %v, %v", tc.name, refused, ranInPart, tc.refused, tc.ranInPart)
+		}
+	}
+}
+
+func TestConnectionClosed(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{io.EOF, true},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{&net.OpError{Op: "write", Err: syscall.EPIPE}, true},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, true},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false},
+		{errors.New("ERR something"), false},
+	} {
+		if got := ConnectionClosed(tc.err); got != tc.want {
+			t.Errorf("ConnectionClosed(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

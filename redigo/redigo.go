@@ -31,10 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -149,11 +146,10 @@ func (d *Driver) evalRenewing(ctx context.Context, conn redis.Conn, calls []*dlo
 }
 
 // closedUnder reports whether every call failed because the connection
-// was closed under it (EOF, reset, broken pipe, or closed by the client
-// after one of those) with no reply read.
+// was closed under it (see dlock.ConnectionClosed).
 func closedUnder(calls []*dlock.Call) bool {
 	for _, c := range calls {
-		if c.Err == nil || !(errors.Is(c.Err, io.EOF) || errors.Is(c.Err, syscall.ECONNRESET) || errors.Is(c.Err, syscall.EPIPE) || errors.Is(c.Err, net.ErrClosed)) {
+		if !dlock.ConnectionClosed(c.Err) {
 			return false
 		}
 	}

@@ -31,7 +31,9 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // confirmed them calls notify with an empty channel and payload (see
 // dlock.Subscription). Over a Sentinel client, it does the same when the
 // client has switched to a new primary, within 200ms, the old one being
-// alive or not. Subscribe and Unsubscribe never wait for notify.
+// alive or not (not with SentinelOption's SendToReplicas, whose client does
+// not tell which of its two nodes is the primary: the subscription then
+// moves only once the old primary drops it). Subscribe and Unsubscribe never wait for notify.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	s := newSubscription(d.client, notify)
 	c, err := s.connect(ctx, nil)

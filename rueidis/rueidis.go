@@ -15,12 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sort"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/dlockio/dlock"
 	"github.com/redis/rueidis"
@@ -84,22 +81,15 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 const closedRetries = 4
 
 // closedUnder returns the calls that failed because their connection was
-// closed under them (see closed).
+// closed under them (see dlock.ConnectionClosed).
 func closedUnder(calls []*dlock.Call) []*dlock.Call {
 	var out []*dlock.Call
 	for _, c := range calls {
-		if closed(c.Err) {
+		if dlock.ConnectionClosed(c.Err) {
 			out = append(out, c)
 		}
 	}
 	return out
-}
-
-// closed reports whether err says that the connection was closed under
-// the request: EOF, reset, broken pipe, or closed by rueidis after one of
-// those.
-func closed(err error) bool {
-	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // eval runs the calls by EVALSHA (or FCALL), and again by EVAL those the

@@ -97,7 +97,7 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		// again, whole, as Eval's calls do: WAIT alone on another
 		// connection would wait for nothing.
 		for range closedRetries {
-			if ctx.Err() != nil || slices.ContainsFunc(rs, func(r rueidis.RedisResult) bool { return !closed(r.Error()) }) {
+			if ctx.Err() != nil || slices.ContainsFunc(rs, func(r rueidis.RedisResult) bool { return !dlock.ConnectionClosed(r.Error()) }) {
 				break
 			}
 			rs = c.DoMulti(ctx, pipeline()...)
