@@ -1180,6 +1180,9 @@ func (c *Client) hub() *waitHub {
 func (c *Client) unwait(ctx context.Context, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	// The attempts that enroll at keys go on once this returns: within
+	// cleanupTimeout, whether or not the unwait was answered (one cut short
+	// in a pipeline that another caller sent may still run after them).
 	defer c.hub().unwaited(keys)
 	calls := make([]*Call, len(keys))
 	for i, k := range keys {

@@ -324,7 +324,9 @@ local function rejoin(k, hk, now, ttl, req, mode, h, at, ot, given)
     again = d and true
     -- The hold this request made, which no longer counts it: released, and
     -- kept by re-entries of its owner. Refused, changing nothing; but its
-    -- owner, giving the token again, re-enters it, as an exclusive lock's.
+    -- owner, giving the token again, re-enters it, as an exclusive lock's
+    -- (a late copy of the released request cannot be told from that one:
+    -- it re-enters too, and its count lasts until the hold runs out).
     if d and not mine(d, req) then
       if not (given and ot == req) then return {0, math.max(exp - now, 0), 1, 0} end
       again = false
