@@ -128,7 +128,7 @@ func FuzzOptions(f *testing.F) {
 			}
 			return
 		}
-		if o.ttl < minTTL || (o.auto && o.refreshInterval() >= o.ttl) || (o.maxHold > 0 && o.maxHold < o.ttl) {
+		if o.ttl < MinTTL || (o.auto && o.refreshInterval() >= o.ttl) || (o.maxHold > 0 && o.maxHold < o.ttl) {
 			t.Fatalf("accepted an invalid configuration: %+v", o)
 		}
 	})

@@ -269,16 +269,16 @@ func (o *options) checkLease(ttl time.Duration) error {
 // needs, and shorter ones would only load Redis.
 const minRefreshInterval = time.Millisecond
 
-// minTTL is the shortest TTL a lock may have. A lock's deadline is its
-// TTL less the drift allowance (see drift), 2ms and more, from when the
-// request that obtains it is sent, and Redis keeps TTLs in whole
+// MinTTL is the shortest TTL a lock may have (WithTTL, Refresh). A lock's
+// deadline is its TTL less the drift allowance (1% of it and 2ms), from
+// when the request that obtains it is sent, and Redis keeps TTLs in whole
 // milliseconds: 3ms is the least that leaves the deadline after the request.
-const minTTL = 3 * time.Millisecond
+const MinTTL = 3 * time.Millisecond
 
 // checkTTL validates a TTL given to WithTTL or Refresh.
 func checkTTL(ttl time.Duration) error {
-	if ttl < minTTL {
-		return fmt.Errorf("%w: %v is under the minimum of %v (a lock's deadline is its TTL less 1%% and 2ms for clock drift)", ErrInvalidTTL, ttl, minTTL)
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: %v is under the minimum of %v (a lock's deadline is its TTL less 1%% and 2ms for clock drift)", ErrInvalidTTL, ttl, MinTTL)
 	}
 	return nil
 }

@@ -766,16 +766,18 @@ func (l *Lock) endReleaseFailed(err error) { l.endAs(err, true) }
 // The automatic refresh goes on with the TTL of the last Refresh, so while
 // WithAutoRefresh refreshes the lock (not after Locker.Close, nor once the
 // max hold stopped it) a TTL whose deadline (less the drift allowance) does
-// not come after the refresh interval is refused with dlock.ErrInvalidTTL.
+// not come after the refresh interval is refused with dlock.ErrInvalidTTL;
+// so is one under dlock.MinTTL, or not longer, less that allowance, than
+// the node timeout.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return dlock.ErrNilContext
 	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is under 1ms", dlock.ErrInvalidTTL, ttl)
+	if ttl < dlock.MinTTL {
+		return fmt.Errorf("%w: %v is under the minimum of %v", dlock.ErrInvalidTTL, ttl, dlock.MinTTL)
 	}
 	if ttl-drift(ttl) <= l.r.timeout {
-		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidOption, ttl, drift(ttl), l.r.timeout)
+		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidTTL, ttl, drift(ttl), l.r.timeout)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()

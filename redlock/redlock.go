@@ -308,14 +308,14 @@ func (o *options) fail(err error) {
 }
 
 // WithTTL sets how long the lock lives on each node unless refreshed; the
-// default is dlock.DefaultTTL (10s). Less the clock drift allowance (1%
-// and 2ms) it must be longer than the node timeout, and in practice far
-// longer: the time an acquisition takes is subtracted from the lock's
-// validity.
+// default is dlock.DefaultTTL (10s). It must be at least dlock.MinTTL and,
+// less the clock drift allowance (1% and 2ms), longer than the node
+// timeout, and in practice far longer: the time an acquisition takes is
+// subtracted from the lock's validity.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
-		if ttl < time.Millisecond {
-			o.fail(fmt.Errorf("%w: %v is under 1ms", dlock.ErrInvalidTTL, ttl))
+		if ttl < dlock.MinTTL {
+			o.fail(fmt.Errorf("%w: %v is under the minimum of %v", dlock.ErrInvalidTTL, ttl, dlock.MinTTL))
 		}
 		o.ttl = ttl
 	}

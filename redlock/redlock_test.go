@@ -57,6 +57,11 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	fast, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Microsecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -66,7 +71,11 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"nil context", func() error { _, err := r.TryLock(nil, "x"); return err }, dlock.ErrNilContext}, //nolint:staticcheck // on purpose
 		{"empty name", func() error { _, err := r.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
 		{"empty name, waiting", func() error { _, err := r.Lock(ctx, ""); return err }, dlock.ErrEmptyKey},
-		{"TTL under 1ms", func() error { _, err := r.TryLock(ctx, "x", redlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
+		{"TTL 0", func() error { _, err := r.TryLock(ctx, "x", redlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
+		{"TTL under dlock's minimum", func() error {
+			_, err := fast.TryLock(ctx, "x", redlock.WithTTL(dlock.MinTTL-time.Microsecond))
+			return err
+		}, dlock.ErrInvalidTTL},
 		{"TTL within the node timeout", func() error {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout))
 			return err
@@ -1487,6 +1496,11 @@ func TestARefreshShorterThanTheAutoRefreshIntervalIsRefused(t *testing.T) {
 	defer l.Release(ctx)
 	if err := l.Refresh(ctx, 600*time.Millisecond); !errors.Is(err, dlock.ErrInvalidTTL) {
 		t.Errorf("Refresh(600ms) under a 1s auto-refresh: err = %v, want ErrInvalidTTL", err)
+	}
+	for _, ttl := range []time.Duration{redlock.DefaultNodeTimeout, dlock.MinTTL - 1} {
+		if err := l.Refresh(ctx, ttl); !errors.Is(err, dlock.ErrInvalidTTL) {
+			t.Errorf("Refresh(%v): err = %v, want ErrInvalidTTL", ttl, err)
+		}
 	}
 	if err := l.Refresh(ctx, 2*time.Second); err != nil {
 		t.Errorf("Refresh(2s) under a 1s auto-refresh: %v", err)
