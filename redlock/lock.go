@@ -57,6 +57,7 @@ type Lock struct {
 	lostAt    time.Time                 // when fewer than a quorum came to hold it
 	due       atomic.Pointer[time.Time] // the quorum deadline as last computed, nil when none (see expireIfDue)
 	ended     time.Time                 // Deadline once Done is closed
+	relAt     time.Time                 // Deadline from when the first Release began (see Deadline)
 	done      chan struct{}
 	err       error
 	onEnd     map[*int]func()
@@ -672,6 +673,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
 	}
 	lost := l.stopped && !l.released // lost before: gives back what is left
+	if !l.released {
+		l.relAt = time.Now()
+		if d := l.deadlineLocked(); !d.IsZero() && d.Before(l.relAt) {
+			l.relAt = d
+		}
+	}
 	l.released, l.stopped = true, true
 	l.mu.Unlock()
 
@@ -1008,6 +1015,9 @@ func (l *Lock) endAs(err error, relFailed bool) {
 	if now := time.Now(); l.ended.IsZero() || l.ended.After(now) {
 		l.ended = now
 	}
+	if !l.relAt.IsZero() && l.relAt.Before(l.ended) {
+		l.ended = l.relAt // released: not to be relied on from then
+	}
 	l.stopped, l.err = true, err
 	close(l.done)
 	fns := l.onEnd
@@ -1049,8 +1059,10 @@ func (l *Lock) Err() error {
 // obtained or last refreshed it there, less an allowance for clock drift
 // (1% of the TTL + 2ms); Deadline is the quorum-th latest of them, which
 // at the acquisition is no earlier than the TTL less the time the round
-// took and the drift, from before the first request. Once Done is closed,
-// it returns when the lock ended, or its deadline if that came first.
+// took and the drift, from before the first request. From when Release
+// is first called, it returns that time (or the deadline, if that came
+// first), also while that Release runs; once Done is closed, when the lock
+// ended, or its deadline if that came first.
 func (l *Lock) Deadline() time.Time {
 	l.expireIfDue()
 	l.mu.Lock()
@@ -1059,6 +1071,9 @@ func (l *Lock) Deadline() time.Time {
 	case <-l.done:
 		return l.ended
 	default:
+	}
+	if !l.relAt.IsZero() {
+		return l.relAt
 	}
 	return l.deadlineLocked()
 }

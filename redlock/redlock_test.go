@@ -1898,3 +1898,42 @@ func TestANodeWhoseClientClosedIsANodeThatFails(t *testing.T) {
 		t.Errorf("Lock with a node's Client closed: %v", err)
 	}
 }
+
+// While a Release runs (here two of three nodes hold their releases back,
+// for up to the node timeout), Deadline is when it began: not the zero
+// time of a lock fewer than a quorum still hold, and never later once Done
+// is closed.
+func TestDeadlineWhileReleasing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	gate, entered := make(chan struct{}), make(chan struct{}, 3)
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return d
+		}
+		return &gateDriver{Driver: d, script: "release", gate: gate, entered: entered}
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "releasing", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	for range 2 {
+		<-entered
+	}
+	d := l.Deadline()
+	if d.IsZero() || d.Before(before) || d.After(time.Now()) {
+		t.Errorf("Deadline while releasing = %v, want when the Release began (after %v)", d, before)
+	}
+	open()
+	<-released
+	<-l.Done()
+	if got := l.Deadline(); got.After(d) {
+		t.Errorf("Deadline after the release = %v, later than while releasing (%v)", got, d)
+	}
+}
