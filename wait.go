@@ -412,9 +412,7 @@ func (h *waitHub) notify(channel, payload string) {
 // wakeWaiters wakes the callers of c waiting for the lock at key, as a
 // notice of its release would, if any wait.
 func (c *Client) wakeWaiters(key string) {
-	c.mu.Lock()
-	h := c.waits
-	c.mu.Unlock()
+	h := c.hubIfAny()
 	if h == nil {
 		return
 	}
@@ -510,9 +508,7 @@ func (h *waitHub) forget(req string, fence uint64) {
 // not one to give back. Locks of one token (WithToken) share their
 // request token, and one may take a hold granted to another that ended.
 func (c *Client) tookGrantable(req string, fence uint64) {
-	c.mu.Lock()
-	h := c.waits
-	c.mu.Unlock()
+	h := c.hubIfAny()
 	if h == nil {
 		return
 	}
@@ -1157,6 +1153,13 @@ func timedOut(ctx context.Context, err error) bool {
 // cutShortSlack is how long after its context's deadline a network
 // timeout still counts as that deadline's (see timedOut).
 const cutShortSlack = 50 * time.Millisecond
+
+// hubIfAny returns the client's waitHub, nil when no caller has waited.
+func (c *Client) hubIfAny() *waitHub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waits
+}
 
 // hub returns the client's waitHub, creating it on first use.
 func (c *Client) hub() *waitHub {
