@@ -29,26 +29,26 @@ type lease struct {
 	// its own lock, as it orders its heap.
 	interval atomic.Int64
 
-	mu        sync.Mutex
-	ttl       time.Duration
-	acquired  time.Time     // when the acquire request was sent
-	deadline  time.Time     // local validity, on the monotonic clock
-	maxHold   time.Duration // zero when unbounded
-	capped    bool          // the max hold stopped the refreshing (see extendAuto)
-	dropped   bool          // the watchdog let it go then; AutoRefresh may hand it back
-	released  bool          // Release was called and succeeded
-	releasing int           // Releases under way
-	relOut    error         // what the Release that succeeded returns: nil, or why the lock was not held
-	letGo     bool          // Release was called: no longer refreshed, even if it failed
-	gone      error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
-	relFailed error         // why the last Release failed, if it did
-	started   bool          // obtained: acquired and deadline are set
-	ending    bool          // end was called; the lease is over once the hooks have run
-	over      bool          // the lease ended: err is set, done closed
-	done      chan struct{} // made by the first Done, closed when over
-	err       error
-	timer     *time.Timer // fires at the deadline
-	onEnd     map[*int]func()
+	mu          sync.Mutex
+	ttl         time.Duration
+	acquired    time.Time     // when the acquire request was sent
+	deadline    time.Time     // local validity, on the monotonic clock
+	maxHold     time.Duration // zero when unbounded
+	capped      bool          // the max hold stopped the refreshing (see extendAuto)
+	dropped     bool          // the watchdog let it go then; AutoRefresh may hand it back
+	released    bool          // Release was called and succeeded
+	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
+	relReturned bool          // that Release has returned: later ones report ErrNotHeld
+	letGo       bool          // Release was called: no longer refreshed, even if it failed
+	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
+	relFailed   error         // why the last Release failed, if it did
+	started     bool          // obtained: acquired and deadline are set
+	ending      bool          // end was called; the lease is over once the hooks have run
+	over        bool          // the lease ended: err is set, done closed
+	done        chan struct{} // made by the first Done, closed when over
+	err         error
+	timer       *time.Timer // fires at the deadline
+	onEnd       map[*int]func()
 
 	// Refreshes of one lease, by Refresh or by the watchdog, go one at a
 	// time (see takeTurn), so that its deadline follows the refresh the

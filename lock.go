@@ -725,8 +725,8 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // is not. Every Release of one Lock is the same request: one whose first
 // call ran on the server but whose reply was lost counts as done, and so do
 // Releases called at once from several goroutines (each returns nil when the
-// lock was freed); only a Release called when none is under way, after one
-// returned, reports ErrNotHeld for a lock already released. A ctx that has
+// lock was freed); only a Release called after one has returned reports
+// ErrNotHeld for a lock already released. A ctx that has
 // already ended when Release is called (that of a request a deferred Release
 // belongs to, say) does not stop it: Release then keeps ctx's values and
 // gives itself up to 2 seconds, since a lock given back is never wrong and
@@ -757,14 +757,13 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	released, token := l.released, l.token
-	if released && l.releasing > 0 {
+	if released && !l.relReturned {
 		// Called before the Release that succeeded returned: the same
 		// request, the same outcome.
 		out := l.relOut
 		l.mu.Unlock()
 		return out
 	}
-	l.releasing++
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.relFailed = nil
 	if l.relID == nil {
@@ -772,11 +771,6 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	id := l.relID
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.releasing--
-		l.mu.Unlock()
-	}()
 	if released {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
@@ -834,6 +828,11 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	l.released, l.relOut = true, err
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.relReturned = true
+		l.mu.Unlock()
+	}()
 	if err != nil {
 		l.end(lostBy(err))
 		return err

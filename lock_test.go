@@ -1612,6 +1612,16 @@ func TestReleasesCalledAtOnceEachReturnNil(t *testing.T) {
 		if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("%s: a Release called after one returned: err = %v, want ErrNotHeld", kind.name, err)
 		}
+		// And so do Releases called together after that.
+		late := make(chan error, 2)
+		for range 2 {
+			go func() { late <- l.Release(ctx) }()
+		}
+		for range 2 {
+			if err := <-late; !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Releases called together after one returned: err = %v, want ErrNotHeld", kind.name, err)
+			}
+		}
 	}
 }
 

@@ -916,12 +916,13 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		wa := waitArgs{waiting: true, ahead: !first}
 		if notices && first {
 			hub.listen(ctx, keys, w)
-			wa.more = hub.moreAt(keys, w)
-			wa.channel = hub.member()
 			// The attempt may register the client even if its reply is
 			// lost or the wait ends first: the last caller to give up
-			// then leaves the sets all the same.
+			// then leaves the sets all the same. (Before moreAt: a caller
+			// that joins while enroll waits is counted.)
 			hub.enroll(ctx, keys)
+			wa.more = hub.moreAt(keys, w)
+			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)
 		if err == nil {
