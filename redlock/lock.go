@@ -675,7 +675,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	lost := l.stopped && !l.released // lost before: gives back what is left
 	if !l.released {
 		l.relAt = time.Now()
-		if d := l.deadlineLocked(); !d.IsZero() && d.Before(l.relAt) {
+		d := l.deadlineLocked()
+		if d.IsZero() {
+			d = l.lostAt // lost, and not ended yet
+		}
+		if !d.IsZero() && d.Before(l.relAt) {
 			l.relAt = d
 		}
 	}

@@ -403,7 +403,7 @@ func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
 		return nil, o.err
 	}
 	if o.ttl-drift(o.ttl) <= r.timeout {
-		return nil, fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v: a round that waits for a slow node would always run past its validity", dlock.ErrInvalidOption, o.ttl, drift(o.ttl), r.timeout)
+		return nil, fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v: a round that waits for a slow node would always run past its validity", dlock.ErrInvalidTTL, o.ttl, drift(o.ttl), r.timeout)
 	}
 	if o.auto && o.refreshInterval() >= o.ttl-drift(o.ttl) {
 		return nil, fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v less %v for clock drift",

@@ -79,11 +79,11 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"TTL within the node timeout", func() error {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout))
 			return err
-		}, dlock.ErrInvalidOption},
+		}, dlock.ErrInvalidTTL},
 		{"TTL past the node timeout only by less than the drift allowance", func() error {
 			_, err := r.TryLock(ctx, "x", redlock.WithTTL(redlock.DefaultNodeTimeout+time.Millisecond))
 			return err
-		}, dlock.ErrInvalidOption},
+		}, dlock.ErrInvalidTTL},
 		{"nil retry", func() error { _, err := r.Lock(ctx, "x", redlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
 		{"nil retry function", func() error {
 			_, err := r.Lock(ctx, "x", redlock.WithRetry(dlock.RetryFunc(nil)))
