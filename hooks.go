@@ -19,7 +19,11 @@ import (
 // refreshes, a timer's for a deadline that passes, the caller's when Err
 // or Done finds the deadline passed) and must return quickly. A hook may
 // call the Lock's methods, but not Client.Close: Close waits for the
-// watchdog, which may be the goroutine running the hook.
+// watchdog, which may be the goroutine running the hook. Hooks should not
+// panic: a panic in Retry or AcquireDone ends the acquisition (a lock it
+// obtained is given back) and goes on, but one in AcquireStart or
+// ReleaseStart leaves the hooks given before it without their Done call
+// (an open span), and the release is not sent.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is
@@ -27,9 +31,10 @@ type Hooks struct {
 	// get.
 	AcquireStart func(ctx context.Context, h HookInfo) context.Context
 	// Retry is called after each failed attempt of a waiting acquisition,
-	// the last before it gives up included: failed attempts so far, and why
-	// the last one failed (ErrNotObtained while the lock is held, or a Redis
-	// error).
+	// the last before it gives up included (not one refused for good, as
+	// with ErrWrongType, ErrKindMismatch or an ACL refusal, which ends the
+	// acquisition at once): failed attempts so far, and why the last one
+	// failed (ErrNotObtained while the lock is held, or a Redis error).
 	Retry func(ctx context.Context, h HookInfo, failed int, err error)
 	// AcquireDone is called when the acquisition ends, obtained or not.
 	AcquireDone func(ctx context.Context, h HookInfo, r AcquireResult)

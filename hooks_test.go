@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -403,6 +404,62 @@ func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	}
 	if starts.Load() != 1 || dones.Load() != 1 {
 		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
+	}
+}
+
+// A WithOnRetry function that ends its goroutine (runtime.Goexit, as
+// t.FailNow does) leaves nothing behind either, and AcquireDone sees the
+// acquisition end.
+func TestAGoexitInARetryFunctionLeavesNothingBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var starts, dones atomic.Int64
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { starts.Add(1); return ctx },
+		AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { dones.Add(1) },
+	}))
+	held, err := e.c.TryLock(ctx, "goexit", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		_, _ = c.Lock(ctx, "goexit", dlock.WithOnRetry(func(int, error) { runtime.Goexit() }))
+	}()
+	<-exited
+	if got := e.srv.Do(t, "ZCARD", "dlock:{goexit}:waiters"); got != "0" {
+		t.Errorf("%s clients registered after the waiter's goroutine exited, want 0", got)
+	}
+	if starts.Load() != 1 || dones.Load() != 1 {
+		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
+	}
+}
+
+// A panic once the lock is obtained, before the caller gets it (here an
+// AcquireDone hook's; a logger's would do), gives the lock back: the
+// caller never sees the Lock, and nothing would release or stop
+// refreshing it.
+func TestAPanicAfterTheLockIsObtainedGivesItBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireDone: func(context.Context, dlock.HookInfo, dlock.AcquireResult) { panic("boom") },
+	}))
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the hook's panic", p)
+			}
+		}()
+		_, _ = c.TryLock(ctx, "obtained-then-panic", dlock.WithTTL(time.Minute), dlock.WithAutoRefresh())
+	}()
+	if e.locked(t, "dlock:{obtained-then-panic}") {
+		t.Error("the lock obtained before the panic is still held")
+	}
+	if n := dlock.WatchedLeases(c); n != 0 {
+		t.Errorf("the watchdog still refreshes %d leases", n)
 	}
 }
 

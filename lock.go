@@ -378,8 +378,16 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 		return nil, err
 	}
 	l.ownReq = o.token == ""
+	returned := false
+	defer func() {
+		if !returned {
+			l.lostToPanic(ctx)
+		}
+	}()
 	if len(c.hooks) == 0 {
-		if err := l.obtain(ctx, o, wait, l.acquire); err != nil {
+		err = l.obtain(ctx, o, wait, l.acquire)
+		returned = true
+		if err != nil {
 			return nil, err
 		}
 		return l, nil
@@ -398,11 +406,21 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 		h.retry(ctx, failed, err)
 	}
 	func() {
-		// A hook that panics mid-acquisition still sees it end.
+		// A hook that panics mid-acquisition (or a function that calls
+		// runtime.Goexit) still sees it end.
+		obtained := false
 		defer func() {
-			if p := recover(); p != nil {
-				h.acquireDone(ctx, AcquireResult{Outcome: OutcomeError, Wait: time.Since(start), Attempts: attempts,
-					Err: fmt.Errorf("dlock: a panic ended the acquisition: %v", p)})
+			if obtained {
+				return
+			}
+			p := recover()
+			why := "runtime.Goexit"
+			if p != nil {
+				why = fmt.Sprintf("a panic (%v)", p)
+			}
+			h.acquireDone(ctx, AcquireResult{Outcome: OutcomeError, Wait: time.Since(start), Attempts: attempts,
+				Err: fmt.Errorf("dlock: %s ended the acquisition", why)})
+			if p != nil {
 				panic(p)
 			}
 		}()
@@ -410,16 +428,38 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 			attempts++
 			return l.acquire(ctx, wa)
 		})
+		obtained = true
 	}()
 	r := AcquireResult{Outcome: outcome(err), Wait: time.Since(start), Attempts: attempts, Err: err}
 	if err == nil {
 		r.Fence = l.Fence()
 	}
 	h.acquireDone(ctx, r)
+	returned = true
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// lostToPanic gives back the lock of an acquisition that a panic or
+// runtime.Goexit ended after it was obtained (in a hook, or a logger):
+// its caller never gets the Lock, so nothing else would release it or
+// stop refreshing it. Its Locks's End hook is not called: AcquireDone did
+// not say obtained. An acquisition ended before it obtained the lock has
+// given back what its attempts may hold (see onRetry).
+func (l *Lock) lostToPanic(ctx context.Context) {
+	l.mu.Lock()
+	started := l.started
+	l.mu.Unlock()
+	if !started {
+		return
+	}
+	l.drop()
+	if l.ownReq {
+		l.cleanup(ctx, true)
+	}
+	l.ended()
 }
 
 // obtain makes the attempts of an acquisition: one, or, when wait is set,

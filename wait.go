@@ -1044,16 +1044,17 @@ func (c *Client) finished() {
 }
 
 // onRetry calls f, the caller's WithOnRetry and the hooks' Retry; should
-// it panic, the acquisition is abandoned first (what an attempt may have
-// left is cleaned up), and the panic goes on.
+// it panic or call runtime.Goexit, the acquisition is abandoned first
+// (what an attempt may have left is cleaned up), and the panic goes on.
 func onRetry(f func(int, error), failed int, err error, abandon func()) {
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			abandon()
-			panic(p)
+		if !returned {
+			abandon() // a panic goes on; so does runtime.Goexit
 		}
 	}()
 	f(failed, err)
+	returned = true
 }
 
 // maxWait returns the bound of a wait under ctx: the WithMaxWait given

@@ -20,7 +20,7 @@
 //
 //	dlock.acquire.duration  histogram, s   wait from the start of an acquisition to its outcome
 //	dlock.acquisitions      counter        acquisitions that ended, by dlock.acquire.outcome
-//	dlock.acquire.retries   counter        failed attempts of waiting acquisitions (the last before giving up too)
+//	dlock.acquire.retries   counter        failed attempts of waiting acquisitions (the last before giving up too, but not a refusal for good)
 //	dlock.refreshes         counter        refreshes, by dlock.refresh.outcome
 //	dlock.hold.duration     histogram, s   how long locks were held, at release or loss
 //	dlock.held_locks        up-down        locks held now

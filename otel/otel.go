@@ -76,8 +76,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // Hooks returns hooks for dlock.WithHooks that record the metrics and the
 // spans described in the package documentation. Several clients may share
-// them. It fails only if the meter provider refuses to create an
-// instrument.
+// them; give them to a client once (given twice, the two sets' spans of
+// one acquisition are confused: one is ended twice, the other never). It
+// fails only if the meter provider refuses to create an instrument.
 func Hooks(opts ...Option) (dlock.Hooks, error) {
 	var c config
 	for _, o := range opts {
@@ -127,7 +128,7 @@ func newRecorder(c config) (*recorder, error) {
 	r.acquisitions, errs[1] = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions that ended, by outcome."))
 	r.retries, errs[2] = m.Int64Counter("dlock.acquire.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Failed attempts of waiting acquisitions, the last before one gave up included."))
+		metric.WithDescription("Failed attempts of waiting acquisitions, the last before one gave up included, but not a refusal for good."))
 	r.refreshes, errs[3] = m.Int64Counter("dlock.refreshes", metric.WithUnit("{refresh}"),
 		metric.WithDescription("Refreshes of held locks, by Lock.Refresh or the watchdog, by outcome."))
 	r.holdDuration, errs[4] = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
