@@ -445,7 +445,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 // lostToPanic gives back the lock of an acquisition that a panic or
 // runtime.Goexit ended after it was obtained (in a hook, or a logger):
 // its caller never gets the Lock, so nothing else would release it or
-// stop refreshing it. Its Locks's End hook is not called: AcquireDone did
+// stop refreshing it. Its End hook is not called: AcquireDone did
 // not say obtained. An acquisition ended before it obtained the lock has
 // given back what its attempts may hold (see onRetry).
 func (l *Lock) lostToPanic(ctx context.Context) {
