@@ -1122,3 +1122,41 @@ func TestALateUnwaitLeavesTheNextRegistration(t *testing.T) {
 	}
 	_ = r.l.Release(ctx)
 }
+
+// TestAnUnwaitHeldUpAtOneNameDoesNotHoldUpAnother: a caller waiting for a
+// lock on two names gives up, and the client leaves both names' waiter
+// sets; the request for one is held up (a stalled node). A new caller for
+// the other name waits only for that name's unwait, not for both.
+func TestAnUnwaitHeldUpAtOneNameDoesNotHoldUpAnother(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "ua", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	gate, entered := make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if c := calls[0]; c.Script.Name == "unwait" && c.Keys[0] == "dlock:{ua}" {
+			close(entered)
+			<-gate
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	defer close(gate) // before Close, which waits for the held-up unwait
+	first, cancel := context.WithCancel(ctx)
+	gaveUp := whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return c.LockMulti(first, []string{"ua", "ub"}, opts...)
+	})
+	cancel()
+	_ = gaveUp // returns once the held-up unwait does, at the end
+	<-entered
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	l, err := c.Lock(wctx, "ub")
+	if err != nil {
+		t.Fatalf("Lock of the other name while one unwait is held up: %v", err)
+	}
+	_ = l.Release(ctx)
+}
