@@ -578,6 +578,26 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		awaitCond(t, 5*time.Second, func() bool { return len(e.taken(t, low, high)) == 0 })
 	})
 
+	// A part that cannot be refreshed (its primary unreachable) ends the
+	// lock at its deadline, while the refreshes extended the other parts:
+	// those are given back then, not left taken for up to a TTL more.
+	t.Run("APartNotRefreshedGivesBackTheRestAtTheDeadline", func(t *testing.T) {
+		d := &unreachableKeyDriver{Driver: goredis.New(e.newRedis(t)), script: "refresh", key: "dlock:{" + mid + "}"}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		l, err := c.TryLockMulti(ctx, []string{low, mid, high}, dlock.WithTTL(2*time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lock did not end at its deadline")
+		}
+		// The other parts, refreshed 100ms apart, had most of 2s left.
+		awaitCond(t, 500*time.Millisecond, func() bool { return len(e.taken(t, low, high)) == 0 })
+	})
+
 	// Last: it leaves the names kept until it force-releases them.
 	t.Run("MinHold", func(t *testing.T) {
 		c, _ := e.newClient(t)
@@ -685,4 +705,25 @@ func (d *partLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
 
 func (d *partLoser) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	return d.tapDriver.Driver.(dlock.ShardedSubscriber).SubscribeSharded(ctx, notify)
+}
+
+// unreachableKeyDriver fails the calls of script whose first key is key as
+// a node that cannot be reached would, and passes the others on.
+type unreachableKeyDriver struct {
+	dlock.Driver
+	script, key string
+}
+
+func (d *unreachableKeyDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	var send []*dlock.Call
+	for _, c := range calls {
+		if c.Script.Name == d.script && c.Keys[0] == d.key {
+			c.Err = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			continue
+		}
+		send = append(send, c)
+	}
+	if len(send) > 0 {
+		d.Driver.Eval(ctx, send...)
+	}
 }

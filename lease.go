@@ -240,6 +240,17 @@ func (s *lease) expireAt() bool {
 		return true
 	}
 	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
+	// The refreshes that failed may have extended its other names (the
+	// parts of a lock split by slot on the nodes they reached): they are
+	// given back.
+	if s.every() > 0 {
+		s.c.mu.Lock()
+		w := s.c.wd
+		s.c.mu.Unlock()
+		if w != nil {
+			w.giveBack([]*lease{s})
+		}
+	}
 	return true
 }
 

@@ -28,7 +28,8 @@ type watchdog struct {
 	// for a process pause.
 	gate sync.Mutex
 
-	givers sync.WaitGroup // the goroutines that give back what is left of lost locks
+	givers  sync.WaitGroup // the goroutines that give back what is left of lost locks
+	stopped bool           // under mu: close has begun, no give-back starts
 }
 
 const (
@@ -88,7 +89,33 @@ func (w *watchdog) close() {
 	close(w.stop) // before the cancel, so that the refreshes it ends see it
 	w.cancel()
 	<-w.done
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
 	w.givers.Wait() // bounded: each give-back has cleanupTimeout
+}
+
+// giveBack gives back what is left of leases that ended lost (see
+// leaseHolder.giveBackRest), on a goroutine of its own, so that a slow
+// node does not hold up the caller (the watchdog's other refreshes, a
+// deadline's timer); close waits for it. Nothing is given back once close
+// has begun.
+func (w *watchdog) giveBack(lost []*lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || len(lost) == 0 {
+		return
+	}
+	w.givers.Add(1)
+	go func() {
+		defer w.givers.Done()
+		// All within one cleanupTimeout, which bounds Close's wait.
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		for _, s := range lost {
+			s.holder.giveBackRest(ctx)
+		}
+	}()
 }
 
 func (w *watchdog) run(ctx context.Context) {
@@ -192,23 +219,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	w.send(ctx, sent, calls)
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	var lost []*lease // found lost by this batch
-	defer func() {
-		if len(lost) == 0 {
-			return
-		}
-		// Off the watchdog's goroutine: a slow node must not hold up the
-		// other leases' refreshes.
-		w.givers.Add(1)
-		go func() {
-			defer w.givers.Done()
-			// All within one cleanupTimeout, which bounds Close's wait.
-			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-			defer cancel()
-			for _, s := range lost {
-				s.holder.giveBackRest(ctx)
-			}
-		}()
-	}()
+	defer func() { w.giveBack(lost) }()
 	// Close abandons the refreshes under way: their failures are not
 	// reported as failed refreshes.
 	abandoned := w.closing()
