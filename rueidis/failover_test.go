@@ -172,3 +172,25 @@ func hasNode(client rueidis.Client, addr string) bool {
 	_, ok := client.Nodes()[addr]
 	return ok
 }
+
+// TestAReleaseAfterAFailoverOfAnIdleClient: a client idle while its lock's
+// primary fails over still has the old slot map, and its next request goes
+// to the dead primary, which refuses the dial. Release gets through all
+// the same: the call, which never ran, goes again once rueidis has read
+// the slots again.
+func TestAReleaseAfterAFailoverOfAnIdleClient(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	locks := dlock.New(newClusterDriver(t, c))
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "idle", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := c.PrimaryOf(t, locks.RedisKey("idle"))
+	old.Kill(t)
+	c.AwaitFailover(t, locks.RedisKey("idle"), old, 20*time.Second)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after the failover: %v", err)
+	}
+}

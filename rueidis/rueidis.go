@@ -15,9 +15,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/redis/rueidis"
@@ -49,6 +51,10 @@ func New(client rueidis.Client) *Driver {
 // Calls with a Lib run by FCALL, and again once the library is loaded where
 // a server answered that the function is missing.
 //
+// A call whose connection the server closed under it goes again at once,
+// up to four times; on a cluster, one whose dial was refused goes again
+// after 100ms, 200ms and 400ms, within ctx (see failoverRetries).
+//
 // Each call is routed by its first key. The other keys go out as plain
 // arguments, so that a call whose keys lie in several cluster slots is
 // refused by the server (CROSSSLOT), as with any other client, instead of
@@ -67,18 +73,68 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	for range closedRetries {
 		again := closedUnder(calls)
 		if len(again) == 0 || ctx.Err() != nil {
-			return
+			break
 		}
 		for _, c := range again {
 			c.Val, c.Err = nil, nil
 		}
 		d.eval(ctx, again)
 	}
+	// On a cluster, a client idle through a failover still sends to the
+	// old primary, which refuses the dial, until rueidis has read the slots
+	// again in the background, a few hundred milliseconds later: such calls,
+	// which never ran, go again after a pause, within ctx.
+	if d.client.Mode() != rueidis.ClientModeCluster {
+		return
+	}
+	pause := failoverPause
+	for range failoverRetries {
+		var again []*dlock.Call
+		for _, c := range calls {
+			if dialFailed(c.Err) {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 || !sleep(ctx, pause) {
+			return
+		}
+		for _, c := range again {
+			c.Val, c.Err = nil, nil
+		}
+		d.eval(ctx, again)
+		pause *= 2
+	}
 }
 
 // closedRetries bounds how many times Eval sends again the calls whose
 // connection was closed under them.
 const closedRetries = 4
+
+// On a cluster, Eval sends a call whose dial failed again failoverRetries
+// times, after failoverPause, then twice that, and so on: 700ms in all.
+const (
+	failoverRetries = 3
+	failoverPause   = 100 * time.Millisecond
+)
+
+// dialFailed reports whether err says that a request could not be sent:
+// its connection could not be opened.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// sleep waits d, or until ctx ends; it reports whether ctx lasted.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // closedUnder returns the calls that failed because their connection was
 // closed under them (see dlock.ConnectionClosed).
