@@ -371,17 +371,32 @@ func TestHooksMayUseTheirLock(t *testing.T) {
 	}
 }
 
+// countingClient returns a client whose hooks count the acquisitions that
+// start and end.
+func countingClient(t *testing.T, e *env) (c *dlock.Client, starts, dones *atomic.Int64) {
+	starts, dones = new(atomic.Int64), new(atomic.Int64)
+	c = e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { starts.Add(1); return ctx },
+		AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { dones.Add(1) },
+	}))
+	return c, starts, dones
+}
+
+// checkOnce fails t unless one acquisition started and ended.
+func checkOnce(t *testing.T, starts, dones *atomic.Int64) {
+	t.Helper()
+	if starts.Load() != 1 || dones.Load() != 1 {
+		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
+	}
+}
+
 // A WithOnRetry function or a Retry hook that panics still leaves nothing
 // behind: the acquisition is abandoned (a waiting writer's pending
 // acquire goes), AcquireDone sees it end, and the panic goes on.
 func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	var starts, dones atomic.Int64
-	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
-		AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { starts.Add(1); return ctx },
-		AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { dones.Add(1) },
-	}))
+	c, starts, dones := countingClient(t, e)
 	reader, err := e.c.RWMutex("panicky").TryRLock(ctx, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -402,9 +417,7 @@ func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	if info.WriterWaiting || info.Waiters != 0 {
 		t.Errorf("after the panic the writer still waits: %+v", info)
 	}
-	if starts.Load() != 1 || dones.Load() != 1 {
-		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
-	}
+	checkOnce(t, starts, dones)
 }
 
 // A WithOnRetry function that ends its goroutine (runtime.Goexit, as
@@ -413,11 +426,7 @@ func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 func TestAGoexitInARetryFunctionLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	var starts, dones atomic.Int64
-	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
-		AcquireStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { starts.Add(1); return ctx },
-		AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { dones.Add(1) },
-	}))
+	c, starts, dones := countingClient(t, e)
 	held, err := e.c.TryLock(ctx, "goexit", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -432,9 +441,7 @@ func TestAGoexitInARetryFunctionLeavesNothingBehind(t *testing.T) {
 	if got := e.srv.Do(t, "ZCARD", "dlock:{goexit}:waiters"); got != "0" {
 		t.Errorf("%s clients registered after the waiter's goroutine exited, want 0", got)
 	}
-	if starts.Load() != 1 || dones.Load() != 1 {
-		t.Errorf("AcquireStart %d, AcquireDone %d times; want once each", starts.Load(), dones.Load())
-	}
+	checkOnce(t, starts, dones)
 }
 
 // A panic once the lock is obtained, before the caller gets it (here an
