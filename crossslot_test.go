@@ -598,6 +598,43 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		awaitCond(t, 500*time.Millisecond, func() bool { return len(e.taken(t, low, high)) == 0 })
 	})
 
+	// A caller waiting for names on two primaries gives up, and the client
+	// leaves both names' waiter sets; the request to one primary is held
+	// up (a stalled node). A new caller for the other name waits only for
+	// that name's unwait, not for both.
+	t.Run("AnUnwaitHeldUpOnOnePrimaryDoesNotHoldUpAnother", func(t *testing.T) {
+		other, _ := e.newClient(t)
+		held, err := other.TryLock(ctx, low, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(ctx)
+		gate, entered := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		d := &hookDriver{Driver: goredis.New(e.newRedis(t)), before: func(calls []*dlock.Call) {
+			if c := calls[0]; c.Script.Name == "unwait" && c.Keys[0] == "dlock:{"+low+"}" {
+				once.Do(func() { close(entered) })
+				<-gate
+			}
+		}}
+		c := dlock.New(d)
+		defer c.Close()
+		defer close(gate) // before Close, which waits for the held-up unwait
+		first, cancel := context.WithCancel(ctx)
+		_ = whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.LockMulti(first, []string{low, high}, opts...)
+		})
+		cancel()
+		<-entered
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		l, err := c.Lock(wctx, high)
+		if err != nil {
+			t.Fatalf("Lock of the other name while one unwait is held up: %v", err)
+		}
+		_ = l.Release(ctx)
+	})
+
 	// Last: it leaves the names kept until it force-releases them.
 	t.Run("MinHold", func(t *testing.T) {
 		c, _ := e.newClient(t)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/causes"
+	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // Waiting is woken by Redis, not by polling. A client that waits for a
@@ -1181,36 +1182,45 @@ func (c *Client) hub() *waitHub {
 // of its callers waits for since the last of them gave up, passing on any
 // notice it received and did not use. A lock on several names was
 // registered at whichever name refused it, so every such name's set is
-// left, each by a request of its own, at once: the attempts that wait for
-// one key's unwait (see enroll) do not wait for another's, on a node that
-// may be stalled.
+// left: in one pipeline, or on a cluster in one for each slot, at once,
+// so that the attempts that wait for a key's unwait (see enroll) do not
+// wait for one on a node that may be stalled.
 func (c *Client) unwait(ctx context.Context, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if len(keys) == 1 {
-		c.unwaitKey(ctx, keys[0])
+	if len(keys) == 1 || !c.cluster.Load() {
+		c.unwaitKeys(ctx, keys)
 		return
 	}
-	var wg sync.WaitGroup
+	bySlot := map[int][]string{}
 	for _, k := range keys {
+		bySlot[keyslot.Of(k)] = append(bySlot[keyslot.Of(k)], k)
+	}
+	var wg sync.WaitGroup
+	for _, group := range bySlot {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.unwaitKey(ctx, k)
+			c.unwaitKeys(ctx, group)
 		}()
 	}
 	wg.Wait()
 }
 
-// unwaitKey is unwait for one key, within ctx.
-func (c *Client) unwaitKey(ctx context.Context, key string) {
-	// The attempts that enroll at key go on once this returns: within
+// unwaitKeys is unwait for keys, in one request or pipeline, within ctx.
+func (c *Client) unwaitKeys(ctx context.Context, keys []string) {
+	// The attempts that enroll at keys go on once this returns: within
 	// cleanupTimeout, whether or not the unwait was answered (one cut short
 	// in a pipeline that another caller sent may still run after them).
-	defer c.hub().unwaited([]string{key})
-	call := &Call{Script: scriptUnwait, Keys: []string{key, key + ":waiters"}, Args: []any{c.hub().member()}}
-	c.evalWith(ctx, replication{}, call)
-	if call.Err != nil {
-		c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{c.nameOf(key)}, "err", call.Err)
+	defer c.hub().unwaited(keys)
+	calls := make([]*Call, len(keys))
+	for i, k := range keys {
+		calls[i] = &Call{Script: scriptUnwait, Keys: []string{k, k + ":waiters"}, Args: []any{c.hub().member()}}
+	}
+	c.evalWith(ctx, replication{}, calls...)
+	for i, call := range calls {
+		if call.Err != nil {
+			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{c.nameOf(keys[i])}, "err", call.Err)
+		}
 	}
 }
