@@ -15,10 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sort"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -82,8 +82,8 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 	// On a cluster, a client idle through a failover still sends to the
 	// old primary, which refuses the dial, until rueidis has read the slots
-	// again in the background, a few hundred milliseconds later: such calls,
-	// which never ran, go again after a pause, within ctx.
+	// again in the background, a few hundred milliseconds later: such calls
+	// go again after a pause, within ctx.
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		return
 	}
@@ -118,10 +118,10 @@ const (
 )
 
 // dialFailed reports whether err says that a request could not be sent:
-// its connection could not be opened.
+// the server refused its connection. (Not a dial that timed out: one more
+// would wait as long.)
 func dialFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // sleep waits d, or until ctx ends; it reports whether ctx lasted.
