@@ -233,7 +233,7 @@ func (s *lease) expireAt() bool {
 		s.mu.Unlock()
 		return false
 	}
-	capped := s.capped
+	capped, ending := s.capped, s.ending
 	s.mu.Unlock()
 	if capped {
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
@@ -243,7 +243,7 @@ func (s *lease) expireAt() bool {
 	// The refreshes that failed may have extended its other names (the
 	// parts of a lock split by slot on the nodes they reached): they are
 	// given back.
-	if s.every() > 0 {
+	if !ending && s.every() > 0 {
 		s.c.mu.Lock()
 		w := s.c.wd
 		s.c.mu.Unlock()

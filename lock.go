@@ -751,7 +751,9 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // still held are released all the same. A Lock ended by its local deadline
 // (Done closed: a refresh that did not come in time, WithMaxHold) may still
 // be on the server for the drift allowance (1% of the TTL, and 2ms): Release
-// then frees it and returns nil, and Err still says why it ended. A lock
+// then frees it and returns nil, and Err still says why it ended (a lock
+// on several names refreshed automatically gives its names back itself at
+// its deadline: Release may then find them gone, ErrNotHeld). A lock
 // re-entered by its owner (WithOwner) is freed when every acquisition has
 // been released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
