@@ -751,11 +751,11 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // still held are released all the same. A Lock ended by its local deadline
 // (Done closed: a refresh that did not come in time, WithMaxHold) may still
 // be on the server for the drift allowance (1% of the TTL, and 2ms): Release
-// then frees it and returns nil, and Err still says why it ended (a lock
-// on several names refreshed automatically gives its names back itself at
-// its deadline: Release may then find them gone, ErrNotHeld). A lock
-// re-entered by its owner (WithOwner) is freed when every acquisition has
-// been released. One obtained WithMinHold stays taken, by nobody, until its
+// then frees it and returns nil, and Err still says why it ended (a lock on
+// several names refreshed automatically gives its names back itself at its
+// deadline: Release may then find them gone, ErrNotHeld). A lock re-entered
+// by its owner (WithOwner) is freed when every acquisition has been
+// released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
 // Release sent again after that time reports ErrNotHeld, the kept hold
 // having run out and taken the record of the first with it). Done is closed
@@ -768,11 +768,11 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // call ran on the server but whose reply was lost counts as done, and so do
 // Releases called at once from several goroutines (each returns nil when the
 // lock was freed); only a Release called after one has returned reports
-// ErrNotHeld for a lock already released. A ctx that has
-// already ended when Release is called (that of a request a deferred Release
-// belongs to, say) does not stop it: Release then keeps ctx's values and
-// gives itself up to 2 seconds, since a lock given back is never wrong and
-// one left behind blocks others for its TTL.
+// ErrNotHeld for a lock already released. A ctx that has already ended when
+// Release is called (that of a request a deferred Release belongs to, say)
+// does not stop it: Release then keeps ctx's values and gives itself up to 2
+// seconds, since a lock given back is never wrong and one left behind blocks
+// others for its TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {

@@ -98,8 +98,8 @@ func (w *watchdog) close() {
 // giveBack gives back what is left of leases that ended lost (see
 // leaseHolder.giveBackRest), on a goroutine of its own, so that a slow
 // node does not hold up the caller (the watchdog's other refreshes, a
-// deadline's timer); close waits for it. Nothing is given back once close
-// has begun.
+// deadline's timer); close waits for it. Nothing is given back once the
+// watchdog's goroutine has stopped for close.
 func (w *watchdog) giveBack(lost []*lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
