@@ -354,13 +354,18 @@ func (c *Client) watchdog() *watchdog {
 	return c.wd
 }
 
+// watchdogIfAny returns the client's watchdog, nil when it has none
+// (nothing was refreshed automatically yet, or Close was called).
+func (c *Client) watchdogIfAny() *watchdog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wd
+}
+
 // unwatch takes a lease that ended out of the client's watchdog, if it
 // has one.
 func (c *Client) unwatch(s *lease) {
-	c.mu.Lock()
-	w := c.wd
-	c.mu.Unlock()
-	if w != nil {
+	if w := c.watchdogIfAny(); w != nil {
 		w.remove(s)
 	}
 }

@@ -48,9 +48,7 @@ func GivenBack(c *Client) { c.hub().givers.Wait() }
 // WatchedLeases returns how many leases c's watchdog has, 0 when it has
 // none.
 func WatchedLeases(c *Client) int {
-	c.mu.Lock()
-	w := c.wd
-	c.mu.Unlock()
+	w := c.watchdogIfAny()
 	if w == nil {
 		return 0
 	}

@@ -244,10 +244,7 @@ func (s *lease) expireAt() bool {
 	// parts of a lock split by slot on the nodes they reached): they are
 	// given back.
 	if !ending && s.every() > 0 {
-		s.c.mu.Lock()
-		w := s.c.wd
-		s.c.mu.Unlock()
-		if w != nil {
+		if w := s.c.watchdogIfAny(); w != nil {
 			w.giveBack([]*lease{s})
 		}
 	}

@@ -2041,23 +2041,35 @@ func TestACleanUpThatFailsIsSentAgain(t *testing.T) {
 // once more at once: the lock is freed, and Release returns nil.
 func TestAReleaseThatFailsIsSentAgain(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	d := &dropDriver{Driver: e.newDriver(t), script: "release"}
-	c := dlock.New(d)
-	defer c.Close()
-	l, err := c.TryLock(ctx, "released-again", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.mu.Lock()
-	d.drops = 1
-	d.mu.Unlock()
-	if err := l.Release(ctx); err != nil {
+	if _, _, err := releaseDroppingOnce(t, e, "released-again", nil); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if e.locked(t, "dlock:{released-again}") {
 		t.Error("the lock is still held")
 	}
+}
+
+// releaseDroppingOnce takes name on a client of its own whose driver then
+// fails the first release call with err (a reset connection's when nil),
+// releases it, and returns the Lock, how many release calls the driver was
+// asked for and Release's error.
+func releaseDroppingOnce(t *testing.T, e *env, name string, err error) (l *dlock.Lock, sent int, relErr error) {
+	t.Helper()
+	ctx := context.Background()
+	d := &dropDriver{Driver: e.newDriver(t), script: "release", err: err}
+	c := dlock.New(d)
+	t.Cleanup(func() { _ = c.Close() })
+	l, lerr := c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	d.mu.Lock()
+	d.drops = 1
+	d.mu.Unlock()
+	relErr = l.Release(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return l, d.sent, relErr
 }
 
 // A Release whose request timed out (a server that stalled, under a
@@ -2068,22 +2080,10 @@ func TestAReleaseThatTimedOutIsNotSentAgain(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
-	d := &dropDriver{Driver: e.newDriver(t), script: "release", err: timeout}
-	c := dlock.New(d)
-	defer c.Close()
-	l, err := c.TryLock(ctx, "timed-out", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.mu.Lock()
-	d.drops = 1
-	d.mu.Unlock()
-	if err := l.Release(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
+	l, sent, err := releaseDroppingOnce(t, e, "timed-out", timeout)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Release: err = %v, want the timeout", err)
 	}
-	d.mu.Lock()
-	sent := d.sent
-	d.mu.Unlock()
 	if sent != 1 {
 		t.Errorf("the release was asked for %d times, want once", sent)
 	}

@@ -274,12 +274,8 @@ func (s *subscription) drop(c *conn) {
 // returns nil).
 func (s *subscription) reconnect(delay *time.Duration) *conn {
 	for {
-		t := time.NewTimer(*delay)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
+		if !sleep(s.ctx, *delay) {
 			return nil
-		case <-t.C:
 		}
 		*delay = min(2**delay, maxBackoff)
 		s.mu.Lock()

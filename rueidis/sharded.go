@@ -273,12 +273,8 @@ func (s *shardedSubscription) retry(channels []string) {
 	s.running.Add(1)
 	go func() {
 		defer s.running.Done()
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-s.ctx.Done():
+		if !sleep(s.ctx, wait) {
 			return
-		case <-t.C:
 		}
 		s.d.slots.Store(nil) // it may be out of date
 		ctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
