@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dlockio/dlock/internal/causes"
+	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // batcher coalesces the script calls that many goroutines issue at once
@@ -18,7 +19,9 @@ import (
 // goroutine is started: every call is sent by a goroutine that waits for
 // it. A caller whose context ends does not wait longer: a queued call is
 // not sent, and one in a pipeline that another caller sent is left as a
-// call whose reply was lost (but for a refresh: see stays).
+// call whose reply was lost (but for a refresh: see stays). On a
+// Partitioned driver, each hash slot has a batcher of its own (see
+// Client.lane).
 type batcher struct {
 	driver Driver
 	max    int
@@ -95,6 +98,26 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 			call.Val, call.Err = nil, ctx.Err()
 		}
 	}
+}
+
+// lane returns the batcher that sends call: on a Partitioned driver, the
+// one of the hash slot of its first key, which routes it, so that the
+// requests that a stalled server holds take only the pipeline slots of
+// its own hash slots, and a pipeline never mixes requests to two servers
+// (it would return with its slowest). Elsewhere the client's one batcher.
+func (c *Client) lane(call *Call) *batcher {
+	if c.lanes == nil || len(call.Keys) == 0 {
+		return &c.batch
+	}
+	p := &c.lanes[keyslot.Of(call.Keys[0])]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	b := &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib}
+	if p.CompareAndSwap(nil, b) {
+		return b
+	}
+	return p.Load()
 }
 
 // stays reports whether the caller of call waits for its pipeline even

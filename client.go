@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -24,6 +26,10 @@ type Client struct {
 	log    *slog.Logger
 	hooks  []Hooks
 	batch  batcher
+	// lanes are the batchers of each hash slot, made as they are first
+	// needed, on a Partitioned driver; nil elsewhere, where batch serves
+	// every request (see lane).
+	lanes *[keyslot.Slots]atomic.Pointer[batcher]
 
 	// fenceKeep is the fence counters' retention in ms, boxed for the
 	// scripts' arguments, or nil for the default (see WithFenceRetention).
@@ -78,7 +84,8 @@ func WithLogger(l *slog.Logger) ClientOption {
 // later deadlines that share it; a refresh stays, so that it never runs
 // after its lock's next refresh. Releases, clean-ups and waiter-set exits
 // may have n more in flight: requests a stalled server holds do not keep
-// them queued.
+// them queued. On a Partitioned driver (a cluster), each hash slot has n
+// (and n more) of its own, and a pipeline carries the requests of one slot.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }
@@ -145,6 +152,9 @@ func New(d Driver, opts ...ClientOption) *Client {
 		if o != nil {
 			o(c)
 		}
+	}
+	if p, ok := d.(Partitioned); ok && p.Partitioned() {
+		c.lanes = new([keyslot.Slots]atomic.Pointer[batcher])
 	}
 	return c
 }
@@ -258,7 +268,7 @@ func (c *Client) ttlArg(ttl time.Duration) any {
 // eval runs one script call and returns its reply.
 func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	call := &Call{Script: s, Keys: keys, Args: args}
-	c.batch.eval(ctx, call)
+	c.lane(call).eval(ctx, call)
 	return call.Val, call.Err
 }
 

@@ -635,6 +635,39 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		_ = l.Release(ctx)
 	})
 
+	// One primary stalls (a fork, a slow disk, a partition) for longer
+	// than a short lock on another primary has left of its TTL: that lock,
+	// refreshed automatically by the same client, stays held, its
+	// refreshes not held up behind the stalled ones; and the lock on the
+	// stalled primary, whose TTL outlasts the stall, stays held too.
+	t.Run("AStalledPrimaryDoesNotCostTheLocksOnOthers", func(t *testing.T) {
+		c := dlock.New(goredis.New(e.newRedis(t)))
+		defer c.Close()
+		long, err := c.TryLock(ctx, low, dlock.WithTTL(3*time.Second), dlock.WithAutoRefresh())
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, err := c.TryLock(ctx, high, dlock.WithTTL(600*time.Millisecond), dlock.WithAutoRefresh())
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled := e.cluster.PrimaryOf(t, dlock.DefaultPrefix+"{"+low+"}")
+		stalled.Pause(t)
+		// Under the cluster's node timeout (2s), so that it stays up.
+		time.Sleep(1500 * time.Millisecond) // the stall, two and a half short TTLs
+		stalled.Resume(t)
+		for _, l := range []*dlock.Lock{short, long} {
+			select {
+			case <-l.Done():
+				t.Errorf("%s lost through the stall: %v", l.Key(), l.Err())
+			default:
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release %s: %v", l.Key(), err)
+			}
+		}
+	})
+
 	// Last: it leaves the names kept until it force-releases them.
 	t.Run("MinHold", func(t *testing.T) {
 		c, _ := e.newClient(t)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +15,8 @@ import (
 // earliest refresh falls due, then refreshes every lease due by then or
 // soon after, in pipelined batches, so that holding many locks costs a few
 // round trips per interval, not one goroutine and one round trip per lock.
+// On a Partitioned driver each server's locks go in a pipeline of their
+// own, sent from a goroutine of its own (see refreshBatch).
 type watchdog struct {
 	c      *Client
 	cancel context.CancelFunc // cancels the refreshes under way
@@ -28,6 +31,7 @@ type watchdog struct {
 	// for a process pause.
 	gate sync.Mutex
 
+	sending sync.WaitGroup // the goroutines that refresh the locks of one server (see refreshBatch)
 	givers  sync.WaitGroup // the goroutines that give back what is left of lost locks
 	stopped bool           // under mu: close has begun, no give-back starts
 }
@@ -83,12 +87,13 @@ func (w *watchdog) remove(s *lease) {
 	w.mu.Unlock()
 }
 
-// close stops the goroutine, abandoning a refresh under way, and waits for
-// it to return.
+// close stops the goroutine, abandoning the refreshes under way, and waits
+// for it and for them to return.
 func (w *watchdog) close() {
 	close(w.stop) // before the cancel, so that the refreshes it ends see it
 	w.cancel()
 	<-w.done
+	w.sending.Wait()
 	w.mu.Lock()
 	w.stopped = true
 	w.mu.Unlock()
@@ -176,10 +181,7 @@ func (w *watchdog) refresh(ctx context.Context, due []*lease) {
 
 func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	now := time.Now()
-	calls := make([][]*Call, 0, len(batch))
-	sent := make([]*lease, 0, len(batch))
-	ttls := make([]time.Duration, 0, len(batch))
-	deadline := now.Add(time.Hour)
+	out := make([]refreshing, 0, len(batch))
 	for _, s := range batch {
 		if !s.refreshing() {
 			continue
@@ -204,34 +206,99 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			s.endTurn()
 			continue // the max hold allows no more: the deadline timer ends it
 		}
-		if d.Before(deadline) {
-			deadline = d
-		}
-		calls = append(calls, s.holder.refreshCalls(ttl))
-		sent, ttls = append(sent, s), append(ttls, ttl)
+		out = append(out, refreshing{s: s, calls: s.holder.refreshCalls(ttl), ttl: ttl, deadline: d})
 	}
-	if len(calls) == 0 {
+	if w.c.lanes == nil {
+		w.refreshGroup(ctx, now, out)
+		return
+	}
+	// On a Partitioned driver, one pipeline a server, each on a goroutine
+	// of its own that close waits for, so that a server that stalls holds
+	// up only the refreshes of its own locks: the others' replies are
+	// taken as they come, and the next refreshes go out while it stalls.
+	for _, g := range w.byServer(ctx, out) {
+		w.sending.Add(1)
+		go func() {
+			defer w.sending.Done()
+			w.refreshGroup(ctx, now, g)
+		}()
+	}
+}
+
+// refreshing is a lease being refreshed, with its calls.
+type refreshing struct {
+	s        *lease
+	calls    []*Call
+	ttl      time.Duration
+	deadline time.Time // the lease's deadline when the refresh was sent
+}
+
+// byServer groups leases by the server their calls go to, on a
+// Partitioned driver; a lease whose calls go to several (a lock split by
+// cluster slot) goes with the others of the same servers, and those whose
+// server the driver cannot tell go together.
+func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshing {
+	p := w.c.driver.(Partitioned)
+	index := map[string]int{}
+	var groups [][]refreshing
+	var key strings.Builder
+	for _, r := range out {
+		key.Reset()
+		last := ""
+		for i, c := range r.calls {
+			var srv string
+			if len(c.Keys) > 0 {
+				srv = p.Server(ctx, c.Keys[0])
+			}
+			if i == 0 || srv != last {
+				key.WriteString(srv)
+				key.WriteByte(0)
+			}
+			last = srv
+		}
+		i, ok := index[key.String()]
+		if !ok {
+			i = len(groups)
+			index[key.String()] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], r)
+	}
+	return groups
+}
+
+// refreshGroup sends the refreshes of a group of leases in one pipeline,
+// and schedules each one's next refresh, or ends it.
+func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refreshing) {
+	if len(group) == 0 {
 		return
 	}
 	// A refresh that cannot answer before the earliest deadline is useless.
+	deadline := group[0].deadline
+	for _, r := range group[1:] {
+		if r.deadline.Before(deadline) {
+			deadline = r.deadline
+		}
+	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	w.send(ctx, sent, calls)
+	w.send(ctx, group)
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	var lost []*lease // found lost by this batch
 	defer func() { w.giveBack(lost) }()
 	// Close abandons the refreshes under way: their failures are not
 	// reported as failed refreshes.
 	abandoned := w.closing()
-	for i, s := range sent {
-		err := s.holder.refreshed(calls[i])
+	for _, r := range group {
+		s := r.s
+		err := s.holder.refreshed(r.calls)
 		notHeld := errors.Is(err, ErrNotHeld)
 		quiet := abandoned && !notHeld && err != nil
 		switch {
 		case err == nil:
-			next, again := s.extendAuto(now, ttls[i])
+			next, again := s.extendAuto(now, r.ttl)
 			if debug {
-				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", ttls[i])
+				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", r.ttl)
 			}
 			if again {
 				w.schedule(s, next)
@@ -239,7 +306,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		case !notHeld:
 			// Not once the lease ended (its deadline passed while the
 			// refresh was under way): nothing is retried then.
-			if s.unsure(now, ttls[i]) && !quiet {
+			if s.unsure(now, r.ttl) && !quiet {
 				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
 			w.schedule(s, time.Now().Add(retryDelay(s)))
@@ -272,17 +339,18 @@ func retryDelay(s *lease) time.Duration { return min(s.every()/4, maxRetryDelay)
 
 // send sends the leases' refresh calls in one pipeline, but for the leases
 // that confirm on replicas, which go in one pipeline for each setting.
-func (w *watchdog) send(ctx context.Context, leases []*lease, calls [][]*Call) {
+func (w *watchdog) send(ctx context.Context, group []refreshing) {
 	groups := map[replication][]*Call{}
-	for i, s := range leases {
-		groups[s.repl] = append(groups[s.repl], calls[i]...)
+	for _, r := range group {
+		groups[r.s.repl] = append(groups[r.s.repl], r.calls...)
 	}
 	for r, calls := range groups {
 		w.c.evalWith(ctx, r, calls...)
 	}
 }
 
-// schedule puts a lease back with its next refresh time.
+// schedule puts a lease back with its next refresh time, and wakes the
+// goroutine when it is the first due.
 func (w *watchdog) schedule(s *lease, next time.Time) {
 	if !s.refreshing() {
 		return // ended, or released, while it was out of the heap
@@ -290,7 +358,16 @@ func (w *watchdog) schedule(s *lease, next time.Time) {
 	w.mu.Lock()
 	s.next = next
 	heap.Push(&w.leases, s)
+	first := s.index == 0
 	w.mu.Unlock()
+	if first {
+		// The earliest now: the goroutine may be asleep until a later one
+		// (a server's refreshes are scheduled from their own goroutine).
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // leaseHeap orders leases by their next refresh.

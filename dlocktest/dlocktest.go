@@ -103,7 +103,8 @@ type NewDriver func(t testing.TB, d Deployment) dlock.Driver
 // without dlock.Replicator, WithReplicas does: the suite checks that. A
 // driver whose Subscribe returns dlock.ErrUnsupported skips the pub/sub
 // tests, and its waiters are let in by polling; one that ignores Call.Lib
-// skips the test that counts FCALLs.
+// skips the test that counts FCALLs. One without dlock.Partitioned skips
+// the tests that hold up one primary's requests on a cluster.
 func Run(t *testing.T, newDriver NewDriver, topologies ...Topology) {
 	t.Helper()
 	if newDriver == nil {

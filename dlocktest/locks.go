@@ -25,6 +25,8 @@ var lockTests = []test{
 	{name: "SetFenced", run: testSetFenced},
 	{name: "EndedContext", run: testLockEndedContext},
 	{name: "SharedHolds", run: testSharedHolds},
+	{name: "Partitioned", run: testPartitioned},
+	{name: "PartitionedRefreshes", run: testPartitionedRefreshes, only: onCluster},
 }
 
 func testTryLockAndRelease(t *testing.T, e *env) {

@@ -44,7 +44,10 @@ type Driver struct {
 	ring bool // rdb is a Ring: see refuseAcrossShards
 }
 
-var _ dlock.Driver = (*Driver)(nil)
+var (
+	_ dlock.Driver      = (*Driver)(nil)
+	_ dlock.Partitioned = (*Driver)(nil)
+)
 
 // New returns a Driver over rdb. The client stays the caller's: dlock never
 // closes it. New panics if rdb is nil.
@@ -54,6 +57,28 @@ func New(rdb redis.UniversalClient) *Driver {
 	}
 	_, ring := rdb.(*redis.Ring)
 	return &Driver{rdb: rdb, ring: ring}
+}
+
+// Partitioned reports whether the client spreads keys over several servers:
+// a Redis Cluster or a Ring (see dlock.Partitioned).
+func (d *Driver) Partitioned() bool {
+	_, cluster := d.rdb.(*redis.ClusterClient)
+	return cluster || d.ring
+}
+
+// Server returns the address of the primary that serves key's slot on a
+// cluster, by the client's slot map; "" on a Ring, or when the cluster
+// client has no map and cannot read one within ctx.
+func (d *Driver) Server(ctx context.Context, key string) string {
+	c, ok := d.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
 }
 
 // refuseAcrossShards fails the calls whose keys do not share one hash tag,

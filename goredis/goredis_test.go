@@ -52,6 +52,19 @@ func newRing(t *testing.T) ([]*redistest.Server, *redis.Ring, *dlock.Client) {
 	return srvs, rdb, c
 }
 
+// TestARingIsPartitioned: a Ring spreads keys over its shards, so its
+// client batches each hash slot apart; it cannot tell a key's shard.
+func TestARingIsPartitioned(t *testing.T) {
+	_, rdb, _ := newRing(t)
+	d := goredis.New(rdb)
+	if !d.Partitioned() {
+		t.Error("Partitioned() = false on a Ring")
+	}
+	if got := d.Server(context.Background(), "{x}"); got != "" {
+		t.Errorf("Server = %q on a Ring, want \"\"", got)
+	}
+}
+
 // TestRingRefusesLocksAcrossShards: a Ring sends a script to its first
 // key's shard, so a lock on names of several hash tags is refused rather
 // than taken where another client would not see it; locks whose names

@@ -22,18 +22,21 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/rueidis"
 )
 
 // Driver carries dlock's requests over a rueidis client.
 type Driver struct {
 	client rueidis.Client
-	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait and SubscribeSharded; nil until asked
+	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait, SubscribeSharded and Server; nil until asked
+	tried  atomic.Int64            // when Server last read the slot map (Unix ns; see serverMap)
 }
 
 var (
-	_ dlock.Driver  = (*Driver)(nil)
-	_ dlock.Scanner = (*Driver)(nil)
+	_ dlock.Driver      = (*Driver)(nil)
+	_ dlock.Scanner     = (*Driver)(nil)
+	_ dlock.Partitioned = (*Driver)(nil)
 )
 
 // New returns a Driver over client. The client stays the caller's: dlock
@@ -43,6 +46,26 @@ func New(client rueidis.Client) *Driver {
 		panic("dlockrueidis: New with a nil client")
 	}
 	return &Driver{client: client}
+}
+
+// Partitioned reports whether the client talks to a Redis Cluster (see
+// dlock.Partitioned).
+func (d *Driver) Partitioned() bool {
+	return d.client.Mode() == rueidis.ClientModeCluster
+}
+
+// Server returns the address of the primary that serves key's slot on a
+// cluster, by the driver's slot map; "" elsewhere, or while the driver has
+// no map (see serverMap).
+func (d *Driver) Server(ctx context.Context, key string) string {
+	if !d.Partitioned() {
+		return ""
+	}
+	m := d.serverMap(ctx)
+	if m == nil {
+		return ""
+	}
+	return m.owner(keyslot.Of(key))
 }
 
 // Eval runs the calls by EVALSHA, in one pipeline (DoMulti) when there are

@@ -135,6 +135,40 @@ type group struct {
 type slotMap struct {
 	ranges []slotRange // sorted by first slot
 	nodes  map[string]rueidis.Client
+	read   time.Time // when it was read
+}
+
+const (
+	// serverMapAge is how old a slot map Server reads again.
+	serverMapAge = 30 * time.Second
+	// serverMapRetry is how long Server waits after reading the slot map
+	// before it tries again, when that failed.
+	serverMapRetry = time.Second
+)
+
+// serverMap returns the slot map for Server, read again when there is none
+// or it is older than serverMapAge: within refreshNudge, and at most once
+// every serverMapRetry, as a node that is down may take all of it. So it
+// holds up its caller (the watchdog of a dlock.Client, grouping refreshes
+// by primary) for at most refreshNudge in serverMapRetry. A map that could
+// not be read again stays in use.
+func (d *Driver) serverMap(ctx context.Context) *slotMap {
+	m := d.slots.Load()
+	if m != nil && time.Since(m.read) < serverMapAge {
+		return m
+	}
+	now, last := time.Now().UnixNano(), d.tried.Load()
+	if now-last < int64(serverMapRetry) || !d.tried.CompareAndSwap(last, now) {
+		return m
+	}
+	rctx, cancel := context.WithTimeout(ctx, refreshNudge)
+	defer cancel()
+	fresh, err := d.readSlots(rctx)
+	if err != nil {
+		return m
+	}
+	d.slots.Store(fresh)
+	return fresh
 }
 
 type slotRange struct {
@@ -256,7 +290,7 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 	if from == "" {
 		return nil, errors.Join(errs...)
 	}
-	m := &slotMap{nodes: nodes}
+	m := &slotMap{nodes: nodes, read: time.Now()}
 	for _, e := range entries {
 		v, err := e.ToArray()
 		if err != nil || len(v) < 3 {
