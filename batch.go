@@ -20,8 +20,7 @@ import (
 // it. A caller whose context ends does not wait longer: a queued call is
 // not sent, and one in a pipeline that another caller sent is left as a
 // call whose reply was lost (but for a refresh: see stays). On a
-// Partitioned driver, each hash slot has a batcher of its own (see
-// Client.lane).
+// Partitioned driver, each server has a batcher of its own (see lanes).
 type batcher struct {
 	driver Driver
 	max    int
@@ -100,24 +99,47 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 	}
 }
 
-// lane returns the batcher that sends call: on a Partitioned driver, the
-// one of the hash slot of its first key, which routes it, so that the
-// requests that a stalled server holds take only the pipeline slots of
-// its own hash slots, and a pipeline never mixes requests to two servers
-// (it would return with its slowest). Elsewhere the client's one batcher.
-func (c *Client) lane(call *Call) *batcher {
+// lanes are the batchers of a client over a Partitioned driver: one for
+// each server, and one for each hash slot of the keys whose server the
+// driver cannot tell. So the requests that a stalled server holds take
+// only the pipeline slots of its own lane, and a pipeline never mixes
+// requests to two servers, which would return with the slower (but for a
+// while after the cluster moved a slot, until the driver's map follows).
+type lanes struct {
+	p  Partitioned
+	mu sync.RWMutex
+	m  map[laneKey]*batcher
+}
+
+// laneKey names a lane: a server, or else a hash slot.
+type laneKey struct {
+	server string
+	slot   int // -1 with a server
+}
+
+// lane returns the batcher that sends call: on a Partitioned driver, its
+// server's (see lanes), elsewhere the client's one batcher.
+func (c *Client) lane(ctx context.Context, call *Call) *batcher {
 	if c.lanes == nil || len(call.Keys) == 0 {
 		return &c.batch
 	}
-	p := &c.lanes[keyslot.Of(call.Keys[0])]
-	if b := p.Load(); b != nil {
+	k := laneKey{server: c.lanes.p.Server(ctx, call.Keys[0]), slot: -1}
+	if k.server == "" {
+		k.slot = keyslot.Of(call.Keys[0])
+	}
+	c.lanes.mu.RLock()
+	b := c.lanes.m[k]
+	c.lanes.mu.RUnlock()
+	if b != nil {
 		return b
 	}
-	b := &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib}
-	if p.CompareAndSwap(nil, b) {
-		return b
+	c.lanes.mu.Lock()
+	defer c.lanes.mu.Unlock()
+	if b = c.lanes.m[k]; b == nil {
+		b = &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib}
+		c.lanes.m[k] = b
 	}
-	return p.Load()
+	return b
 }
 
 // stays reports whether the caller of call waits for its pipeline even

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -26,10 +24,10 @@ type Client struct {
 	log    *slog.Logger
 	hooks  []Hooks
 	batch  batcher
-	// lanes are the batchers of each hash slot, made as they are first
+	// lanes are the batchers of each server, made as they are first
 	// needed, on a Partitioned driver; nil elsewhere, where batch serves
-	// every request (see lane).
-	lanes *[keyslot.Slots]atomic.Pointer[batcher]
+	// every request.
+	lanes *lanes
 
 	// fenceKeep is the fence counters' retention in ms, boxed for the
 	// scripts' arguments, or nil for the default (see WithFenceRetention).
@@ -84,8 +82,8 @@ func WithLogger(l *slog.Logger) ClientOption {
 // later deadlines that share it; a refresh stays, so that it never runs
 // after its lock's next refresh. Releases, clean-ups and waiter-set exits
 // may have n more in flight: requests a stalled server holds do not keep
-// them queued. On a Partitioned driver (a cluster), each hash slot has n
-// (and n more) of its own, and a pipeline carries the requests of one slot.
+// them queued. On a Partitioned driver (a cluster), each primary has n
+// (and n more) of its own, and a pipeline carries the requests to one.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }
@@ -154,7 +152,7 @@ func New(d Driver, opts ...ClientOption) *Client {
 		}
 	}
 	if p, ok := d.(Partitioned); ok && p.Partitioned() {
-		c.lanes = new([keyslot.Slots]atomic.Pointer[batcher])
+		c.lanes = &lanes{p: p, m: map[laneKey]*batcher{}}
 	}
 	return c
 }
@@ -268,7 +266,7 @@ func (c *Client) ttlArg(ttl time.Duration) any {
 // eval runs one script call and returns its reply.
 func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	call := &Call{Script: s, Keys: keys, Args: args}
-	c.lane(call).eval(ctx, call)
+	c.lane(ctx, call).eval(ctx, call)
 	return call.Val, call.Err
 }
 

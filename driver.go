@@ -68,9 +68,10 @@ type ShardedSubscriber interface {
 // Partitioned is implemented by drivers whose keys live on several
 // servers: a Redis Cluster, or a go-redis Ring. A Client over one keeps
 // the requests for names on one server from waiting on another: it
-// batches the requests for each hash slot apart from the others (see
-// WithPipelines), and its watchdog refreshes the locks on each server in
-// a pipeline of their own, whose replies it takes as they come. A stalled
+// batches the requests to each server apart from the others (see
+// WithPipelines; by hash slot for the keys whose server the driver cannot
+// tell), and its watchdog refreshes the locks on each server in a
+// pipeline of their own, whose replies it takes as they come. A stalled
 // or unreachable server then holds up only the requests for its own names.
 // A driver that does not implement it is taken for one server: on a
 // cluster, one stalled primary can then hold up the client's requests to
@@ -81,8 +82,9 @@ type Partitioned interface {
 	Partitioned() bool
 	// Server returns the address of the server that a call whose first
 	// key is key goes to, as far as the driver knows now, or "" when it
-	// cannot tell. It may read the cluster's map of slots within ctx when
-	// it has none, but should not otherwise wait on the network.
+	// cannot tell. The client asks it for every request it sends, so it
+	// must be cheap: it may read the cluster's map of slots within ctx
+	// when it has none, but should not otherwise wait on the network.
 	Server(ctx context.Context, key string) string
 }
 

@@ -16,8 +16,10 @@ import (
 // Locks it obtains until they end; locks obtained by Attach are not
 // followed. Each obtained lock ends exactly once, and End says so. They
 // run on the goroutine doing the work (the watchdog's for automatic
-// refreshes, a timer's for a deadline that passes, the caller's when Err
-// or Done finds the deadline passed) and must return quickly. A hook may
+// refreshes, or on a Partitioned driver the one of its goroutines that
+// refreshes the locks of the lock's server, a timer's for a deadline that
+// passes, the caller's when Err or Done finds the deadline passed), so
+// several at once, and must return quickly. A hook may
 // call the Lock's methods, but not Client.Close: Close waits for the
 // watchdog, which may be the goroutine running the hook. Hooks should not
 // panic: a panic in Retry or AcquireDone ends the acquisition (a lock it

@@ -67,7 +67,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	if r.replicas == 0 {
 		if len(calls) == 1 {
-			c.lane(calls[0]).eval(ctx, calls[0])
+			c.lane(ctx, calls[0]).eval(ctx, calls[0])
 		} else {
 			c.batch.run(ctx, calls...)
 		}

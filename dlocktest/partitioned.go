@@ -40,7 +40,19 @@ func testPartitioned(t *testing.T, e *env) {
 			t.Errorf("Server(%q) = %q, want %q, the primary that serves it", key, got, srv.Addr())
 		}
 	}
+	// The client batches the requests to each server apart: or, for keys
+	// whose server the driver cannot tell, each slot's.
+	t.Run("ByServer", func(t *testing.T) { testHeldUpRequest(t, e, false) })
+	t.Run("BySlot", func(t *testing.T) { testHeldUpRequest(t, e, true) })
+}
+
+// testHeldUpRequest checks that a client's request that one primary holds
+// up does not hold up its requests to another, with a single pipeline
+// slot; with unknown, over a driver that cannot tell a key's server.
+func testHeldUpRequest(t *testing.T, e *env, unknown bool) {
+	ctx := timeout(t)
 	stalled, healthy, d, c := e.heldUp(t, dlock.WithPipelines(1))
+	d.unknown = unknown
 	d.hold.Store(true)
 	held := make(chan error, 1)
 	go func() {
@@ -127,9 +139,11 @@ func (e *env) heldUp(t *testing.T, opts ...dlock.ClientOption) (stalled, healthy
 
 // heldUp is a driver whose calls on one hash slot wait, once hold is set,
 // until gate is closed before they are sent, as if their primary had
-// stalled. It counts the calls on other slots.
+// stalled. It counts the calls on other slots. With unknown set, it
+// cannot tell a key's server.
 type heldUp struct {
 	dlock.Driver
+	unknown bool
 	slot    int
 	hold    atomic.Bool
 	once    sync.Once
@@ -141,6 +155,9 @@ type heldUp struct {
 func (d *heldUp) Partitioned() bool { return d.Driver.(dlock.Partitioned).Partitioned() }
 
 func (d *heldUp) Server(ctx context.Context, key string) string {
+	if d.unknown {
+		return ""
+	}
 	return d.Driver.(dlock.Partitioned).Server(ctx, key)
 }
 

@@ -149,9 +149,9 @@ const (
 // serverMap returns the slot map for Server, read again when there is none
 // or it is older than serverMapAge: within refreshNudge, and at most once
 // every serverMapRetry, as a node that is down may take all of it. So it
-// holds up its caller (the watchdog of a dlock.Client, grouping refreshes
-// by primary) for at most refreshNudge in serverMapRetry. A map that could
-// not be read again stays in use.
+// holds up a caller (a request of a dlock.Client, or its watchdog
+// grouping refreshes by primary) for at most refreshNudge in
+// serverMapRetry. A map that could not be read again stays in use.
 func (d *Driver) serverMap(ctx context.Context) *slotMap {
 	m := d.slots.Load()
 	if m != nil && time.Since(m.read) < serverMapAge {
