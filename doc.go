@@ -86,12 +86,13 @@
 //
 // # Fencing
 //
-// Every acquisition of an exclusive lock, and every write hold of a
-// read/write lock, gets a fencing token (Lock.Fence) larger than any given
-// for that name before, so a resource can refuse writes from a holder
-// whose lock has expired and passed to another. SetFenced does that for a
-// value kept in Redis. A name's fence counter is kept for a day after its
-// last fence; WithFenceRetention sets another time, or none.
+// Every hold of an exclusive lock, and every write hold of a read/write
+// lock, gets a fencing token (Lock.Fence) larger than any given for that
+// name before (an owner's re-entry joins its hold, and keeps its fence),
+// so a resource can refuse writes from a holder whose lock has expired and
+// passed to another. SetFenced does that for a value kept in Redis. A
+// name's fence counter is kept for a day after its last fence;
+// WithFenceRetention sets another time, or none.
 //
 // # Re-entrant owners
 //

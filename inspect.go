@@ -27,7 +27,8 @@ type Info struct {
 	Holders []Holder // who holds it now, longest-held first
 	// Fence is the newest fencing token issued for the name, from its fence
 	// counter, or, where clients keep none (WithFenceRetention), from an
-	// exclusive lock's hash while it lasts; 0 when neither is there.
+	// exclusive lock's hash while it lasts; never less than a holder's
+	// fence; 0 when none of these is there.
 	Fence uint64
 	// Permits is a semaphore's permit count, as its last acquire gave it.
 	Permits int
@@ -139,6 +140,9 @@ func parseInfo(name string, v any) (*Info, bool) {
 			Since: time.UnixMilli(int64(parseUint(h[4]))),
 			TTL:   max(time.Duration(pttl)*time.Millisecond, 0), Fence: parseUint(h[6]),
 		})
+		// A writer's fence outlives its counter where the retention is
+		// shorter than its hold, or none.
+		info.Fence = max(info.Fence, info.Holders[i].Fence)
 	}
 	sort.SliceStable(info.Holders, func(i, j int) bool { return info.Holders[i].Since.Before(info.Holders[j].Since) })
 	return info, true

@@ -52,6 +52,27 @@ func TestInspect(t *testing.T) {
 	}
 }
 
+// TestInspectGivesAWritersFenceWithoutACounter: a writer's fence is the
+// newest issued for its name, also where no counter is kept (or it
+// expired before the hold ended).
+func TestInspectGivesAWritersFenceWithoutACounter(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithFenceRetention(0))
+	w, err := c.RWMutex("cfg").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	info, err := c.Inspect(ctx, "cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Fence() == 0 || info.Fence != w.Fence() || len(info.Holders) != 1 || info.Holders[0].Fence != w.Fence() {
+		t.Errorf("writer's fence %d; info = %+v", w.Fence(), info)
+	}
+}
+
 func TestForceRelease(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

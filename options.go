@@ -131,7 +131,10 @@ func WithMetadata(meta string) Option {
 // acquired with one token are one holder: the hold is then only ever
 // extended, and a Release (or the clean-up after a failed acquire) by any
 // of them ends it for all. So do not give one token to Locks that may be
-// acquiring at the same time for different work.
+// acquiring at the same time for different work. This holds after a hold
+// expired too: a Lock whose hold expired, and whose token a later acquire
+// took again, sees that new hold as its own (TTL, Fence, Release), though
+// a refresh (or Done) has reported it lost.
 func WithToken(token string) Option {
 	return func(o *options) {
 		if token == "" {

@@ -318,7 +318,7 @@ func writeStatus(w io.Writer, info *dlock.Info, now time.Time, badFence string) 
 	case badFence != "":
 		fmt.Fprintf(tw, "fence:\tunknown: its counter %q holds data dlock did not write (a plain or --write run of the name is refused)\n", badFence)
 	case info.Fence == 0:
-		fmt.Fprintf(tw, "fence:\t0 (none issued)\n")
+		fmt.Fprintf(tw, "fence:\t0 (none recorded)\n")
 	default:
 		fmt.Fprintf(tw, "fence:\t%d (the newest issued)\n", info.Fence)
 	}

@@ -202,7 +202,7 @@ func TestInspectionStoppedBySignals(t *testing.T) {
 }
 
 // status says that a fence counter holding data dlock did not write is
-// not a fence, rather than "none issued"; a read hold, which needs no
+// not a fence, rather than "none recorded"; a read hold, which needs no
 // fence, is still taken.
 func TestStatusForeignFenceCounter(t *testing.T) {
 	t.Parallel()
@@ -216,7 +216,7 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	defer rdb.Del(ctx, key)
 	want := "fence:    unknown: its counter \"" + key + "\" holds data dlock did not write (a plain or --write run of the name is refused)\n"
 	r := dlockRun(t, nil, "status", name)
-	if r.code != 0 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "none issued") {
+	if r.code != 0 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "none recorded") {
 		t.Errorf("status: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	// statusJSON returns the fence and fence_foreign of status --json.
@@ -262,7 +262,7 @@ func TestStatusForeignFenceCounter(t *testing.T) {
 	if fence, foreign := statusJSON(); fence != 17 || foreign {
 		t.Errorf("status --json with fence 17: fence %d, fence_foreign %v; want 17, false", fence, foreign)
 	}
-	if r := dlockRun(t, nil, "status", name+":other"); !strings.Contains(r.stdout, "fence:    0 (none issued)\n") {
+	if r := dlockRun(t, nil, "status", name+":other"); !strings.Contains(r.stdout, "fence:    0 (none recorded)\n") {
 		t.Errorf("status of a name never locked: %q", r.stdout)
 	}
 }
