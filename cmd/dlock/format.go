@@ -29,17 +29,18 @@ func parseMeta(s string) map[string]string {
 	if !strings.HasPrefix(strings.TrimSpace(s), "{") {
 		return nil
 	}
-	var raw map[string]any
+	var raw map[string]json.RawMessage
 	if json.Unmarshal([]byte(s), &raw) != nil {
 		return nil
 	}
 	m := make(map[string]string, len(raw))
 	for k, v := range raw {
-		if s, ok := v.(string); ok {
+		var s string
+		if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
 			m[k] = s
 		} else {
-			b, _ := marshal(v)
-			m[k] = string(b)
+			// As written: a number keeps its digits, an object its order.
+			m[k] = string(v)
 		}
 	}
 	return m

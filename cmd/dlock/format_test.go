@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -125,5 +126,18 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(in); got != want || strings.Contains(got, ":pw") {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestParseMetaKeepsJSONText: a value that is not a string is shown as
+// written, a large number with all its digits, an object in its order.
+func TestParseMetaKeepsJSONText(t *testing.T) {
+	got := parseMeta(`{"id":9007199254740993,"price":1.10,"obj":{"z":1,"a":2},"e":1e3,"s":"a\"b","n":null}`)
+	want := map[string]string{"id": "9007199254740993", "price": "1.10", "obj": `{"z":1,"a":2}`, "e": "1e3", "s": `a"b`, "n": "null"}
+	if !maps.Equal(got, want) {
+		t.Errorf("parseMeta = %q, want %q", got, want)
+	}
+	if got := parseMeta(`{"a":1`); got != nil {
+		t.Errorf("parseMeta of bad JSON = %q, want nil", got)
 	}
 }

@@ -117,8 +117,9 @@ Flags:
   --fair               with --shared or --write: the read/write lock serves readers
                        and writers in arrival order (by default writers go first);
                        every user of the name must agree
-  --semaphore N        take one of N permits (N > 0): up to N runs at once; N is
-                       the semaphore's size for every user of the name from then on
+  --semaphore N        take one of N permits (N > 0): up to N runs at once; each
+                       run is let in while fewer than its own N are held, so every
+                       user of the name should give the same N
   --quiet, -q          do not report waiting; errors are still reported
 
 A plain run takes an exclusive lock, which is another kind: a name is used by
