@@ -82,8 +82,9 @@ func WithLogger(l *slog.Logger) ClientOption {
 // later deadlines that share it; a refresh stays, so that it never runs
 // after its lock's next refresh. Releases, clean-ups and waiter-set exits
 // may have n more in flight: requests a stalled server holds do not keep
-// them queued. On a Partitioned driver (a cluster), each primary has n
-// (and n more) of its own, and a pipeline carries the requests to one.
+// them queued. On a Partitioned driver (a cluster, a Ring), each server has
+// n (and n more) of its own, and the requests queued for it go out
+// together, to it alone.
 func WithPipelines(n int) ClientOption {
 	return func(c *Client) { c.batch.max = max(n, 1) }
 }

@@ -668,6 +668,35 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// The refreshes of one lock may end on several goroutines of the
+	// watchdog, one a primary: a Refresh hook slower than the refresh
+	// interval still never runs twice at once for one lock.
+	t.Run("RefreshHooksOfOneLockDoNotOverlap", func(t *testing.T) {
+		var inside, most, calls atomic.Int32
+		c := dlock.New(goredis.New(e.newRedis(t)), dlock.WithHooks(dlock.Hooks{
+			Refresh: func(ctx context.Context, h dlock.HookInfo, err error) {
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(150 * time.Millisecond)
+				inside.Add(-1)
+				calls.Add(1)
+			},
+		}))
+		defer c.Close()
+		l, err := c.TryLock(ctx, low, dlock.WithTTL(600*time.Millisecond), dlock.WithRefreshInterval(50*time.Millisecond), dlock.WithAutoRefresh())
+		if err != nil {
+			t.Fatal(err)
+		}
+		awaitCond(t, 5*time.Second, func() bool { return calls.Load() >= 5 })
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if most.Load() != 1 {
+			t.Errorf("%d Refresh hooks of one lock ran at once", most.Load())
+		}
+	})
+
 	// Last: it leaves the names kept until it force-releases them.
 	t.Run("MinHold", func(t *testing.T) {
 		c, _ := e.newClient(t)

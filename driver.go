@@ -84,7 +84,8 @@ type Partitioned interface {
 	// key is key goes to, as far as the driver knows now, or "" when it
 	// cannot tell. The client asks it for every request it sends, so it
 	// must be cheap: it may read the cluster's map of slots within ctx
-	// when it has none, but should not otherwise wait on the network.
+	// when it has none or the one it has is old, but should not otherwise
+	// wait on the network.
 	Server(ctx context.Context, key string) string
 }
 

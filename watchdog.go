@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // watchdog refreshes the leases of one client that asked for it
@@ -28,7 +31,8 @@ type watchdog struct {
 	done   chan struct{} // closed when the goroutine returns
 
 	// gate is held by the goroutine while it works; tests hold it to stand
-	// for a process pause.
+	// for a process pause. On a Partitioned driver the goroutines that
+	// send each server's refreshes run on without it, once started.
 	gate sync.Mutex
 
 	sending sync.WaitGroup // the goroutines that refresh the locks of one server (see refreshBatch)
@@ -235,8 +239,9 @@ type refreshing struct {
 
 // byServer groups leases by the server their calls go to, on a
 // Partitioned driver; a lease whose calls go to several (a lock split by
-// cluster slot) goes with the others of the same servers, and those whose
-// server the driver cannot tell go together.
+// cluster slot) goes with the others of the same servers. A call whose
+// server the driver cannot tell (a Ring, a slot map not at hand) counts
+// its hash slot instead, as lanes do.
 func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshing {
 	p := w.c.driver.(Partitioned)
 	index := map[string]int{}
@@ -248,7 +253,9 @@ func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshin
 		for i, c := range r.calls {
 			var srv string
 			if len(c.Keys) > 0 {
-				srv = p.Server(ctx, c.Keys[0])
+				if srv = p.Server(ctx, c.Keys[0]); srv == "" {
+					srv = "slot " + strconv.Itoa(keyslot.Of(c.Keys[0]))
+				}
 			}
 			if i == 0 || srv != last {
 				key.WriteString(srv)
@@ -294,14 +301,13 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		err := s.holder.refreshed(r.calls)
 		notHeld := errors.Is(err, ErrNotHeld)
 		quiet := abandoned && !notHeld && err != nil
+		var next time.Time
+		again := false
 		switch {
 		case err == nil:
-			next, again := s.extendAuto(now, r.ttl)
+			next, again = s.extendAuto(now, r.ttl)
 			if debug {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", r.ttl)
-			}
-			if again {
-				w.schedule(s, next)
 			}
 		case !notHeld:
 			// Not once the lease ended (its deadline passed while the
@@ -309,13 +315,19 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 			if s.unsure(now, r.ttl) && !quiet {
 				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
-			w.schedule(s, time.Now().Add(retryDelay(s)))
+			next, again = time.Now().Add(retryDelay(s)), true
 		}
 		s.endTurn()
 		// Hooks, and the end of a lost lock with its End hook, come after
-		// the turn: a hook may refresh the lock.
+		// the turn: a hook may refresh the lock. The next refresh is
+		// scheduled after the hook, so that the hooks of one lock never
+		// run at once (its refreshes may end on several goroutines, see
+		// refreshBatch).
 		if s.hook != nil && !quiet {
 			s.hook.refresh(ctx, err)
+		}
+		if again {
+			w.schedule(s, next)
 		}
 		if notHeld && s.lose(err) {
 			lost = append(lost, s)

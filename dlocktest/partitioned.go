@@ -86,8 +86,19 @@ func testPartitionedRefreshes(t *testing.T, e *env) {
 	if _, ok := e.driver(t).(dlock.Partitioned); !ok {
 		t.Skip("the driver does not implement dlock.Partitioned")
 	}
+	// The watchdog groups the refreshes by server, or, for keys whose
+	// server the driver cannot tell, by slot.
+	t.Run("ByServer", func(t *testing.T) { testHeldUpRefresh(t, e, false) })
+	t.Run("BySlot", func(t *testing.T) { testHeldUpRefresh(t, e, true) })
+}
+
+// testHeldUpRefresh checks that the refreshes of a lock go on while those
+// of a lock on another primary are held up; with unknown, over a driver
+// that cannot tell a key's server.
+func testHeldUpRefresh(t *testing.T, e *env, unknown bool) {
 	ctx := timeout(t)
 	stalled, healthy, d, c := e.heldUp(t)
+	d.unknown = unknown
 	long, err := c.TryLock(ctx, stalled, dlock.WithTTL(3*time.Second), dlock.WithAutoRefresh())
 	if err != nil {
 		t.Fatal(err)

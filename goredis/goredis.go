@@ -42,6 +42,8 @@ import (
 type Driver struct {
 	rdb  redis.UniversalClient
 	ring bool // rdb is a Ring: see refuseAcrossShards
+	// shardOf returns the address of a Ring's shard for a key (see Server).
+	shardOf func(key string) string
 }
 
 var (
@@ -55,8 +57,29 @@ func New(rdb redis.UniversalClient) *Driver {
 	if rdb == nil {
 		panic("goredis: New with a nil client")
 	}
-	_, ring := rdb.(*redis.Ring)
-	return &Driver{rdb: rdb, ring: ring}
+	d := &Driver{rdb: rdb}
+	if r, ok := rdb.(*redis.Ring); ok {
+		d.ring, d.shardOf = true, shardOf(r.Options())
+	}
+	return d
+}
+
+// shardOf returns a function that finds the shard of a Ring's key as the
+// Ring does, by its hash tag and its consistent hash, over all the shards
+// it was given: while some are down, or after SetAddrs, the Ring may send
+// a key elsewhere.
+func shardOf(opt *redis.RingOptions) func(key string) string {
+	addrs := make(map[string]string, len(opt.Addrs))
+	names := make([]string, 0, len(opt.Addrs))
+	for name, addr := range opt.Addrs {
+		addrs[name] = addr
+		names = append(names, name)
+	}
+	if opt.NewConsistentHash == nil || len(names) == 0 {
+		return func(string) string { return "" }
+	}
+	hash := opt.NewConsistentHash(names)
+	return func(key string) string { return addrs[hash.Get(keyslot.Tag(key))] }
 }
 
 // Partitioned reports whether the client spreads keys over several servers:
@@ -67,9 +90,13 @@ func (d *Driver) Partitioned() bool {
 }
 
 // Server returns the address of the primary that serves key's slot on a
-// cluster, by the client's slot map; "" on a Ring, or when the cluster
-// client has no map and cannot read one within ctx.
+// cluster, by the client's slot map (or "" when it has none and cannot
+// read one within ctx); on a Ring, of the shard the Ring sends key to
+// while all its shards are up.
 func (d *Driver) Server(ctx context.Context, key string) string {
+	if d.shardOf != nil {
+		return d.shardOf(key)
+	}
 	c, ok := d.rdb.(*redis.ClusterClient)
 	if !ok {
 		return ""

@@ -52,17 +52,53 @@ func newRing(t *testing.T) ([]*redistest.Server, *redis.Ring, *dlock.Client) {
 	return srvs, rdb, c
 }
 
-// TestARingIsPartitioned: a Ring spreads keys over its shards, so its
-// client batches each hash slot apart; it cannot tell a key's shard.
+// TestARingIsPartitioned: a Ring spreads keys over its shards, and the
+// driver tells a key's shard as the Ring finds it, so that its client
+// batches each shard's requests apart; a shard that stalls does not cost
+// the client its automatically refreshed locks on the other.
 func TestARingIsPartitioned(t *testing.T) {
-	_, rdb, _ := newRing(t)
+	srvs, rdb, c := newRing(t)
 	d := goredis.New(rdb)
 	if !d.Partitioned() {
 		t.Error("Partitioned() = false on a Ring")
 	}
-	if got := d.Server(context.Background(), "{x}"); got != "" {
-		t.Errorf("Server = %q on a Ring, want \"\"", got)
+	ctx := context.Background()
+	on := map[string]string{} // a key on each shard, by address
+	for i := 0; len(on) < len(srvs) && i < 1000; i++ {
+		key := "{k" + strconv.Itoa(i) + "}"
+		if err := rdb.Set(ctx, key, "x", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, srv := range srvs {
+			if srv.Do(t, "EXISTS", key) == "1" {
+				if got := d.Server(ctx, key); got != srv.Addr() {
+					t.Fatalf("Server(%q) = %q; the Ring put it on %s", key, got, srv.Addr())
+				}
+				on[srv.Addr()] = key
+			}
+		}
 	}
+	stalled, healthy := srvs[0], srvs[1]
+	long, err := c.TryLock(ctx, on[stalled.Addr()], dlock.WithTTL(3*time.Second), dlock.WithAutoRefresh(), dlock.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.TryLock(ctx, on[healthy.Addr()], dlock.WithTTL(600*time.Millisecond), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled.Pause(t)
+	time.Sleep(time.Second) // the stall: under the Ring's heartbeat failures that take a shard out
+	stalled.Resume(t)
+	select {
+	case <-short.Done():
+		t.Errorf("the lock on the other shard was lost through the stall: %v", short.Err())
+	default:
+	}
+	if err := short.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	_ = long.Release(ctx)
 }
 
 // TestRingRefusesLocksAcrossShards: a Ring sends a script to its first

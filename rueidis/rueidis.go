@@ -30,7 +30,10 @@ import (
 type Driver struct {
 	client rueidis.Client
 	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait, SubscribeSharded and Server; nil until asked
-	tried  atomic.Int64            // when Server last read the slot map (Unix ns; see serverMap)
+	// lastSlots is the slot map read last, for Server, which keeps it
+	// where slots was reset (see serverMap).
+	lastSlots atomic.Pointer[slotMap]
+	tried     atomic.Int64 // when Server last read the slot map (ns since epoch; see serverMap)
 }
 
 var (

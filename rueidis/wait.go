@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -146,19 +147,26 @@ const (
 	serverMapRetry = time.Second
 )
 
+// epoch is the start of the monotonic clock serverMap counts by.
+var epoch = time.Now()
+
 // serverMap returns the slot map for Server, read again when there is none
 // or it is older than serverMapAge: within refreshNudge, and at most once
-// every serverMapRetry, as a node that is down may take all of it. So it
-// holds up a caller (a request of a dlock.Client, or its watchdog
-// grouping refreshes by primary) for at most refreshNudge in
-// serverMapRetry. A map that could not be read again stays in use.
+// every serverMapRetry. So it holds up a caller (a request of a
+// dlock.Client, or its watchdog grouping refreshes by primary) for a
+// round trip to the fastest node, and at most refreshNudge in
+// serverMapRetry. Where the map was reset, or could not be read again, the
+// last one read stays in use.
 func (d *Driver) serverMap(ctx context.Context) *slotMap {
 	m := d.slots.Load()
+	if m == nil {
+		m = d.lastSlots.Load()
+	}
 	if m != nil && time.Since(m.read) < serverMapAge {
 		return m
 	}
-	now, last := time.Now().UnixNano(), d.tried.Load()
-	if now-last < int64(serverMapRetry) || !d.tried.CompareAndSwap(last, now) {
+	now, last := int64(time.Since(epoch)), d.tried.Load()
+	if last != 0 && now-last < int64(serverMapRetry) || !d.tried.CompareAndSwap(last, now) {
 		return m
 	}
 	rctx, cancel := context.WithTimeout(ctx, refreshNudge)
@@ -271,26 +279,44 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("dlockrueidis: the cluster client knows no node")
 	}
-	// Any node will do: ask them in turn, as one may be down.
+	// Any node will do: ask them all at once, as one may be down or
+	// stalled, and take the first answer.
+	type answer struct {
+		entries []rueidis.RedisMessage
+		err     error
+	}
+	actx, cancel := context.WithCancel(ctx)
+	answers := make([]answer, len(addrs))
+	first := make(chan int, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			asked := nodes[addr]
+			answers[i].entries, answers[i].err = asked.Do(actx, asked.B().ClusterSlots().Build()).ToArray()
+			first <- i
+		}()
+	}
 	var entries []rueidis.RedisMessage
-	var errs []error
 	var from string
-	for _, addr := range addrs {
-		asked := nodes[addr]
-		var err error
-		if entries, err = asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray(); err == nil {
-			from = addr
-			break
-		}
-		errs = append(errs, fmt.Errorf("CLUSTER SLOTS on %s: %w", addr, err))
-		if ctx.Err() != nil {
+	for range addrs {
+		if i := <-first; answers[i].err == nil {
+			entries, from = answers[i].entries, addrs[i]
 			break
 		}
 	}
+	cancel()
+	wg.Wait()
 	if from == "" {
+		errs := make([]error, len(addrs))
+		for i, addr := range addrs {
+			errs[i] = fmt.Errorf("CLUSTER SLOTS on %s: %w", addr, answers[i].err)
+		}
 		return nil, errors.Join(errs...)
 	}
 	m := &slotMap{nodes: nodes, read: time.Now()}
+	defer d.lastSlots.Store(m)
 	for _, e := range entries {
 		v, err := e.ToArray()
 		if err != nil || len(v) < 3 {
