@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlockio/dlock/internal/causes"
 	"github.com/dlockio/dlock/internal/keyslot"
@@ -231,7 +232,8 @@ func (b *batcher) check(calls []*Call) {
 // send sends a batch, in the order its calls queued, for lead, one of its
 // callers (see handOver), hands on the queue, and wakes the other callers.
 // The pipeline goes under lead's deadline, the batch's latest, and not
-// lead's cancellation, so that the others still get replies.
+// lead's cancellation, so that the others still get replies; but it is
+// given up once every caller of the batch has left (see leaveTogether).
 func (b *batcher) send(lead *queued, batch []*queued) {
 	calls := make([]*Call, len(batch))
 	for i, q := range batch {
@@ -243,7 +245,11 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 		ctx, cancel = context.WithDeadline(ctx, d)
 		defer cancel()
 	}
+	ctx, abandon := context.WithCancel(ctx)
+	defer abandon()
+	stop := leaveTogether(batch, abandon)
 	b.run(ctx, calls...)
+	stop()
 	lead.reply()
 	for _, q := range batch {
 		if q != lead {
@@ -251,6 +257,38 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 		}
 	}
 	b.handOver()
+}
+
+// leaveTogether arranges for abandon to be called once the contexts of
+// every caller of batch have ended, cancelled or past their deadlines, and
+// returns the function that undoes it. A pipeline nobody waits for is then
+// given up: with a driver that ends a request at its context's
+// cancellation, the caller that sends it (the one of the latest deadline,
+// or of none) does not wait on for a stalled server once it is cancelled
+// (by its caller, or by Client.Close) and the others have left. Never for a
+// batch with a refresh, which stays (see stays), or with a caller whose
+// context cannot end.
+func leaveTogether(batch []*queued, abandon context.CancelFunc) (stop func()) {
+	for _, q := range batch {
+		if q.ctx.Done() == nil || stays(q.call) {
+			return func() {}
+		}
+	}
+	var left atomic.Int32
+	left.Store(int32(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, q := range batch {
+		stops[i] = context.AfterFunc(q.ctx, func() {
+			if left.Add(-1) == 0 {
+				abandon()
+			}
+		})
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }
 
 // handOver gives whatever queued while a pipeline was out to the queued

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,6 +118,58 @@ func TestACallerLeavesAPipelineAtItsDeadline(t *testing.T) {
 	srv.Do(t, "CLIENT", "UNPAUSE")
 	if err := <-patient; err != nil {
 		t.Errorf("the caller without a deadline, once the server answers: %v", err)
+	}
+}
+
+// TestACancelledCallerLeavesThePipelineItSends: a caller whose context
+// is cancelled while it sends a pipeline of queued calls (it had the
+// latest deadline of them, or none) does not wait on for a stalled server
+// once everyone in the pipeline has left: over a driver that ends a
+// request at its context's cancellation (as rueidis does; here one whose
+// server stalls until the context ends), it returns.
+func TestACancelledCallerLeavesThePipelineItSends(t *testing.T) {
+	e := newEnv(t)
+	stalled := make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), beforeCtx: func(ctx context.Context, calls []*dlock.Call) {
+		if c := calls[0]; c.Script.Name == "acquire" && strings.HasPrefix(c.Keys[0], "dlock:{stalled") {
+			select {
+			case <-ctx.Done():
+			case <-stalled:
+			}
+		}
+	}}
+	c := dlock.New(d, dlock.WithPipelines(1))
+	defer c.Close()
+	defer close(stalled) // before Close, which waits for the clean-ups
+	ctx := context.Background()
+	soon, cancelSoon := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelSoon()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(soon, "stalled")
+		first <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { i, _ := dlock.Pipelines(c); return i == 1 })
+	patient, cancel := context.WithCancel(ctx)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(patient, "stalled:2")
+		second <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { _, q := dlock.Pipelines(c); return q == 1 })
+	// The first leaves at its deadline, and the second sends its call.
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first: %v, want context.DeadlineExceeded", err)
+	}
+	cancel()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the cancelled caller: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled caller waited on for the stalled server")
 	}
 }
 

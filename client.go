@@ -80,7 +80,11 @@ func WithLogger(l *slog.Logger) ClientOption {
 // at once, alone. A caller whose context ends leaves its pipeline, as a
 // request whose reply was lost, instead of waiting for the callers with
 // later deadlines that share it; a refresh stays, so that it never runs
-// after its lock's next refresh. Releases, clean-ups and waiter-set exits
+// after its lock's next refresh. The caller that sends a pipeline for the
+// others (the one of the latest deadline, or of none) gives it up once it
+// and every other caller of it have left, so that with a driver that ends
+// a request at its context's cancellation (rueidis, not go-redis) a
+// cancelled caller does not wait on for a stalled server. Releases, clean-ups and waiter-set exits
 // may have n more in flight: requests a stalled server holds do not keep
 // them queued. On a Partitioned driver (a cluster, a Ring), each server has
 // n (and n more) of its own, and the requests queued for it go out

@@ -72,7 +72,9 @@ type ShardedSubscriber interface {
 // WithPipelines; by hash slot for the keys whose server the driver cannot
 // tell), and its watchdog refreshes the locks on each server in a
 // pipeline of their own, whose replies it takes as they come. A stalled
-// or unreachable server then holds up only the requests for its own names.
+// or unreachable server then holds up only the requests for its own names
+// (on a cluster, until the node timeout: a cluster that requires full
+// coverage then refuses every request until a failover).
 // A driver that does not implement it is taken for one server: on a
 // cluster, one stalled primary can then hold up the client's requests to
 // the others, and the automatic refreshes of their locks.
