@@ -266,11 +266,12 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 // cancellation, the caller that sends it (the one of the latest deadline,
 // or of none) does not wait on for a stalled server once it is cancelled
 // (by its caller, or by Client.Close) and the others have left. Never for a
-// batch with a refresh, which stays (see stays), or with a caller whose
+// batch with a refresh, which stays (see stays), a give-back, which should
+// reach the server whoever waits for it (see givesBack), or a caller whose
 // context cannot end.
 func leaveTogether(batch []*queued, abandon context.CancelFunc) (stop func()) {
 	for _, q := range batch {
-		if q.ctx.Done() == nil || stays(q.call) {
+		if q.ctx.Done() == nil || stays(q.call) || givesBack(q.call) {
 			return func() {}
 		}
 	}
