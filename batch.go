@@ -245,11 +245,22 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 		ctx, cancel = context.WithDeadline(ctx, d)
 		defer cancel()
 	}
-	ctx, abandon := context.WithCancel(ctx)
-	defer abandon()
+	ctx, abandon := context.WithCancelCause(ctx)
+	defer abandon(nil)
 	stop := leaveTogether(batch, abandon)
 	b.run(ctx, calls...)
 	stop()
+	if context.Cause(ctx) == errAbandoned {
+		// Every caller has left, each at its own context's end, which
+		// its failure matches (not the cancellation of the pipeline,
+		// which may come at the lead's deadline before the deadline
+		// itself).
+		for _, q := range batch {
+			if errors.Is(q.sent.Err, context.Canceled) {
+				q.sent.Err = q.ctx.Err()
+			}
+		}
+	}
 	lead.reply()
 	for _, q := range batch {
 		if q != lead {
@@ -269,7 +280,7 @@ func (b *batcher) send(lead *queued, batch []*queued) {
 // batch with a refresh, which stays (see stays), a give-back, which should
 // reach the server whoever waits for it (see givesBack), or a caller whose
 // context cannot end.
-func leaveTogether(batch []*queued, abandon context.CancelFunc) (stop func()) {
+func leaveTogether(batch []*queued, abandon context.CancelCauseFunc) (stop func()) {
 	for _, q := range batch {
 		if q.ctx.Done() == nil || stays(q.call) || givesBack(q.call) {
 			return func() {}
@@ -281,7 +292,7 @@ func leaveTogether(batch []*queued, abandon context.CancelFunc) (stop func()) {
 	for i, q := range batch {
 		stops[i] = context.AfterFunc(q.ctx, func() {
 			if left.Add(-1) == 0 {
-				abandon()
+				abandon(errAbandoned)
 			}
 		})
 	}
@@ -291,6 +302,10 @@ func leaveTogether(batch []*queued, abandon context.CancelFunc) (stop func()) {
 		}
 	}
 }
+
+// errAbandoned is the cause of the end of a pipeline that every caller of
+// it left (see leaveTogether).
+var errAbandoned = errors.New("dlock: every caller left the pipeline")
 
 // handOver gives whatever queued while a pipeline was out to the queued
 // caller of the latest deadline (the first with none, else the first of

@@ -173,6 +173,39 @@ func TestACancelledCallerLeavesThePipelineItSends(t *testing.T) {
 	}
 }
 
+// TestACallerThatSendsAPipelineUntilItsDeadlineSeesItsDeadline: the
+// pipeline a caller sends for queued calls is given up when all of them
+// have left, here at the caller's own deadline: its failure still matches
+// context.DeadlineExceeded, not the cancellation that gave the pipeline up.
+func TestACallerThatSendsAPipelineUntilItsDeadlineSeesItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	d := &hookDriver{Driver: e.newDriver(t), beforeCtx: func(ctx context.Context, calls []*dlock.Call) {
+		if calls[0].Script.Name == "acquire" {
+			<-ctx.Done() // a server that stalls, with a driver that ends the request at the context's end
+		}
+	}}
+	c := dlock.New(d, dlock.WithPipelines(1))
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 20 {
+		first, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = c.TryLock(first, "first")
+		}()
+		awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.Pipelines(c); return n == 1 })
+		second, cancel2 := context.WithTimeout(ctx, 60*time.Millisecond)
+		_, err := c.TryLock(second, "second") // queued, then sent by itself
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: %v, want context.DeadlineExceeded", i, err)
+		}
+		<-done
+		cancel()
+		cancel2()
+	}
+}
+
 // TestARefreshStaysInItsPipeline: a Refresh whose context ends while its
 // call is in a pipeline that another caller sent waits for the pipeline
 // (here, for the stalled server to answer) instead of leaving: its Lock's

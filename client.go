@@ -82,11 +82,12 @@ func WithLogger(l *slog.Logger) ClientOption {
 // later deadlines that share it; a refresh stays, so that it never runs
 // after its lock's next refresh. The caller that sends a pipeline for the
 // others (the one of the latest deadline, or of none) gives it up once it
-// and every other caller of it have left, so that with a driver that ends
-// a request at its context's cancellation (rueidis, not go-redis) a
-// cancelled caller does not wait on for a stalled server. Releases, clean-ups and waiter-set exits
-// may have n more in flight: requests a stalled server holds do not keep
-// them queued. On a Partitioned driver (a cluster, a Ring), each server has
+// and every other caller of it have left (not one with a refresh, a
+// release or a clean-up in it), so that with a driver that ends a request
+// at its context's cancellation (rueidis, not go-redis) a cancelled caller
+// does not wait on for a stalled server. Releases, clean-ups and
+// waiter-set exits may have n more in flight: requests a stalled server
+// holds do not keep them queued. On a Partitioned driver (a cluster, a Ring), each server has
 // n (and n more) of its own, and the requests queued for it go out
 // together, to it alone.
 func WithPipelines(n int) ClientOption {

@@ -320,9 +320,10 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		s.endTurn()
 		// Hooks, and the end of a lost lock with its End hook, come after
 		// the turn: a hook may refresh the lock. The next refresh is
-		// scheduled after the hook, so that the hooks of one lock never
-		// run at once (its refreshes may end on several goroutines, see
-		// refreshBatch).
+		// scheduled after the hook, so that the watchdog never runs two
+		// Refresh hooks of one lock at once (its refreshes may end on
+		// several goroutines, see refreshBatch; a Refresh the caller
+		// makes meanwhile runs its own).
 		if s.hook != nil && !quiet {
 			s.hook.refresh(ctx, err)
 		}

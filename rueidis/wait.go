@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -154,8 +153,8 @@ var epoch = time.Now()
 // or it is older than serverMapAge: within refreshNudge, and at most once
 // every serverMapRetry. So it holds up a caller (a request of a
 // dlock.Client, or its watchdog grouping refreshes by primary) for a
-// round trip to the fastest node, and at most refreshNudge in
-// serverMapRetry. Where the map was reset, or could not be read again, the
+// round trip to the fastest node that answers, and at most refreshNudge
+// in serverMapRetry. Where the map was reset, or could not be read again, the
 // last one read stays in use.
 func (d *Driver) serverMap(ctx context.Context) *slotMap {
 	m := d.slots.Load()
@@ -163,6 +162,9 @@ func (d *Driver) serverMap(ctx context.Context) *slotMap {
 		m = d.lastSlots.Load()
 	}
 	if m != nil && time.Since(m.read) < serverMapAge {
+		return m
+	}
+	if ctx.Err() != nil {
 		return m
 	}
 	now, last := int64(time.Since(epoch)), d.tried.Load()
@@ -280,34 +282,42 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 		return nil, fmt.Errorf("dlockrueidis: the cluster client knows no node")
 	}
 	// Any node will do: ask them all at once, as one may be down or
-	// stalled, and take the first answer.
+	// stalled, and take the first answer. The others are not waited for:
+	// rueidis may wait out ctx's deadline for a stalled node, and their
+	// goroutines end by then, writing only their own answers, which
+	// nobody reads once one answered; when none did, all have ended. Nor
+	// are they cancelled, with ctx, once it returns: a request that dials
+	// a node's first connection would fail that dial, and with it the
+	// requests that wait for the connection: each has a context of its
+	// own, with ctx's deadline but not its cancellation.
 	type answer struct {
 		entries []rueidis.RedisMessage
 		err     error
 	}
-	actx, cancel := context.WithCancel(ctx)
 	answers := make([]answer, len(addrs))
-	first := make(chan int, len(addrs))
-	var wg sync.WaitGroup
+	answered := make(chan int, len(addrs))
+	deadline, bounded := ctx.Deadline()
 	for i, addr := range addrs {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			ctx := context.WithoutCancel(ctx)
+			if bounded {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
 			asked := nodes[addr]
-			answers[i].entries, answers[i].err = asked.Do(actx, asked.B().ClusterSlots().Build()).ToArray()
-			first <- i
+			answers[i].entries, answers[i].err = asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray()
+			answered <- i
 		}()
 	}
 	var entries []rueidis.RedisMessage
 	var from string
 	for range addrs {
-		if i := <-first; answers[i].err == nil {
+		if i := <-answered; answers[i].err == nil {
 			entries, from = answers[i].entries, addrs[i]
 			break
 		}
 	}
-	cancel()
-	wg.Wait()
 	if from == "" {
 		errs := make([]error, len(addrs))
 		for i, addr := range addrs {
