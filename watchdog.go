@@ -365,10 +365,13 @@ func (w *watchdog) send(ctx context.Context, group []refreshing) {
 // schedule puts a lease back with its next refresh time, and wakes the
 // goroutine when it is the first due.
 func (w *watchdog) schedule(s *lease, next time.Time) {
+	w.mu.Lock()
+	// Under mu (which the lease's mu nests in), so that a lease that
+	// ends meanwhile is either not put back or taken out by remove.
 	if !s.refreshing() {
+		w.mu.Unlock()
 		return // ended, or released, while it was out of the heap
 	}
-	w.mu.Lock()
 	s.next = next
 	heap.Push(&w.leases, s)
 	first := s.index == 0
