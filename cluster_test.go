@@ -873,3 +873,60 @@ func TestAClusterReleaseGrantsToTheWaitersItCanHear(t *testing.T) {
 		}
 	})
 }
+
+// TestAReleaseDuringASlotMigrationWaitsItOut: a Release that finds its
+// lock's keys split between two primaries while their slot moves (the
+// lock's hash moved, its fence counter not yet: TRYAGAIN) is sent again a
+// little later, and frees the lock once the move is over, rather than
+// failing and leaving the name taken for its TTL.
+func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	holder, other := newClusterClient(t, cluster), newClusterClient(t, cluster)
+	name := "split:release"
+	key := holder.RedisKey(name)
+	l, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := cluster.PrimaryOf(t, key)
+	var to *redistest.Server
+	for _, p := range cluster.Nodes {
+		if p != from {
+			to = p
+			break
+		}
+	}
+	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
+	toID := to.Do(t, "CLUSTER", "MYID")
+	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
+	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	host, port, _ := strings.Cut(to.Addr(), ":")
+	from.Do(t, "MIGRATE", host, port, key, "0", "5000") // the hash alone
+	if rest := strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")); len(rest) == 0 {
+		t.Fatalf("nothing of the lock left on %s: the move is not split", from.Addr())
+	}
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		time.Sleep(300 * time.Millisecond) // the Release meets the split slot
+		for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
+			from.Do(t, "MIGRATE", host, port, k, "0", "5000")
+		}
+		for _, n := range cluster.Nodes {
+			n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		}
+	}()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = l.Release(rctx)
+	<-moved
+	if err != nil {
+		t.Fatalf("Release while the slot moved: %v", err)
+	}
+	l2, err := other.TryLock(ctx, name)
+	if err != nil {
+		t.Fatalf("TryLock after the Release: %v", err)
+	}
+	_ = l2.Release(ctx)
+}

@@ -162,6 +162,15 @@ func notRun(err error) bool {
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
+	return refusedUnrun(err)
+}
+
+// refusedUnrun reports whether err is the server's refusal of a request
+// before running it: its slot moving or split between nodes (TRYAGAIN,
+// MOVED, ASK that the client library did not follow, or followed to no
+// avail), the cluster down, the server loading its data. The request may
+// run when sent again a little later.
+func refusedUnrun(err error) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		msg := e.Error()
 		for _, p := range []string{"TRYAGAIN ", "CLUSTERDOWN ", "MOVED ", "ASK ", "LOADING "} {

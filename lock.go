@@ -686,7 +686,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.sendAgain(ctx, calls)
+	l.sendAgain(ctx, calls, false)
 	for _, call := range calls {
 		if call.Err != nil && logFailure {
 			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
@@ -704,7 +704,12 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // that is down fails them as fast. A call that timed out is not sent
 // again: the server stalled, and a copy would wait as long (with a ctx
 // that has no deadline, for the client library's read timeout once more).
-func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
+// With waitOut (a Release), calls that the server refused before running
+// them are then sent again a little later, for a while (see below). Not a
+// clean-up: re-sent through a slot migration, one took away the keys of a
+// hold it did not make (TestALockHeldWhileItsSlotMigrates, write and
+// permit; why is not known yet).
+func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
 	var again []*Call
 	for _, call := range calls {
 		if call.Err != nil && ctx.Err() == nil && !isTimeout(call.Err) {
@@ -714,10 +719,57 @@ func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 			}
 		}
 	}
-	if len(again) > 0 {
+	if len(again) == 0 {
+		return
+	}
+	l.c.evalWith(ctx, replication{}, again...)
+	if !waitOut {
+		return
+	}
+	// A slot whose keys are split between two nodes while it moves
+	// (TRYAGAIN, or an ASK to no avail), or a cluster that is down for a
+	// failover, refuses a release until that is over: a little later it
+	// runs (rueidis does not send a TRYAGAIN again itself, and go-redis
+	// gives up after its few retries), within ctx and refusedRetries.
+	start := time.Now()
+	for wait := refusedBackoff; ; wait = min(2*wait, refusedMaxBackoff) {
+		again = again[:0:0]
+		for _, call := range calls {
+			if call.Err != nil && refusedUnrun(call.Err) {
+				again = append(again, call)
+			}
+		}
+		if len(again) == 0 || time.Since(start)+wait > refusedRetries || !sleep(ctx, wait) {
+			return
+		}
+		for _, call := range again {
+			call.Val, call.Err = nil, nil
+		}
 		l.c.evalWith(ctx, replication{}, again...)
 	}
 }
+
+// sleep waits d, and reports whether ctx is still alive after it.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+const (
+	// refusedRetries bounds how long a release that the server refused
+	// before running it (see refusedUnrun) is sent again.
+	refusedRetries = cleanupTimeout
+	// refusedBackoff is the first wait before it goes again, doubled up to
+	// refusedMaxBackoff.
+	refusedBackoff    = 10 * time.Millisecond
+	refusedMaxBackoff = 200 * time.Millisecond
+)
 
 // giveBackRest releases, within ctx, the names of a lock on several that
 // a request found lost: one name gone (expired, force-released) leaves
@@ -844,7 +896,7 @@ func (l *Lock) release(ctx context.Context) error {
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.sendAgain(ctx, calls)
+	l.sendAgain(ctx, calls, true)
 	var err, failed error // not held; the outcome unknown
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)

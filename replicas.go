@@ -47,7 +47,7 @@ type replication struct {
 // while a slot migrates, the acquisitions and refreshes of names whose
 // keys have moved fail (a *ServerError with the ASK reply), and a lock
 // refreshed automatically may end at its deadline; a lock without
-// WithReplicas is not affected. n must be at least 1 and timeout at least
+// WithReplicas follows ASK. n must be at least 1 and timeout at least
 // 1ms; the driver must implement Replicator (the goredis driver does).
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
