@@ -194,3 +194,33 @@ func TestAReleaseAfterAFailoverOfAnIdleClient(t *testing.T) {
 		t.Fatalf("Release after the failover: %v", err)
 	}
 }
+
+// TestServerFollowsASlotThatMoved: rueidis follows a slot that moved
+// (MOVED) without telling; the driver's Server, which keeps the client's
+// requests to each primary apart, reads the slot map again when it is a
+// few seconds old, and so follows it too.
+func TestServerFollowsASlotThatMoved(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	d := newClusterDriver(t, c)
+	ctx := context.Background()
+	key := "{moves}"
+	from := c.PrimaryOf(t, key)
+	if got := d.Server(ctx, key); got != from.Addr() {
+		t.Fatalf("Server = %q, want %q", got, from.Addr())
+	}
+	var to *redistest.Server
+	for _, n := range c.Nodes {
+		if n != from {
+			to = n
+			break
+		}
+	}
+	c.MoveEmptySlot(t, key, to)
+	deadline := time.Now().Add(15 * time.Second)
+	for d.Server(ctx, key) != to.Addr() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Server still %q 15s after the slot moved to %s", d.Server(ctx, key), to.Addr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

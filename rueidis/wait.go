@@ -139,11 +139,15 @@ type slotMap struct {
 }
 
 const (
-	// serverMapAge is how old a slot map Server reads again.
-	serverMapAge = 30 * time.Second
+	// serverMapAge is how old a slot map Server reads again: rueidis
+	// follows a slot that moved (MOVED) without telling.
+	serverMapAge = 5 * time.Second
 	// serverMapRetry is how long Server waits after reading the slot map
 	// before it tries again, when that failed.
 	serverMapRetry = time.Second
+	// readSlotsHedge is how long readSlots waits for a node's answer
+	// before it asks another as well.
+	readSlotsHedge = 50 * time.Millisecond
 )
 
 // epoch is the start of the monotonic clock serverMap counts by.
@@ -153,8 +157,8 @@ var epoch = time.Now()
 // or it is older than serverMapAge: within refreshNudge, and at most once
 // every serverMapRetry. So it holds up a caller (a request of a
 // dlock.Client, or its watchdog grouping refreshes by primary) for a
-// round trip to the fastest node that answers, and at most refreshNudge
-// in serverMapRetry. Where the map was reset, or could not be read again, the
+// round trip to a node that answers (see readSlots), and at most
+// refreshNudge in serverMapRetry. Where the map was reset, or could not be read again, the
 // last one read stays in use.
 func (d *Driver) serverMap(ctx context.Context) *slotMap {
 	m := d.slots.Load()
@@ -281,8 +285,9 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("dlockrueidis: the cluster client knows no node")
 	}
-	// Any node will do: ask them all at once, as one may be down or
-	// stalled, and take the first answer. The others are not waited for:
+	// Any node will do: ask one, and another each readSlotsHedge that
+	// none answered (at once when one fails), as one may be down or
+	// stalled; take the first answer. The others are not waited for:
 	// rueidis may wait out ctx's deadline for a stalled node, and their
 	// goroutines end by then, writing only their own answers, which
 	// nobody reads once one answered; when none did, all have ended. Nor
@@ -297,7 +302,10 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 	answers := make([]answer, len(addrs))
 	answered := make(chan int, len(addrs))
 	deadline, bounded := ctx.Deadline()
-	for i, addr := range addrs {
+	asked := 0
+	ask := func() {
+		i := asked
+		asked++
 		go func() {
 			ctx := context.WithoutCancel(ctx)
 			if bounded {
@@ -305,17 +313,34 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 				ctx, cancel = context.WithDeadline(ctx, deadline)
 				defer cancel()
 			}
-			asked := nodes[addr]
-			answers[i].entries, answers[i].err = asked.Do(ctx, asked.B().ClusterSlots().Build()).ToArray()
+			node := nodes[addrs[i]]
+			answers[i].entries, answers[i].err = node.Do(ctx, node.B().ClusterSlots().Build()).ToArray()
 			answered <- i
 		}()
 	}
+	ask()
+	hedge := time.NewTimer(readSlotsHedge)
+	defer hedge.Stop()
 	var entries []rueidis.RedisMessage
 	var from string
-	for range addrs {
-		if i := <-answered; answers[i].err == nil {
-			entries, from = answers[i].entries, addrs[i]
-			break
+	for pending := 1; pending > 0 && from == ""; {
+		select {
+		case i := <-answered:
+			pending--
+			if answers[i].err == nil {
+				entries, from = answers[i].entries, addrs[i]
+			} else if asked < len(addrs) {
+				ask()
+				pending++
+			}
+		case <-hedge.C:
+			if asked < len(addrs) {
+				ask()
+				pending++
+				hedge.Reset(readSlotsHedge)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dlockrueidis: CLUSTER SLOTS: no node answered: %w", ctx.Err())
 		}
 	}
 	if from == "" {
