@@ -706,9 +706,10 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // that has no deadline, for the client library's read timeout once more).
 // With waitOut (a Release), calls that the server refused before running
 // them are then sent again a little later, for a while (see below). Not a
-// clean-up: re-sent through a slot migration, one took away the keys of a
-// hold it did not make (TestALockHeldWhileItsSlotMigrates, write and
-// permit; why is not known yet).
+// clean-up, whose caller (an acquire that failed) would wait up to 2s more
+// while a slot moves: in TestALockHeldWhileItsSlotMigrates that made each
+// attempt of the other client so slow that the migration outlasted the
+// held lock's TTL.
 func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
 	var again []*Call
 	for _, call := range calls {
