@@ -243,7 +243,7 @@ type refreshing struct {
 // server the driver cannot tell (a Ring, a slot map not at hand) counts
 // its hash slot instead, as lanes do.
 func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshing {
-	p := w.c.driver.(Partitioned)
+	p := w.c.lanes.p
 	index := map[string]int{}
 	var groups [][]refreshing
 	var key strings.Builder

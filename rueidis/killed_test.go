@@ -17,13 +17,7 @@ import (
 // CLIENT KILL closed succeed.
 func TestRequestsAfterKilledConnections(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c := dlock.New(dlockrueidis.New(client))
-	defer c.Close()
+	c := newSingleClient(t, srv)
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
 		l, err := c.TryLock(ctx, "killed", dlock.WithTTL(time.Minute))
@@ -36,4 +30,17 @@ func TestRequestsAfterKilledConnections(t *testing.T) {
 		}
 		srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
 	}
+}
+
+// newSingleClient returns a dlock client with opts over a rueidis client
+// of srv alone, both closed with the test.
+func newSingleClient(t *testing.T, srv *redistest.Server, opts ...dlock.ClientOption) *dlock.Client {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	c := dlock.New(dlockrueidis.New(client), opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

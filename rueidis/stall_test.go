@@ -8,8 +8,6 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
-	dlockrueidis "github.com/dlockio/dlock/rueidis"
-	"github.com/redis/rueidis"
 )
 
 // TestACancelledCallerLeavesAStalledServer: a caller that sends a pipeline
@@ -20,13 +18,7 @@ import (
 // pipeline then.
 func TestACancelledCallerLeavesAStalledServer(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c := dlock.New(dlockrueidis.New(client), dlock.WithPipelines(1))
-	defer c.Close()
+	c := newSingleClient(t, srv, dlock.WithPipelines(1))
 	ctx := context.Background()
 	l, err := c.TryLock(ctx, "warm") // a connection to the server
 	if err != nil {

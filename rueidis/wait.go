@@ -161,10 +161,7 @@ var epoch = time.Now()
 // refreshNudge in serverMapRetry. Where the map was reset, or could not be read again, the
 // last one read stays in use.
 func (d *Driver) serverMap(ctx context.Context) *slotMap {
-	m := d.slots.Load()
-	if m == nil {
-		m = d.lastSlots.Load()
-	}
+	m := d.lastSlots.Load() // every map read, the one in slots too
 	if m != nil && time.Since(m.read) < serverMapAge {
 		return m
 	}
