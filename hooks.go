@@ -22,8 +22,11 @@ import (
 // several at once, and must return quickly. A hook may
 // call the Lock's methods, but not Client.Close: Close waits for the
 // watchdog, which may be the goroutine running the hook. Hooks should not
-// panic: a panic in Retry or AcquireDone ends the acquisition (a lock it
-// obtained is given back) and goes on, but one in AcquireStart or
+// panic. A panic in one set does not keep the others from their call, and
+// goes on once they had it: a panic in Retry or AcquireDone ends the
+// acquisition (a lock it obtained is given back, and its End comes, with
+// an error wrapping ErrLost, when AcquireDone said obtained), and one in
+// End goes on once the lock's Done is closed; but one in AcquireStart or
 // ReleaseStart leaves the hooks given before it without their Done call
 // (an open span), and the release is not sent.
 type Hooks struct {
@@ -53,12 +56,17 @@ type Hooks struct {
 	// lock was held, from the request that obtained it.
 	ReleaseDone func(ctx context.Context, h HookInfo, held time.Duration, err error)
 
-	// End is called exactly once for every obtained lock, when it ends,
-	// before its Done channel closes: err is nil when a Release ended it,
-	// and wraps ErrLost when it was lost (a refresh or a release found it
-	// expired or taken, or its deadline passed without a refresh), as
-	// Lock.Err then does. held is how long it was held. A Release that
-	// comes after the lock was lost reports to ReleaseDone only.
+	// End is called exactly once for every lock AcquireDone reported
+	// obtained, when it ends, before its Done channel closes, and never
+	// before that AcquireDone: a lock that ended while the AcquireDone
+	// hooks ran (a TTL shorter than they took) ends for the hooks right
+	// after them. err is nil when a Release ended it, and wraps ErrLost
+	// when it was lost (a refresh or a release found it expired or taken,
+	// or its deadline passed without a refresh), as Lock.Err then does, or
+	// when a panic in a hook ended the acquisition before its caller got
+	// the lock, which is given back then. held is how long it was held. A
+	// Release that comes after the lock was lost reports to ReleaseDone
+	// only.
 	End func(h HookInfo, held time.Duration, err error)
 }
 
@@ -130,27 +138,27 @@ func (h *hooked) acquireStart(ctx context.Context) context.Context {
 }
 
 func (h *hooked) retry(ctx context.Context, failed int, err error) {
-	for _, k := range h.c.hooks {
+	h.each(func(k *Hooks) {
 		if k.Retry != nil {
 			k.Retry(ctx, h.info, failed, err)
 		}
-	}
+	})
 }
 
 func (h *hooked) acquireDone(ctx context.Context, r AcquireResult) {
-	for _, k := range h.c.hooks {
+	h.each(func(k *Hooks) {
 		if k.AcquireDone != nil {
 			k.AcquireDone(ctx, h.info, r)
 		}
-	}
+	})
 }
 
 func (h *hooked) refresh(ctx context.Context, err error) {
-	for _, k := range h.c.hooks {
+	h.each(func(k *Hooks) {
 		if k.Refresh != nil {
 			k.Refresh(ctx, h.info, err)
 		}
-	}
+	})
 }
 
 func (h *hooked) releaseStart(ctx context.Context) context.Context {
@@ -165,17 +173,42 @@ func (h *hooked) releaseStart(ctx context.Context) context.Context {
 }
 
 func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error) {
-	for _, k := range h.c.hooks {
+	h.each(func(k *Hooks) {
 		if k.ReleaseDone != nil {
 			k.ReleaseDone(ctx, h.info, held, err)
 		}
-	}
+	})
 }
 
-func (h *hooked) end(held time.Duration, err error) {
-	for _, k := range h.c.hooks {
+// end calls the End hooks, and returns the first panic of one (nil for
+// none) for the caller to raise again once the lease has ended: a panic
+// must not leave its Done open.
+func (h *hooked) end(held time.Duration, err error) (panicked any) {
+	defer func() { panicked = recover() }()
+	h.each(func(k *Hooks) {
 		if k.End != nil {
 			k.End(h.info, held, err)
 		}
+	})
+	return nil
+}
+
+// each calls f with every set of hooks in turn, all of them even when one
+// panics (each set hears of every outcome and end it heard the start of),
+// and then panics again with the first panic.
+func (h *hooked) each(f func(k *Hooks)) {
+	var first any
+	for i := range h.c.hooks {
+		func() {
+			defer func() {
+				if p := recover(); p != nil && first == nil {
+					first = p
+				}
+			}()
+			f(&h.c.hooks[i])
+		}()
+	}
+	if first != nil {
+		panic(first)
 	}
 }

@@ -540,3 +540,113 @@ func TestARefreshWhileTheEndHookRunsFails(t *testing.T) {
 		t.Errorf("Refresh while the End hook runs = %v, want ErrNotHeld", err)
 	}
 }
+
+// TestTheHooksHearOfALockBeforeItsEnd: a lock whose deadline passes while
+// the AcquireDone hooks run (a TTL shorter than they take) ends for the
+// hooks after every set's AcquireDone, never before: a count of locks held
+// must not go below zero.
+func TestTheHooksHearOfALockBeforeItsEnd(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	slow := dlock.Hooks{AcquireDone: func(context.Context, dlock.HookInfo, dlock.AcquireResult) {
+		time.Sleep(150 * time.Millisecond) // past the lock's deadline, and its timer's
+	}}
+	c := e.newClient(t, dlock.WithHooks(slow), dlock.WithHooks(rec.hooks()))
+	l, err := c.TryLock(ctx, "short", dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done is open after the lock's deadline and its End")
+	}
+	wantLines(t, rec.take(),
+		"acquire exclusive [short] wait=false",
+		"acquired [short] obtained",
+		"end [short] lost=true",
+	)
+}
+
+// TestAPanicInOneSetOfHooksLeavesTheOthersTheirCalls: hooks given before
+// or after a set that panics still get their AcquireDone, ReleaseDone and
+// End, so that a span ends and a count of locks held comes back to zero;
+// the panic goes on, and a lock its caller did not get is given back.
+func TestAPanicInOneSetOfHooksLeavesTheOthersTheirCalls(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	boom := func() { panic("boom") }
+	// recovered runs f and reports whether it panicked with boom.
+	recovered := func(f func()) (ok bool) {
+		defer func() { ok = recover() == "boom" }()
+		f()
+		return false
+	}
+	for _, first := range []bool{true, false} {
+		t.Run(fmt.Sprintf("AcquireDone/panicking set first=%v", first), func(t *testing.T) {
+			rec := &hookLog{}
+			panicky := dlock.WithHooks(dlock.Hooks{AcquireDone: func(context.Context, dlock.HookInfo, dlock.AcquireResult) { boom() }})
+			sets := []dlock.ClientOption{dlock.WithHooks(rec.hooks()), panicky}
+			if first {
+				sets[0], sets[1] = sets[1], sets[0]
+			}
+			c := e.newClient(t, sets...)
+			name := fmt.Sprintf("panicky-%v", first)
+			if !recovered(func() { _, _ = c.TryLock(ctx, name, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh()) }) {
+				t.Fatal("TryLock did not pass the hook's panic on")
+			}
+			wantLines(t, rec.take(),
+				"acquire exclusive ["+name+"] wait=false",
+				"acquired ["+name+"] obtained",
+				"end ["+name+"] lost=true",
+			)
+			if e.locked(t, "dlock:{"+name+"}") {
+				t.Error("the lock obtained before the panic is still held")
+			}
+			if n := dlock.WatchedLeases(c); n != 0 {
+				t.Errorf("the watchdog still refreshes %d leases", n)
+			}
+		})
+	}
+	t.Run("ReleaseDone", func(t *testing.T) {
+		rec := &hookLog{}
+		c := e.newClient(t, dlock.WithHooks(dlock.Hooks{ReleaseDone: func(context.Context, dlock.HookInfo, time.Duration, error) { boom() }}),
+			dlock.WithHooks(rec.hooks()))
+		l, err := c.TryLock(ctx, "panicky-release")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !recovered(func() { _ = l.Release(ctx) }) {
+			t.Fatal("Release did not pass the hook's panic on")
+		}
+		wantLines(t, rec.take()[2:],
+			"release exclusive [panicky-release]",
+			"end [panicky-release] released",
+			"released [panicky-release] ok=true",
+		)
+	})
+	t.Run("End", func(t *testing.T) {
+		rec := &hookLog{}
+		c := e.newClient(t, dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) { boom() }}),
+			dlock.WithHooks(rec.hooks()))
+		l, err := c.TryLock(ctx, "panicky-end")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !recovered(func() { _ = l.Release(ctx) }) {
+			t.Fatal("Release did not pass the End hook's panic on")
+		}
+		if lines := rec.take(); !slices.Contains(lines, "end [panicky-end] released") {
+			t.Errorf("the second set had no End:\n  %s", strings.Join(lines, "\n  "))
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Error("Done is open after the lock ended with a panicking End hook")
+		}
+		if e.locked(t, "dlock:{panicky-end}") {
+			t.Error("the lock is still held")
+		}
+	})
+}

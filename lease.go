@@ -44,6 +44,9 @@ type lease struct {
 	relFailed   error         // why the last Release failed, if it did
 	started     bool          // obtained: acquired and deadline are set
 	ending      bool          // end was called; the lease is over once the hooks have run
+	hooksTold   bool          // the AcquireDone hooks said obtained: End may reach the hooks
+	endLate     bool          // the lease ended before that: End comes after AcquireDone (see told)
+	lateHeld    time.Duration // how long it was held then
 	over        bool          // the lease ended: err is set, done closed
 	done        chan struct{} // made by the first Done, closed when over
 	err         error
@@ -280,14 +283,21 @@ func (s *lease) end(err error) {
 		return
 	}
 	s.ending = true
+	var panicked any // by an End hook: raised again once the lease ended
 	if s.hook != nil {
 		// Before Done closes, so that whoever waits on it finds the end
-		// counted; Err already says why.
+		// counted; Err already says why. Not before AcquireDone said
+		// obtained: the hooks must hear of the lock before its end (see
+		// told). Nobody can wait on Done before then.
 		s.err = err
 		held := time.Since(s.acquired)
-		s.mu.Unlock()
-		s.hook.end(held, err)
-		s.mu.Lock()
+		if s.hooksTold {
+			s.mu.Unlock()
+			panicked = s.hook.end(held, err)
+			s.mu.Lock()
+		} else {
+			s.endLate, s.lateHeld = true, held
+		}
 	}
 	s.err, s.over = err, true
 	if s.done != nil {
@@ -307,6 +317,25 @@ func (s *lease) end(err error) {
 	}
 	if err != nil {
 		s.c.log.Warn("dlock: lock lost", "names", s.holder.lockNames(), "err", err)
+	}
+	if panicked != nil {
+		panic(panicked)
+	}
+}
+
+// told records that the AcquireDone hooks said the lock obtained, and
+// calls the End hooks now when it ended as they ran: its deadline passed
+// or a refresh found it lost.
+func (s *lease) told() {
+	s.mu.Lock()
+	s.hooksTold = true
+	late, held, err := s.endLate, s.lateHeld, s.err
+	s.endLate = false
+	s.mu.Unlock()
+	if late {
+		if p := s.hook.end(held, err); p != nil {
+			panic(p)
+		}
 	}
 }
 

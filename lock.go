@@ -433,8 +433,15 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	r := AcquireResult{Outcome: outcome(err), Wait: time.Since(start), Attempts: attempts, Err: err}
 	if err == nil {
 		r.Fence = l.Fence()
+		func() {
+			// The lock's End, when it ended as these hooks ran, comes
+			// right after them, a panic of theirs included.
+			defer l.told()
+			h.acquireDone(ctx, r)
+		}()
+	} else {
+		h.acquireDone(ctx, r)
 	}
-	h.acquireDone(ctx, r)
 	returned = true
 	if err != nil {
 		return nil, err
@@ -445,17 +452,23 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 // lostToPanic gives back the lock of an acquisition that a panic or
 // runtime.Goexit ended after it was obtained (in a hook, or a logger):
 // its caller never gets the Lock, so nothing else would release it or
-// stop refreshing it. Its End hook is not called: AcquireDone did
-// not say obtained. An acquisition ended before it obtained the lock has
-// given back what its attempts may hold (see onRetry).
+// stop refreshing it. Its End hooks are called, with an error wrapping
+// ErrLost, only when AcquireDone said obtained (a panic in a later set of
+// hooks than one that counted the lock held). An acquisition ended before
+// it obtained the lock has given back what its attempts may hold (see
+// onRetry).
 func (l *Lock) lostToPanic(ctx context.Context) {
 	l.mu.Lock()
-	started := l.started
+	started, told := l.started, l.hooksTold
 	l.mu.Unlock()
 	if !started {
 		return
 	}
-	l.drop()
+	if told {
+		l.end(fmt.Errorf("%w: %s: given back: a panic or runtime.Goexit ended its acquisition before its caller got it", ErrLost, l.describe()))
+	} else {
+		l.drop()
+	}
 	if l.ownReq {
 		l.cleanup(ctx, true)
 	}
