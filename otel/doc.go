@@ -22,9 +22,9 @@
 //	dlock.acquisitions      counter        acquisitions that ended, by dlock.acquire.outcome
 //	dlock.acquire.retries   counter        failed attempts of waiting acquisitions (the last before giving up too, but not a refusal for good)
 //	dlock.refreshes         counter        refreshes, by dlock.refresh.outcome
-//	dlock.hold.duration     histogram, s   how long locks were held, at release or loss
+//	dlock.hold.duration     histogram, s   how long locks were held, at release, loss or max hold (dlock.hold.end)
 //	dlock.held_locks        up-down        locks held now
-//	dlock.lost_locks        counter        locks lost
+//	dlock.lost_locks        counter        locks lost (not those that ended at their WithMaxHold)
 //
 // The README of this module lists their units and attributes.
 //

@@ -42,6 +42,7 @@ const (
 	notHeld   = "not_held"
 	failed    = "error"
 	lost      = "lost"
+	maxHold   = "max_hold"
 )
 
 // Bucket boundaries, in seconds. An acquisition that does not wait takes
@@ -235,11 +236,15 @@ func (r *recorder) releaseDone(ctx context.Context, _ dlock.HookInfo, _ time.Dur
 	span.End()
 }
 
-// end records the end of a held lock: released or lost.
+// end records the end of a held lock: released, lost, or at its max hold
+// (WithMaxHold: its holder's bound, not a loss).
 func (r *recorder) end(h dlock.HookInfo, held time.Duration, err error) {
 	ctx := context.Background()
 	how := released
-	if err != nil {
+	switch {
+	case errors.Is(err, dlock.ErrMaxHold):
+		how = maxHold
+	case err != nil:
 		how = lost
 		r.lostLocks.Add(ctx, 1, metric.WithAttributes(keyMode.String(h.Mode)))
 	}

@@ -173,6 +173,20 @@ func TestHeldLocksReturnToZero(t *testing.T) {
 		t.Errorf("Err = %v, want ErrLost", l.Err())
 	}
 
+	// Ended at its max hold: its holder's bound, not a loss.
+	l, err = e.locks.TryLock(ctx, e.name("capped"), dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRefresh(),
+		dlock.WithMaxHold(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
+	}
+	e.wantSum("dlock.held_locks", 0)
+	e.wantSum("dlock.lost_locks", 2)
+	e.wantCount("dlock.hold.duration", 1, exclusive, attribute.String("dlock.hold.end", "max_hold"))
+
 	// Read holds and permits are counted by mode.
 	r, err := e.locks.RWMutex(e.name("doc")).RLock(ctx)
 	if err != nil {
@@ -200,7 +214,7 @@ func TestHeldLocksReturnToZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantSum("dlock.held_locks", 0)
-	e.wantCount("dlock.hold.duration", 5)
+	e.wantCount("dlock.hold.duration", 6)
 	e.wantCount("dlock.hold.duration", 3, released)
 	e.wantCount("dlock.hold.duration", 1, read, released)
 	e.wantCount("dlock.hold.duration", 1, permit, released)
