@@ -34,8 +34,9 @@ type Lock struct {
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
-	// ownReq is set for a Lock whose request token dlock made for it (not
-	// given WithToken, nor attached): its Release and clean-up end it,
+	// ownReq is set for a Lock whose request token dlock made for it, or
+	// that is given for one use (see friend.OneUseToken; not given
+	// WithToken, nor attached): its Release and clean-up end it,
 	// recording it so that a late copy of an acquire is refused (see
 	// release.lua, holds_release.lua).
 	ownReq bool
@@ -273,7 +274,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		names = append([]string(nil), names...)
 	}
 	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
-		owner: o.owner, meta: o.metadata, givenToken: o.token != "",
+		owner: o.owner, meta: o.metadata, givenToken: o.given(),
 		minHold: ceilMilliseconds(o.minHold)}
 	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
@@ -377,7 +378,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if err != nil {
 		return nil, err
 	}
-	l.ownReq = o.token == ""
+	l.ownReq = !o.given()
 	returned := false
 	defer func() {
 		if !returned {
@@ -522,7 +523,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 // attempt records nothing in Redis (a read/write lock's pending writer or
 // queue entry), which would keep the callers ahead of it out.
 func (l *Lock) eager(o *options) bool {
-	return l.owner != "" || o.token != ""
+	return l.owner != "" || o.given()
 }
 
 // acquire makes one attempt. When the lock is held by another, it returns

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlockio/dlock/internal/friend"
 	"github.com/dlockio/dlock/internal/nilretry"
 )
 
@@ -37,6 +38,7 @@ type options struct {
 	maxWait  time.Duration // WithMaxWait; zero when not given
 	metadata string
 	token    string
+	oneUse   bool // the token is used for this acquisition only (see friend.OneUseToken)
 	owner    string
 	auto     bool          // refresh automatically
 	interval time.Duration // WithRefreshInterval; zero for the default
@@ -143,6 +145,19 @@ func WithToken(token string) Option {
 		o.token = token
 	}
 }
+
+func init() {
+	friend.OneUseToken = func(token string) any {
+		return Option(func(o *options) {
+			WithToken(token)(o)
+			o.oneUse = true
+		})
+	}
+}
+
+// given reports whether the caller gave the token, and may give it again:
+// not when dlock made it, nor when it is used once (see friend.OneUseToken).
+func (o *options) given() bool { return o.token != "" && !o.oneUse }
 
 // WithOwner makes the lock re-entrant for an owner: an acquire by the same
 // owner id of a lock it holds succeeds at once, with the token it is held

@@ -139,7 +139,7 @@ func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options)
 			keys: []string{key, key + ":holds", key + ":waiters", key + ":pending", key + ":queue", key + ":fence", key + ":released"}}
 		l.rel = append(l.keys[:5:5], l.keys[6])
 		l.held = []string{key, key + ":holds", l.keys[6]}
-		given := flag(o.token != "")
+		given := flag(o.given())
 		args := []any{kind.mode, flag(wait), flag(m.fair), given}
 		ahead := []any{kind.mode, flag(false), flag(m.fair), given}
 		if kind == writeHold {

@@ -111,7 +111,7 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 		keys: []string{key, key + ":holds", key + ":waiters", key + ":released"}}
 	l.rel = l.keys
 	l.held = []string{key, key + ":holds", l.keys[3]}
-	given := flag(o.token != "")
+	given := flag(o.given())
 	l.extra = func(waitArgs) []any { return []any{ModePermit, s.permits.Load(), given} }
 	l.init(s.c, o)
 	return l, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/causes"
+	"github.com/dlockio/dlock/internal/friend"
 
 	"github.com/dlockio/dlock"
 )
@@ -287,7 +288,9 @@ func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, e
 // and gives the node back if the Lock no longer wants it.
 func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration, rd *round) {
 	n := l.r.nodes[i]
-	nl, err := n.Client.TryLock(ctx, l.name, dlock.WithToken(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	// The token is this attempt's alone: its end is recorded on the node,
+	// so that a late copy of its request takes nothing there.
+	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
 	err = atDeadline(ctx, err)
 	var ended context.Context
 	if err == nil {
@@ -1163,6 +1166,10 @@ func (l *Lock) Nodes() []string {
 // drift is the allowance for clock drift between client and servers, the
 // same as dlock's for a single server: 1% of the TTL plus 2ms.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// oneUse gives a node's acquire the attempt's token, used for that
+// attempt only (see friend.OneUseToken).
+func oneUse(token string) dlock.Option { return friend.OneUseToken(token).(dlock.Option) }
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {

@@ -1937,3 +1937,69 @@ func TestDeadlineWhileReleasing(t *testing.T) {
 		t.Errorf("Deadline after the release = %v, later than while releasing (%v)", got, d)
 	}
 }
+
+// lateAcquire loses the reply of every acquire while armed, without
+// running it, and keeps the request, to run late (runHeld): as a request
+// left in a pipeline that its caller gave up on, or one sent again by the
+// client library, reaches the server after the caller's clean-up.
+type lateAcquire struct {
+	dlock.Driver
+	armed atomic.Bool
+	mu    sync.Mutex
+	held  []*dlock.Call
+}
+
+func (d *lateAcquire) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.armed.Load() {
+		for _, c := range calls {
+			if c.Script.Name == "acquire" {
+				d.mu.Lock()
+				d.held = append(d.held, &dlock.Call{Script: c.Script, Keys: c.Keys, Args: c.Args})
+				d.mu.Unlock()
+				c.Err = errors.New("i/o timeout (reply lost)")
+			}
+		}
+		if !slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Err == nil }) {
+			return
+		}
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// runHeld runs the acquires held back.
+func (d *lateAcquire) runHeld(ctx context.Context) {
+	d.mu.Lock()
+	held := d.held
+	d.held = nil
+	d.mu.Unlock()
+	d.Driver.Eval(ctx, held...)
+}
+
+// TestALateCopyOfANodesAcquireTakesNothing: the nodes' acquires of an
+// attempt whose replies were lost reach the servers after the attempt
+// gave its nodes back. Each node's token is the attempt's alone, so its
+// clean-up records the end there, and the late copies take nothing: the
+// name stays free, where it was held, for nobody, until the TTL.
+func TestALateCopyOfANodesAcquireTakesNothing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	drivers := make([]*lateAcquire, len(srvs))
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		drivers[i] = &lateAcquire{Driver: d}
+		drivers[i].armed.Store(true)
+		return drivers[i]
+	})
+	ctx := context.Background()
+	if _, err := r.TryLock(ctx, "late-copy", redlock.WithTTL(time.Minute)); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryLock with every reply lost: %v, want ErrNoQuorum", err)
+	}
+	if err := r.Close(); err != nil { // waits for the clean-ups
+		t.Fatal(err)
+	}
+	for _, d := range drivers {
+		d.armed.Store(false)
+		d.runHeld(ctx)
+	}
+	if n := heldOn(t, srvs, "late-copy"); n != 0 {
+		t.Errorf("late copies of the attempt's acquires hold the name on %d of 3 nodes", n)
+	}
+}
