@@ -53,7 +53,11 @@
 // context ended before enough nodes answered to tell, it matches none of
 // these, but the context's error. A node's own error (a *dlock.ServerError,
 // dlock.ErrWrongType) matches whatever decided. The error of Lock is that
-// of its last attempt that the nodes' answers decided. Bad input matches
+// of its last attempt that the nodes' answers decided. The errors of a
+// lock once obtained (Refresh, Release, Err, Do once it ran the function)
+// never match dlock.ErrNotObtained, though a node that never granted the
+// lock refused it: only an acquisition's error says "held by another".
+// Bad input matches
 // dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
 // ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
 //

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -213,7 +214,9 @@ func (r *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // Lock does, refreshes it automatically, runs fn with a context that is
 // cancelled as soon as the lock is known lost, and releases the lock when fn
 // returns. It returns fn's error, joined with the loss (matching
-// dlock.ErrLost) if the lock was lost while fn ran.
+// dlock.ErrLost) if the lock was lost while fn ran, the release's finding
+// it lost included. If fn panics, Do releases the lock and lets the panic
+// go on.
 func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: Do with a nil function", dlock.ErrInvalidArgument)
@@ -222,12 +225,27 @@ func (r *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	release := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		return l.Release(rctx)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or called runtime.Goexit): release now, or a
+			// caller that recovers the panic (net/http does) would leave
+			// the lock held and refreshed for good.
+			_ = release()
+		}
+	}()
 	err = fn(l.Context(ctx))
+	returned = true
 	lost := l.Err()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if rerr := l.Release(rctx); rerr != nil && lost == nil {
-		lost = rerr
+	if rerr := release(); rerr != nil && lost == nil {
+		// A release that finds the lock gone ends it as lost, which says
+		// so (dlock.ErrLost); a failed one says why.
+		lost = cmp.Or(l.Err(), rerr)
 	}
 	return errors.Join(err, lost)
 }
@@ -462,7 +480,7 @@ func (l *Lock) endLost() {
 	var errs []error
 	for i, s := range l.nodes {
 		if !s.live && s.err != nil {
-			errs = append(errs, l.nodeError(i, s.err))
+			errs = append(errs, l.nodeError(i, hideRefusal(s.err)))
 		}
 	}
 	why := error(nil)
@@ -494,7 +512,8 @@ func (l *Lock) endLost() {
 // the caller's context ended before enough nodes answered to tell, and it
 // matches neither (errNoAnswer marks it, see Locker.Lock). Refusals in an
 // error that does not match dlock.ErrNotObtained are wrapped so that they
-// do not make it match.
+// do not make it match, as are those in the error of a refresh or a
+// release.
 func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Duration) error {
 	got, refused, foreign, failing, cutShort := 0, 0, 0, 0, 0
 	type outcome struct {
@@ -555,11 +574,11 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 	if cutShort > 0 {
 		top = fmt.Errorf("%w; the caller's context ended before %d of them answered", top, cutShort)
 	}
-	hide := did == "obtained" && !errors.Is(top, dlock.ErrNotObtained)
+	hide := !errors.Is(top, dlock.ErrNotObtained)
 	errs := []error{top}
 	for _, o := range outs {
-		if hide && errors.Is(o.err, dlock.ErrNotObtained) {
-			o.err = refusal{o.err}
+		if hide {
+			o.err = hideRefusal(o.err)
 		}
 		errs = append(errs, l.nodeError(o.node, o.err))
 	}
@@ -579,6 +598,18 @@ var errNoAnswer = errors.New("redlock: not known whether held")
 type refusal struct{ err error }
 
 func (r refusal) Error() string { return r.err.Error() }
+
+// hideRefusal returns a node's error so that it does not match
+// dlock.ErrNotObtained: a node that refused the lock, in the error of a
+// refresh, a release or a loss of a lock that was obtained, must not make
+// that error read as "held by another, not obtained" (code that skips its
+// work on ErrNotObtained would take work done for work skipped).
+func hideRefusal(err error) error {
+	if errors.Is(err, dlock.ErrNotObtained) {
+		return refusal{err}
+	}
+	return err
+}
 
 func (l *Lock) nodeError(i int, err error) error {
 	return &NodeError{Node: i, Addr: l.r.nodes[i].Addr, Err: err}

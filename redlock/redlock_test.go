@@ -2003,3 +2003,80 @@ func TestALateCopyOfANodesAcquireTakesNothing(t *testing.T) {
 		t.Errorf("late copies of the attempt's acquires hold the name on %d of 3 nodes", n)
 	}
 }
+
+// TestTheErrorsOfAnObtainedLockNeverSayNotObtained: node 0 is held by
+// another, and the lock obtained on nodes 1 and 2. Node 0's refusal, in the
+// error of a refresh, of Do or of the loss, must not make it match
+// dlock.ErrNotObtained: code that skips its work when the lock is held by
+// another would take work done for work skipped.
+func TestTheErrorsOfAnObtainedLockNeverSayNotObtained(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var loser *refreshLoser
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i != 2 {
+			return d
+		}
+		loser = &refreshLoser{Driver: d}
+		return loser
+	})
+	ctx := context.Background()
+	other, err := newClient(t, srvs[0]).TryLock(ctx, "split", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	notObtained := func(what string, err error) {
+		t.Helper()
+		if errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%s matches ErrNotObtained: %v", what, err)
+		}
+	}
+
+	l, err := r.TryLock(ctx, "split", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loser.on.Store(true) // node 2's refresh fails: a quorum holds it, fewer refresh it
+	err = l.Refresh(ctx, time.Minute)
+	if !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Refresh = %v, want ErrNoQuorum", err)
+	}
+	notObtained("a Refresh without a quorum", err)
+	loser.on.Store(false)
+	srvs[1].Do(t, "DEL", "dlock:{split}")
+	err = l.Refresh(ctx, time.Minute)
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh of a lock gone from node 1 = %v, want ErrNotHeld", err)
+	}
+	notObtained("the Refresh that found it lost", err)
+	notObtained("Err", l.Err())
+	_ = l.Release(ctx) // gives node 2 back
+
+	err = r.Do(ctx, "split", func(context.Context) error {
+		srvs[1].Do(t, "DEL", "dlock:{split}")
+		return nil
+	}, redlock.WithTTL(time.Minute))
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Do whose Release found the lock lost = %v, want ErrLost", err)
+	}
+	notObtained("Do's", err)
+}
+
+// TestDoReleasesWhenTheFunctionPanics: the panic goes on, and the lock is
+// released, where a caller that recovers it (as net/http does) would have
+// left it held, and refreshed, until Close.
+func TestDoReleasesWhenTheFunctionPanics(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the function's panic", p)
+			}
+		}()
+		_ = r.Do(context.Background(), "panicky", func(context.Context) error { panic("boom") })
+	}()
+	if n := heldOn(t, srvs, "panicky"); n != 0 {
+		t.Errorf("held on %d nodes after Do's function panicked", n)
+	}
+}
