@@ -961,12 +961,15 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 				return
 			case <-timer.C:
 			}
+			// The TTL is read once no Refresh runs: one that the tick
+			// waited for sets the TTL this one must go on with.
+			l.op.Lock()
 			from = time.Now()
 			ttl, last, ok := l.nextRefresh(from)
 			if !ok {
+				l.op.Unlock()
 				return // the max hold allows no more: the nodes' deadlines end it
 			}
-			l.op.Lock()
 			err := l.refresh(l.r.bg, ttl, false)
 			l.op.Unlock()
 			select {

@@ -2080,3 +2080,51 @@ func TestDoReleasesWhenTheFunctionPanics(t *testing.T) {
 		t.Errorf("held on %d nodes after Do's function panicked", n)
 	}
 }
+
+// refreshCounter counts the refresh calls it passes on, and delays each by
+// delay.
+type refreshCounter struct {
+	dlock.Driver
+	delay time.Duration
+	n     atomic.Int64
+}
+
+func (d *refreshCounter) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "refresh" }) {
+		time.Sleep(d.delay)
+		d.n.Add(1)
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// TestAnAutomaticRefreshGoesOnWithTheTTLOfARefreshItWaitedFor: a Refresh
+// to a longer TTL is slow on a node, and an automatic refresh falls due
+// meanwhile. It waits for the Refresh, and then goes on with its TTL; before,
+// it sent the TTL it had read before waiting, cutting the deadline the
+// Refresh had just given back to the old TTL.
+func TestAnAutomaticRefreshGoesOnWithTheTTLOfARefreshItWaitedFor(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var slow *refreshCounter
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i != 0 {
+			return d
+		}
+		slow = &refreshCounter{Driver: d, delay: 100 * time.Millisecond}
+		return slow
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "longer", redlock.WithTTL(time.Second), redlock.WithAutoRefresh(), redlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Two more refreshes: the one that waited, and the next.
+	n := slow.n.Load()
+	eventually(t, 5*time.Second, "two automatic refreshes", func() bool { return slow.n.Load() >= n+2 })
+	if left := time.Until(l.Deadline()); left < 30*time.Second {
+		t.Errorf("the deadline is %v away after a Refresh to a minute and automatic refreshes, want the minute's", left)
+	}
+}
