@@ -10,7 +10,9 @@ import (
 // ErrNotReplicated means Redis did not confirm, within the WithReplicas
 // timeout, that enough replicas have the write that took or refreshed the
 // lock. An acquire that was not confirmed is released again and not
-// reported as held; a refresh that was not confirmed does not extend the
+// reported as held (by a waiting Lock, once its wait ends: until then its
+// next attempt takes that hold again and asks the replicas anew, and the
+// name stays taken for nobody else); a refresh that was not confirmed does not extend the
 // lock's deadline and is retried. An acquire the server refused, or a
 // refresh that found the lock gone, wrote nothing to confirm: it reports
 // ErrNotObtained or ErrNotHeld, whatever the replicas acknowledged.
@@ -35,7 +37,9 @@ type replication struct {
 // WithReplicas confirms every acquire and refresh of the lock on n replicas:
 // after the script, dlock sends WAIT n timeout on the same connection, and
 // an acquire that fewer replicas acknowledged is released and returns
-// ErrNotReplicated; a refresh that fewer acknowledged does not count. This
+// ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
+// tries again, as ErrNotReplicated says); a refresh that fewer
+// acknowledged does not count. This
 // keeps a lock on the server through a failover to any replica that
 // acknowledged it (Sentinel, or Redis Cluster), so no other client obtains
 // it. The holder keeps it only while its refreshes are acknowledged: when
