@@ -668,6 +668,42 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// A new client's first waiting Lock opens its subscription, whose
+	// first request (go-redis sends the shard-channel probe, COMMAND INFO
+	// SPUBLISH, to the primary of the slot of "INFO") meets a stalled
+	// primary: the Lock of a free name on another primary goes on without
+	// it, where it waited for the stall to end.
+	t.Run("AFirstWaitDoesNotWaitForASubscriptionAStalledPrimaryHoldsUp", func(t *testing.T) {
+		c := dlock.New(goredis.New(e.newRedis(t)))
+		defer c.Close()
+		stalled := e.cluster.PrimaryOf(t, "INFO")
+		name := ""
+		for _, n := range e.names {
+			if e.cluster.PrimaryOf(t, dlock.DefaultPrefix+"{"+n+"}") != stalled {
+				name = n
+			}
+		}
+		warm, err := c.TryLock(ctx, name) // the connections are up
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stalled.Pause(t)
+		// Under the cluster's node timeout (2s), so that it stays up.
+		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		l, err := c.Lock(wctx, name)
+		stalled.Resume(t)
+		if err != nil {
+			t.Fatalf("Lock of a free name on a healthy primary while another stalls: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// The refreshes of one lock may end on several goroutines of the
 	// watchdog, one a primary: a Refresh hook slower than the refresh
 	// interval still never runs twice at once for one lock.

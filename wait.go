@@ -268,9 +268,14 @@ func (h *waitHub) finish(chans []string, done chan struct{}) {
 // subscribed opens the client's subscription on first use and reports
 // whether notices can be had. The subscription is opened by a goroutine of
 // the hub, without holding h.mu, so that notices and other waiters are not
-// held up by the dial; callers wait for it only while their contexts last
-// (a driver may dial for its own timeout, whatever the context says), and
-// one that gives up leaves it to go on, for the callers that come later.
+// held up by the dial. Callers wait for it at most subscribeWait, and only
+// while their contexts last: a driver may dial, or ask a server, for its
+// own timeout whatever the context says, and on a cluster the server it
+// asks may be a stalled primary, which must not hold up the attempts on
+// the others. A caller that goes on without it makes its attempt without
+// registering, and tries again by the retry strategy's intervals, or at
+// once when the subscription opens (see openSubscription); the opening
+// goes on, for the callers that come later.
 func (h *waitHub) subscribed(ctx context.Context) bool {
 	h.mu.Lock()
 	if h.opening == nil && h.sub == nil && !h.failed && !time.Now().Before(h.retryAt) {
@@ -279,11 +284,14 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 		h.openers.Add(1)
 		go h.openSubscription(opening)
 	}
-	for h.opening != nil {
-		opening := h.opening
+	if opening := h.opening; opening != nil {
 		h.mu.Unlock()
+		t := time.NewTimer(subscribeWait)
+		defer t.Stop()
 		select {
 		case <-opening:
+		case <-t.C:
+			return false
 		case <-ctx.Done():
 			return false
 		}
@@ -294,10 +302,13 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 }
 
 // subscribeTimeout bounds an attempt to open the client's subscription;
-// subscribeRetry is how long after a failed one the next may be made.
+// subscribeRetry is how long after a failed one the next may be made;
+// subscribeWait is how long an attempt waits for one being opened (a dial
+// takes a round trip or two).
 const (
 	subscribeTimeout = 10 * time.Second
 	subscribeRetry   = time.Second
+	subscribeWait    = 250 * time.Millisecond
 )
 
 // openSubscription opens the client's subscription and closes opening.
@@ -313,6 +324,9 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	closed := h.failed // the client closed meanwhile
 	if err == nil && !closed {
 		h.sub, h.sharded = sub, sharded
+		// The callers that went on without it try again at once, and
+		// register.
+		h.wakeFrontsLocked()
 	}
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
@@ -370,14 +384,7 @@ func (h *waitHub) notify(channel, payload string) {
 	}
 	defer h.mu.Unlock()
 	if channel == "" && payload == "" {
-		for _, q := range h.queues {
-			signalFront(q)
-		}
-		for _, ws := range h.others {
-			for _, w := range ws {
-				w.signal()
-			}
-		}
+		h.wakeFrontsLocked()
 		return
 	}
 	n, key, isGrant, ok := parseGrant(payload)
@@ -408,6 +415,20 @@ func (h *waitHub) notify(channel, payload string) {
 		return
 	}
 	h.wakeLocked(key)
+}
+
+// wakeFrontsLocked wakes the first caller waiting for every lock, and the
+// callers waiting for locks on several names, so that they try again at
+// once; h.mu must be held.
+func (h *waitHub) wakeFrontsLocked() {
+	for _, q := range h.queues {
+		signalFront(q)
+	}
+	for _, ws := range h.others {
+		for _, w := range ws {
+			w.signal()
+		}
+	}
 }
 
 // wakeWaiters wakes the callers of c waiting for the lock at key, as a
