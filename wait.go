@@ -65,6 +65,7 @@ type waitHub struct {
 	opening  chan struct{} // closed when a Subscribe under way ends
 	failed   bool          // no notices for good (unsupported, or closed)
 	retryAt  time.Time     // after a failed Subscribe, when the next may be tried
+	without  bool          // a caller went on without the subscription being opened (see subscribed)
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt may have registered the client in since they were last idle
@@ -291,6 +292,9 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 		select {
 		case <-opening:
 		case <-t.C:
+			h.mu.Lock()
+			h.without = true
+			h.mu.Unlock()
 			return false
 		case <-ctx.Done():
 			return false
@@ -324,9 +328,12 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	closed := h.failed // the client closed meanwhile
 	if err == nil && !closed {
 		h.sub, h.sharded = sub, sharded
-		// The callers that went on without it try again at once, and
-		// register.
-		h.wakeFrontsLocked()
+		if h.without {
+			// The callers that went on without it try again at once, and
+			// register.
+			h.without = false
+			h.wakeFrontsLocked()
+		}
 	}
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
