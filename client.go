@@ -47,6 +47,12 @@ type Client struct {
 	busy    int                               // acquisitions under way (see underway)
 	idle    chan struct{}                     // closed when the acquisitions Close waits for have ended
 	closed  bool
+
+	// The clean-ups sent again in the background (see inBackground): Close
+	// ends them (bgEnd) and waits for them (bg).
+	bg    sync.WaitGroup
+	bgCtx context.Context
+	bgEnd context.CancelFunc
 }
 
 // ClientOption configures a Client.
@@ -347,6 +353,13 @@ func (c *Client) Close() error {
 		}
 		t.Stop()
 	}
+	c.mu.Lock()
+	bgEnd := c.bgEnd
+	c.mu.Unlock()
+	if bgEnd != nil {
+		bgEnd()
+		c.bg.Wait()
+	}
 	if wd != nil {
 		wd.close()
 	}
@@ -354,6 +367,29 @@ func (c *Client) Close() error {
 		waits.close()
 	}
 	return nil
+}
+
+// inBackground runs f on a goroutine of the client's own, with a context
+// that ends after cleanupTimeout or at Close, which waits for it; it
+// reports whether it did: not once the client is closed.
+func (c *Client) inBackground(f func(ctx context.Context)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	if c.bgEnd == nil {
+		c.bgCtx, c.bgEnd = context.WithCancel(context.Background())
+	}
+	ctx := c.bgCtx
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		f(ctx)
+	}()
+	return true
 }
 
 // watchdog returns the client's watchdog, starting it on first use; nil

@@ -879,16 +879,11 @@ func TestAClusterReleaseGrantsToTheWaitersItCanHear(t *testing.T) {
 // lock's hash moved, its fence counter not yet: TRYAGAIN) is sent again a
 // little later, and frees the lock once the move is over, rather than
 // failing and leaving the name taken for its TTL.
-func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3, 0)
-	ctx := context.Background()
-	holder, other := newClusterClient(t, cluster), newClusterClient(t, cluster)
-	name := "split:release"
-	key := holder.RedisKey(name)
-	l, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+// splitSlot starts moving the slot of key to another primary, and moves
+// key alone, so that the slot's keys are split between the two (a request
+// on several of them is refused with TRYAGAIN, or ASK); finish moves the
+// rest and ends the move.
+func splitSlot(t *testing.T, cluster *redistest.Cluster, key string) (finish func()) {
 	from := cluster.PrimaryOf(t, key)
 	var to *redistest.Server
 	for _, p := range cluster.Nodes {
@@ -902,20 +897,36 @@ func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
 	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
 	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
 	host, port, _ := strings.Cut(to.Addr(), ":")
-	from.Do(t, "MIGRATE", host, port, key, "0", "5000") // the hash alone
+	from.Do(t, "MIGRATE", host, port, key, "0", "5000")
 	if rest := strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")); len(rest) == 0 {
 		t.Fatalf("nothing of the lock left on %s: the move is not split", from.Addr())
 	}
-	moved := make(chan struct{})
-	go func() {
-		defer close(moved)
-		time.Sleep(300 * time.Millisecond) // the Release meets the split slot
+	return func() {
 		for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
 			from.Do(t, "MIGRATE", host, port, k, "0", "5000")
 		}
 		for _, n := range cluster.Nodes {
 			n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
 		}
+	}
+}
+
+func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	holder, other := newClusterClient(t, cluster), newClusterClient(t, cluster)
+	name := "split:release"
+	key := holder.RedisKey(name)
+	l, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := splitSlot(t, cluster, key)
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		time.Sleep(300 * time.Millisecond) // the Release meets the split slot
+		finish()
 	}()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -929,4 +940,48 @@ func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
 		t.Fatalf("TryLock after the Release: %v", err)
 	}
 	_ = l2.Release(ctx)
+}
+
+// TestAWriterThatGivesUpDuringASlotMigrationLeavesNoPendingRecord: a
+// waiting writer records itself as pending, which keeps new readers out,
+// and gives up while its slot's keys are split between two primaries. Its
+// clean-up, refused until the move ends, is sent again in the background,
+// where it took the record back only when its TTL ran out.
+func TestAWriterThatGivesUpDuringASlotMigrationLeavesNoPendingRecord(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	holder, writer, reader := newClusterClient(t, cluster), newClusterClient(t, cluster), newClusterClient(t, cluster)
+	name := "split:writer"
+	held, err := holder.RWMutex(name).TryLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := writer.RWMutex(name).Lock(wctx, dlock.WithTTL(time.Minute))
+		gaveUp <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool {
+		info, err := holder.Inspect(ctx, name)
+		return err == nil && info.WriterWaiting
+	})
+	finish := splitSlot(t, cluster, holder.RedisKey(name))
+	cancel() // the writer gives up while the keys are split
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting writer's Lock = %v, want context.Canceled", err)
+	}
+	finish()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The clean-up is sent again within 2s: a reader gets in then.
+	awaitCond(t, 3*time.Second, func() bool {
+		r, err := reader.RWMutex(name).TryRLock(ctx)
+		if err == nil {
+			_ = r.Release(ctx)
+		}
+		return err == nil
+	})
 }

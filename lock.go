@@ -701,6 +701,23 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
 	l.sendAgain(ctx, calls, false)
+	// Refused by a moving slot's split keys, or a cluster down for a
+	// failover: sent again in the background, as a Release is, so that
+	// the failed acquire's caller does not wait for it. Only a request
+	// token of dlock's own, which no later acquisition uses: a late
+	// clean-up of a given token could take the hold of its next acquire.
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && refusedUnrun(c.Err) }) &&
+		l.c.inBackground(func(ctx context.Context) {
+			l.waitOutRefused(ctx, calls)
+			l.cleanedUp(ctx, calls, logFailure)
+		}) {
+		return
+	}
+	l.cleanedUp(ctx, calls, logFailure)
+}
+
+// cleanedUp logs the failure of a clean-up's calls, with logFailure.
+func (l *Lock) cleanedUp(ctx context.Context, calls []*Call, logFailure bool) {
 	for _, call := range calls {
 		if call.Err != nil && logFailure {
 			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
@@ -719,11 +736,12 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // again: the server stalled, and a copy would wait as long (with a ctx
 // that has no deadline, for the client library's read timeout once more).
 // With waitOut (a Release), calls that the server refused before running
-// them are then sent again a little later, for a while (see below). Not a
-// clean-up, whose caller (an acquire that failed) would wait up to 2s more
-// while a slot moves: in TestALockHeldWhileItsSlotMigrates that made each
-// attempt of the other client so slow that the migration outlasted the
-// held lock's TTL.
+// them are then sent again a little later, for a while (see
+// waitOutRefused). A clean-up does that in the background (see
+// cleanupWithin): its caller (an acquire that failed) would wait up to 2s
+// more while a slot moves, and in TestALockHeldWhileItsSlotMigrates that
+// made each attempt of the other client so slow that the migration
+// outlasted the held lock's TTL.
 func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
 	var again []*Call
 	for _, call := range calls {
@@ -738,14 +756,19 @@ func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
 		return
 	}
 	l.c.evalWith(ctx, replication{}, again...)
-	if !waitOut {
-		return
+	if waitOut {
+		l.waitOutRefused(ctx, calls)
 	}
-	// A slot whose keys are split between two nodes while it moves
-	// (TRYAGAIN, or an ASK to no avail), or a cluster that is down for a
-	// failover, refuses a release until that is over: a little later it
-	// runs (rueidis does not send a TRYAGAIN again itself, and go-redis
-	// gives up after its few retries), within ctx and refusedRetries.
+}
+
+// waitOutRefused sends again, a little later, the calls that the server
+// refused before running them. A slot whose keys are split between two
+// nodes while it moves (TRYAGAIN, or an ASK to no avail), or a cluster
+// that is down for a failover, refuses a release until that is over: a
+// little later it runs (rueidis does not send a TRYAGAIN again itself, and
+// go-redis gives up after its few retries), within ctx and refusedRetries.
+func (l *Lock) waitOutRefused(ctx context.Context, calls []*Call) {
+	var again []*Call
 	start := time.Now()
 	for wait := refusedBackoff; ; wait = min(2*wait, refusedMaxBackoff) {
 		again = again[:0:0]
