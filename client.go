@@ -316,7 +316,8 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // is abandoned, and not reported as a failed refresh; Close waits for the
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
-// does a subscription being opened, for a driver that dials for its own
+// does a clean-up being sent again in the background (see TryLock),
+// which Close ends. So does a subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s). Close does not close the
 // Redis client under the driver. It is safe to call more than once. Called
 // from a waiting caller's own WithOnRetry function, it waits out its bound

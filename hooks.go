@@ -60,7 +60,8 @@ type Hooks struct {
 	// obtained, when it ends, before its Done channel closes, and never
 	// before that AcquireDone: a lock that ended while the AcquireDone
 	// hooks ran (a TTL shorter than they took) ends for the hooks right
-	// after them. err is nil when a Release ended it, and wraps ErrLost
+	// after them, its Done closed by then (its caller has not had the Lock
+	// yet, so nobody waits on it). err is nil when a Release ended it, and wraps ErrLost
 	// when it was lost (a refresh or a release found it expired or taken,
 	// or its deadline passed without a refresh), as Lock.Err then does, or
 	// when a panic in a hook ended the acquisition before its caller got

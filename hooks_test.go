@@ -626,6 +626,22 @@ func TestAPanicInOneSetOfHooksLeavesTheOthersTheirCalls(t *testing.T) {
 			"released [panicky-release] ok=true",
 		)
 	})
+	t.Run("AcquireDoneAndEnd", func(t *testing.T) {
+		// AcquireDone said obtained, then panicked; the End of the lock
+		// given back for it panics too: the lock is given back all the
+		// same.
+		c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+			AcquireDone: func(context.Context, dlock.HookInfo, dlock.AcquireResult) { boom() },
+			End:         func(dlock.HookInfo, time.Duration, error) { panic("end") },
+		}))
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = c.TryLock(ctx, "panicky-twice", dlock.WithTTL(time.Minute))
+		}()
+		if e.locked(t, "dlock:{panicky-twice}") {
+			t.Error("the lock obtained before the panics is still held")
+		}
+	})
 	t.Run("End", func(t *testing.T) {
 		rec := &hookLog{}
 		c := e.newClient(t, dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) { boom() }}),
@@ -637,8 +653,12 @@ func TestAPanicInOneSetOfHooksLeavesTheOthersTheirCalls(t *testing.T) {
 		if !recovered(func() { _ = l.Release(ctx) }) {
 			t.Fatal("Release did not pass the End hook's panic on")
 		}
-		if lines := rec.take(); !slices.Contains(lines, "end [panicky-end] released") {
+		lines := rec.take()
+		if !slices.Contains(lines, "end [panicky-end] released") {
 			t.Errorf("the second set had no End:\n  %s", strings.Join(lines, "\n  "))
+		}
+		if !slices.Contains(lines, "released [panicky-end] ok=false") {
+			t.Errorf("the second set had no ReleaseDone:\n  %s", strings.Join(lines, "\n  "))
 		}
 		select {
 		case <-l.Done():

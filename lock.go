@@ -108,7 +108,11 @@ func (k *holdKind) args(common ...any) []any {
 // (as every call that acquires) gives back whatever that attempt may hold,
 // for up to 2 seconds more than ctx allowed, so that no half-taken lock
 // stays behind; a clean-up that fails is sent once more at once, and if
-// that fails too it is logged, and the lock expires with its TTL. A ctx
+// that fails too it is logged, and the lock expires with its TTL. (One
+// that a Redis Cluster slot being moved, or a cluster down for a
+// failover, refuses before running it is sent again in the background,
+// for up to 2 seconds more, unless its token was given WithToken; its
+// failure is logged then.) A ctx
 // that has already ended when it is called sends nothing: the error
 // matches ctx.Err() (every call that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
@@ -465,15 +469,18 @@ func (l *Lock) lostToPanic(ctx context.Context) {
 	if !started {
 		return
 	}
+	// Given back even when an End hook panics as the lease ends.
+	defer func() {
+		if l.ownReq {
+			l.cleanup(ctx, true)
+		}
+		l.ended()
+	}()
 	if told {
 		l.end(fmt.Errorf("%w: %s: given back: a panic or runtime.Goexit ended its acquisition before its caller got it", ErrLost, l.describe()))
 	} else {
 		l.drop()
 	}
-	if l.ownReq {
-		l.cleanup(ctx, true)
-	}
-	l.ended()
 }
 
 // obtain makes the attempts of an acquisition: one, or, when wait is set,
@@ -876,7 +883,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.release(ctx)
 	}
 	ctx = l.hook.releaseStart(ctx)
+	returned := false
+	defer func() {
+		if !returned {
+			// An End hook panicked as the release ended the lock.
+			l.hook.releaseDone(ctx, l.heldFor(), errors.New("dlock: a panic in a hook cut the release short"))
+		}
+	}()
 	err := l.release(ctx)
+	returned = true
 	l.hook.releaseDone(ctx, l.heldFor(), err)
 	return err
 }

@@ -133,7 +133,7 @@ func newRecorder(c config) (*recorder, error) {
 	r.refreshes, errs[3] = m.Int64Counter("dlock.refreshes", metric.WithUnit("{refresh}"),
 		metric.WithDescription("Refreshes of held locks, by Lock.Refresh or the watchdog, by outcome."))
 	r.holdDuration, errs[4] = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long locks were held, recorded when they were released or lost."),
+		metric.WithDescription("How long locks were held, recorded when they were released, lost, or ended at their max hold."),
 		metric.WithExplicitBucketBoundaries(holdBuckets...))
 	r.heldLocks, errs[5] = m.Int64UpDownCounter("dlock.held_locks", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks held now."))
