@@ -65,7 +65,6 @@ type waitHub struct {
 	opening  chan struct{} // closed when a Subscribe under way ends
 	failed   bool          // no notices for good (unsupported, or closed)
 	retryAt  time.Time     // after a failed Subscribe, when the next may be tried
-	without  bool          // a caller went on without the subscription being opened (see subscribed)
 	queues   map[string][]*waiter
 	others   map[string][]*waiter     // waiters for a lock on several names, by their other names' keys
 	enrolled map[string]bool          // keys whose waiter set a caller's attempt may have registered the client in since they were last idle
@@ -98,6 +97,7 @@ type waiter struct {
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
 	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
+	unheard   bool     // it went on without the subscription, still being opened (see subscribed); under the hub's mu
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -273,11 +273,12 @@ func (h *waitHub) finish(chans []string, done chan struct{}) {
 // while their contexts last: a driver may dial, or ask a server, for its
 // own timeout whatever the context says, and on a cluster the server it
 // asks may be a stalled primary, which must not hold up the attempts on
-// the others. A caller that goes on without it makes its attempt without
-// registering, and tries again by the retry strategy's intervals, or at
-// once when the subscription opens (see openSubscription); the opening
-// goes on, for the callers that come later.
-func (h *waitHub) subscribed(ctx context.Context) bool {
+// the others. A caller w that goes on without it (opening is then set)
+// makes its attempt without registering, and tries again when the
+// subscription opens (see openSubscription), or after a beat, as a
+// registered caller would; the opening goes on, for the callers that come
+// later.
+func (h *waitHub) subscribed(ctx context.Context, w *waiter) (notices, opening bool) {
 	h.mu.Lock()
 	if h.opening == nil && h.sub == nil && !h.failed && !time.Now().Before(h.retryAt) {
 		opening := make(chan struct{})
@@ -292,17 +293,18 @@ func (h *waitHub) subscribed(ctx context.Context) bool {
 		select {
 		case <-opening:
 		case <-t.C:
-			h.mu.Lock()
-			h.without = true
-			h.mu.Unlock()
-			return false
 		case <-ctx.Done():
-			return false
+			return false, false
 		}
 		h.mu.Lock()
+		if h.opening == opening {
+			w.unheard = true
+			h.mu.Unlock()
+			return false, true
+		}
 	}
 	defer h.mu.Unlock()
-	return h.sub != nil
+	return h.sub != nil, false
 }
 
 // subscribeTimeout bounds an attempt to open the client's subscription;
@@ -328,12 +330,7 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	closed := h.failed // the client closed meanwhile
 	if err == nil && !closed {
 		h.sub, h.sharded = sub, sharded
-		if h.without {
-			// The callers that went on without it try again at once, and
-			// register.
-			h.without = false
-			h.wakeFrontsLocked()
-		}
+		h.wakeUnheardLocked()
 	}
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
@@ -434,6 +431,22 @@ func (h *waitHub) wakeFrontsLocked() {
 	for _, ws := range h.others {
 		for _, w := range ws {
 			w.signal()
+		}
+	}
+}
+
+// wakeUnheardLocked wakes the callers that went on without the
+// subscription while it was being opened, so that they try again at once,
+// registering; h.mu must be held.
+func (h *waitHub) wakeUnheardLocked() {
+	for _, qs := range []map[string][]*waiter{h.queues, h.others} {
+		for _, q := range qs {
+			for _, w := range q {
+				if w.unheard {
+					w.unheard = false
+					w.signal()
+				}
+			}
 		}
 	}
 }
@@ -941,7 +954,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			return nil
 		}
 		w.drain() // a signal from before this attempt is answered by it
-		notices := hub.subscribed(ctx)
+		notices, opening := hub.subscribed(ctx, w)
 		wa := waitArgs{waiting: true, ahead: !first}
 		if notices && first {
 			hub.listen(ctx, keys, w)
@@ -1005,6 +1018,10 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			d, retriedLate = 0, true
 		case notHeld && wa.channel != "":
 			// Registered: the release will say when to try again.
+			d = hub.beat
+		case notHeld && opening:
+			// Not registered, as the subscription is still being opened:
+			// its opening, or a beat, says when to try again.
 			d = hub.beat
 		case notHeld && notices:
 			d = 0 // refused before registering: try again at once, registering

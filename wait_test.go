@@ -1122,3 +1122,51 @@ func TestALateUnwaitLeavesTheNextRegistration(t *testing.T) {
 	}
 	_ = r.l.Release(ctx)
 }
+
+// slowSubscriber takes delay to open a subscription, as a driver whose
+// server is far or slow to answer, or a stalled cluster primary, would.
+type slowSubscriber struct {
+	dlock.Driver
+	delay time.Duration
+}
+
+func (d *slowSubscriber) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	time.Sleep(d.delay)
+	return d.Driver.Subscribe(ctx, notify)
+}
+
+// TestAWaitWhoseSubscriptionIsSlowToOpenKeepsItsAttempts: a waiter's
+// client takes 700ms to open its subscription. The waiter goes on without
+// it after 250ms, and then waits for it (or a beat), as a registered
+// waiter would, rather than polling by its retry strategy: three attempts
+// are enough to register and be granted the lock at its release, where
+// polling while the subscription opened used them up.
+func TestAWaitWhoseSubscriptionIsSlowToOpenKeepsItsAttempts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "slow-sub", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(&slowSubscriber{Driver: e.newDriver(t), delay: 700 * time.Millisecond})
+	defer c.Close()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(wctx, "slow-sub", dlock.WithRetry(dlock.LimitRetry(dlock.DefaultRetry(), 3)))
+		got <- lockResult{l, err}
+	}()
+	awaitCond(t, 5*time.Second, func() bool {
+		info, err := e.c.Inspect(ctx, "slow-sub")
+		return err == nil && info.WaitingClients > 0
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	_ = r.l.Release(ctx)
+}
