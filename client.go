@@ -49,10 +49,12 @@ type Client struct {
 	closed  bool
 
 	// The clean-ups sent again in the background (see inBackground): Close
-	// ends them (bgEnd) and waits for them (bg).
-	bg    sync.WaitGroup
-	bgCtx context.Context
-	bgEnd context.CancelFunc
+	// waits for them (bg), ending them (bgEnd) at its bound, and starts no
+	// more once bgClosed is set.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgEnd    context.CancelFunc
+	bgClosed bool
 }
 
 // ClientOption configures a Client.
@@ -317,13 +319,15 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
 // does a clean-up being sent again in the background (see TryLock),
-// which Close ends. So does a subscription being opened, for a driver that dials for its own
+// which Close waits for within its 3 seconds, and then ends; and a
+// subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s). Close does not close the
 // Redis client under the driver. It is safe to call more than once. Called
 // from a waiting caller's own WithOnRetry function, it waits out its bound
 // for that caller, which cannot end its wait until Close returns.
 func (c *Client) Close() error {
 	c.made()
+	start := time.Now()
 	c.mu.Lock()
 	wd, waits := c.wd, c.waits
 	c.wd, c.closed = nil, true
@@ -354,12 +358,17 @@ func (c *Client) Close() error {
 		}
 		t.Stop()
 	}
+	// The clean-ups sent again in the background, those of the waits
+	// Close ended among them, have what is left of the same bound.
 	c.mu.Lock()
+	c.bgClosed = true
 	bgEnd := c.bgEnd
 	c.mu.Unlock()
 	if bgEnd != nil {
-		bgEnd()
+		t := time.AfterFunc(closeCleanupBound-time.Since(start), bgEnd)
 		c.bg.Wait()
+		t.Stop()
+		bgEnd()
 	}
 	if wd != nil {
 		wd.close()
@@ -371,12 +380,13 @@ func (c *Client) Close() error {
 }
 
 // inBackground runs f on a goroutine of the client's own, with a context
-// that ends after cleanupTimeout or at Close, which waits for it; it
-// reports whether it did: not once the client is closed.
+// that ends after cleanupTimeout, or at Close's bound (Close waits for
+// it); it reports whether it did: not once Close is done with the
+// acquisitions under way, whose clean-ups it waits for.
 func (c *Client) inBackground(f func(ctx context.Context)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.bgClosed {
 		return false
 	}
 	if c.bgEnd == nil {

@@ -944,44 +944,64 @@ func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
 
 // TestAWriterThatGivesUpDuringASlotMigrationLeavesNoPendingRecord: a
 // waiting writer records itself as pending, which keeps new readers out,
-// and gives up while its slot's keys are split between two primaries. Its
-// clean-up, refused until the move ends, is sent again in the background,
-// where it took the record back only when its TTL ran out.
+// and gives up (its context ends, or Close ends its wait) while its slot's
+// keys are split between two primaries. Its clean-up, refused until the
+// move ends, is sent again in the background (Close waits for it), where
+// it took the record back only when its TTL ran out.
 func TestAWriterThatGivesUpDuringASlotMigrationLeavesNoPendingRecord(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	ctx := context.Background()
-	holder, writer, reader := newClusterClient(t, cluster), newClusterClient(t, cluster), newClusterClient(t, cluster)
-	name := "split:writer"
-	held, err := holder.RWMutex(name).TryLock(ctx, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	for _, by := range []string{"cancel", "Close"} {
+		t.Run(by, func(t *testing.T) {
+			holder, writer, reader := newClusterClient(t, cluster), newClusterClient(t, cluster), newClusterClient(t, cluster)
+			name := "split:writer:" + by
+			held, err := holder.RWMutex(name).TryLock(ctx, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			gaveUp := make(chan error, 1)
+			go func() {
+				_, err := writer.RWMutex(name).Lock(wctx, dlock.WithTTL(time.Minute))
+				gaveUp <- err
+			}()
+			awaitCond(t, 5*time.Second, func() bool {
+				info, err := holder.Inspect(ctx, name)
+				return err == nil && info.WriterWaiting
+			})
+			finish := splitSlot(t, cluster, holder.RedisKey(name))
+			want := context.Canceled
+			if by == "cancel" {
+				cancel() // the writer gives up while the keys are split
+			} else {
+				want = dlock.ErrClosed
+				moved := make(chan struct{})
+				go func() {
+					defer close(moved)
+					time.Sleep(300 * time.Millisecond) // Close waits for the clean-up meanwhile
+					finish()
+				}()
+				_ = writer.Close()
+				<-moved
+			}
+			if err := <-gaveUp; !errors.Is(err, want) {
+				t.Fatalf("the waiting writer's Lock = %v, want %v", err, want)
+			}
+			if by == "cancel" {
+				finish()
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The clean-up is sent again within 2s: a reader gets in then.
+			awaitCond(t, 3*time.Second, func() bool {
+				r, err := reader.RWMutex(name).TryRLock(ctx)
+				if err == nil {
+					_ = r.Release(ctx)
+				}
+				return err == nil
+			})
+		})
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	gaveUp := make(chan error, 1)
-	go func() {
-		_, err := writer.RWMutex(name).Lock(wctx, dlock.WithTTL(time.Minute))
-		gaveUp <- err
-	}()
-	awaitCond(t, 5*time.Second, func() bool {
-		info, err := holder.Inspect(ctx, name)
-		return err == nil && info.WriterWaiting
-	})
-	finish := splitSlot(t, cluster, holder.RedisKey(name))
-	cancel() // the writer gives up while the keys are split
-	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the waiting writer's Lock = %v, want context.Canceled", err)
-	}
-	finish()
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The clean-up is sent again within 2s: a reader gets in then.
-	awaitCond(t, 3*time.Second, func() bool {
-		r, err := reader.RWMutex(name).TryRLock(ctx)
-		if err == nil {
-			_ = r.Release(ctx)
-		}
-		return err == nil
-	})
 }
