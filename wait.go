@@ -97,7 +97,7 @@ type waiter struct {
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
 	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
-	unheard   bool     // it went on without the subscription, still being opened (see subscribed); under the hub's mu
+	unheard   bool     // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -280,6 +280,10 @@ func (h *waitHub) finish(chans []string, done chan struct{}) {
 // later.
 func (h *waitHub) subscribed(ctx context.Context, w *waiter) (notices, opening bool) {
 	h.mu.Lock()
+	// Whether it went on without the subscription last time, which only
+	// that opening's end may wake it for.
+	unheard := w.unheard
+	w.unheard = false
 	if h.opening == nil && h.sub == nil && !h.failed && !time.Now().Before(h.retryAt) {
 		opening := make(chan struct{})
 		h.opening = opening
@@ -287,6 +291,13 @@ func (h *waitHub) subscribed(ctx context.Context, w *waiter) (notices, opening b
 		go h.openSubscription(opening)
 	}
 	if opening := h.opening; opening != nil {
+		if unheard {
+			// It waited for the subscription before: on at once, woken
+			// when it opens.
+			w.unheard = true
+			h.mu.Unlock()
+			return false, true
+		}
 		h.mu.Unlock()
 		t := time.NewTimer(subscribeWait)
 		defer t.Stop()
@@ -335,9 +346,9 @@ func (h *waitHub) openSubscription(opening chan struct{}) {
 	if err != nil && errors.Is(err, ErrUnsupported) {
 		h.failed = true // for good: waits poll by the retry strategy
 	} else if err != nil {
-		// Waits poll by their beat until the next try, so that a server
-		// that refuses the subscription is not asked, and the failure not
-		// logged, by every waiting attempt.
+		// Waits poll by the retry strategy until the next try, so that a
+		// server that refuses the subscription is not asked, and the
+		// failure not logged, by every waiting attempt.
 		h.retryAt = time.Now().Add(subscribeRetry)
 	}
 	h.mu.Unlock()
@@ -891,7 +902,8 @@ type grantee struct {
 
 // waitFor makes attempts until one obtains the lock whose keys (one a
 // name) are keys, as Lock describes: woken by notices when the driver can
-// subscribe, by the retry strategy's waits otherwise, and always at the
+// subscribe, while its subscription is being opened by its opening or a
+// beat, by the retry strategy's waits otherwise, and always at the
 // holder's expiry; or until g claims a lock a release granted it. abandon
 // is called with the last error when it gives up; uncertain tells it
 // whether an attempt may have taken the lock unseen.
