@@ -31,6 +31,13 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // channel is unsubscribed. A cluster without shard channels (before Redis
 // 7), and any client other than a ClusterClient, return
 // dlock.ErrUnsupported; dlock then uses PUBLISH.
+//
+// With go-redis v9.7 (as this module's go.mod allows), the race detector
+// may report a data race inside go-redis's PubSub when a primary's
+// connection fails as a channel is subscribed on it while its receiving
+// goroutine starts: go-redis sets a field of the PubSub on its first
+// receive without its lock, and reads it, for a log line, when it
+// connects anew. go-redis v9.23 no longer reads it there.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	c, ok := d.rdb.(*redis.ClusterClient)
 	if !ok {
