@@ -321,7 +321,8 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // does a clean-up being sent again in the background (see TryLock),
 // which Close waits for within its 3 seconds, and then ends; and a
 // subscription being opened, for a driver that dials for its own
-// timeout whatever its context says (up to 10s). Close does not close the
+// timeout whatever its context says (up to 10s), or closed (rueidis
+// waits up to 1s for a server that does not answer). Close does not close the
 // Redis client under the driver. It is safe to call more than once. Called
 // from a waiting caller's own WithOnRetry function, it waits out its bound
 // for that caller, which cannot end its wait until Close returns.

@@ -904,7 +904,7 @@ type grantee struct {
 // name) are keys, as Lock describes: woken by notices when the driver can
 // subscribe, while its subscription is being opened by its opening or a
 // beat, by the retry strategy's waits otherwise, and always at the
-// holder's expiry; or until g claims a lock a release granted it. abandon
+// holder's expiry; or until g claims a lock a release granted it. giveUp
 // is called with the last error when it gives up; uncertain tells it
 // whether an attempt may have taken the lock unseen.
 //
@@ -913,8 +913,17 @@ type grantee struct {
 // the first attempt before the caller gets in line behind the callers of
 // this client that came first. excludes is set when the hold keeps out
 // every other (an exclusive lock, a write hold).
-func (c *Client) waitFor(ctx context.Context, keys, names []string, what string, o *options, eager, excludes bool, try attempt, g grantee, abandon func(uncertain bool, err error) error) error {
+func (c *Client) waitFor(ctx context.Context, keys, names []string, what string, o *options, eager, excludes bool, try attempt, g grantee, giveUp func(uncertain bool, err error) error) error {
 	key := keys[0]
+	// A wait that gives up has cleanupTimeout for all of its exit: the
+	// clean-up of its last attempt, and then leaving the waiter sets, so
+	// that it ends within Close's bound (an unwait it has no time left for
+	// lapses with the registration, within 1.5s).
+	var gaveUp time.Time
+	abandon := func(uncertain bool, err error) error {
+		gaveUp = time.Now()
+		return giveUp(uncertain, err)
+	}
 	ctx, unwatch := c.endsAtClose(ctx)
 	defer unwatch()
 	if errors.Is(context.Cause(ctx), ErrClosed) {
@@ -937,7 +946,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		// given up since.
 		unwait := !obtained || rejoined
 		if idle := hub.leave(keys, w, unwait); len(idle) > 0 && unwait {
-			c.unwait(ctx, idle)
+			c.unwait(ctx, idle, gaveUp)
 		}
 		hub.unlisten(context.WithoutCancel(ctx), keys, w)
 	}()
@@ -1241,9 +1250,13 @@ func (c *Client) hub() *waitHub {
 // registered at whichever name refused it, so every such name's set is
 // left: in one pipeline, or on a cluster in one for each slot, at once,
 // so that the attempts that wait for a key's unwait (see enroll) do not
-// wait for one on a node that may be stalled.
-func (c *Client) unwait(ctx context.Context, keys []string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+// wait for one on a node that may be stalled. It has until cleanupTimeout
+// after gaveUp, when the wait gave up then, else from now.
+func (c *Client) unwait(ctx context.Context, keys []string, gaveUp time.Time) {
+	if gaveUp.IsZero() {
+		gaveUp = time.Now()
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), gaveUp.Add(cleanupTimeout))
 	defer cancel()
 	if len(keys) == 1 || !c.cluster.Load() {
 		c.unwaitKeys(ctx, keys)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -1169,4 +1170,42 @@ func TestAWaitWhoseSubscriptionIsSlowToOpenKeepsItsAttempts(t *testing.T) {
 		t.Fatalf("Lock: %v", r.err)
 	}
 	_ = r.l.Release(ctx)
+}
+
+// TestCloseWaitsForAWaitItEndsOnAStalledServer: Close ends a wait while
+// the server stalls. The wait's exit (the clean-up of its last attempt,
+// then leaving the waiter set) has 2s in all, within Close's 3s bound, so
+// Close returns after it, and the Redis client may be closed next. Each
+// had 2s of its own before: 4s, and Close returned with the wait still
+// using the driver.
+func TestCloseWaitsForAWaitItEndsOnAStalledServer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "stalled-close", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
+	c := dlock.New(goredis.New(rdb))
+	got := lockWhenRefused(t, ctx, c, "stalled-close")
+	e.srv.Pause(t)
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(closed)
+	}()
+	var r lockResult
+	select {
+	case r = <-got:
+		<-closed
+	case <-closed:
+		t.Error("Close returned before the wait it ended was done")
+		r = <-got
+	}
+	e.srv.Resume(t)
+	if !errors.Is(r.err, dlock.ErrClosed) {
+		t.Errorf("the wait Close ended: %v, want ErrClosed", r.err)
+	}
 }
