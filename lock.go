@@ -707,7 +707,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.sendAgain(ctx, calls, false)
+	l.sendAgain(ctx, calls)
 	// Refused by a moving slot's split keys, or a cluster down for a
 	// failover: sent again in the background, as a Release is, so that
 	// the failed acquire's caller does not wait for it. Only a request
@@ -742,14 +742,13 @@ func (l *Lock) cleanedUp(ctx context.Context, calls []*Call, logFailure bool) {
 // that is down fails them as fast. A call that timed out is not sent
 // again: the server stalled, and a copy would wait as long (with a ctx
 // that has no deadline, for the client library's read timeout once more).
-// With waitOut (a Release), calls that the server refused before running
-// them are then sent again a little later, for a while (see
-// waitOutRefused). A clean-up does that in the background (see
-// cleanupWithin): its caller (an acquire that failed) would wait up to 2s
-// more while a slot moves, and in TestALockHeldWhileItsSlotMigrates that
-// made each attempt of the other client so slow that the migration
-// outlasted the held lock's TTL.
-func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
+// A Release then sends the calls that the server refused before running
+// them again a little later, for a while (see waitOutRefused); a clean-up
+// does that in the background (see cleanupWithin): its caller (an acquire
+// that failed) would wait up to 2s more while a slot moves, and in
+// TestALockHeldWhileItsSlotMigrates that made each attempt of the other
+// client so slow that the migration outlasted the held lock's TTL.
+func (l *Lock) sendAgain(ctx context.Context, calls []*Call) {
 	var again []*Call
 	for _, call := range calls {
 		if call.Err != nil && ctx.Err() == nil && !isTimeout(call.Err) {
@@ -759,12 +758,8 @@ func (l *Lock) sendAgain(ctx context.Context, calls []*Call, waitOut bool) {
 			}
 		}
 	}
-	if len(again) == 0 {
-		return
-	}
-	l.c.evalWith(ctx, replication{}, again...)
-	if waitOut {
-		l.waitOutRefused(ctx, calls)
+	if len(again) > 0 {
+		l.c.evalWith(ctx, replication{}, again...)
 	}
 }
 
@@ -949,7 +944,8 @@ func (l *Lock) release(ctx context.Context) error {
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.sendAgain(ctx, calls, true)
+	l.sendAgain(ctx, calls)
+	l.waitOutRefused(ctx, calls)
 	var err, failed error // not held; the outcome unknown
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)
