@@ -669,10 +669,12 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 	})
 
 	// A new client's first waiting Lock opens its subscription, whose
-	// first request (go-redis sends the shard-channel probe, COMMAND INFO
-	// SPUBLISH, to the primary of the slot of "INFO") meets a stalled
-	// primary: the Lock of a free name on another primary goes on without
-	// it, where it waited for the stall to end.
+	// first request (the shard-channel probe, COMMAND INFO SPUBLISH, which
+	// go-redis would send to the primary of the slot of "INFO") may meet a
+	// stalled primary: the Lock of a free name on another primary goes on,
+	// where it once waited for the stall to end. (The driver asks other
+	// primaries while one does not answer, and a Lock waits at most
+	// subscribeWait for a subscription being opened.)
 	t.Run("AFirstWaitDoesNotWaitForASubscriptionAStalledPrimaryHoldsUp", func(t *testing.T) {
 		c := dlock.New(goredis.New(e.newRedis(t)))
 		defer c.Close()

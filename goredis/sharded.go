@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,18 +44,99 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	if !ok {
 		return nil, dlock.ErrUnsupported
 	}
+	s := &shardedSubscription{c: c, notify: notify,
+		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}}
 	// Shard channels came with Redis 7: an older server knows no SPUBLISH.
-	info, err := c.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
+	// The questions still under way when one primary answered are the
+	// subscription's, and Close waits for them.
+	has, err := hasShardChannels(ctx, c, &s.running)
 	if err != nil {
 		return nil, err
 	}
-	if len(info) != 1 || info[0] == nil {
+	if !has {
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
-	s := &shardedSubscription{c: c, notify: notify,
-		nodes: map[string]*nodeSubscription{}, where: map[string]*nodeSubscription{}, moving: map[string]bool{}, resumed: map[string]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// probeHedge is how long hasShardChannels waits for a primary's answer
+// before it asks the next primary too, and probeTimeout bounds each
+// question (a primary's stall then keeps a Close of the subscription
+// waiting for its question at most that long).
+var (
+	probeHedge   = 50 * time.Millisecond
+	probeTimeout = time.Second
+	probeMost    = 8 // primaries asked at most
+)
+
+// hasShardChannels reports whether the cluster knows SPUBLISH. It asks one
+// primary, then another each probeHedge (or at once when a question
+// fails) while none has answered, so that a primary that stalls does not
+// hold up the answer, and with it every wait of a new client. It returns
+// with the first answer, or with the first error once every primary
+// asked failed; the questions still under way are counted in running, and end
+// within probeTimeout (with ContextTimeoutEnabled; go-redis's read
+// timeout else).
+func hasShardChannels(ctx context.Context, c *redis.ClusterClient, running *sync.WaitGroup) (bool, error) {
+	// The primaries of the keys "0" to "63" by the client's slot map (not
+	// ForEachMaster's: it reads the map anew first, from a node taken at
+	// random, which may be the one that stalls).
+	var primaries []*redis.Client
+	seen := map[string]bool{}
+	for i := 0; i < 64 && len(primaries) < probeMost; i++ {
+		node, err := c.MasterForKey(ctx, strconv.Itoa(i))
+		if err != nil {
+			return false, err // no slot map, and none could be read
+		}
+		if addr := node.Options().Addr; !seen[addr] {
+			seen[addr] = true
+			primaries = append(primaries, node)
+		}
+	}
+	type answer struct {
+		has bool
+		err error
+	}
+	answers := make(chan answer, len(primaries)) // never blocks a question
+	ask := func(node *redis.Client) {
+		defer running.Done()
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		info, err := node.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
+		answers <- answer{err == nil && len(info) == 1 && info[0] != nil, err}
+	}
+	var firstErr error
+	asked, failed := 0, 0
+	next := func() {
+		running.Add(1)
+		go ask(primaries[asked])
+		asked++
+	}
+	next()
+	hedge := time.NewTicker(probeHedge)
+	defer hedge.Stop()
+	for {
+		select {
+		case a := <-answers:
+			if a.err == nil {
+				return a.has, nil
+			}
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			failed++
+			if asked < len(primaries) && ctx.Err() == nil {
+				next()
+			} else if failed == asked {
+				return false, firstErr
+			}
+		case <-hedge.C:
+			if asked < len(primaries) && ctx.Err() == nil {
+				next()
+			}
+		}
+	}
 }
 
 // shardedSubscription is the shard channels of one subscriber, by the
@@ -64,7 +146,7 @@ type shardedSubscription struct {
 	notify func(channel, payload string)
 
 	deliver sync.Mutex      // notify is called one message at a time
-	running sync.WaitGroup  // the nodes' goroutines
+	running sync.WaitGroup  // the nodes' goroutines, and the questions of hasShardChannels
 	ctx     context.Context // ends at Close: stops subscribing anew
 	cancel  context.CancelFunc
 

@@ -303,3 +303,56 @@ func (c *faultConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// TestAStalledPrimaryDoesNotHoldUpASubscription: whether the cluster has
+// shard channels is asked of one primary, and of others while it does not
+// answer, so that a subscription opens while the primary that go-redis
+// would send the question to (the slot of "INFO") stalls, and carries the
+// notices of the other primaries.
+func TestAStalledPrimaryDoesNotHoldUpASubscription(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.Ping(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stalled := c.PrimaryOf(t, "INFO")
+	var healthy *redistest.Server
+	for _, n := range c.Nodes {
+		if n != stalled {
+			healthy = n
+			break
+		}
+	}
+	ch := c.ChannelOn(t, healthy, "hedged") // asks every node: before the stall
+	stalled.Pause(t)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			stalled.Resume(t)
+		}
+	}
+	t.Cleanup(resume)
+
+	got := make(chan string, 16)
+	opened, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sub, err := New(rdb).SubscribeSharded(opened, func(_, payload string) {
+		if payload != "" {
+			got <- payload
+		}
+	})
+	if err != nil {
+		t.Fatalf("SubscribeSharded while one primary stalls: %v", err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(opened, ch); err != nil {
+		t.Fatal(err)
+	}
+	redistest.PublishUntilReceived(t, healthy, ch, "free", got)
+	resume()
+}
