@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +53,9 @@ type Lock struct {
 	// extra returns the kind's acquire arguments after the common ones, for
 	// an attempt with wa; nil for none.
 	extra func(wa waitArgs) []any
+	// permits is a semaphore's count, which extra sends; nil for the
+	// other kinds. A waiting caller takes its place in line by it.
+	permits *atomic.Int64
 	// enqueued is set when a refused attempt recorded the caller as a
 	// waiter, which must be taken back if it gives up. Only the acquiring
 	// goroutine uses it, and the next two.
@@ -500,7 +504,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err

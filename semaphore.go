@@ -26,6 +26,9 @@ import (
 // effect at the next acquire: a larger count lets more in at once
 // (SetPermits wakes the callers of its client that wait), a smaller one lets
 // nobody in until enough holders have left; no held permit is ever revoked.
+// The callers of one client waiting for a name take turns, as a lock's do,
+// except that one whose count is higher than those of every caller ahead of
+// it makes attempts of its own: it may get in where they cannot.
 // Inspect reports the count of the last acquire that took a permit.
 //
 // WithOwner makes permits re-entrant per owner: an owner that holds a
@@ -113,6 +116,7 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 	l.held = []string{key, key + ":holds", l.keys[3]}
 	given := flag(o.given())
 	l.extra = func(waitArgs) []any { return []any{ModePermit, s.permits.Load(), given} }
+	l.permits = &s.permits
 	l.init(s.c, o)
 	return l, nil
 }

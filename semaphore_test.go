@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -353,5 +354,71 @@ func TestARaisedCountWakesTheWaitingAcquires(t *testing.T) {
 			t.Fatalf("waiter %d after the raise: %v", i+1, r.err)
 		}
 		defer r.l.Release(context.Background())
+	}
+}
+
+// TestACallerWithALargerCountDoesNotWaitBehindASmallerOne: the callers of
+// one client waiting for a semaphore take turns, except that a caller
+// whose count (another handle's, or a raised one) lets it in is not held
+// up behind one whose smaller count does not: it gets in while that one
+// still waits, as a caller of another client would.
+func TestACallerWithALargerCountDoesNotWaitBehindASmallerOne(t *testing.T) {
+	e := newEnv(t)
+	for _, raise := range []bool{false, true} {
+		name := fmt.Sprintf("counts-%v", raise)
+		t.Run(fmt.Sprintf("raised=%v", raise), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			held, err := e.c.Semaphore(name, 3).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release(context.Background())
+			c := e.newClient(t)
+			dlock.SetWaitBeat(c, time.Minute)
+			small, big := c.Semaphore(name, 1), c.Semaphore(name, 3)
+			if raise {
+				big = c.Semaphore(name, 1)
+			}
+			smallCtx, stopSmall := context.WithCancel(ctx)
+			smallDone := make(chan error, 1)
+			go func() {
+				l, err := small.Acquire(smallCtx, dlock.WithTTL(time.Minute))
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				smallDone <- err
+			}()
+			awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 1 })
+			bigCtx, stopBig := context.WithTimeout(ctx, 10*time.Second) // the small one waits 20s
+			defer stopBig()
+			bigDone := make(chan lockResult, 1)
+			go func() {
+				l, err := big.Acquire(bigCtx, dlock.WithTTL(time.Minute))
+				bigDone <- lockResult{l, err}
+			}()
+			if raise {
+				awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 2 })
+				if err := big.SetPermits(3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-bigDone
+			if r.err != nil {
+				t.Fatalf("a caller whose count lets it in, behind one whose count does not: %v", r.err)
+			}
+			if err := r.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-smallDone:
+				t.Fatalf("the caller with count 1 ended while 1 permit was held: %v", err)
+			default:
+			}
+			stopSmall()
+			if err := <-smallDone; !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatalf("the caller with count 1: err = %v, want ErrNotObtained", err)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock/internal/causes"
@@ -94,6 +95,7 @@ type waiter struct {
 	listening bool          // sharded: counted in the hub's shards
 	req       string        // the caller's request token
 	multi     bool          // it waits for a lock on several names
+	permits   *atomic.Int64 // a semaphore's count, which the caller's attempts use; nil for a lock
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
 	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
@@ -485,24 +487,48 @@ func (h *waitHub) wakeLocked(key string) {
 }
 
 // signalFront wakes the callers first in line in queue q: the first, and
-// while it waits for a lock on several names, the next too (see first).
+// while it waits for a lock on several names, the next too; in a
+// semaphore's line, each caller whose count is larger than those of every
+// caller ahead of it (see first).
 func signalFront(q []*waiter) {
+	seen, most := false, int64(0) // the largest count ahead
 	for _, w := range q {
-		w.signal()
+		n := w.count()
+		if !seen || n > most {
+			w.signal()
+		}
 		if !w.multi {
-			return
+			if w.permits == nil {
+				return // a lock's line: it holds up everyone behind it
+			}
+			seen, most = true, max(most, n)
 		}
 	}
+}
+
+// count is the semaphore count w's next attempt uses, 0 for a lock.
+func (w *waiter) count() int64 {
+	if w.permits == nil {
+		return 0
+	}
+	return w.permits.Load()
+}
+
+// blocks reports whether x, ahead of w in line for one name, holds w up:
+// x waits for that name alone, and whenever w would be let in, x would be
+// too (a lock; a semaphore's caller whose count is no smaller than w's).
+func (x *waiter) blocks(w *waiter) bool {
+	return !x.multi && x.count() >= w.count()
 }
 
 // join puts a caller in line for the lock whose keys are keys: in the
 // queue of the first, and told of notices about the others. req is its
 // request token, by which the notice of a grant names it.
-func (h *waitHub) join(keys []string, req string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), req: req, multi: len(keys) > 1}
+func (h *waitHub) join(keys []string, req string, permits *atomic.Int64) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), req: req, multi: len(keys) > 1, permits: permits}
 	h.mu.Lock()
 	for _, x := range h.queues[keys[0]] {
-		if !x.multi {
+		if x.blocks(w) {
 			// What the caller first in line knows of the name is where
 			// this one starts: it waits on that caller's attempts.
 			w.found = x.found
@@ -614,7 +640,9 @@ func (h *waitHub) granted(w *waiter) (grantNotice, bool) {
 // first reports whether w is first in line for key. Callers waiting for a
 // lock on several names do not hold up those behind them: such a caller may
 // wait for another name while key is free, so the caller after it counts as
-// first too.
+// first too. Nor does a semaphore's caller whose count is smaller than w's
+// (another handle, or an older count): it may be refused while w would
+// get in.
 func (h *waitHub) first(key string, w *waiter) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -627,7 +655,7 @@ func isFirst(q []*waiter, w *waiter) bool {
 		if x == w {
 			return true
 		}
-		if !x.multi {
+		if x.blocks(w) {
 			return false
 		}
 	}
@@ -784,8 +812,9 @@ func (h *waitHub) obtained(key string, w *waiter, excludes bool) {
 	h.eachBehindLocked(key, w, func(x *waiter) { x.found = now })
 }
 
-// eachBehindLocked calls f with each caller waiting behind w at key, when
-// w is first in line for key alone; h.mu must be held.
+// eachBehindLocked calls f with each caller waiting behind w at key that w
+// holds up (see blocks), when w is first in line for key alone; h.mu must
+// be held.
 func (h *waitHub) eachBehindLocked(key string, w *waiter, f func(x *waiter)) {
 	q := h.queues[key]
 	if w.multi || !isFirst(q, w) {
@@ -793,7 +822,7 @@ func (h *waitHub) eachBehindLocked(key string, w *waiter, f func(x *waiter)) {
 	}
 	behind := false
 	for _, x := range q {
-		if behind {
+		if behind && w.blocks(x) {
 			f(x)
 		}
 		behind = behind || x == w
@@ -894,10 +923,13 @@ var errLate = errors.New("dlock: late grant")
 type attempt func(ctx context.Context, wa waitArgs) (holderTTL time.Duration, err error)
 
 // grantee is a waiting caller as a release may grant it the lock (see
-// grant.go): its request token, and what takes a grant.
+// grant.go): its request token, and what takes a grant; and, for a
+// semaphore, the count its attempts use, by which it takes its place in
+// line (see first).
 type grantee struct {
-	req   string
-	claim func(ctx context.Context, n grantNotice) bool
+	req     string
+	claim   func(ctx context.Context, n grantNotice) bool
+	permits *atomic.Int64
 }
 
 // waitFor makes attempts until one obtains the lock whose keys (one a
@@ -935,7 +967,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		defer cancel()
 	}
 	hub := c.hub()
-	w := hub.join(keys, g.req)
+	w := hub.join(keys, g.req, g.permits)
 	obtained := false
 	rejoined := false // the attempt that obtained it registered the client again, for its other callers
 	defer func() {
