@@ -136,10 +136,10 @@ type Call struct {
 	Args   []any    // its arguments: strings, []byte and integers
 	// Lib is set when the client runs its scripts as Redis Functions
 	// (WithFunctions): the driver then sends FCALL Script.Function instead
-	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE, on every primary of
-	// a cluster) when a server answers that the function is missing, and
-	// then calls again. A driver that does not know Lib may ignore it:
-	// EVALSHA does the same work.
+	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE) on a server that
+	// answers that the function is missing, and then calls again (see
+	// Unknown, Loaded and AsScripts). A driver that does not know Lib may
+	// ignore it: EVALSHA does the same work.
 	Lib *Library
 
 	// Set by the driver.
@@ -182,6 +182,44 @@ func Unknown(calls []*Call) (again []*Call, lib *Library) {
 func ConnectionClosed(err error) bool {
 	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+}
+
+// Loaded sorts calls that run by FCALL after their server was asked to
+// load their library and answered err: nil returns them as again, to send
+// again; a refusal for want of memory (a server at its maxmemory refuses
+// FUNCTION LOAD, where the scripts that give locks up still run by EVAL)
+// returns them as scripts, to run by AsScripts; any other error is stored
+// in them.
+func Loaded(calls []*Call, err error) (again, scripts []*Call) {
+	switch {
+	case err == nil:
+		return calls, nil
+	case strings.HasPrefix(err.Error(), "OOM "):
+		return nil, calls
+	}
+	for _, c := range calls {
+		c.Val, c.Err = nil, err
+	}
+	return nil, nil
+}
+
+// AsScripts runs calls through run as calls without a Lib (by EVALSHA or
+// EVAL, as run sends calls without one), and stores their replies in them.
+// A driver runs so the calls whose server could not load the library for
+// want of memory (see Loaded), and those answered once more that their
+// function is missing after it was loaded (someone deleted it meanwhile).
+func AsScripts(calls []*Call, run func(calls []*Call)) {
+	if len(calls) == 0 {
+		return
+	}
+	plain := make([]*Call, len(calls))
+	for i, c := range calls {
+		plain[i] = &Call{Script: c.Script, Keys: c.Keys, Args: c.Args}
+	}
+	run(plain)
+	for i, c := range calls {
+		c.Val, c.Err = plain[i].Val, plain[i].Err
+	}
 }
 
 // FailFunctions stores err, why the function library could not be loaded,

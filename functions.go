@@ -76,9 +76,11 @@ func newLibrary(scripts []*Script) *Library {
 
 // WithFunctions makes the client run its scripts as Redis Functions, by
 // FCALL, instead of by EVALSHA: the driver loads FunctionLibrary (FUNCTION
-// LOAD REPLACE, on every primary of a cluster) the first time a server
-// answers that a function is missing, and Redis then persists and
-// replicates it. Lock traffic then shows by function name. It needs Redis 7;
+// LOAD REPLACE) on a server (a primary of a cluster, a shard of a Ring) the
+// first time it answers that a function is missing, and Redis then
+// persists and replicates it. A server that cannot load it for want of
+// memory (at its maxmemory), or whose library is deleted again before the
+// calls are sent again, has those calls run by EVAL instead. Lock traffic then shows by function name. It needs Redis 7;
 // on an older server every request fails with ErrNoFunctions. Open (or
 // Prepare) finds that out at once.
 func WithFunctions() ClientOption {
@@ -99,8 +101,9 @@ func Open(ctx context.Context, d Driver, opts ...ClientOption) (*Client, error) 
 }
 
 // Prepare makes one harmless read-only request, which checks that the
-// server answers and, with WithFunctions, loads the function library where
-// it is missing. It returns ErrNoFunctions when WithFunctions was asked for
+// server answers and, with WithFunctions, loads the function library on
+// that request's server if it is missing there (the other primaries of a
+// cluster get it with their first calls). It returns ErrNoFunctions when WithFunctions was asked for
 // and the server cannot run functions.
 func (c *Client) Prepare(ctx context.Context) error {
 	c.made()

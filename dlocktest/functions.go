@@ -1,22 +1,28 @@
 package dlocktest
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // functionTests run every primitive again with dlock.WithFunctions, after a
 // test of the driver's side: FCALL, and the library loaded where missing.
 var functionTests = append([]test{
 	{name: "FCALL", run: testFCall},
+	{name: "FCALLAtMaxmemory", run: testFCallAtMaxmemory},
+	{name: "FCALLOfAFunctionStillMissing", run: testFCallStillMissing},
+	{name: "FCALLAgainstAStalledPrimary", run: testFCallStalledPrimary, only: onCluster},
 }, append(append([]test(nil), lockTests...), replicaTests...)...)
 
 // testFCall: calls with a Lib go by FCALL, never by EVALSHA; a server
-// without the library gets it (every primary of a cluster at once), and
-// gets it again after FUNCTION FLUSH; pipelined calls spread over every
-// primary all get their replies.
+// without the library gets it (each primary of a cluster where a call
+// found it missing), and gets it again after FUNCTION FLUSH; pipelined
+// calls spread over every primary all get their replies.
 func testFCall(t *testing.T, e *env) {
 	ctx := timeout(t)
 	d := e.driver(t)
@@ -31,10 +37,8 @@ func testFCall(t *testing.T, e *env) {
 	if e.calls(t, "fcall") == 0 && e.calls(t, "evalsha")+e.calls(t, "eval") > 0 {
 		t.Skip("the driver ignores Call.Lib, as dlock.Call allows: it runs every script by EVALSHA (the other tests of WithFunctions run so)")
 	}
-	for _, p := range e.primaries {
-		if got := p.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", lib.Name); !strings.Contains(got, lib.Name+"_acquire") {
-			t.Fatalf("%s: library %s not loaded: %q", p.Addr(), lib.Name, got)
-		}
+	if p := e.primaryOf(t, c.RedisKey("dlock:prepare")); !e.hasLibrary(t, p, lib) {
+		t.Fatalf("%s: library %s not loaded by Prepare", p.Addr(), lib.Name)
 	}
 	for round := range 2 {
 		// One name per primary, in one pipeline.
@@ -47,6 +51,11 @@ func testFCall(t *testing.T, e *env) {
 		for _, call := range calls {
 			checkReply(t, "FCALL ttl", call, []any{int64(-2)})
 		}
+		for _, p := range e.primaries {
+			if !e.hasLibrary(t, p, lib) {
+				t.Fatalf("%s: library %s not loaded", p.Addr(), lib.Name)
+			}
+		}
 		if round == 0 {
 			e.onPrimaries(t, "FUNCTION", "FLUSH")
 		}
@@ -57,6 +66,83 @@ func testFCall(t *testing.T, e *env) {
 	if n := e.calls(t, "fcall"); n < 2*len(e.primaries) {
 		t.Errorf("%d FCALLs, want at least %d", n, 2*len(e.primaries))
 	}
+}
+
+// hasLibrary reports whether p has lib loaded.
+func (e *env) hasLibrary(t testing.TB, p *redistest.Server, lib *dlock.Library) bool {
+	t.Helper()
+	return strings.Contains(p.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", lib.Name), lib.Name+"_acquire")
+}
+
+// testFCallAtMaxmemory: a server at its maxmemory without the library
+// refuses FUNCTION LOAD; the calls then run by EVAL, so that a lock's
+// holder still reads its TTL and releases it there, as by EVALSHA.
+func testFCallAtMaxmemory(t *testing.T, e *env) {
+	ctx := timeout(t)
+	d := e.driver(t)
+	lib := dlock.FunctionLibrary()
+	e.onPrimaries(t, "FUNCTION", "FLUSH")
+	e.onPrimaries(t, "CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() { e.onPrimaries(t, "CONFIG", "SET", "maxmemory", "0") })
+	calls := e.callPerPrimary(t, scriptTTL())
+	for _, call := range calls {
+		call.Args, call.Lib = []any{"token", ""}, lib
+	}
+	d.Eval(ctx, calls...)
+	for _, call := range calls {
+		checkReply(t, "FCALL ttl at maxmemory, without the library", call, []any{int64(-2)})
+	}
+}
+
+// testFCallStillMissing: a call whose function is missing once more after
+// the library was loaded (deleted again meanwhile; here, one the library
+// never had) runs by EVAL.
+func testFCallStillMissing(t *testing.T, e *env) {
+	ctx := timeout(t)
+	d := e.driver(t)
+	missing := *scriptTTL()
+	missing.Function = "dlock_never_loaded_ttl"
+	calls := e.callPerPrimary(t, &missing)
+	for _, call := range calls {
+		call.Args, call.Lib = []any{"token", ""}, dlock.FunctionLibrary()
+	}
+	d.Eval(ctx, calls...)
+	for _, call := range calls {
+		checkReply(t, "FCALL of a function missing after the load", call, []any{int64(-2)})
+	}
+}
+
+// testFCallStalledPrimary: a primary without the library gets it while
+// another primary stalls: the load goes where the calls went, not to
+// every primary first.
+func testFCallStalledPrimary(t *testing.T, e *env) {
+	ctx := timeout(t)
+	d := e.driver(t)
+	lib := dlock.FunctionLibrary()
+	healthy, stalled := e.primaries[0], e.primaries[1]
+	key := prefix(t) + "{" + e.tagOn(t, healthy) + "}"
+	ttl := func(ctx context.Context) *dlock.Call {
+		call := &dlock.Call{Script: scriptTTL(), Keys: []string{key}, Args: []any{"token", ""}, Lib: lib}
+		d.Eval(ctx, call)
+		return call
+	}
+	checkReply(t, "FCALL ttl", ttl(ctx), []any{int64(-2)}) // connections and slot map in place
+	healthy.Do(t, "FUNCTION", "FLUSH")
+	stalled.Pause(t)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			stalled.Resume(t)
+		}
+	}
+	t.Cleanup(resume)
+	// Within the cluster's node timeout, so that no replica takes over.
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	call := ttl(sctx)
+	resume()
+	checkReply(t, "FCALL ttl on a primary without the library while another stalls", call, []any{int64(-2)})
 }
 
 // scriptTTL returns dlock's ttl script.

@@ -153,12 +153,13 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(retry) == 0 {
 		return
 	}
+	var scripts []*dlock.Call
 	if lib != nil {
-		if err := d.load(ctx, lib); err != nil {
-			retry = dlock.FailFunctions(retry, err)
-		}
+		retry, scripts = d.load(ctx, lib, retry)
 	}
 	d.run(ctx, retry, false)
+	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
+	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 }
 
 // reloadAfterFailure has a cluster client read the cluster's slot map
@@ -179,21 +180,95 @@ func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
 	}
 }
 
-// load loads the function library, on every primary of a cluster and
-// every shard of a Ring.
-func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
-	each := func(ctx context.Context, node *redis.Client) error {
-		return node.FunctionLoadReplace(ctx, lib.Src).Err()
+// load loads the function library where the calls that run by FCALL ran:
+// on the server, on a cluster the primaries of their keys' slots, on a
+// Ring their shards (a server that stalls or is down then holds up only
+// its own calls). It returns the calls to send again (those that run by
+// EVAL too), and those to run as scripts (see dlock.Loaded).
+func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Call) (again, scripts []*dlock.Call) {
+	loadOn := func(ctx context.Context, node redis.Cmdable, calls []*dlock.Call) (again, scripts []*dlock.Call) {
+		return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
+	}
+	var fcalls []*dlock.Call
+	for _, call := range calls {
+		if call.Lib == nil {
+			again = append(again, call)
+		} else {
+			fcalls = append(fcalls, call)
+		}
+	}
+	if len(fcalls) == 0 {
+		return again, nil
 	}
 	switch c := d.rdb.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, each)
+		nodes := map[string]*redis.Client{}
+		groups := map[string][]*dlock.Call{} // by primary
+		for _, call := range fcalls {
+			node, err := c.MasterForKey(ctx, firstKey(call))
+			if err != nil {
+				call.Val, call.Err = nil, err
+				continue
+			}
+			addr := node.Options().Addr
+			nodes[addr] = node
+			groups[addr] = append(groups[addr], call)
+		}
+		// The primaries are asked at once (the calls of one Eval are
+		// mostly one primary's: see dlock.Partitioned).
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for addr, calls := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, s := loadOn(ctx, nodes[addr], calls)
+				mu.Lock()
+				defer mu.Unlock()
+				again, scripts = append(again, a...), append(scripts, s...)
+			}()
+		}
+		wg.Wait()
 	case *redis.Ring:
-		// A shard that is down is skipped: its calls fail anyway, and once
-		// it is back, one that finds the library missing loads it again.
-		return c.ForEachShard(ctx, each)
+		groups := map[string][]*dlock.Call{} // by shard
+		for _, call := range fcalls {
+			addr := d.shardOf(firstKey(call))
+			groups[addr] = append(groups[addr], call)
+		}
+		// A shard that is down is skipped: its calls fail again, and once
+		// it is back, one that finds the library missing loads it.
+		var mu sync.Mutex
+		_ = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			addr := node.Options().Addr
+			mu.Lock()
+			calls := groups[addr]
+			delete(groups, addr)
+			mu.Unlock()
+			if len(calls) == 0 {
+				return nil
+			}
+			a, s := loadOn(ctx, node, calls)
+			mu.Lock()
+			defer mu.Unlock()
+			again, scripts = append(again, a...), append(scripts, s...)
+			return nil
+		})
+		for _, calls := range groups { // shards not up: sent again, they fail
+			again = append(again, calls...)
+		}
+	default:
+		a, s := loadOn(ctx, d.rdb, fcalls)
+		again, scripts = append(again, a...), append(scripts, s...)
 	}
-	return d.rdb.FunctionLoadReplace(ctx, lib.Src).Err()
+	return again, scripts
+}
+
+// firstKey returns the key that routes call, "" for none.
+func firstKey(call *dlock.Call) string {
+	if len(call.Keys) == 0 {
+		return ""
+	}
+	return call.Keys[0]
 }
 
 // send adds one call to c: by FCALL when it has a library, else by

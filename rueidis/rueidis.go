@@ -179,31 +179,81 @@ func closedUnder(calls []*dlock.Call) []*dlock.Call {
 func (d *Driver) eval(ctx context.Context, calls []*dlock.Call) {
 	d.run(ctx, calls, true)
 	retry, lib := dlock.Unknown(calls)
+	var scripts []*dlock.Call
 	if lib != nil {
-		if err := d.load(ctx, lib); err != nil {
-			retry = dlock.FailFunctions(retry, err)
-		}
+		retry, scripts = d.load(ctx, lib, retry)
 	}
 	if len(retry) > 0 {
 		d.run(ctx, retry, false)
 	}
+	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
+	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 }
 
-// load loads the function library, on every primary of a cluster.
-func (d *Driver) load(ctx context.Context, lib *dlock.Library) error {
-	nodes := []rueidis.Client{d.client}
-	if d.client.Mode() == rueidis.ClientModeCluster {
-		var err error
-		if nodes, err = d.primaries(ctx); err != nil {
-			return err
+// load loads the function library where the calls that run by FCALL ran:
+// on the server, or on a cluster the primaries of their keys' slots, all at
+// once (a primary that stalls or is down then holds up only its own
+// calls). It returns the calls to send again (those that run by EVAL too),
+// and those to run as scripts (see dlock.Loaded).
+func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Call) (again, scripts []*dlock.Call) {
+	var groups [][]*dlock.Call // by primary, or by slot when the slot map has none
+	at := map[string]int{}
+	cluster := d.client.Mode() == rueidis.ClientModeCluster
+	var m *slotMap
+	if cluster {
+		m = d.serverMap(ctx)
+	}
+	for _, call := range calls {
+		if call.Lib == nil {
+			again = append(again, call)
+			continue
+		}
+		where := ""
+		if cluster && len(call.Keys) > 0 {
+			slot := keyslot.Of(call.Keys[0])
+			if m != nil {
+				where = m.owner(slot)
+			}
+			if where == "" {
+				where = strconv.Itoa(slot)
+			}
+		}
+		i, ok := at[where]
+		if !ok {
+			i = len(groups)
+			at[where] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], call)
+	}
+	if len(groups) == 0 {
+		return again, nil
+	}
+	// One FUNCTION LOAD for each group, routed as its first call (rueidis
+	// sends each to its slot's primary, at once). Calls without keys go
+	// anywhere: run sends them with another call's key, as this does.
+	anyKey := ""
+	for _, g := range groups {
+		if len(g[0].Keys) > 0 {
+			anyKey = g[0].Keys[0]
 		}
 	}
-	for _, n := range nodes {
-		if err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error(); err != nil {
-			return err
+	cmds := make(rueidis.Commands, len(groups))
+	for i, g := range groups {
+		cmds[i] = d.client.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()
+		switch {
+		case !cluster:
+		case len(g[0].Keys) > 0:
+			cmds[i] = cmds[i].SetSlot(g[0].Keys[0])
+		case anyKey != "":
+			cmds[i] = cmds[i].SetSlot(anyKey)
 		}
 	}
-	return nil
+	for i, r := range d.client.DoMulti(ctx, cmds...) {
+		a, s := dlock.Loaded(groups[i], r.Error())
+		again, scripts = append(again, a...), append(scripts, s...)
+	}
+	return again, scripts
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
