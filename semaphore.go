@@ -69,14 +69,16 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
 
 // SetPermits changes how many holders the semaphore lets in at once, from
-// its next acquire on. A raise wakes the callers of its client waiting for
-// the name, which try again at once. It returns ErrInvalidPermits,
-// changing nothing, if n is below one. It sends nothing to Redis.
+// its next acquire on. A change wakes the callers of its client waiting for
+// the name that are first in line (after a raise, or a cut that leaves a
+// caller of another handle with a higher count first), which try again at
+// once. It returns ErrInvalidPermits, changing nothing, if n is below one.
+// It sends nothing to Redis.
 func (s *Semaphore) SetPermits(n int) error {
 	if n < 1 {
 		return fmt.Errorf("%w: %d", ErrInvalidPermits, n)
 	}
-	if old := s.permits.Swap(int64(n)); int64(n) > old && s.c != nil {
+	if old := s.permits.Swap(int64(n)); int64(n) != old && s.c != nil {
 		s.c.wakeWaiters(s.c.RedisKey(s.name))
 	}
 	return nil

@@ -422,3 +422,58 @@ func TestACallerWithALargerCountDoesNotWaitBehindASmallerOne(t *testing.T) {
 		})
 	}
 }
+
+// TestACutCountWakesTheCallerItLeavesFirst: a caller waiting behind one of
+// the same client whose count is no smaller sleeps until that one moves;
+// when SetPermits cuts that one's count below its own, it is first, and
+// tries: here it gets in when a permit held expires (which no notice
+// tells), while the caller ahead, with count 1, still waits.
+func TestACutCountWakesTheCallerItLeavesFirst(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const name = "cut"
+	long, err := e.c.Semaphore(name, 2).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Release(context.Background())
+	if _, err := e.c.Semaphore(name, 2).TryAcquire(ctx, dlock.WithTTL(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient(t)
+	dlock.SetWaitBeat(c, time.Minute)
+	ahead, behind := c.Semaphore(name, 2), c.Semaphore(name, 2)
+	aheadCtx, stopAhead := context.WithCancel(ctx)
+	aheadDone := make(chan error, 1)
+	go func() {
+		l, err := ahead.Acquire(aheadCtx, dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		aheadDone <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 1 })
+	behindCtx, stopBehind := context.WithTimeout(ctx, 10*time.Second)
+	defer stopBehind()
+	behindDone := make(chan lockResult, 1)
+	go func() {
+		l, err := behind.Acquire(behindCtx, dlock.WithTTL(time.Minute))
+		behindDone <- lockResult{l, err}
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 2 })
+	if err := ahead.SetPermits(1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-behindDone
+	if r.err != nil {
+		t.Fatalf("the caller left first by the cut, once a permit expired: %v", r.err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopAhead()
+	if err := <-aheadDone; !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the caller with count 1: err = %v, want ErrNotObtained", err)
+	}
+}
