@@ -184,23 +184,28 @@ func ConnectionClosed(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
-// Loaded sorts calls that run by FCALL after their server was asked to
-// load their library and answered err: nil returns them as again, to send
-// again; a refusal for want of memory (a server at its maxmemory refuses
-// FUNCTION LOAD, where the scripts that give locks up still run by EVAL)
-// returns them as scripts, to run by AsScripts; any other error is stored
-// in them.
+// Loaded sorts the calls of a server that was asked to load their library
+// and answered err. The calls that run by EVAL (no Lib) are returned as
+// again, to send again, whatever err; so are the others when err is nil. A
+// refusal for want of memory (a server at its maxmemory refuses FUNCTION
+// LOAD, where the scripts that give locks up still run by EVAL) returns
+// them as scripts, to run by AsScripts; any other error is stored in them.
 func Loaded(calls []*Call, err error) (again, scripts []*Call) {
-	switch {
-	case err == nil:
+	if err == nil {
 		return calls, nil
-	case strings.HasPrefix(err.Error(), "OOM "):
-		return nil, calls
 	}
+	oom := strings.HasPrefix(err.Error(), "OOM ")
 	for _, c := range calls {
-		c.Val, c.Err = nil, err
+		switch {
+		case c.Lib == nil:
+			again = append(again, c)
+		case oom:
+			scripts = append(scripts, c)
+		default:
+			c.Val, c.Err = nil, err
+		}
 	}
-	return nil, nil
+	return again, scripts
 }
 
 // AsScripts runs calls through run as calls without a Lib (by EVALSHA or

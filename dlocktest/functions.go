@@ -77,20 +77,36 @@ func (e *env) hasLibrary(t testing.TB, p *redistest.Server, lib *dlock.Library) 
 // testFCallAtMaxmemory: a server at its maxmemory without the library
 // refuses FUNCTION LOAD; the calls then run by EVAL, so that a lock's
 // holder still reads its TTL and releases it there, as by EVALSHA.
+// So do the calls of EvalWait.
 func testFCallAtMaxmemory(t *testing.T, e *env) {
 	ctx := timeout(t)
 	d := e.driver(t)
 	lib := dlock.FunctionLibrary()
-	e.onPrimaries(t, "FUNCTION", "FLUSH")
 	e.onPrimaries(t, "CONFIG", "SET", "maxmemory", "1")
 	t.Cleanup(func() { e.onPrimaries(t, "CONFIG", "SET", "maxmemory", "0") })
-	calls := e.callPerPrimary(t, scriptTTL())
-	for _, call := range calls {
-		call.Args, call.Lib = []any{"token", ""}, lib
+	ttls := func() []*dlock.Call {
+		e.onPrimaries(t, "FUNCTION", "FLUSH")
+		calls := e.callPerPrimary(t, scriptTTL())
+		for _, call := range calls {
+			call.Args, call.Lib = []any{"token", ""}, lib
+		}
+		return calls
 	}
+	calls := ttls()
 	d.Eval(ctx, calls...)
 	for _, call := range calls {
 		checkReply(t, "FCALL ttl at maxmemory, without the library", call, []any{int64(-2)})
+	}
+	rep, ok := d.(dlock.Replicator)
+	if !ok {
+		return
+	}
+	calls = ttls()
+	if _, err := rep.EvalWait(ctx, 0, time.Second, calls...); err != nil { // WAIT 0 returns at once
+		t.Fatalf("EvalWait at maxmemory, without the library: %v", err)
+	}
+	for _, call := range calls {
+		checkReply(t, "FCALL ttl through EvalWait at maxmemory, without the library", call, []any{int64(-2)})
 	}
 }
 

@@ -666,11 +666,9 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 	if rt := node.Options().ReadTimeout; rt > 0 && rt < timeout+time.Second { // 0: no timeout
 		node = node.WithTimeout(timeout + time.Second)
 	}
-	least := -1
-	for _, first := range []bool{true, false} {
-		if len(calls) == 0 {
-			break
-		}
+	// pass sends the calls and WAIT in one pipeline, and returns WAIT's
+	// reply.
+	pass := func(calls []*dlock.Call, first bool) (int, error) {
 		cmds := make([]*redis.Cmd, len(calls))
 		var wait *redis.Cmd
 		_, perr := node.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -686,22 +684,31 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		if unsent(wait) {
 			return 0, noReply(perr)
 		}
-		n, err := wait.Int()
+		return wait.Int()
+	}
+	least, err := pass(calls, true)
+	if err != nil {
+		return 0, err
+	}
+	again, lib := dlock.Unknown(calls)
+	var scripts []*dlock.Call
+	if lib != nil {
+		again, scripts = dlock.Loaded(again, node.FunctionLoadReplace(ctx, lib.Src).Err())
+	}
+	if len(again) > 0 {
+		acked, err := pass(again, false)
 		if err != nil {
 			return 0, err
 		}
-		if acked := n; least < 0 || acked < least {
-			least = acked
+		least = min(least, acked)
+	}
+	if len(scripts) > 0 {
+		var acked int
+		dlock.AsScripts(scripts, func(plain []*dlock.Call) { acked, err = pass(plain, false) })
+		if err != nil {
+			return 0, err
 		}
-		if !first {
-			break
-		}
-		var lib *dlock.Library
-		if calls, lib = dlock.Unknown(calls); lib != nil {
-			if err := node.FunctionLoadReplace(ctx, lib.Src).Err(); err != nil {
-				calls = dlock.FailFunctions(calls, err)
-			}
-		}
+		least = min(least, acked)
 	}
 	return max(least, 0), nil
 }

@@ -208,30 +208,14 @@ func eval(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dl
 	retry, lib := dlock.Unknown(calls)
 	var scripts []*dlock.Call
 	if lib != nil {
-		var fcalls []*dlock.Call
-		retry, fcalls = byFunction(retry)
 		_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src)
-		loaded, s := dlock.Loaded(fcalls, err)
-		retry, scripts = append(retry, loaded...), s
+		retry, scripts = dlock.Loaded(retry, err)
 	}
 	if len(retry) > 0 {
 		run(ctx, limit, conn, retry, false)
 	}
 	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
 	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { run(ctx, limit, conn, calls, false) })
-}
-
-// byFunction splits calls into those that run by EVAL and those that run
-// by FCALL.
-func byFunction(calls []*dlock.Call) (scripts, functions []*dlock.Call) {
-	for _, c := range calls {
-		if c.Lib != nil {
-			functions = append(functions, c)
-		} else {
-			scripts = append(scripts, c)
-		}
-	}
-	return scripts, functions
 }
 
 // run sends the calls on conn and stores their replies.

@@ -76,13 +76,12 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 
 // evalWait runs calls and WAIT as one pipeline on c, by EVALSHA (or FCALL),
 // then once more by EVAL (or FCALL, once the library is loaded) for the
-// calls the server answered without knowing their script.
+// calls the server answered without knowing their script, and by EVAL those
+// whose server could not load the library (see dlock.Loaded).
 func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
-	least := -1
-	for _, bySHA := range []bool{true, false} {
-		if len(calls) == 0 {
-			break
-		}
+	// pass sends the calls and WAIT in one pipeline, and returns WAIT's
+	// reply.
+	pass := func(calls []*dlock.Call, bySHA bool) (int, error) {
 		pipeline := func() rueidis.Commands {
 			cmds := make(rueidis.Commands, 0, len(calls)+1)
 			for _, call := range calls {
@@ -106,21 +105,31 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 			store(call, rs[i])
 		}
 		acked, err := rs[len(calls)].AsInt64()
+		return int(acked), err
+	}
+	least, err := pass(calls, true)
+	if err != nil {
+		return 0, err
+	}
+	again, lib := dlock.Unknown(calls)
+	var scripts []*dlock.Call
+	if lib != nil {
+		again, scripts = dlock.Loaded(again, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error())
+	}
+	if len(again) > 0 {
+		acked, err := pass(again, false)
 		if err != nil {
 			return 0, err
 		}
-		if least < 0 || int(acked) < least {
-			least = int(acked)
+		least = min(least, acked)
+	}
+	if len(scripts) > 0 {
+		var acked int
+		dlock.AsScripts(scripts, func(plain []*dlock.Call) { acked, err = pass(plain, false) })
+		if err != nil {
+			return 0, err
 		}
-		if !bySHA {
-			break
-		}
-		var lib *dlock.Library
-		if calls, lib = dlock.Unknown(calls); lib != nil {
-			if err := c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error(); err != nil {
-				calls = dlock.FailFunctions(calls, err)
-			}
-		}
+		least = min(least, acked)
 	}
 	return max(least, 0), nil
 }
