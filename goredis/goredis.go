@@ -142,7 +142,8 @@ func sameTag(keys []string) bool {
 // and runs again by EVAL those the server answered NOSCRIPT (it had not
 // seen the script yet, or has restarted or failed over since). Calls with
 // a Lib run by FCALL, and again once the library is loaded where a server
-// answered that the function is missing.
+// answered that the function is missing (by EVAL where the server cannot
+// load it for want of memory, or the function is missing still).
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.ring {
 		calls = refuseAcrossShards(calls)

@@ -75,7 +75,8 @@ func (d *Driver) Server(ctx context.Context, key string) string {
 // several, and runs again by EVAL those the server answered NOSCRIPT (it
 // had not seen the script yet, or has restarted or failed over since).
 // Calls with a Lib run by FCALL, and again once the library is loaded where
-// a server answered that the function is missing.
+// a server answered that the function is missing (by EVAL where the server
+// cannot load it for want of memory, or the function is missing still).
 //
 // A call whose connection the server closed under it goes again at once,
 // up to four times; on a cluster, one whose dial was refused goes again
