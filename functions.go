@@ -76,8 +76,8 @@ func newLibrary(scripts []*Script) *Library {
 
 // WithFunctions makes the client run its scripts as Redis Functions, by
 // FCALL, instead of by EVALSHA: the driver loads FunctionLibrary (FUNCTION
-// LOAD REPLACE) on a server (a primary of a cluster, a shard of a Ring) the
-// first time it answers that a function is missing, and Redis then
+// LOAD REPLACE) on a server (a primary of a cluster; every shard of a Ring
+// that is up) the first time it answers that a function is missing, and Redis then
 // persists and replicates it. A server that cannot load it for want of
 // memory (at its maxmemory), or whose library is deleted again before the
 // calls are sent again, has those calls run by EVAL instead. Lock traffic then shows by function name. It needs Redis 7;

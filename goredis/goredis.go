@@ -182,9 +182,9 @@ func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
 }
 
 // load loads the function library where the calls that run by FCALL ran:
-// on the server, on a cluster the primaries of their keys' slots, on a
-// Ring their shards (a server that stalls or is down then holds up only
-// its own calls). It returns the calls to send again (those that run by
+// on the server, or on a cluster the primaries of their keys' slots (a
+// primary that stalls or is down then holds up only its own calls); on a
+// Ring, on every shard that is up. It returns the calls to send again (those that run by
 // EVAL too), and those to run as scripts (see dlock.Loaded).
 func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Call) (again, scripts []*dlock.Call) {
 	loadOn := func(ctx context.Context, node redis.Cmdable, calls []*dlock.Call) (again, scripts []*dlock.Call) {
@@ -231,31 +231,25 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 		}
 		wg.Wait()
 	case *redis.Ring:
-		groups := map[string][]*dlock.Call{} // by shard
-		for _, call := range fcalls {
-			addr := d.shardOf(firstKey(call))
-			groups[addr] = append(groups[addr], call)
-		}
-		// A shard that is down is skipped: its calls fail again, and once
-		// it is back, one that finds the library missing loads it.
+		// On every shard that is up: the Ring's own map of keys to shards
+		// follows SetAddrs and shards that go down, where shardOf does
+		// not, and a Ring tells no key's shard. A call whose shard (by
+		// shardOf) refused the load gets its answer; the others are sent
+		// again (wherever the Ring sends them, the library is there, or
+		// they run by EVAL).
 		var mu sync.Mutex
+		failed := map[string]error{}
 		_ = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-			addr := node.Options().Addr
-			mu.Lock()
-			calls := groups[addr]
-			delete(groups, addr)
-			mu.Unlock()
-			if len(calls) == 0 {
-				return nil
+			if err := node.FunctionLoadReplace(ctx, lib.Src).Err(); err != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				failed[node.Options().Addr] = err
 			}
-			a, s := loadOn(ctx, node, calls)
-			mu.Lock()
-			defer mu.Unlock()
-			again, scripts = append(again, a...), append(scripts, s...)
 			return nil
 		})
-		for _, calls := range groups { // shards not up: sent again, they fail
-			again = append(again, calls...)
+		for _, call := range fcalls {
+			a, s := dlock.Loaded([]*dlock.Call{call}, failed[d.shardOf(firstKey(call))])
+			again, scripts = append(again, a...), append(scripts, s...)
 		}
 	default:
 		a, s := loadOn(ctx, d.rdb, fcalls)

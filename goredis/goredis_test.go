@@ -355,3 +355,46 @@ func TestARefusalOutlivesAFailedWait(t *testing.T) {
 		t.Errorf("TryLock of a held name, WAIT refused: err = %v, want ErrNotObtained", err)
 	}
 }
+
+// TestARingLoadsTheLibraryOnShardsAddedLater: with WithFunctions on a Ring
+// whose shards changed (SetAddrs), the shard that now holds the names gets
+// the library, and the calls run by FCALL there.
+func TestARingLoadsTheLibraryOnShardsAddedLater(t *testing.T) {
+	srvs := redistest.StartMasters(t, 2)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr()}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.SetAddrs(map[string]string{"b": srvs[1].Addr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := rdb.Set(ctx, "probe", "x", time.Minute).Err(); err == nil && srvs[1].Do(t, "EXISTS", "probe") == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Ring did not take the new shard")
+		}
+	}
+	c, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 10 {
+		l, err := c.TryLock(ctx, "ring-moved-"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib := dlock.FunctionLibrary()
+	if got := srvs[1].Do(t, "FUNCTION", "LIST", "LIBRARYNAME", lib.Name); !strings.Contains(got, lib.Name) {
+		t.Errorf("the Ring's new shard has no library: %q", got)
+	}
+	for _, line := range strings.Split(srvs[1].Do(t, "INFO", "commandstats"), "\n") {
+		if strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_evalsha:") {
+			t.Errorf("calls ran as scripts on the new shard: %s", line)
+		}
+	}
+}

@@ -51,9 +51,10 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 	// subscription's, and Close waits for them.
 	has, err := hasShardChannels(ctx, c, &s.running)
 	if err != nil {
-		return nil, err
+		return nil, err // every question asked has answered
 	}
 	if !has {
+		s.running.Wait() // the other questions, within probeTimeout
 		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
