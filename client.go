@@ -381,10 +381,10 @@ func (c *Client) Close() error {
 }
 
 // inBackground runs f on a goroutine of the client's own, with a context
-// that ends after cleanupTimeout, or at Close's bound (Close waits for
-// it); it reports whether it did: not once Close is done with the
-// acquisitions under way, whose clean-ups it waits for.
-func (c *Client) inBackground(f func(ctx context.Context)) bool {
+// that ends after d, or at Close's bound (Close waits for it); it reports
+// whether it did: not once Close is done with the acquisitions under way,
+// whose clean-ups it waits for.
+func (c *Client) inBackground(d time.Duration, f func(ctx context.Context)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bgClosed {
@@ -397,7 +397,7 @@ func (c *Client) inBackground(f func(ctx context.Context)) bool {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		f(ctx)
 	}()

@@ -114,8 +114,10 @@ func (k *holdKind) args(common ...any) []any {
 // stays behind; a clean-up that fails is sent once more at once, and if
 // that fails too it is logged, and the lock expires with its TTL. (One
 // that a Redis Cluster slot being moved, or a cluster down for a
-// failover, refuses before running it is sent again in the background,
-// for up to 2 seconds more, unless its token was given WithToken; its
+// failover, refuses before running it, or that gets no answer in time (a
+// server that stalls), is sent again in the background, at growing
+// intervals up to a second, until the server answers it, for up to a
+// minute or until Close, unless its token was given WithToken; its
 // failure is logged then.) A ctx
 // that has already ended when it is called sends nothing: the error
 // matches ctx.Err() (every call that acquires does the same).
@@ -713,18 +715,50 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	})
 	l.sendAgain(ctx, calls)
 	// Refused by a moving slot's split keys, or a cluster down for a
-	// failover: sent again in the background, as a Release is, so that
-	// the failed acquire's caller does not wait for it. Only a request
-	// token of dlock's own, which no later acquisition uses: a late
-	// clean-up of a given token could take the hold of its next acquire.
-	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && refusedUnrun(c.Err) }) &&
-		l.c.inBackground(func(ctx context.Context) {
-			l.waitOutRefused(ctx, calls)
+	// failover, or not answered in time (a server that stalls, or that
+	// the network cuts off): sent again in the background, so that the
+	// failed acquire's caller does not wait for it, until the server
+	// answers (see cleanUpLate). (A server that refuses connections is
+	// down: what it had not run is lost with it.) Only a request token of dlock's own, which no
+	// later acquisition uses: a late clean-up of a given token could take
+	// the hold of its next acquire.
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (refusedUnrun(c.Err) || isTimeout(c.Err)) }) &&
+		l.c.inBackground(lateCleanup, func(ctx context.Context) {
+			l.cleanUpLate(ctx, calls)
 			l.cleanedUp(ctx, calls, logFailure)
 		}) {
 		return
 	}
 	l.cleanedUp(ctx, calls, logFailure)
+}
+
+// cleanUpLate sends the calls of a clean-up again, a little later, and
+// again, while the server refused them unrun (see waitOutRefused) or did
+// not answer them in time, within ctx. An acquire that got no answer may still be
+// on its way, or wait in a stalled server's buffers, and run later, taking
+// the lock for nobody: the clean-up that the server answers, run before it
+// or after, leaves nothing (it records the acquisition's end, which such a
+// late copy finds). One that cannot be sent (no connection to a server
+// that stalls) would leave it held until its TTL.
+func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
+	var again []*Call
+	for wait := refusedBackoff; ; wait = min(2*wait, lateCleanupBackoff) {
+		again = again[:0:0]
+		for _, call := range calls {
+			if call.Err != nil && (refusedUnrun(call.Err) || isTimeout(call.Err)) {
+				again = append(again, call)
+			}
+		}
+		if len(again) == 0 || !sleep(ctx, wait) {
+			return
+		}
+		for _, call := range again {
+			call.Val, call.Err = nil, nil
+		}
+		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		l.c.evalWith(actx, replication{}, again...)
+		cancel()
+	}
 }
 
 // cleanedUp logs the failure of a clean-up's calls, with logFailure.
@@ -806,6 +840,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 const (
+	// lateCleanup bounds how long a clean-up is sent again in the
+	// background (see cleanUpLate), and lateCleanupBackoff the wait
+	// between its tries.
+	lateCleanup        = time.Minute
+	lateCleanupBackoff = time.Second
 	// refusedRetries bounds how long a release that the server refused
 	// before running it (see refusedUnrun) is sent again.
 	refusedRetries = cleanupTimeout

@@ -2187,3 +2187,43 @@ func TestAGivenTokenCanTakeTheLockAgainAfterItsRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestACleanUpThatGetsNoAnswerIsSentAgainUntilItIs: an acquire whose reply
+// was lost took the lock; its clean-up gets no answer in time (a server
+// that stalls, where a new connection gets nowhere). Sent again in the
+// background, until the server answers, it frees the name: it was left
+// held, by nobody, for its TTL.
+func TestACleanUpThatGetsNoAnswerIsSentAgainUntilItIs(t *testing.T) {
+	e := newEnv(t)
+	d := &unsentDriver{tapDriver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := context.Background()
+	d.loseReplyThen(func() { d.unsent.Store(3) })
+	if _, err := c.TryLock(ctx, "late", dlock.WithTTL(time.Minute)); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want the transport error", err)
+	}
+	awaitCond(t, 10*time.Second, func() bool { return !e.locked(t, "dlock:{late}") })
+	if n := d.unsent.Load(); n > 0 {
+		t.Fatalf("%d clean-ups left unsent", n)
+	}
+}
+
+// unsentDriver is a tapDriver that fails the next unsent calls, unsent,
+// with a timeout, as a server that stalls fails a request that needs a new
+// connection.
+type unsentDriver struct {
+	*tapDriver
+	unsent atomic.Int32
+}
+
+func (d *unsentDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.unsent.Add(-1) >= 0 {
+		for _, c := range calls {
+			c.Val, c.Err = nil, context.DeadlineExceeded
+		}
+		return
+	}
+	d.unsent.Store(0)
+	d.tapDriver.Eval(ctx, calls...)
+}
