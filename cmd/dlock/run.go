@@ -29,8 +29,12 @@ const (
 	// releaseTimeout bounds the release after the command exits.
 	releaseTimeout = 5 * time.Second
 	// unreachableWait is how long run keeps waiting while Redis cannot be
-	// reached before it gives up.
+	// reached (since an attempt last found the lock held, or the wait
+	// began) before it gives up.
 	unreachableWait = 30 * time.Second
+	// holderLookup bounds the look-up of the holder of a lock not
+	// obtained, for the message.
+	holderLookup = time.Second
 	// maxCmdMeta bounds the command line stored in the metadata.
 	maxCmdMeta = 200
 )
@@ -459,7 +463,9 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 
 // notObtained reports who holds the lock run could not obtain.
 func (a *app) notObtained(c *conn, name, why string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	// The holder only adds to the message: a server that stalls may not
+	// keep the exit waiting long.
+	ctx, cancel := context.WithTimeout(context.Background(), holderLookup)
 	defer cancel()
 	who := "another holder"
 	if info, err := c.locks.Inspect(ctx, name); err == nil && len(info.Holders) > 0 {

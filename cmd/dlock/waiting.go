@@ -74,7 +74,7 @@ type waiter struct {
 	timer   *time.Timer   // ends the wait after limit, from the first failed attempt on; nil before
 
 	mu       sync.Mutex
-	errSince time.Time // when Redis errors began, zero while it answers
+	answered time.Time // when an attempt last found the lock held, or the wait began
 	lastErr  error     // the last attempt's error, nil if the lock was held
 	held     bool      // an attempt found the lock held
 }
@@ -104,6 +104,7 @@ func (a *app) newWaiter(c *conn, name string, quiet bool, cancel context.CancelC
 		a: a, c: c, name: name, quiet: quiet, cancel: cancel,
 		tty:   !quiet && isTerminal(a.stderr),
 		begun: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}),
+		answered: time.Now(),
 	}
 	go w.report()
 	return w
@@ -127,16 +128,15 @@ func (w *waiter) onRetry(failed int, err error) {
 	defer w.mu.Unlock()
 	switch {
 	case errors.Is(err, dlock.ErrNotObtained):
-		w.errSince, w.lastErr, w.held = time.Time{}, nil, true
+		w.answered, w.lastErr, w.held = time.Now(), nil, true
 		return
 	case cutShort(err):
 		return
 	}
-	if w.errSince.IsZero() {
-		w.errSince = time.Now()
-	}
+	// Counted from the last answer, not from this first failure, which
+	// comes a read timeout or more into an outage.
 	w.lastErr = err
-	if time.Since(w.errSince) >= unreachableWait {
+	if time.Since(w.answered) >= unreachableWait {
 		w.cancel(redisDown{err})
 	}
 }
