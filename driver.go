@@ -138,7 +138,7 @@ type Call struct {
 	// (WithFunctions): the driver then sends FCALL Script.Function instead
 	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE) on a server that
 	// answers that the function is missing, and then calls again (see
-	// Unknown, Loaded and AsScripts). A driver that does not know Lib may
+	// Unknown and Resend). A driver that does not know Lib may
 	// ignore it: EVALSHA does the same work.
 	Lib *Library
 
@@ -225,6 +225,25 @@ func AsScripts(calls []*Call, run func(calls []*Call)) {
 	for i, c := range calls {
 		c.Val, c.Err = plain[i].Val, plain[i].Err
 	}
+}
+
+// Resend is a driver's second round, for the calls Unknown returned (and
+// their library): those the server answered NOSCRIPT go again by EVAL;
+// those answered that their function is missing go again by FCALL once
+// load has loaded lib where they ran (load returns them as Loaded does), or
+// by EVAL (see AsScripts), as do those whose function is missing still.
+// run sends calls as a second round does: by EVAL, or FCALL for those with
+// a Lib.
+func Resend(again []*Call, lib *Library, load func(lib *Library, calls []*Call) (again, scripts []*Call), run func(calls []*Call)) {
+	var scripts []*Call
+	if lib != nil {
+		again, scripts = load(lib, again)
+	}
+	if len(again) > 0 {
+		run(again)
+	}
+	missing, _ := Unknown(again) // a function deleted again meanwhile
+	AsScripts(append(scripts, missing...), run)
 }
 
 // FailFunctions stores err, why the function library could not be loaded,

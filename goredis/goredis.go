@@ -150,17 +150,11 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 	d.run(ctx, calls, true)
 	defer d.reloadAfterFailure(calls)
-	retry, lib := dlock.Unknown(calls)
-	if len(retry) == 0 {
-		return
+	if again, lib := dlock.Unknown(calls); len(again) > 0 {
+		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+			return d.load(ctx, lib, calls)
+		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 	}
-	var scripts []*dlock.Call
-	if lib != nil {
-		retry, scripts = d.load(ctx, lib, retry)
-	}
-	d.run(ctx, retry, false)
-	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
-	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 }
 
 // reloadAfterFailure has a cluster client read the cluster's slot map
@@ -685,25 +679,20 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 	if err != nil {
 		return 0, err
 	}
-	again, lib := dlock.Unknown(calls)
-	var scripts []*dlock.Call
-	if lib != nil {
-		again, scripts = dlock.Loaded(again, node.FunctionLoadReplace(ctx, lib.Src).Err())
+	if again, lib := dlock.Unknown(calls); len(again) > 0 {
+		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+			return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
+		}, func(calls []*dlock.Call) {
+			if err == nil {
+				var acked int
+				if acked, err = pass(calls, false); err == nil {
+					least = min(least, acked)
+				}
+			}
+		})
 	}
-	if len(again) > 0 {
-		acked, err := pass(again, false)
-		if err != nil {
-			return 0, err
-		}
-		least = min(least, acked)
-	}
-	if len(scripts) > 0 {
-		var acked int
-		dlock.AsScripts(scripts, func(plain []*dlock.Call) { acked, err = pass(plain, false) })
-		if err != nil {
-			return 0, err
-		}
-		least = min(least, acked)
+	if err != nil {
+		return 0, err
 	}
 	return max(least, 0), nil
 }

@@ -205,17 +205,12 @@ func eval(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dl
 		return
 	}
 	run(ctx, limit, conn, calls, true)
-	retry, lib := dlock.Unknown(calls)
-	var scripts []*dlock.Call
-	if lib != nil {
-		_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src)
-		retry, scripts = dlock.Loaded(retry, err)
+	if again, lib := dlock.Unknown(calls); len(again) > 0 {
+		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+			_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src)
+			return dlock.Loaded(calls, err)
+		}, func(calls []*dlock.Call) { run(ctx, limit, conn, calls, false) })
 	}
-	if len(retry) > 0 {
-		run(ctx, limit, conn, retry, false)
-	}
-	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
-	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { run(ctx, limit, conn, calls, false) })
 }
 
 // run sends the calls on conn and stores their replies.

@@ -179,16 +179,11 @@ func closedUnder(calls []*dlock.Call) []*dlock.Call {
 // server answered NOSCRIPT (or by FCALL once the library is loaded).
 func (d *Driver) eval(ctx context.Context, calls []*dlock.Call) {
 	d.run(ctx, calls, true)
-	retry, lib := dlock.Unknown(calls)
-	var scripts []*dlock.Call
-	if lib != nil {
-		retry, scripts = d.load(ctx, lib, retry)
+	if again, lib := dlock.Unknown(calls); len(again) > 0 {
+		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+			return d.load(ctx, lib, calls)
+		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 	}
-	if len(retry) > 0 {
-		d.run(ctx, retry, false)
-	}
-	again, _ := dlock.Unknown(retry) // a function deleted again meanwhile
-	dlock.AsScripts(append(scripts, again...), func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 }
 
 // load loads the function library where the calls that run by FCALL ran:

@@ -111,25 +111,20 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 	if err != nil {
 		return 0, err
 	}
-	again, lib := dlock.Unknown(calls)
-	var scripts []*dlock.Call
-	if lib != nil {
-		again, scripts = dlock.Loaded(again, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error())
+	if again, lib := dlock.Unknown(calls); len(again) > 0 {
+		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+			return dlock.Loaded(calls, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error())
+		}, func(calls []*dlock.Call) {
+			if err == nil {
+				var acked int
+				if acked, err = pass(calls, false); err == nil {
+					least = min(least, acked)
+				}
+			}
+		})
 	}
-	if len(again) > 0 {
-		acked, err := pass(again, false)
-		if err != nil {
-			return 0, err
-		}
-		least = min(least, acked)
-	}
-	if len(scripts) > 0 {
-		var acked int
-		dlock.AsScripts(scripts, func(plain []*dlock.Call) { acked, err = pass(plain, false) })
-		if err != nil {
-			return 0, err
-		}
-		least = min(least, acked)
+	if err != nil {
+		return 0, err
 	}
 	return max(least, 0), nil
 }
