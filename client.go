@@ -319,7 +319,9 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
 // does a clean-up being sent again in the background (see TryLock),
-// which Close waits for within its 3 seconds, and then ends; and a
+// which Close waits for within its 3 seconds, and then ends (a try under
+// way ends within half a second more, as far as the driver ends a request
+// at its context's deadline); and a
 // subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s), or closed (rueidis
 // waits up to 1s for a server that does not answer). Close does not close the

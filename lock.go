@@ -755,7 +755,9 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 		for _, call := range again {
 			call.Val, call.Err = nil, nil
 		}
-		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		// A try of its own bound: Close's end of ctx does not end a
+		// request of give-backs already sent (see batcher.send).
+		actx, cancel := context.WithTimeout(ctx, lateCleanupTry)
 		l.c.evalWith(actx, replication{}, again...)
 		cancel()
 	}
@@ -841,9 +843,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 const (
 	// lateCleanup bounds how long a clean-up is sent again in the
-	// background (see cleanUpLate), and lateCleanupBackoff the wait
-	// between its tries.
+	// background (see cleanUpLate), lateCleanupTry each try, and
+	// lateCleanupBackoff the wait between tries.
 	lateCleanup        = time.Minute
+	lateCleanupTry     = 500 * time.Millisecond
 	lateCleanupBackoff = time.Second
 	// refusedRetries bounds how long a release that the server refused
 	// before running it (see refusedUnrun) is sent again.
