@@ -331,7 +331,9 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 // a reset, as to a host that vanished, which TCP reports only after many
 // minutes) is sent a PING after 3s without a message, and one that answers
 // nothing within 3s more is replaced by a new connection with the same
-// channels. The first reply on a new connection (the channels'
+// channels. With ContextTimeoutEnabled, each request the subscription makes
+// (a new connection's handshake included) gets a second, so that Close
+// does not wait for go-redis's read timeout on a server that stalls. The first reply on a new connection (the channels'
 // confirmation) is preceded by a call of notify with an empty channel and
 // payload (see dlock.Subscription). A Ring returns dlock.ErrUnsupported: its shards are separate
 // servers, each with its own channels, and a release publishes on the
@@ -342,6 +344,7 @@ func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload str
 	}
 	s := &subscription{rdb: d.rdb, ps: d.rdb.Subscribe(ctx), notify: notify,
 		channels: map[string]bool{}, done: make(chan struct{})}
+	s.life, s.end = context.WithCancel(context.Background())
 	go s.receive()
 	return s, nil
 }
@@ -350,6 +353,12 @@ type subscription struct {
 	rdb    redis.UniversalClient
 	notify func(channel, payload string)
 	done   chan struct{} // closed when receive returns
+	// life ends at Close. The requests receive makes, which may connect
+	// anew (go-redis holds the PubSub's lock meanwhile, which Close needs),
+	// end with it as far as go-redis lets them (a dial does) and within
+	// pubsubConnect (with ContextTimeoutEnabled).
+	life context.Context
+	end  context.CancelFunc
 
 	// mu is held by Subscribe and Unsubscribe, and while a silent ps is
 	// replaced, so that no change of channels is lost in between.
@@ -365,6 +374,11 @@ type subscription struct {
 // subscribeRetry is how long receive waits before reading again after a
 // failed read: go-redis reconnects at the next read.
 const subscribeRetry = 100 * time.Millisecond
+
+// pubsubConnect bounds each request of a subscription's, a new connection
+// it may need included, so that Close, which waits for it, does not wait
+// for go-redis's read timeout on a server that stalls.
+const pubsubConnect = time.Second
 
 // receive delivers the messages of the subscription until Close.
 func (s *subscription) receive() {
@@ -384,7 +398,11 @@ func (s *subscription) receive() {
 		if closed {
 			return
 		}
-		msg, err := ps.ReceiveTimeout(context.Background(), shardSilence)
+		// The context bounds the connection go-redis may make first; the
+		// read has shardSilence.
+		rctx, cancel := context.WithTimeout(s.life, pubsubConnect)
+		msg, err := ps.ReceiveTimeout(rctx, shardSilence)
+		cancel()
 		if err == nil {
 			pinged = false
 			if lost {
@@ -406,7 +424,10 @@ func (s *subscription) receive() {
 			// Silent for a while: a PING tells a quiet connection from a
 			// dead one.
 			pinged = true
-			if ps.Ping(context.Background()) != nil {
+			pctx, cancel := context.WithTimeout(s.life, pubsubConnect)
+			err := ps.Ping(pctx)
+			cancel()
+			if err != nil {
 				lost = true // go-redis connects anew at the next read
 				s.pause(subscribeRetry)
 			}
@@ -462,7 +483,7 @@ func (s *subscription) replace(old *redis.PubSub) {
 	}
 	// The channels are kept even if this fails: go-redis subscribes them
 	// on the connection it makes at the next read.
-	ctx, cancel := context.WithTimeout(context.Background(), shardSilence)
+	ctx, cancel := context.WithTimeout(s.life, pubsubConnect)
 	defer cancel()
 	_ = s.ps.Subscribe(ctx, chans...)
 }
@@ -503,6 +524,7 @@ func isReply(err error) bool {
 }
 
 func (s *subscription) Close() error {
+	s.end() // first: a connection being made gives up
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true

@@ -2,6 +2,7 @@ package goredis
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,5 +145,72 @@ func awaitTrue(t *testing.T, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatal("condition not met within 5s")
 		}
+	}
+}
+
+// TestASubscriptionClosesWhileItConnectsToAStalledServer: Close does not
+// wait out go-redis's read timeout (10s here) for a new connection that
+// the subscription is making to a server that stalls: with
+// ContextTimeoutEnabled, each of its requests has pubsubConnect.
+func TestASubscriptionClosesWhileItConnectsToAStalledServer(t *testing.T) {
+	saved := shardSilence
+	shardSilence = 200 * time.Millisecond
+	t.Cleanup(func() { shardSilence = saved })
+	srv := redistest.Start(t)
+	dials := make(chan struct{}, 64)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			select {
+			case dials <- struct{}{}:
+			default:
+			}
+			return conn, err
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 16)
+	sub, err := New(rdb).Subscribe(ctx, func(_, p string) {
+		if p != "" {
+			got <- p
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Subscribe(ctx, "ch"); err != nil {
+		t.Fatal(err)
+	}
+	redistest.PlainPublishUntilReceived(t, srv, "ch", "hello", got)
+	for len(dials) > 0 {
+		<-dials
+	}
+	srv.Pause(t)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			srv.Resume(t)
+		}
+	}
+	t.Cleanup(resume)
+	// Silent, then no answer to the PING: the connection is replaced (one
+	// dial, whose handshake gets no answer), and the next read connects
+	// anew (another): Close comes during that one's handshake.
+	for range 2 {
+		select {
+		case <-dials:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the subscription did not connect anew to the stalled server")
+		}
+	}
+	start := time.Now()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	resume()
+	if took > 5*time.Second {
+		t.Errorf("Close took %v while the subscription connected to a stalled server, want about pubsubConnect", took)
 	}
 }
