@@ -219,7 +219,8 @@ func AsScripts(calls []*Call, run func(calls []*Call)) {
 	}
 	plain := make([]*Call, len(calls))
 	for i, c := range calls {
-		plain[i] = &Call{Script: c.Script, Keys: c.Keys, Args: c.Args}
+		// With its error so far, should run not send it.
+		plain[i] = &Call{Script: c.Script, Keys: c.Keys, Args: c.Args, Err: c.Err}
 	}
 	run(plain)
 	for i, c := range calls {

@@ -202,3 +202,31 @@ func (e *env) functionsClient(t *testing.T) *dlock.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestResendKeepsTheErrorsOfCallsNotSent: a second round whose run sends
+// nothing more (an earlier pass failed) leaves each call an error, never
+// an empty reply, also for the calls it was to run by EVAL.
+func TestResendKeepsTheErrorsOfCallsNotSent(t *testing.T) {
+	lib := &dlock.Library{}
+	script := &dlock.Call{Err: errors.New("NOSCRIPT No matching script")}
+	function := &dlock.Call{Lib: lib, Err: errors.New("ERR Function not found")}
+	failed := errors.New("i/o timeout")
+	sent := false
+	dlock.Resend([]*dlock.Call{script, function}, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+		return dlock.Loaded(calls, errors.New("OOM command not allowed when used memory > 'maxmemory'."))
+	}, func(calls []*dlock.Call) {
+		if sent {
+			return // as evalWait's does once a pass failed
+		}
+		sent = true
+		for _, c := range calls {
+			c.Val, c.Err = nil, failed
+		}
+	})
+	if script.Err != failed {
+		t.Errorf("the call sent: Err = %v, want %v", script.Err, failed)
+	}
+	if function.Err == nil {
+		t.Error("the call not sent ended with no error and no reply")
+	}
+}

@@ -742,16 +742,21 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // that stalls) would leave it held until its TTL.
 func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 	var again []*Call
-	for wait := refusedBackoff; ; wait = min(2*wait, lateCleanupBackoff) {
+	for wait := refusedBackoff; ; {
 		again = again[:0:0]
+		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
 		for _, call := range calls {
 			if call.Err != nil && (refusedUnrun(call.Err) || isTimeout(call.Err)) {
 				again = append(again, call)
+			}
+			if call.Err != nil && isTimeout(call.Err) {
+				most = lateCleanupBackoff
 			}
 		}
 		if len(again) == 0 || !sleep(ctx, wait) {
 			return
 		}
+		wait = min(2*wait, most)
 		for _, call := range again {
 			call.Val, call.Err = nil, nil
 		}

@@ -705,11 +705,15 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
 		}, func(calls []*dlock.Call) {
-			if err == nil {
-				var acked int
-				if acked, err = pass(calls, false); err == nil {
-					least = min(least, acked)
+			if err != nil { // an earlier pass failed: these are not sent
+				for _, call := range calls {
+					call.Val, call.Err = nil, err
 				}
+				return
+			}
+			var acked int
+			if acked, err = pass(calls, false); err == nil {
+				least = min(least, acked)
 			}
 		})
 	}

@@ -115,11 +115,15 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return dlock.Loaded(calls, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error())
 		}, func(calls []*dlock.Call) {
-			if err == nil {
-				var acked int
-				if acked, err = pass(calls, false); err == nil {
-					least = min(least, acked)
+			if err != nil { // an earlier pass failed: these are not sent
+				for _, call := range calls {
+					call.Val, call.Err = nil, err
 				}
+				return
+			}
+			var acked int
+			if acked, err = pass(calls, false); err == nil {
+				least = min(least, acked)
 			}
 		})
 	}
