@@ -60,6 +60,7 @@ type model struct {
 	fair        bool
 	holds       map[string]*mHold // live holds by token
 	waiters     []mWaiter         // live waiters, in arrival order
+	enqueued    map[string]bool   // request tokens whose attempts recorded a waiter: their give-up sends a clean-up
 	exists      bool              // the name's base key exists
 	lastFence   uint64            // the newest fence issued
 	lastPermits int               // the count of the last acquire that took a permit
@@ -137,6 +138,10 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 	if m.blocked(req, mode, permits) {
 		if wait && m.kind == modelRW && (m.fair || mode == dlock.ModeWrite) && !m.waiting(req) {
 			m.waiters = append(m.waiters, mWaiter{req, mode})
+			if m.enqueued == nil {
+				m.enqueued = map[string]bool{}
+			}
+			m.enqueued[req] = true
 		}
 		return refused, ""
 	}
@@ -199,8 +204,11 @@ func (m *model) recorder(req string) (string, *mHold) {
 
 // cleanup is what a failed acquire in mode takes back: the waiter it may
 // have recorded, and the acquisition its request token may have made
-// unseen, if a hold still records it.
-func (m *model) cleanup(req, mode string) {
+// unseen, if a hold still records it. sent is set when the client sends
+// the clean-up (its reply was lost, or it recorded a waiter): one that
+// finds nothing of its own on a read/write lock with nothing live left
+// removes the name's keys.
+func (m *model) cleanup(req, mode string, sent bool) {
 	m.dropWaiter(req)
 	for tok, h := range m.holds {
 		if i := slices.Index(h.recs, req); i >= 0 && h.mode == mode {
@@ -208,6 +216,9 @@ func (m *model) cleanup(req, mode string) {
 			m.drop(tok)
 			return
 		}
+	}
+	if sent && m.kind == modelRW && len(m.holds) == 0 && len(m.waiters) == 0 {
+		m.exists = false
 	}
 }
 
@@ -434,7 +445,7 @@ func (r *modelRun) tryAcquire(req string, lose bool) {
 			r.t.Errorf("%s with its reply lost: err = %v", what, err)
 		}
 		r.lostGrant(want, tok, mode)
-		r.m.cleanup(req, mode)
+		r.m.cleanup(req, mode, true)
 		return
 	}
 	l, err := r.acquire(r.ctx, c, mode, false, r.opts(req, owner)...)
@@ -454,6 +465,7 @@ type waiter struct {
 	want                   outcome // the model's outcome of the attempt under way
 	tok                    string
 	lost                   bool      // the attempt under way loses its reply
+	uncertain              bool      // an attempt's reply was lost: its give-up sends a clean-up
 	next                   chan bool // true: try again; false: give up
 	events                 chan waitEvent
 }
@@ -469,7 +481,7 @@ type waitEvent struct {
 // is lost.
 func (r *modelRun) startWaiting(lose bool) {
 	c, mode, owner := r.rng.IntN(len(r.clients)), r.mode(), r.owner()
-	w := &waiter{req: r.newToken(), mode: mode, owner: owner, c: c, permits: r.sems[c].Permits(), lost: lose,
+	w := &waiter{req: r.newToken(), mode: mode, owner: owner, c: c, permits: r.sems[c].Permits(), lost: lose, uncertain: lose,
 		next: make(chan bool), events: make(chan waitEvent)}
 	w.what = fmt.Sprintf("wait %s by client %d owner %q token %s", mode, c, owner, w.req)
 	w.want, w.tok = r.m.attempt(w.req, mode, owner, true, r.sems[c].Permits())
@@ -521,7 +533,7 @@ func (r *modelRun) giveUp(w *waiter) {
 	if ev.parked || !errors.Is(ev.err, dlock.ErrNotObtained) && !errors.Is(ev.err, errLostReply) {
 		r.t.Errorf("%s: gave up with %+v", w.what, ev)
 	}
-	r.m.cleanup(w.req, w.mode)
+	r.m.cleanup(w.req, w.mode, w.uncertain || r.m.enqueued[w.req])
 }
 
 // await takes a waiter's next event after an attempt.

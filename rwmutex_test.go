@@ -876,3 +876,48 @@ func TestANestedOwnerReadDoesNotWaitBehindItsClientsWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestAFairWaiterThatGivesUpLastLeavesNoKeys: a fair read/write lock whose
+// holder released while a writer waited keeps its keys for the writer's
+// queue entry; when that writer gives up, its clean-up deletes them, as
+// the last release would have, instead of leaving the base hash, which
+// refused the other fairness (ErrKindMismatch) until it expired.
+func TestAFairWaiterThatGivesUpLastLeavesNoKeys(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const name = "fair-last"
+	held, err := e.c.RWMutex(name, dlock.Fair()).TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without pub/sub and with an hour between attempts, the writer makes
+	// no attempt after the release: it only gives up.
+	waiter := dlock.New(noSubscribe{e.newDriver(t)})
+	defer waiter.Close()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.RWMutex(name, dlock.Fair()).Lock(wctx, dlock.WithRetry(dlock.ConstantBackoff(time.Hour)))
+		done <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{"+name+"}:pending") == "1" })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.exists(t, "dlock:{"+name+"}") {
+		t.Fatal("the release deleted the keys while a writer waited")
+	}
+	stop()
+	if err := <-done; !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the writer that gave up: err = %v, want ErrNotObtained", err)
+	}
+	for _, suffix := range []string{"", ":holds", ":pending", ":queue"} {
+		if e.exists(t, "dlock:{"+name+"}"+suffix) {
+			t.Errorf("dlock:{%s}%s left after the last waiter gave up", name, suffix)
+		}
+	}
+	if _, err := e.c.RWMutex(name).TryLock(ctx); err != nil {
+		t.Errorf("the name with the other fairness: %v", err)
+	}
+}

@@ -22,7 +22,9 @@
 -- kept has none). A
 -- taken-back acquisition gives up the count it added, and its record. A hold whose count reaches zero is
 -- removed, with the name's keys once nothing live is left in them (but the
--- waiter set, which expires with its registrations). A freed permit wakes
+-- waiter set, which expires with its registrations); so are a read/write
+-- lock's keys when a taken-back acquisition that holds nothing finds
+-- nothing live left in them. A freed permit wakes
 -- the next waiting client; a read/write lock left without holders wakes
 -- every waiting client, as several may get in. A pending acquire taken
 -- back wakes every waiting client too, as it may have kept them out. A
@@ -98,6 +100,18 @@ else
 end
 local queued = unqueue()
 if not tok then
+  if undo and rw and redis.pcall('HGET', k, 'kind') == 'rwlock' then
+    -- A read/write lock left with no live hold and no live pending
+    -- acquire (a waiter that gave up last, after the last release) loses
+    -- its keys, as at the last release: its base hash would otherwise
+    -- keep the name's fairness until it expired.
+    local after = '(' .. now
+    if redis.pcall('ZCOUNT', hk, after, '+inf') == 0 and redis.pcall('ZCOUNT', KEYS[4], after, '+inf') == 0 then
+      local gone = {k, hk, KEYS[4]}
+      if queued_any(KEYS[5]) then gone[4] = KEYS[5] end
+      redis.call('DEL', unpack(gone))
+    end
+  end
   if queued then wake_all(KEYS[3], k) end
   allow_oom(k)
   remember(false) -- not the id: a release sent again must say again that it held nothing
