@@ -177,8 +177,11 @@ func (r *Locker) Nodes() []string {
 // Close stops refreshing the Locker's locks (they run out at their
 // deadlines, and their Done channels close then) and waits for the
 // requests still under way to nodes that did not answer in time, which
-// can take as long as the nodes' clients wait for a reply, and for the
-// releases of failed attempts, each bounded by 2s. Locks still
+// can take as long as the nodes' clients wait for a reply (go-redis: its
+// read timeout, 3s by default, without ContextTimeoutEnabled) and then
+// give back what such a request may have taken (up to 2s more), and for
+// the releases of failed attempts, each bounded by 2s: about 6s on a
+// node that stalls, with go-redis's defaults. Locks still
 // held are not released. After Close, locks can still be obtained,
 // refreshed and released, but not refreshed automatically (ErrClosed), and
 // each call then waits for all of its requests. Close does not close the
