@@ -862,6 +862,20 @@ const (
 	refusedMaxBackoff = 200 * time.Millisecond
 )
 
+// giveBackNode releases l as Release does. When Redis does not answer in time,
+// and the request token is dlock's own, the acquisition's clean-up is sent
+// in the background, again until Redis answers it (see cleanupWithin), so
+// that the hold does not stay until its TTL: the release may not have run.
+// Whether it runs before the clean-up or after, the clean-up takes only
+// what the acquisition holds, if anything. See friend.GiveBack.
+func (l *Lock) giveBackNode(ctx context.Context) error {
+	err := l.Release(ctx)
+	if err != nil && isTimeout(err) && l.ownReq {
+		l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false) })
+	}
+	return err
+}
+
 // giveBackRest releases, within ctx, the names of a lock on several that
 // a request found lost: one name gone (expired, force-released) leaves
 // the others held, by nobody, for up to a TTL (the refresh of a split

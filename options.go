@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -147,6 +148,7 @@ func WithToken(token string) Option {
 }
 
 func init() {
+	friend.GiveBack = func(ctx context.Context, l any) error { return l.(*Lock).giveBackNode(ctx) }
 	friend.OneUseToken = func(token string) any {
 		return Option(func(o *options) {
 			WithToken(token)(o)

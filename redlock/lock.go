@@ -328,7 +328,7 @@ func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration,
 		l.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = nl.Release(ctx) // if it fails, the lock expires there with its TTL
+		_ = friend.GiveBack(ctx, nl) // one that gets no answer goes on in the background
 		return
 	default:
 		l.install(i, nl, ended)
@@ -656,7 +656,7 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 	rd := newRound(len(l.nodes), idx)
 	l.mu.Unlock()
 	cut := l.r.fanOutFor(ctx, idx, timeout, func(ctx context.Context, i int) {
-		err := atDeadline(ctx, locks[i].Release(ctx))
+		err := atDeadline(ctx, friend.GiveBack(ctx, locks[i]))
 		l.mu.Lock()
 		rd.errs[i] = err
 		if err == nil && l.released {
@@ -680,8 +680,10 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // outcome is unknown: Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
 // that, or the lock had been lost before (its nodes that still hold it are
-// given back all the same). Nodes that did not answer keep the lock until
-// its TTL runs out there. A release that comes back after the node timeout
+// given back all the same). A node that did not answer in time is given
+// the lock back in the background once it answers (for up to a minute, or
+// until the node's client is closed), or keeps it until its TTL runs out
+// there. A release that comes back after the node timeout
 // counts for the next Release. Done is closed once the first Release
 // returns; Err is then nil if that call released a quorum, else its error
 // (see Err). Once Release has returned nil or dlock.ErrNotHeld, later calls

@@ -2128,3 +2128,48 @@ func TestAnAutomaticRefreshGoesOnWithTheTTLOfARefreshItWaitedFor(t *testing.T) {
 		t.Errorf("the deadline is %v away after a Refresh to a minute and automatic refreshes, want the minute's", left)
 	}
 }
+
+// releaseStaller fails the next stalls calls of the release script, unsent,
+// with a timeout, as a node that stalls fails a request that needs a new
+// connection.
+type releaseStaller struct {
+	dlock.Driver
+	stalls atomic.Int32
+}
+
+func (d *releaseStaller) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "release" }) && d.stalls.Add(-1) >= 0 {
+		for _, c := range calls {
+			c.Val, c.Err = nil, context.DeadlineExceeded
+		}
+		return
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// TestANodeThatDoesNotAnswerItsReleaseIsGivenBackLater: a node whose
+// release gets no answer in time is given back in the background once it
+// answers, not left holding the lock until its TTL.
+func TestANodeThatDoesNotAnswerItsReleaseIsGivenBackLater(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	staller := &releaseStaller{}
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			staller.Driver = d
+			return staller
+		}
+		return d
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "stalled-release", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	staller.stalls.Store(3)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release on a quorum: %v", err)
+	}
+	eventually(t, 5*time.Second, "the node whose release got no answer given back", func() bool {
+		return heldOn(t, srvs, "stalled-release") == 0
+	})
+}

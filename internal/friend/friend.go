@@ -2,6 +2,8 @@
 // use, and nobody else.
 package friend
 
+import "context"
+
 // OneUseToken, set by package dlock, returns a dlock.Option (as any) that
 // gives an acquisition its token, as dlock.WithToken does, for that one
 // acquisition only: dlock treats it as a token it made itself, so the
@@ -9,3 +11,11 @@ package friend
 // its acquire takes nothing. Package redlock takes each node with it: one
 // token for every node of an attempt, never used again.
 var OneUseToken func(token string) any
+
+// GiveBack, set by package dlock, releases a *dlock.Lock (as any) as its
+// Release does; when a server does not answer in time, the clean-up of
+// the acquisition (by its request token) is sent again in the background
+// until one answers, as a failed acquire's is. Package redlock gives back
+// its node locks with it: a node that stalls then does not keep its lock
+// until the TTL.
+var GiveBack func(ctx context.Context, l any) error
