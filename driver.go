@@ -247,6 +247,29 @@ func Resend(again []*Call, lib *Library, load func(lib *Library, calls []*Call) 
 	AsScripts(append(scripts, missing...), run)
 }
 
+// ResendWait is Resend for a driver's EvalWait, each of whose passes sends
+// WAIT after its calls: pass sends calls as run does, with WAIT, and
+// returns how many replicas acknowledged them. It returns the fewest of
+// least and the passes' counts, or the error of the first pass that
+// failed, after which nothing more is sent (the calls not sent are given
+// that error).
+func ResendWait(again []*Call, lib *Library, least int, load func(lib *Library, calls []*Call) (again, scripts []*Call), pass func(calls []*Call) (int, error)) (int, error) {
+	var err error
+	Resend(again, lib, load, func(calls []*Call) {
+		if err != nil {
+			for _, c := range calls {
+				c.Val, c.Err = nil, err
+			}
+			return
+		}
+		var acked int
+		if acked, err = pass(calls); err == nil {
+			least = min(least, acked)
+		}
+	})
+	return least, err
+}
+
 // FailFunctions stores err, why the function library could not be loaded,
 // in the calls that run by FCALL, and returns the others.
 func FailFunctions(calls []*Call, err error) (rest []*Call) {

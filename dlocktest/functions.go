@@ -144,15 +144,7 @@ func testFCallStalledPrimary(t *testing.T, e *env) {
 	}
 	checkReply(t, "FCALL ttl", ttl(ctx), []any{int64(-2)}) // connections and slot map in place
 	healthy.Do(t, "FUNCTION", "FLUSH")
-	stalled.Pause(t)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			stalled.Resume(t)
-		}
-	}
-	t.Cleanup(resume)
+	resume := stalled.PauseAWhile(t)
 	// Within the cluster's node timeout, so that no replica takes over.
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

@@ -702,23 +702,12 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		return 0, err
 	}
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
-		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
+		least, err = dlock.ResendWait(again, lib, least, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
-		}, func(calls []*dlock.Call) {
-			if err != nil { // an earlier pass failed: these are not sent
-				for _, call := range calls {
-					call.Val, call.Err = nil, err
-				}
-				return
-			}
-			var acked int
-			if acked, err = pass(calls, false); err == nil {
-				least = min(least, acked)
-			}
-		})
-	}
-	if err != nil {
-		return 0, err
+		}, func(calls []*dlock.Call) (int, error) { return pass(calls, false) })
+		if err != nil {
+			return 0, err
+		}
 	}
 	return max(least, 0), nil
 }

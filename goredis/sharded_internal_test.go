@@ -328,15 +328,7 @@ func TestAStalledPrimaryDoesNotHoldUpASubscription(t *testing.T) {
 		}
 	}
 	ch := c.ChannelOn(t, healthy, "hedged") // asks every node: before the stall
-	stalled.Pause(t)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			stalled.Resume(t)
-		}
-	}
-	t.Cleanup(resume)
+	resume := stalled.PauseAWhile(t)
 
 	got := make(chan string, 16)
 	opened, cancel := context.WithTimeout(ctx, 5*time.Second)

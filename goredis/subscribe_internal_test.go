@@ -185,15 +185,7 @@ func TestASubscriptionClosesWhileItConnectsToAStalledServer(t *testing.T) {
 	for len(dials) > 0 {
 		<-dials
 	}
-	srv.Pause(t)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			srv.Resume(t)
-		}
-	}
-	t.Cleanup(resume)
+	resume := srv.PauseAWhile(t)
 	// Silent, then no answer to the PING: the connection is replaced (one
 	// dial, whose handshake gets no answer), and the next read connects
 	// anew (another): Close comes during that one's handshake.

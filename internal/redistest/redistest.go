@@ -435,6 +435,17 @@ func (s *Server) Pause(tb testing.TB) {
 	}
 }
 
+// PauseAWhile pauses the server as Pause does, and returns a function that
+// resumes it, once however often it is called; the test's end calls it too.
+func (s *Server) PauseAWhile(tb testing.TB) (resume func()) {
+	tb.Helper()
+	s.Pause(tb)
+	var once sync.Once
+	resume = func() { once.Do(func() { s.Resume(tb) }) }
+	tb.Cleanup(resume)
+	return resume
+}
+
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume(tb testing.TB) {
 	tb.Helper()
