@@ -719,9 +719,9 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	// the network cuts off): sent again in the background, so that the
 	// failed acquire's caller does not wait for it, until the server
 	// answers (see cleanUpLate). (A server that refuses connections is
-	// down: what it had not run is lost with it.) Only a request token of dlock's own, which no
-	// later acquisition uses: a late clean-up of a given token could take
-	// the hold of its next acquire.
+	// down: what it had not run is lost with it.) Only a request token of
+	// dlock's own, which no later acquisition uses: a late clean-up of a
+	// given token could take the hold of its next acquire.
 	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (refusedUnrun(c.Err) || isTimeout(c.Err)) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls)
@@ -734,12 +734,12 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 
 // cleanUpLate sends the calls of a clean-up again, a little later, and
 // again, while the server refused them unrun (see waitOutRefused) or did
-// not answer them in time, within ctx. An acquire that got no answer may still be
-// on its way, or wait in a stalled server's buffers, and run later, taking
-// the lock for nobody: the clean-up that the server answers, run before it
-// or after, leaves nothing (it records the acquisition's end, which such a
-// late copy finds). One that cannot be sent (no connection to a server
-// that stalls) would leave it held until its TTL.
+// not answer them in time, within ctx. An acquire that got no answer may
+// still be on its way, or wait in a stalled server's buffers, and run
+// later, taking the lock for nobody: the clean-up that the server answers,
+// run before it or after, leaves nothing (it records the acquisition's
+// end, which such a late copy finds). One that cannot be sent (no
+// connection to a server that stalls) would leave it held until its TTL.
 func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 	var again []*Call
 	for wait := refusedBackoff; ; {
@@ -862,10 +862,11 @@ const (
 	refusedMaxBackoff = 200 * time.Millisecond
 )
 
-// giveBackNode releases l as Release does. When Redis does not answer in time,
-// and the request token is dlock's own, the acquisition's clean-up is sent
-// in the background, again until Redis answers it (see cleanupWithin), so
-// that the hold does not stay until its TTL: the release may not have run.
+// giveBackNode releases l as Release does. When Redis does not answer in
+// time, and the request token is dlock's own, the acquisition's clean-up
+// is sent in the background, again until Redis answers it (see
+// cleanupWithin), so that the hold does not stay until its TTL: the
+// release may not have run.
 // Whether it runs before the clean-up or after, the clean-up takes only
 // what the acquisition holds, if anything. See friend.GiveBack.
 func (l *Lock) giveBackNode(ctx context.Context) error {
