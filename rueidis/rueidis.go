@@ -237,12 +237,12 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 	cmds := make(rueidis.Commands, len(groups))
 	for i, g := range groups {
 		cmds[i] = d.client.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()
-		switch {
-		case !cluster:
-		case len(g[0].Keys) > 0:
-			cmds[i] = cmds[i].SetSlot(g[0].Keys[0])
-		case anyKey != "":
-			cmds[i] = cmds[i].SetSlot(anyKey)
+		key := anyKey
+		if len(g[0].Keys) > 0 {
+			key = g[0].Keys[0]
+		}
+		if cluster && key != "" {
+			cmds[i] = cmds[i].SetSlot(key)
 		}
 	}
 	for i, r := range d.client.DoMulti(ctx, cmds...) {
