@@ -131,7 +131,7 @@
 // token and TTL, so that a holder that crashed frees its permit after its
 // TTL. Each acquire is judged against the count of the Semaphore value it
 // is made through; SetPermits changes that count from the next attempt on
-// (a raise wakes the client's waiting Acquires at once), and never revokes
+// (a change wakes the client's first waiting Acquires at once), and never revokes
 // a permit held.
 //
 // Every hold, exclusive, read, write or permit, is a *Lock: Release,

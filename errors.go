@@ -123,8 +123,10 @@ var ErrClosed = errors.New("dlock: client closed")
 // requests for a reason that no retry changes: the client has not
 // authenticated (NOAUTH, or a request refused as unauthenticated), its
 // user name or password is wrong (WRONGPASS), or its ACL user lacks a
-// permission (NOPERM, or a command inside a script refused by the ACL). A
-// waiting acquire ends at once with such an error. ranInPart reports
+// permission (NOPERM, or a command inside a script refused by the ACL);
+// or the driver cannot do what was asked (ErrUnsupported, which it says
+// before it sends anything). A waiting acquire ends at once with such an
+// error. ranInPart reports
 // whether the request may have run in part: a permission may be missing
 // for a command inside a script, after the script's earlier writes, where
 // the other refusals come before anything runs.
@@ -193,6 +195,9 @@ func isTimeout(err error) bool {
 func refusedMessage(err error) (refused, ranInPart bool) {
 	if err == nil {
 		return false, false
+	}
+	if errors.Is(err, ErrUnsupported) {
+		return true, false
 	}
 	switch msg := err.Error(); {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):

@@ -104,7 +104,8 @@ func TestARingIsPartitioned(t *testing.T) {
 // TestRingRefusesLocksAcrossShards: a Ring sends a script to its first
 // key's shard, so a lock on names of several hash tags is refused rather
 // than taken where another client would not see it; locks whose names
-// share a tag, and one-name locks, work.
+// share a tag, and one-name locks, work. A waiting acquire is refused at
+// once, as WithReplicas is, which a Ring cannot do either.
 func TestRingRefusesLocksAcrossShards(t *testing.T) {
 	srvs, _, c := newRing(t)
 	ctx := context.Background()
@@ -116,6 +117,15 @@ func TestRingRefusesLocksAcrossShards(t *testing.T) {
 		if keys := srv.Do(t, "KEYS", "*"); keys != "" {
 			t.Errorf("a refused lock left keys on %s: %q", srv.Addr(), keys)
 		}
+	}
+	// A waiting acquire ends at once: no retry makes the driver able.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := c.LockMulti(wctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) || wctx.Err() != nil {
+		t.Fatalf("waiting for names of two tags: err = %v (wait's context: %v), want ErrUnsupported at once", err, wctx.Err())
+	}
+	if _, err := c.Lock(wctx, "orders", dlock.WithReplicas(1, time.Second)); !errors.Is(err, dlock.ErrUnsupported) || wctx.Err() != nil {
+		t.Fatalf("waiting WithReplicas on a Ring: err = %v (wait's context: %v), want ErrUnsupported at once", err, wctx.Err())
 	}
 	for _, names := range [][]string{{"orders"}, {"{order:42}:pay", "{order:42}:ship"}} {
 		l, err := c.TryLockMulti(ctx, names)
