@@ -314,7 +314,12 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // and TTL still work, so a deferred Release still frees its lock (Attach,
 // Inspect, List, ForceRelease and SetFenced work too). They are no longer
 // refreshed automatically, so they expire with their TTL and their Done
-// channels close at their deadlines, unless released. A refresh under way
+// channels close at their deadlines, unless released; those that were
+// refreshed automatically are lost then with an error that matches
+// ErrClosed too (Lock.Err, and the context of Lock.Context and of Do's
+// function). Close does not end Do's functions: a shutdown that should
+// not wait for their locks' deadlines ends Do's contexts, waits for Do to
+// return, and then calls Close. A refresh under way
 // is abandoned, and not reported as a failed refresh; Close waits for the
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So

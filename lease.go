@@ -242,7 +242,12 @@ func (s *lease) expireAt() bool {
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
 		return true
 	}
-	s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
+	if s.every() > 0 && s.c.isClosed() {
+		// Its holder's shutdown may have to tell this loss from Redis's.
+		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}})
+	} else {
+		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
+	}
 	// The refreshes that failed may have extended its other names (the
 	// parts of a lock split by slot on the nodes they reached): they are
 	// given back.

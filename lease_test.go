@@ -407,11 +407,41 @@ func TestAutoRefreshStartedLaterAndStoppedByClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, l, 2*time.Second)
-	if !errors.Is(l.Err(), dlock.ErrLost) {
-		t.Errorf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(l.Err(), dlock.ErrLost) || !errors.Is(l.Err(), dlock.ErrClosed) {
+		t.Errorf("Err = %v, want ErrLost and ErrClosed", l.Err())
 	}
 	if _, err := c.TryLock(ctx, "x", dlock.WithAutoRefresh()); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("auto-refresh after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+// TestADoThatCloseOvertakesIsToldWhy: Close does not end a Do's function,
+// whose lock is no longer refreshed; at its deadline the function's context
+// ends, and Do returns, with a loss that says Close was the cause.
+func TestADoThatCloseOvertakesIsToldWhy(t *testing.T) {
+	e := newEnv(t)
+	c := e.newClient(t)
+	running := make(chan struct{})
+	var cause error
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(context.Background(), "job", func(ctx context.Context) error {
+			close(running)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, dlock.WithTTL(300*time.Millisecond))
+	}()
+	<-running
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Do = %v, want ErrLost and ErrClosed", err)
+	}
+	if !errors.Is(cause, dlock.ErrClosed) {
+		t.Errorf("the function's context ended for %v, want ErrClosed", cause)
 	}
 }
 
