@@ -49,12 +49,13 @@ type Client struct {
 	closed  bool
 
 	// The clean-ups sent again in the background (see inBackground): Close
-	// waits for them (bg), ending them (bgEnd) at its bound, and starts no
-	// more once bgClosed is set.
+	// waits for them (bg), ending them (bgEnd) at its bound, bgBy, and
+	// starts no more once bgClosed is set.
 	bg       sync.WaitGroup
 	bgCtx    context.Context
 	bgEnd    context.CancelFunc
 	bgClosed bool
+	bgBy     time.Time
 }
 
 // ClientOption configures a Client.
@@ -324,9 +325,11 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
 // does a clean-up being sent again in the background (see TryLock),
-// which Close waits for within its 3 seconds, and then ends (a try under
-// way ends within half a second more, as far as the driver ends a request
-// at its context's deadline); and a
+// which Close waits for within its 3 seconds, and then ends (a try that
+// began before Close, allowed half a second at first and up to 4 seconds
+// when the server answered none of the earlier tries in time, may take
+// that long, as far as the driver ends a request at its context's
+// deadline); and a
 // subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s), or closed (rueidis
 // waits up to 1s for a server that does not answer). Close does not close the
@@ -338,6 +341,9 @@ func (c *Client) Close() error {
 	start := time.Now()
 	c.mu.Lock()
 	wd, waits := c.wd, c.waits
+	if !c.closed {
+		c.bgBy = start.Add(closeCleanupBound)
+	}
 	c.wd, c.closed = nil, true
 	ends := make([]*context.CancelCauseFunc, 0, len(c.waiting))
 	for end := range c.waiting {
@@ -373,7 +379,7 @@ func (c *Client) Close() error {
 	bgEnd := c.bgEnd
 	c.mu.Unlock()
 	if bgEnd != nil {
-		t := time.AfterFunc(closeCleanupBound-time.Since(start), bgEnd)
+		t := time.AfterFunc(time.Until(c.closeBy()), bgEnd)
 		c.bg.Wait()
 		t.Stop()
 		bgEnd()
@@ -385,6 +391,14 @@ func (c *Client) Close() error {
 		waits.close()
 	}
 	return nil
+}
+
+// closeBy returns the end of Close's bound for the work in the background,
+// or the zero time before Close.
+func (c *Client) closeBy() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bgBy
 }
 
 // inBackground runs f on a goroutine of the client's own, with a context

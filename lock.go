@@ -115,9 +115,10 @@ func (k *holdKind) args(common ...any) []any {
 // that fails too it is logged, and the lock expires with its TTL. (One
 // that a Redis Cluster slot being moved, or a cluster down for a
 // failover, refuses before running it, or that gets no answer in time (a
-// server that stalls), is sent again in the background, at growing
-// intervals up to a second, until the server answers it, for up to a
-// minute or until Close, unless its token was given WithToken; its
+// server that stalls, or answers slowly), is sent again in the background,
+// at growing intervals up to a second, each try allowed twice as long as
+// the last, from half a second up to 4 seconds, until the server answers
+// it, for up to a minute or until Close, unless its token was given WithToken; its
 // failure is logged then.) A ctx
 // that has already ended when it is called sends nothing: the error
 // matches ctx.Err() (every call that acquires does the same).
@@ -740,8 +741,14 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 // run before it or after, leaves nothing (it records the acquisition's
 // end, which such a late copy finds). One that cannot be sent (no
 // connection to a server that stalls) would leave it held until its TTL.
+// Each try has lateCleanupTry, twice as long after one that timed out, up
+// to lateCleanupTryMost: a slow server, whose answers take longer than a
+// try, answers one then (a driver that drops the connection of a request
+// that timed out needs a handshake as well), which a Close under way
+// cuts to its bound.
 func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 	var again []*Call
+	try := lateCleanupTry
 	for wait := refusedBackoff; ; {
 		again = again[:0:0]
 		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
@@ -762,9 +769,16 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 		}
 		// A try of its own bound: Close's end of ctx does not end a
 		// request of give-backs already sent (see batcher.send).
-		actx, cancel := context.WithTimeout(ctx, lateCleanupTry)
+		bound := try
+		if by := l.c.closeBy(); !by.IsZero() {
+			bound = min(bound, time.Until(by))
+		}
+		actx, cancel := context.WithTimeout(ctx, bound)
 		l.c.evalWith(actx, replication{}, again...)
 		cancel()
+		if slices.ContainsFunc(again, func(c *Call) bool { return c.Err != nil && isTimeout(c.Err) }) {
+			try = min(2*try, lateCleanupTryMost)
+		}
 	}
 }
 
@@ -848,10 +862,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 const (
 	// lateCleanup bounds how long a clean-up is sent again in the
-	// background (see cleanUpLate), lateCleanupTry each try, and
-	// lateCleanupBackoff the wait between tries.
+	// background (see cleanUpLate), lateCleanupTry its first try, up to
+	// lateCleanupTryMost a later one, and lateCleanupBackoff the wait
+	// between tries.
 	lateCleanup        = time.Minute
 	lateCleanupTry     = 500 * time.Millisecond
+	lateCleanupTryMost = 4 * time.Second
 	lateCleanupBackoff = time.Second
 	// refusedRetries bounds how long a release that the server refused
 	// before running it (see refusedUnrun) is sent again.

@@ -2209,6 +2209,40 @@ func TestACleanUpThatGetsNoAnswerIsSentAgainUntilItIs(t *testing.T) {
 	}
 }
 
+// TestACleanUpIsSentAgainLongEnoughForASlowServer: a server that answers,
+// but later than a try of the background clean-up allows (its
+// handshake on a new connection too), answers a later, longer try; with
+// tries of one length the name stayed held, by nobody, for its TTL.
+func TestACleanUpIsSentAgainLongEnoughForASlowServer(t *testing.T) {
+	e := newEnv(t)
+	d := &slowDriver{tapDriver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := context.Background()
+	d.loseReplyThen(func() { d.needs.Store(int64(2500 * time.Millisecond)) })
+	if _, err := c.TryLock(ctx, "slow", dlock.WithTTL(time.Minute)); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v, want the transport error", err)
+	}
+	awaitCond(t, 15*time.Second, func() bool { return !e.locked(t, "dlock:{slow}") })
+}
+
+// slowDriver is a tapDriver for a server that takes needs to answer: a
+// request whose context allows less fails with a timeout, at once.
+type slowDriver struct {
+	*tapDriver
+	needs atomic.Int64
+}
+
+func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < time.Duration(d.needs.Load()) {
+		for _, c := range calls {
+			c.Val, c.Err = nil, context.DeadlineExceeded
+		}
+		return
+	}
+	d.tapDriver.Eval(ctx, calls...)
+}
+
 // unsentDriver is a tapDriver that fails the next unsent calls, unsent,
 // with a timeout, as a server that stalls fails a request that needs a new
 // connection.
