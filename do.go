@@ -10,17 +10,48 @@ import (
 // Do runs fn while holding the exclusive lock called name: it obtains the
 // lock as Lock does (waiting as opts say), refreshes it automatically,
 // runs fn with a context that is cancelled as soon as the lock is known
-// lost (at its local deadline, or at the refresh that finds it gone),
-// and releases the lock when fn returns. It returns fn's error, joined with
-// the loss (matching ErrLost) if the lock was lost while fn ran. If fn
-// panics, Do releases the lock and lets the panic go on.
+// lost (at its local deadline, or at the refresh that finds it gone; its
+// context.Cause says why), and releases the lock when fn returns. It
+// returns fn's error, joined with the loss (matching ErrLost) if the lock
+// was lost while fn ran. If fn panics, Do releases the lock and lets the
+// panic go on.
 //
 // opts are those of Lock; WithAutoRefresh is implied.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.Lock(ctx, name, opts...) })
+}
+
+// DoMulti is Do for a lock on several names at once, obtained as LockMulti
+// obtains it.
+func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.LockMulti(ctx, names, opts...) })
+}
+
+// Do is Client.Do for the write hold: it runs fn while holding it,
+// obtained as Lock obtains it.
+func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.Lock(ctx, opts...) })
+}
+
+// RDo is Client.Do for a read hold: it runs fn while holding one,
+// obtained as RLock obtains it.
+func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.RLock(ctx, opts...) })
+}
+
+// Do is Client.Do for a permit: it runs fn while holding one, obtained as
+// Acquire obtains it.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return s.Acquire(ctx, opts...) })
+}
+
+// do obtains a hold with acquire, refreshed automatically, runs fn under
+// it and releases it (see Client.Do).
+func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, acquire func([]Option) (*Lock, error)) error {
 	if fn == nil {
 		return fmt.Errorf("%w: Do with a nil function", ErrInvalidArgument)
 	}
-	l, err := c.Lock(ctx, name, append([]Option{WithAutoRefresh()}, opts...)...)
+	l, err := acquire(append([]Option{WithAutoRefresh()}, opts...))
 	if err != nil {
 		return err
 	}
@@ -31,7 +62,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 			// caller that recovers the panic (net/http does) would leave
 			// the lock held and refreshed for good.
 			if err := l.releaseAfter(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-				c.log.WarnContext(ctx, "dlock: could not release after the function panicked; the lock expires with its TTL", "names", l.names, "err", err)
+				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; the lock expires with its TTL", "names", l.names, "err", err)
 			}
 		}
 	}()

@@ -66,7 +66,8 @@
 // its local Deadline passes without a refresh, and Err says why (ErrLost);
 // Context returns a context cancelled then. Do runs a function under a
 // lock that is refreshed, with such a context, and releases it after, also
-// when the function panics. Refreshes of one lock, by Refresh or the
+// when the function panics; DoMulti, RWMutex.Do and RDo, and Semaphore.Do
+// do the same for the other primitives. Refreshes of one lock, by Refresh or the
 // watchdog, go one at a time, so that Deadline follows the last one the
 // server ran.
 // WithMaxHold caps how long refreshing may keep a lock. WithMinHold keeps

@@ -260,6 +260,26 @@ func ExampleClient_Semaphore() {
 	// third of three permits: true
 }
 
+func ExampleSemaphore_Do() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// At most 5 calls to the partner's API at once, across processes; wait
+	// up to 2 seconds for a permit.
+	partner := locks.Semaphore("partner-api", 5)
+	err := partner.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("calling the partner's API under a permit")
+		return nil // ctx is cancelled if the permit is lost
+	}, dlock.WithMaxWait(2*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// calling the partner's API under a permit
+	// err: <nil>
+}
+
 func ExampleClient_Inspect() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})

@@ -776,6 +776,80 @@ func TestDo(t *testing.T) {
 	}
 }
 
+// TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
+// run the function while holding what they obtained, return its error,
+// and give the hold back.
+func TestDoOnEveryPrimitive(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := e.newClient(t)
+	errJob := errors.New("job failed")
+	refuses := func(what string, acquire func() (*dlock.Lock, error)) {
+		t.Helper()
+		if l, err := acquire(); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%s inside Do: err = %v, want ErrNotObtained", what, err)
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+		}
+	}
+	obtains := func(what string, acquire func() (*dlock.Lock, error)) {
+		t.Helper()
+		l, err := acquire()
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+			return
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release: %v", what, err)
+		}
+	}
+	doc, otherDoc := e.c.RWMutex("doc"), other.RWMutex("doc")
+	quota, otherQuota := e.c.Semaphore("quota", 1), other.Semaphore("quota", 1)
+	for _, tc := range []struct {
+		name     string
+		do       func(fn func(ctx context.Context) error) error
+		inside   func()
+		afterFor func() (*dlock.Lock, error)
+	}{
+		{"DoMulti", func(fn func(ctx context.Context) error) error {
+			return e.c.DoMulti(ctx, []string{"pay", "ship"}, fn)
+		}, func() {
+			refuses("a lock on one of the names", func() (*dlock.Lock, error) { return other.TryLock(ctx, "ship") })
+		}, func() (*dlock.Lock, error) { return other.TryLockMulti(ctx, []string{"pay", "ship"}) }},
+		{"RWMutex.RDo", func(fn func(ctx context.Context) error) error {
+			return doc.RDo(ctx, fn)
+		}, func() {
+			obtains("another read hold", func() (*dlock.Lock, error) { return otherDoc.TryRLock(ctx) })
+			refuses("the write hold", func() (*dlock.Lock, error) { return otherDoc.TryLock(ctx) })
+		}, func() (*dlock.Lock, error) { return otherDoc.TryLock(ctx) }},
+		{"RWMutex.Do", func(fn func(ctx context.Context) error) error {
+			return doc.Do(ctx, fn)
+		}, func() {
+			refuses("a read hold", func() (*dlock.Lock, error) { return otherDoc.TryRLock(ctx) })
+		}, func() (*dlock.Lock, error) { return otherDoc.TryRLock(ctx) }},
+		{"Semaphore.Do", func(fn func(ctx context.Context) error) error {
+			return quota.Do(ctx, fn)
+		}, func() {
+			refuses("the only other permit", func() (*dlock.Lock, error) { return otherQuota.TryAcquire(ctx) })
+		}, func() (*dlock.Lock, error) { return otherQuota.TryAcquire(ctx) }},
+	} {
+		ran := false
+		err := tc.do(func(ctx context.Context) error {
+			ran = true
+			tc.inside()
+			return errJob
+		})
+		if !ran || !errors.Is(err, errJob) {
+			t.Errorf("%s: ran %v, returned %v; want the function's error", tc.name, ran, err)
+		}
+		obtains(tc.name+": after it", tc.afterFor)
+		if err := tc.do(nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s with a nil function: err = %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
+}
+
 // BenchmarkRefresh measures what keeping locks alive costs: it holds 1, 100
 // and 10,000 auto-refreshed locks and reports, per refresh interval, the
 // round trips the client made and the commands the server ran (EVALSHA and
