@@ -864,3 +864,57 @@ func (d *unreachableKeyDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		d.Driver.Eval(ctx, send...)
 	}
 }
+
+// TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken: a lock on names in
+// several slots, taken WithToken, whose attempt finds a name held with
+// that token (by another Lock of it) and is refused at a later slot, gives
+// back only what it took anew. Giving that name back freed the other
+// Lock's hold, unknown to it, for anyone to take.
+func TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken(t *testing.T) {
+	e := newClusterEnv(t)
+	low, high := e.names[0], e.names[2]
+	ctx := context.Background()
+	c, _ := e.newClient(t)
+	other, _ := e.newClient(t)
+	third, _ := e.newClient(t)
+	token := dlock.WithToken("a-token-of-the-caller's")
+	held, err := c.TryLock(ctx, low, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := other.TryLock(ctx, high)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, try := range []struct {
+		name string
+		lock func() error
+	}{
+		{"TryLockMulti", func() error {
+			_, err := c.TryLockMulti(ctx, []string{low, high}, token)
+			return err
+		}},
+		{"LockMulti", func() error {
+			_, err := c.LockMulti(ctx, []string{low, high}, token, dlock.WithMaxWait(300*time.Millisecond))
+			return err
+		}},
+	} {
+		if err := try.lock(); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("%s: err = %v, want ErrNotObtained", try.name, err)
+		}
+		if l, err := third.TryLock(ctx, low); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("after %s: another client's TryLock of %q, held with the token: err = %v, want ErrNotObtained", try.name, low, err)
+		} else if err == nil {
+			_ = l.Release(ctx)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("the hold of the token: Release = %v, want nil", err)
+	}
+	if err := blocker.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if got := e.taken(t, e.names...); len(got) > 0 {
+		t.Errorf("left %q taken", got)
+	}
+}

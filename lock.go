@@ -587,7 +587,7 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 // token the names are held with and their fences.
 func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token string, fences []uint64, holderTTL time.Duration, err error) {
 	if l.parts == nil {
-		token, fences, holderTTL, err = l.takePart(ctx, part{keys: l.keys}, l.acquireArgs(ttl, wa))
+		token, fences, _, holderTTL, err = l.takePart(ctx, part{keys: l.keys}, l.acquireArgs(ttl, wa))
 		if !l.splitIfRefused(err) {
 			return token, fences, holderTTL, err
 		}
@@ -632,23 +632,24 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 
 // takePart runs the acquire script on the names of p. When one is held by
 // another, it returns ErrNotObtained and how long the holder's lock has
-// left.
-func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, holderTTL time.Duration, err error) {
+// left. joins is the script's report of the names it joined as repeats,
+// when args ask for it (see joinsArgs), or else "".
+func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
 	call := &Call{Script: l.kind.acquire, Keys: p.keys, Args: args}
 	l.c.evalWith(ctx, l.repl, call.one()...)
 	v, err := call.Val, call.Err
 	if err != nil {
-		return "", nil, 0, l.replyError(p, err)
+		return "", nil, "", 0, l.replyError(p, err)
 	}
 	r, ok := v.([]any)
 	if !ok || len(r) < 2 {
-		return "", nil, 0, l.badReply(v)
+		return "", nil, "", 0, l.badReply(v)
 	}
 	if got, _ := r[0].(int64); got == 0 {
 		// {0, pttl, i}, and for kinds that record waiters whether this
 		// attempt did.
 		if len(r) != 3 && len(r) != 4 {
-			return "", nil, 0, l.badReply(v)
+			return "", nil, "", 0, l.badReply(v)
 		}
 		if len(r) == 4 {
 			queued, _ := r[3].(int64)
@@ -656,14 +657,20 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		}
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
-		return "", nil, time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused)
+		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused)
 	}
 	token, _ = r[1].(string)
-	fences, ok = int64s(r[2:])
-	if token == "" || !ok || len(fences) != p.size(l.names) {
-		return "", nil, 0, l.badReply(v)
+	rest := r[2:]
+	if n := len(rest); n > 0 {
+		if s, ok := rest[n-1].(string); ok {
+			joins, rest = s, rest[:n-1]
+		}
 	}
-	return token, fences, 0, nil
+	fences, ok = int64s(rest)
+	if token == "" || !ok || len(fences) != p.size(l.names) || joins != "" && len(joins) != len(fences) {
+		return "", nil, "", 0, l.badReply(v)
+	}
+	return token, fences, joins, 0, nil
 }
 
 // abandon ends a failed acquisition. If an attempt may have taken the lock

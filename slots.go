@@ -99,7 +99,7 @@ func exclusiveKeys(keys []string) (acquire, held, rel []string) {
 // slot, in the order of the slot numbers, with its names in the order of
 // their keys. It returns nil when the names share one slot.
 func (l *Lock) split() []part {
-	locks, all := l.held, len(l.held)
+	locks := l.held
 	slots := make([]int, len(locks))
 	order := make([]int, len(locks))
 	for i, k := range locks {
@@ -117,16 +117,22 @@ func (l *Lock) split() []part {
 		for n < len(order) && slots[order[n]] == slots[order[0]] {
 			n++
 		}
-		p := part{at: order[:n:n]}
-		keys := make([]string, 3*n)
-		for j, i := range p.at {
-			keys[j], keys[n+j], keys[2*n+j] = l.keys[i], l.keys[all+i], l.keys[2*all+i]
-		}
-		p.keys, p.held, p.rel = exclusiveKeys(keys)
-		parts = append(parts, p)
+		parts = append(parts, l.partOf(order[:n:n]))
 		order = order[n:]
 	}
 	return parts
+}
+
+// partOf returns the part of an exclusive lock's names at the indexes at.
+func (l *Lock) partOf(at []int) part {
+	all, n := len(l.held), len(at)
+	keys := make([]string, 3*n)
+	for j, i := range at {
+		keys[j], keys[n+j], keys[2*n+j] = l.keys[i], l.keys[all+i], l.keys[2*all+i]
+	}
+	p := part{at: at}
+	p.keys, p.held, p.rel = exclusiveKeys(keys)
+	return p
 }
 
 // splitIfRefused reports whether err is Redis Cluster's refusal of a call
@@ -166,17 +172,26 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	// over and over, while the name that refused it stays held.
 	wa.more = ""
 	args := l.acquireArgs(ttl, wa)
+	if l.givenToken {
+		// A name this attempt finds held with the caller's token may be
+		// another Lock's hold of it (see WithToken), which the give-back
+		// of a refused attempt would end: the script says which.
+		for len(args) < 11 {
+			args = append(args, argNone)
+		}
+		args = append(args, argOne)
+	}
 	token, fences = l.req, make([]uint64, len(l.names))
+	taken := make([]part, 0, len(l.parts))
 	tokens := make([]string, 0, len(l.parts))
 	for i, p := range l.parts {
-		t, f, holderTTL, err := l.takePart(ctx, p, args)
+		t, f, joins, holderTTL, err := l.takePart(ctx, p, args)
 		if err != nil {
-			taken := l.parts[:i]
 			if !errors.Is(err, ErrNotObtained) && !isFinal(err) && !notRun(err) {
 				// The part may have been taken unseen (its reply was
 				// lost): it goes back too, by the request token, so that
 				// a waiter holds nothing between attempts.
-				taken, tokens = l.parts[:i+1], append(tokens, l.req)
+				taken, tokens = append(taken, l.parts[i]), append(tokens, l.req)
 			}
 			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
 				// Not sent, or refused before it ran: it cannot run late,
@@ -197,12 +212,36 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 		if t != l.req {
 			token = t // as the script does: a re-entered name's token
 		}
-		tokens = append(tokens, t)
+		if back := l.takenAnew(p, joins); len(back.at) > 0 {
+			taken, tokens = append(taken, back), append(tokens, t)
+		}
 		for j, fence := range f {
 			fences[p.index(j)] = fence
 		}
 	}
 	return token, fences, 0, nil
+}
+
+// takenAnew returns what of p an attempt that took it gives back when a
+// later part refuses it: p, but for the names that the script reports in
+// joins as held with the caller's token before (see WithToken): the
+// attempt only extended their hold, which another Lock of the token may
+// keep. Such a name stays held as it was, and is the acquisition's when a
+// later attempt obtains the lock.
+func (l *Lock) takenAnew(p part, joins string) part {
+	if !strings.Contains(joins, "1") {
+		return p
+	}
+	var at []int
+	for j := range p.size(l.names) {
+		if joins[j] != '1' {
+			at = append(at, p.index(j))
+		}
+	}
+	if len(at) == 0 {
+		return part{}
+	}
+	return l.partOf(at)
 }
 
 // giveBack releases the parts an attempt took, each with the token it was

@@ -17,7 +17,9 @@
 -- who may use it again after its acquisition ended (see release), '' or
 -- absent when dlock made it,
 -- ARGV[11] how long a fence counter is kept after its last fence, in ms
--- ('0' for none, '' or absent for a day; see keep_fences)
+-- ('0' for none, '' or absent for a day; see keep_fences),
+-- ARGV[12] '1' to have the reply say which names the request joined as a
+-- repeat (see below), '' or absent when not
 --
 -- A lock hash holds 'kind' ('lock'), 'token' (the holder's token, '' once
 -- released), 'req' (the request token of the acquire that made the hold,
@@ -51,7 +53,11 @@
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
--- same owner or repeats an acquire whose reply was lost. A lock held more
+-- same owner or repeats an acquire whose reply was lost. With ARGV[12],
+-- one more element follows: a string of n characters, '1' for a name held
+-- with the request token before (a repeat: with a given token, maybe by
+-- another Lock of that token), '0' for the others; a lock taken part by
+-- part gives back only the others when a later part refuses it. A lock held more
 -- than once is only ever extended (see expire), never shortened.
 -- Returns {0, pttl, i} when KEYS[i] is held by another holder, or when its
 -- 'rel' says the acquisition of this request token has ended (see
@@ -229,5 +235,10 @@ for i = 1, n do
     redis.call('HDEL', k, 'g:' .. asked)
   end
   out[#out + 1] = fences[i]
+end
+if ARGV[12] == '1' then
+  local joins = {}
+  for i = 1, n do joins[i] = state[i] == 'repeat' and '1' or '0' end
+  out[#out + 1] = table.concat(joins)
 end
 return out
