@@ -918,3 +918,93 @@ func TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken(t *testing.T) {
 		t.Errorf("left %q taken", got)
 	}
 }
+
+// TestASplitAttemptCutShortSaysSoAndEndsWithinItsBound: an attempt on a
+// lock split by slot whose first part its deadline cuts short fails with
+// an error that matches context.DeadlineExceeded, whatever its give-back
+// met (a cluster down); and when that give-back gets no answer either, the
+// clean-up after it shares its 2s: the acquire returned 2s later than
+// that, after a clean-up that got none.
+func TestASplitAttemptCutShortSaysSoAndEndsWithinItsBound(t *testing.T) {
+	e := newClusterEnv(t)
+	low, high := e.names[0], e.names[2]
+	ctx := context.Background()
+	d := &failingDriver{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}}
+	c := dlock.New(d)
+	defer c.Close()
+	// The client learns that the names lie in several slots.
+	l, err := c.TryLockMulti(ctx, []string{low, high})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	d.arm(context.DeadlineExceeded, errors.New("CLUSTERDOWN The cluster is down"))
+	if _, err := c.TryLockMulti(ctx, []string{low, high}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an attempt cut short, its give-back refused: err = %v, want one that matches context.DeadlineExceeded", err)
+	}
+
+	d.arm(context.DeadlineExceeded, errStall, errStall)
+	_, err = c.TryLockMulti(ctx, []string{low, high})
+	returned := time.Now()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an attempt cut short, its give-back stalled: err = %v, want one that matches context.DeadlineExceeded", err)
+	}
+	if gaveBackBy := d.deadline(1); returned.After(gaveBackBy.Add(time.Second)) {
+		t.Errorf("returned %v after the give-back's bound, want the clean-up within it", returned.Sub(gaveBackBy))
+	}
+	// The clean-up, sent again in the background, frees the names.
+	awaitCond(t, 10*time.Second, func() bool { return len(e.taken(t, e.names...)) == 0 })
+}
+
+// errStall makes failingDriver stall a call until its context ends.
+var errStall = errors.New("stall")
+
+// failingDriver fails the calls of its next Evals with the errors it is
+// armed with, one an Eval (errStall waits for the context's end first),
+// and records the deadlines of those Evals' contexts.
+type failingDriver struct {
+	*tapDriver
+	mu        sync.Mutex
+	fails     []error
+	deadlines []time.Time
+}
+
+func (d *failingDriver) arm(fails ...error) {
+	d.mu.Lock()
+	d.fails, d.deadlines = fails, nil
+	d.mu.Unlock()
+}
+
+func (d *failingDriver) deadline(i int) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if i >= len(d.deadlines) {
+		return time.Time{}
+	}
+	return d.deadlines[i]
+}
+
+func (d *failingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.mu.Lock()
+	var fail error
+	if len(d.fails) > 0 {
+		fail, d.fails = d.fails[0], d.fails[1:]
+		dl, _ := ctx.Deadline()
+		d.deadlines = append(d.deadlines, dl)
+	}
+	d.mu.Unlock()
+	if fail == errStall {
+		<-ctx.Done()
+		fail = context.DeadlineExceeded
+	}
+	if fail != nil {
+		for _, c := range calls {
+			c.Val, c.Err = nil, fail
+		}
+		return
+	}
+	d.tapDriver.Eval(ctx, calls...)
+}

@@ -31,7 +31,10 @@ type Lock struct {
 	// Cluster hash slots on a cluster (see split): each script then runs
 	// once for each part, not once on keys, held and rel.
 	parts []part
-	req   string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
+	// gaveBackBy is the bound of the last give-back of a split lock's
+	// parts (see giveBack), which the clean-up after it shares.
+	gaveBackBy time.Time
+	req        string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
@@ -678,7 +681,14 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 // releases it so that nothing is left behind.
 func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 	if uncertain || l.enqueued {
-		l.cleanup(ctx, true)
+		by := time.Now().Add(cleanupTimeout)
+		if errors.Is(err, errGiveBack) {
+			// The give-back that failed had the same bound: both end
+			// within it (a clean-up left no time is sent again in the
+			// background, see cleanupWithin).
+			by = l.gaveBackBy
+		}
+		l.cleanupBy(ctx, by, true)
 	}
 	l.ended()
 	return err
@@ -697,7 +707,12 @@ func (l *Lock) ended() {
 // cancellation but is bounded in time. It only matches the request token,
 // never the owner, so it cannot take away another acquisition's hold.
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	l.cleanupBy(ctx, time.Now().Add(cleanupTimeout), logFailure)
+}
+
+// cleanupBy is cleanup bounded by the time by.
+func (l *Lock) cleanupBy(ctx context.Context, by time.Time, logFailure bool) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
 	l.cleanupWithin(ctx, logFailure)
 }

@@ -200,12 +200,12 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 				// takes it again, or the clean-up after the last: the
 				// attempt counts as one whose reply was lost, not as
 				// refused.
-				err = fmt.Errorf("%w; the attempt had failed: %v", gerr, err)
+				err = fmt.Errorf("%w; the attempt had failed: "+hadVerb(err), gerr, err)
 			} else if gerr != nil {
 				// Names may be left taken: the caller must not count the
 				// attempt as refused, and cleans up as after a lost reply.
 				// A waiting caller stops waiting (see errGiveBack).
-				err = fmt.Errorf("%w: %w; the attempt had failed: %v", errGiveBack, gerr, err)
+				err = fmt.Errorf("%w: %w; the attempt had failed: "+hadVerb(err), errGiveBack, gerr, err)
 			}
 			return "", nil, holderTTL, err
 		}
@@ -244,6 +244,17 @@ func (l *Lock) takenAnew(p part, joins string) part {
 	return l.partOf(at)
 }
 
+// hadVerb returns the verb that words an attempt's own error after the
+// error of its give-back: %v, so that a refusal (ErrNotObtained) does not
+// count as one, but %w for an attempt that its context's deadline cut
+// short, whose error then says so, as an acquire's always does.
+func hadVerb(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "%w"
+	}
+	return "%v"
+}
+
 // giveBack releases the parts an attempt took, each with the token it was
 // taken with, on a context that outlives ctx's cancellation but is bounded
 // in time. The release finds the attempt's acquisition by its request
@@ -255,6 +266,7 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	l.gaveBackBy, _ = ctx.Deadline()
 	calls := make([]*Call, len(parts))
 	for i, p := range parts {
 		args := l.releaseArgs(tokens[i], newReleaseID())
