@@ -292,7 +292,9 @@ func TestOnlyOneNameWaitersAskForAGrant(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
-			c := e.newClient(t)
+			// The driver itself, which can WAIT (a tapDriver cannot).
+			c := dlock.New(e.newDriver(t).Driver)
+			defer c.Close()
 			wctx, cancel := context.WithCancel(ctx)
 			refused := make(chan struct{})
 			got := make(chan error, 1)
