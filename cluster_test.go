@@ -598,6 +598,88 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 	}
 }
 
+// stuckShards is a goredis driver whose shard subscriptions hold their
+// first Subscribe until the test lets it go on, as a stalled primary of
+// one of its channels would.
+type stuckShards struct {
+	*goredis.Driver
+	entered chan []string // the first Subscribe began, with its channels
+	proceed chan struct{} // closed to let it go on
+	once    sync.Once
+}
+
+func (d *stuckShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
+	sub, err := d.Driver.SubscribeSharded(ctx, notify)
+	if err != nil {
+		return nil, err
+	}
+	return &stuckSubscription{Subscription: sub, d: d}, nil
+}
+
+type stuckSubscription struct {
+	dlock.Subscription
+	d *stuckShards
+}
+
+func (s *stuckSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	first := false
+	s.d.once.Do(func() { first = true })
+	if first {
+		s.d.entered <- channels
+		<-s.d.proceed
+	}
+	return s.Subscription.Subscribe(ctx, channels...)
+}
+
+// TestAWaitIsNotHeldUpByAnotherWaitsSubscribe: a lock on two names waits,
+// and its Subscribe of their channels is held up (one of them on a
+// stalled primary). A wait for one of those names on the same client does
+// not wait for that Subscribe to return (it waited for as long as its own
+// context allowed): it makes its attempts, and obtains the name once it
+// is released.
+func TestAWaitIsNotHeldUpByAnotherWaitsSubscribe(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	drv := &stuckShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	a, b := e.names[0], e.names[1]
+	held, err := holder.TryLock(ctx, b, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := make(chan error, 1)
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, err := c.LockMulti(mctx, []string{a, b})
+		multi <- err
+	}()
+	<-drv.entered
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, b)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	key := dlock.DefaultPrefix + "{" + b + "}"
+	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("the wait for %s, behind the held-up Subscribe: %v", b, err)
+	}
+	close(drv.proceed)
+	cancel()
+	<-multi
+}
+
 // TestALockHeldWhileItsSlotMigrates moves the slot of a held lock (an
 // exclusive lock, a write hold, the one permit of a semaphore) to another
 // primary key by key (MIGRATE), as a resharding does, while another client

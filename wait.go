@@ -131,9 +131,12 @@ func (h *waitHub) shardChannel(key string) string { return key + ":w:" + h.id }
 // that finds one under way for its channels waits for it to return first,
 // so that a channel let go while idle and wanted again at once is
 // subscribed after its Unsubscribe, not before (the driver would then take
-// the Subscribe for the channel it still has, and drop it). A listen whose
-// ctx ends meanwhile returns; its wait falls back to timers, and the next
-// listen sends what it could not.
+// the Subscribe for the channel it still has, and drop it). It waits at
+// most subscribeWait: a call that a stalled server holds up (a lock on
+// several names, one of them on a stalled cluster primary) must not hold
+// up the waits for the other names; the channels still under way are then
+// left to the next listen. A listen whose ctx ends meanwhile returns; its
+// wait falls back to timers, and the next listen sends what it could not.
 func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	h.mu.Lock()
 	if !h.sharded || h.sub == nil || w.listening {
@@ -153,14 +156,24 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 		}
 		h.shards[ch] = n + 1
 	}
+	var late <-chan time.Time
+wait:
 	for {
 		busy := h.busy(chans)
 		if busy == nil {
 			break
 		}
+		if late == nil {
+			t := time.NewTimer(subscribeWait)
+			defer t.Stop()
+			late = t.C
+		}
 		h.mu.Unlock()
 		select {
 		case <-busy:
+		case <-late:
+			h.mu.Lock()
+			break wait
 		case <-ctx.Done():
 			return
 		}
@@ -168,7 +181,7 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	}
 	var add []string
 	for _, ch := range chans {
-		if h.unsent[ch] {
+		if h.unsent[ch] && h.pending[ch] == nil {
 			add = append(add, ch)
 			delete(h.unsent, ch)
 		}
