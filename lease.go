@@ -35,6 +35,7 @@ type lease struct {
 	deadline    time.Time     // local validity, on the monotonic clock
 	maxHold     time.Duration // zero when unbounded
 	capped      bool          // the max hold stopped the refreshing (see extendAuto)
+	failing     bool          // the watchdog's last refresh failed, not for Close (see expireAt)
 	dropped     bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released    bool          // Release was called and succeeded
 	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
@@ -221,6 +222,14 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 	return time.Now().Before(s.deadline)
 }
 
+// refreshFailed notes that a refresh of the watchdog failed, until one
+// succeeds.
+func (s *lease) refreshFailed() {
+	s.mu.Lock()
+	s.failing = true
+	s.mu.Unlock()
+}
+
 // expire ends the lease at its deadline, for the deadline timer.
 func (s *lease) expire() { s.expireAt() }
 
@@ -236,14 +245,15 @@ func (s *lease) expireAt() bool {
 		s.mu.Unlock()
 		return false
 	}
-	capped, ending := s.capped, s.ending
+	capped, ending, failing := s.capped, s.ending, s.failing
 	s.mu.Unlock()
 	if capped {
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
 		return true
 	}
-	if s.every() > 0 && s.c.isClosed() {
-		// Its holder's shutdown may have to tell this loss from Redis's.
+	if s.every() > 0 && !failing && s.c.isClosed() {
+		// Its holder's shutdown may have to tell this loss from Redis's:
+		// refreshed until Close, it would not have been lost.
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}})
 	} else {
 		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
@@ -579,6 +589,7 @@ func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, o
 		return time.Time{}, false
 	}
 	s.deadline = sent.Add(ttl - drift(ttl))
+	s.failing = false
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}

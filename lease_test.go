@@ -445,6 +445,36 @@ func TestADoThatCloseOvertakesIsToldWhy(t *testing.T) {
 	}
 }
 
+// TestALockWhoseRefreshesFailedBeforeCloseIsNotLostToIt: a lock whose
+// refreshes were failing when Close came would have been lost anyway: its
+// loss does not blame Close.
+func TestALockWhoseRefreshesFailedBeforeCloseIsNotLostToIt(t *testing.T) {
+	e := newEnv(t)
+	d := &unsentDriver{tapDriver: e.newDriver(t)}
+	var failed atomic.Bool
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Refresh: func(_ context.Context, _ dlock.HookInfo, err error) {
+		if err != nil {
+			failed.Store(true)
+		}
+	}}))
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "failing", dlock.WithTTL(600*time.Millisecond), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.unsent.Store(1 << 20) // every refresh fails from now on
+	awaitCond(t, 5*time.Second, failed.Load)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLost) || errors.Is(l.Err(), dlock.ErrClosed) {
+		t.Errorf("Err = %v, want ErrLost, not ErrClosed", l.Err())
+	}
+	d.unsent.Store(0)
+}
+
 // TestAutoRefreshKeepsTheLocksTTL: the TTL is the lock's; a WithTTL given
 // to AutoRefresh changes neither it nor the default interval (TTL/3).
 func TestAutoRefreshKeepsTheLocksTTL(t *testing.T) {

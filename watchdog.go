@@ -315,6 +315,9 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 			if s.unsure(now, r.ttl) && !quiet {
 				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
+			if !quiet {
+				s.refreshFailed()
+			}
 			next, again = time.Now().Add(retryDelay(s)), true
 		}
 		s.endTurn()
