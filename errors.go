@@ -124,12 +124,12 @@ var ErrClosed = errors.New("dlock: client closed")
 // authenticated (NOAUTH, or a request refused as unauthenticated), its
 // user name or password is wrong (WRONGPASS), or its ACL user lacks a
 // permission (NOPERM, or a command inside a script refused by the ACL);
-// or the driver cannot do what was asked (ErrUnsupported, which it says
-// before it sends anything). A waiting acquire ends at once with such an
-// error. ranInPart reports
+// or the driver cannot do what was asked (ErrUnsupported). A waiting
+// acquire ends at once with such an error. ranInPart reports
 // whether the request may have run in part: a permission may be missing
 // for a command inside a script, after the script's earlier writes, where
-// the other refusals come before anything runs.
+// the other refusals come before anything runs; a driver may find it
+// cannot do a part after the scripts ran (WAIT, for WithReplicas).
 func refusedForGood(err error) (refused, ranInPart bool) {
 	// Every error in err's tree counts, not only the first ServerError: a
 	// refusal joined behind another failure is still final.
@@ -197,7 +197,7 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return false, false
 	}
 	if errors.Is(err, ErrUnsupported) {
-		return true, false
+		return true, true
 	}
 	switch msg := err.Error(); {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):

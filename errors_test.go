@@ -29,7 +29,7 @@ func TestRefusedForGoodLooksAtEveryError(t *testing.T) {
 		{"unauthenticated", &unauthenticated{errors.New("ERR Protocol error: unauthenticated multibulk length")}, true, false},
 		{"wrapped", fmt.Errorf("attempt: %w", server("NOAUTH Authentication required.")), true, false},
 		{"joined behind another failure", errors.Join(server("i/o timeout"), server("NOPERM no permissions")), true, true},
-		{"unsupported", &ServerError{Key: "dlock:{x}", Err: fmt.Errorf("%w: WithReplicas needs a driver that can WAIT", ErrUnsupported)}, true, false},
+		{"unsupported", &ServerError{Key: "dlock:{x}", Err: fmt.Errorf("%w: WithReplicas needs a driver that can WAIT", ErrUnsupported)}, true, true},
 		{"two wrapped", fmt.Errorf("%w: %w", server("LOADING"), server("ACL failure in script: no permission")), true, true},
 	} {
 		refused, ranInPart := refusedForGood(tc.err)
