@@ -42,6 +42,7 @@ func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload str
 		return nil, err
 	}
 	s.conn = c
+	close(s.started)
 	go s.run(c)
 	return s, nil
 }
@@ -60,6 +61,9 @@ type subscription struct {
 	ctx     context.Context // ends when Close is called
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when run has returned
+	// started is closed once start has connected a new primary's
+	// subscription, or failed to (see shardedSubscription.subscribe).
+	started chan struct{}
 
 	// sending orders the requests that change what the connection is
 	// subscribed to, and is held across them; mu guards the fields below
@@ -82,7 +86,7 @@ type subscription struct {
 // that client connects to.
 func newSubscription(client rueidis.Client, notify func(channel, payload string)) *subscription {
 	s := &subscription{client: client, notify: notify, channels: map[string]bool{},
-		ready: make(chan struct{}, 1), done: make(chan struct{})}
+		ready: make(chan struct{}, 1), done: make(chan struct{}), started: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }

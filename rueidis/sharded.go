@@ -150,10 +150,43 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	if unknown != "" {
 		errs = append(errs, s.d.unconnected(ctx, unknownAddr, unknown, fmt.Sprintf("which serves the slot of %q", unknown)))
 	}
+	// New primaries connect now, unlocked, so that a notice sent once
+	// Subscribe returned finds them subscribed; channels added to them
+	// meanwhile are caught up with by install. If that fails, their
+	// goroutine hands the channels back to be subscribed anew. First, as
+	// other calls may wait for them (below) while this one would wait for
+	// theirs; and each on its own, so that a primary slow to answer does
+	// not hold up the others' (the calls that wait for those).
+	var starting sync.WaitGroup
+	var startErrs sync.Mutex
+	for n, addr := range added {
+		starting.Add(1)
+		go func() {
+			defer starting.Done()
+			err := n.start(ctx)
+			startErrs.Lock()
+			defer startErrs.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
+			} else {
+				some = true
+			}
+		}()
+	}
+	starting.Wait()
 	// The requests go unlocked, so that a primary that is slow to answer
-	// holds up only its own channels.
+	// holds up only its own channels. A primary that another call is
+	// still connecting to is waited for: until then n only records the
+	// channels, which its connection catches up with later, after the
+	// notices this caller's waiter may need.
 	for n, chs := range byNode {
-		err := n.Subscribe(ctx, chs...)
+		var err error
+		select {
+		case <-n.started:
+			err = n.Subscribe(ctx, chs...)
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
 		s.mu.Lock()
 		var gone []string // unsubscribed meanwhile: undone below
 		for _, ch := range chs {
@@ -174,23 +207,13 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 			_ = n.Unsubscribe(ctx, gone...)
 		}
 	}
-	// New primaries connect now, unlocked, so that a notice sent once
-	// Subscribe returned finds them subscribed; channels added to them
-	// meanwhile are caught up with by install. If that fails, their
-	// goroutine hands the channels back to be subscribed anew.
-	for n, addr := range added {
-		if err := n.start(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
-		} else {
-			some = true
-		}
-	}
 	return some, errors.Join(errs...)
 }
 
 // start connects a new subscription to a primary and starts its
 // goroutine, which hands the channels back if this attempt failed.
 func (s *subscription) start(ctx context.Context) error {
+	defer close(s.started)
 	s.mu.Lock()
 	want := s.list()
 	s.mu.Unlock()
