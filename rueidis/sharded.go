@@ -1,6 +1,7 @@
 package dlockrueidis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,21 +37,23 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // when its last channel is unsubscribed. notify is called one message at a
 // time. A client that is not a cluster client, or a cluster without shard
 // channels (before Redis 7), returns dlock.ErrUnsupported, and dlock then
-// uses PUBLISH.
+// uses PUBLISH; that is asked of the primaries (see hasShardChannels), and
+// Close waits for the questions still under way, up to 1s.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		return nil, dlock.ErrUnsupported
 	}
-	// Shard channels came with Redis 7: an older server knows no SPUBLISH.
-	info, err := d.client.Do(ctx, d.client.B().CommandInfo().CommandName("SPUBLISH").Build()).ToArray()
-	if err != nil {
-		return nil, err
-	}
-	if len(info) != 1 || info[0].IsNil() {
-		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
-	}
 	s := &shardedSubscription{d: d, backoff: minBackoff,
 		nodes: map[string]*subscription{}, where: map[string]*subscription{}, pending: map[string]bool{}}
+	// Shard channels came with Redis 7: an older server knows no SPUBLISH.
+	has, err := d.hasShardChannels(ctx, &s.running)
+	if err != nil || !has {
+		s.running.Wait() // the other questions, within probeTimeout
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: the cluster has no shard channels (Redis 7 needed)", dlock.ErrUnsupported)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.notify = func(channel, payload string) {
 		s.deliver.Lock()
@@ -58,6 +61,82 @@ func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payl
 		notify(channel, payload)
 	}
 	return s, nil
+}
+
+// probeHedge is how long hasShardChannels waits for a primary's answer
+// before it asks the next primary too, and probeTimeout bounds each
+// question (a primary's stall then keeps a Close of the subscription
+// waiting for its question at most that long).
+const (
+	probeHedge   = 50 * time.Millisecond
+	probeTimeout = time.Second
+)
+
+// hasShardChannels reports whether the cluster knows SPUBLISH. It asks one
+// primary of the slot map, then another each probeHedge (or at once when a
+// question fails) while none has answered, so that a primary that stalls
+// does not hold up the answer, and with it every wait of a new client
+// (rueidis sends a request without a key to a node of its choosing). It
+// returns with the first answer, or with the first error once every
+// primary asked failed; the questions still under way are counted in
+// running, and end within probeTimeout.
+func (d *Driver) hasShardChannels(ctx context.Context, running *sync.WaitGroup) (bool, error) {
+	m, err := d.currentSlots(ctx)
+	if err != nil {
+		return false, err
+	}
+	var primaries []rueidis.Client
+	seen := map[string]bool{}
+	for _, r := range m.ranges {
+		if node, ok := m.nodes[r.addr]; ok && !seen[r.addr] {
+			seen[r.addr] = true
+			primaries = append(primaries, node)
+		}
+	}
+	if len(primaries) == 0 {
+		return false, fmt.Errorf("dlockrueidis: the slot map names no primary the client is connected to")
+	}
+	type answer struct {
+		has bool
+		err error
+	}
+	answers := make(chan answer, len(primaries)) // never blocks a question
+	asked, failed := 0, 0
+	next := func() {
+		node := primaries[asked]
+		asked++
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			info, err := node.Do(ctx, node.B().CommandInfo().CommandName("SPUBLISH").Build()).ToArray()
+			answers <- answer{err == nil && len(info) == 1 && !info[0].IsNil(), err}
+		}()
+	}
+	next()
+	hedge := time.NewTicker(probeHedge)
+	defer hedge.Stop()
+	var firstErr error
+	for {
+		select {
+		case a := <-answers:
+			if a.err == nil {
+				return a.has, nil
+			}
+			firstErr = cmp.Or(firstErr, a.err)
+			failed++
+			if asked < len(primaries) && ctx.Err() == nil {
+				next()
+			} else if failed == asked {
+				return false, firstErr
+			}
+		case <-hedge.C:
+			if asked < len(primaries) && ctx.Err() == nil {
+				next()
+			}
+		}
+	}
 }
 
 // shardTimeout bounds the requests that subscribe channels anew.

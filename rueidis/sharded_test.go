@@ -3,11 +3,13 @@ package dlockrueidis_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 	dlockrueidis "github.com/dlockio/dlock/rueidis"
 	"github.com/redis/rueidis"
@@ -80,4 +82,77 @@ func TestASubscribeToAPrimaryBeingConnectedWaitsForIt(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("the first Subscribe: %v", err)
 	}
+}
+
+// TestAStalledPrimaryDoesNotHoldUpASubscription: whether the cluster has
+// shard channels is asked of one primary, and of others while it does not
+// answer, so that subscriptions open while a primary stalls (each in
+// turn: the first asked is that of slot 0), and carry the notices of the
+// other primaries. rueidis sent the question to a node of its choosing, which
+// could be the stalled one: the subscription then failed, and the
+// client's waits polled.
+func TestAStalledPrimaryDoesNotHoldUpASubscription(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	drv := dlockrueidis.New(client)
+	for _, stalled := range c.Nodes {
+		stalledAWhile(t, c, drv, stalled)
+	}
+}
+
+// stalledAWhile opens shard subscriptions of drv while stalled stalls, and
+// checks that they carry another primary's notices.
+func stalledAWhile(t *testing.T, c *redistest.Cluster, drv *dlockrueidis.Driver, stalled *redistest.Server) {
+	ctx := context.Background()
+	var healthy *redistest.Server
+	for _, n := range c.Nodes {
+		if n != stalled {
+			healthy = n
+			break
+		}
+	}
+	ch := c.ChannelOn(t, healthy, "hedged")
+	_ = drv.Server(ctx, ch) // the slot map is read before the stall
+	resume := stalled.PauseAWhile(t)
+	type opened struct {
+		sub dlock.Subscription
+		got chan string
+		err error
+	}
+	const subscriptions = 6 // a node of rueidis's choosing is the stalled one 1 time in 3
+	subs := make(chan opened, subscriptions)
+	for i := range subscriptions {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			o := opened{got: make(chan string, 16)}
+			o.sub, o.err = drv.SubscribeSharded(ctx, func(_, payload string) {
+				if payload != "" {
+					o.got <- payload
+				}
+			})
+			if o.err != nil {
+				o.err = fmt.Errorf("subscription %d: SubscribeSharded while one primary stalls: %w", i, o.err)
+			} else if o.err = o.sub.Subscribe(ctx, ch); o.err != nil {
+				o.err = fmt.Errorf("subscription %d: %w", i, o.err)
+			}
+			subs <- o
+		}()
+	}
+	for range subscriptions {
+		o := <-subs
+		if o.err != nil {
+			t.Error(o.err)
+		} else {
+			redistest.PublishUntilReceived(t, healthy, ch, "free", o.got)
+		}
+		if o.sub != nil {
+			defer o.sub.Close()
+		}
+	}
+	resume()
 }
