@@ -132,6 +132,11 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A re-entry whose request token the caller gave.
+	fourth, err := e.c.TryLock(ctx, "ended", own, dlock.WithToken("given-by-the-caller"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
 	attached, err := e.newClient(t).Attach(ctx, "ended", first.Token())
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +161,7 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	_, err = second.TTL(ctx)
 	forced("TTL of a re-entry", err)
 	forced("Release of a re-entry", third.Release(ctx))
+	forced("Release of a re-entry WithToken", fourth.Release(ctx))
 	forced("Release of the attached Lock", attached.Release(ctx))
 
 	// The next holder is not told of it, and ends as its own Locks do.

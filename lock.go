@@ -1025,7 +1025,7 @@ func (l *Lock) release(ctx context.Context) error {
 	if l.kind.modeArg {
 		// Not a clean-up; whether the acquisition ends there.
 		args = append(args, argNone, l.endsArg())
-	} else if l.minHold > 0 || l.ownReq {
+	} else if l.minHold > 0 || l.ownReq || token != l.req {
 		// No grant request to take back, any fence, the minimum hold (see
 		// release.lua: only a Release keeps the hold, not a clean-up),
 		// whether the acquisition ends there.
