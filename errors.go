@@ -69,7 +69,8 @@ var (
 	// with a deadline (the TTL less that allowance) that does not come
 	// after its refresh interval.
 	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
-	// ErrInvalidToken means a token given with WithToken or Attach was empty.
+	// ErrInvalidToken means a token given with WithToken or Attach was
+	// empty, or one given with WithToken held white space.
 	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)
 	// ErrInvalidOption means an option's value is out of range, or the
 	// option does not apply to the primitive; the message names the option.

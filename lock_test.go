@@ -1130,6 +1130,7 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"negative TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(-time.Second)); return err }, dlock.ErrInvalidTTL},
 		{"sub-millisecond TTL", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithTTL(500*time.Microsecond)); return err }, dlock.ErrInvalidTTL},
 		{"empty token", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithToken("")); return err }, dlock.ErrInvalidToken},
+		{"token with a space", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithToken("job 42")); return err }, dlock.ErrInvalidToken},
 		{"empty owner", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithOwner("")); return err }, dlock.ErrInvalidOption},
 		{"nil retry", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithRetry(nil)); return err }, dlock.ErrInvalidOption},
 		{"limit of a nil retry", func() error {

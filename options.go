@@ -3,7 +3,9 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/dlockio/dlock/internal/friend"
 	"github.com/dlockio/dlock/internal/nilretry"
@@ -129,7 +131,8 @@ func WithMetadata(meta string) Option {
 
 // WithToken sets the lock's token instead of a random one. Whoever knows the
 // token can release or refresh the lock (see Client.Attach), so it must be
-// unique and hard to guess. An acquire with the token of a lock already held
+// unique and hard to guess; it may not be empty or hold white space
+// (ErrInvalidToken). An acquire with the token of a lock already held
 // succeeds again, so a caller that lost a reply may safely retry. Locks
 // acquired with one token are one holder: the hold is then only ever
 // extended, and a Release (or the clean-up after a failed acquire) by any
@@ -142,6 +145,10 @@ func WithToken(token string) Option {
 	return func(o *options) {
 		if token == "" {
 			o.fail(fmt.Errorf("%w: WithToken(\"\")", ErrInvalidToken))
+		} else if strings.IndexFunc(token, unicode.IsSpace) >= 0 {
+			// Redis keeps the tokens of ended holds in space-separated
+			// lists (see force_release.lua).
+			o.fail(fmt.Errorf("%w: WithToken(%q) holds white space", ErrInvalidToken, token))
 		}
 		o.token = token
 	}
