@@ -868,13 +868,14 @@ func (d *unreachableKeyDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken: a lock on names in
 // several slots, taken WithToken, whose attempt finds a name held with
 // that token (by another Lock of it) and is refused at a later slot, gives
-// back only what it took anew. Giving that name back freed the other
-// Lock's hold, unknown to it, for anyone to take.
+// back only what it took anew, and so does the clean-up after a lost
+// reply. Giving that name back freed the other Lock's hold, unknown to it,
+// for anyone to take.
 func TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken(t *testing.T) {
 	e := newClusterEnv(t)
 	low, high := e.names[0], e.names[2]
 	ctx := context.Background()
-	c, _ := e.newClient(t)
+	c, drv := e.newClient(t)
 	other, _ := e.newClient(t)
 	third, _ := e.newClient(t)
 	token := dlock.WithToken("a-token-of-the-caller's")
@@ -908,11 +909,26 @@ func TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 	}
-	if err := held.Release(ctx); err != nil {
-		t.Errorf("the hold of the token: Release = %v, want nil", err)
-	}
 	if err := blocker.Release(ctx); err != nil {
 		t.Error(err)
+	}
+	// The reply for the later name is lost: the attempt gives that name
+	// back, and its clean-up takes back what it may hold, but not the name
+	// the token's other Lock holds.
+	drv.runAfterNext(func() { drv.loseReplies(1) })
+	if _, err := c.TryLockMulti(ctx, []string{low, high}, token); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a reply lost: err = %v, want the transport error", err)
+	}
+	if l, err := third.TryLock(ctx, low); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("after a lost reply: another client's TryLock of %q, held with the token: err = %v, want ErrNotObtained", low, err)
+	} else if err == nil {
+		_ = l.Release(ctx)
+	}
+	if got := e.taken(t, high); len(got) > 0 {
+		t.Errorf("after a lost reply: %q left taken", got)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("the hold of the token: Release = %v, want nil", err)
 	}
 	if got := e.taken(t, e.names...); len(got) > 0 {
 		t.Errorf("left %q taken", got)

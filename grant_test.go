@@ -526,14 +526,14 @@ func TestALateNoticeOfAnEarlierGrantLeavesTheNextOneAlone(t *testing.T) {
 	}
 }
 
-// TestAGrantToATokenWithSpacesAndSlashes: a request token (WithToken) with
-// spaces and slashes, which JSON escapes, is granted and told as any other.
+// TestAGrantToATokenWithQuotesAndSlashes: a request token (WithToken) with
+// quotes and slashes, which JSON escapes, is granted and told as any other.
 // And a caller with such a token that gives up takes its request back
 // itself: here another caller of its client still waits for the name (a
 // lock on several names, registered there first), so the client stays
 // registered, and a request left behind would have the release grant the
 // lock to the caller that gave up instead of waking the other.
-func TestAGrantToATokenWithSpacesAndSlashes(t *testing.T) {
+func TestAGrantToATokenWithQuotesAndSlashes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	held, err := e.c.TryLock(ctx, "odd", dlock.WithTTL(time.Minute))
@@ -555,7 +555,7 @@ func TestAGrantToATokenWithSpacesAndSlashes(t *testing.T) {
 	}()
 	<-refused
 	wctx, cancel := context.WithCancel(ctx)
-	gaveUp := lockWhenRefused(t, wctx, waiter, "odd", dlock.WithToken("svc/job 1"))
+	gaveUp := lockWhenRefused(t, wctx, waiter, "odd", dlock.WithToken(`svc/job"1`))
 	cancel()
 	if r := <-gaveUp; !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("waiter: %v, want context.Canceled", r.err)
@@ -575,7 +575,7 @@ func TestAGrantToATokenWithSpacesAndSlashes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := lockWhenRefused(t, ctx, waiter, "odd", dlock.WithToken("svc/job 2"))
+	got := lockWhenRefused(t, ctx, waiter, "odd", dlock.WithToken(`svc/job"2`))
 	trips := wd.trips.Load()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -587,8 +587,8 @@ func TestAGrantToATokenWithSpacesAndSlashes(t *testing.T) {
 	if n := wd.trips.Load() - trips; n != 0 {
 		t.Errorf("the waiter made %d round trips after the release; a grant needs none", n)
 	}
-	if tok := e.srv.Do(t, "HGET", "dlock:{odd}", "token"); tok != "svc/job 2" {
-		t.Errorf("lock held with %q, want %q", tok, "svc/job 2")
+	if tok := e.srv.Do(t, "HGET", "dlock:{odd}", "token"); tok != `svc/job"2` {
+		t.Errorf("lock held with %q, want %q", tok, `svc/job"2`)
 	}
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatal(err)

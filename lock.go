@@ -34,7 +34,12 @@ type Lock struct {
 	// gaveBackBy is the bound of the last give-back of a split lock's
 	// parts (see giveBack), which the clean-up after it shares.
 	gaveBackBy time.Time
-	req        string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
+	// took and others are, for a split lock taken WithToken, the indexes
+	// of the names that its attempts took anew, and of those held with its
+	// token by another Lock (see noteJoins); written by the acquiring
+	// goroutine alone.
+	took, others map[int]bool
+	req          string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool
@@ -685,8 +690,14 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 		if errors.Is(err, errGiveBack) {
 			// The give-back that failed had the same bound: both end
 			// within it (a clean-up left no time is sent again in the
-			// background, see cleanupWithin).
+			// background, see cleanupWithin; not one of a given token,
+			// which gets a try of its own).
 			by = l.gaveBackBy
+			if !l.ownReq {
+				if least := time.Now().Add(lateCleanupTry); by.Before(least) {
+					by = least
+				}
+			}
 		}
 		l.cleanupBy(ctx, by, true)
 	}
@@ -733,7 +744,11 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 		// And how long a fence counter is kept, for a grant.
 		args = l.c.fenceArg([]any{l.req, "", l.asked, "", "", l.endsArg()}, 7)
 	}
-	calls := l.send(ctx, replication{}, l.units(), func(p part) *Call {
+	units := l.ownUnits()
+	if len(units) == 0 {
+		return // every name is another Lock's of its token
+	}
+	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
 	l.sendAgain(ctx, calls)

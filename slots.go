@@ -191,7 +191,9 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 				// The part may have been taken unseen (its reply was
 				// lost): it goes back too, by the request token, so that
 				// a waiter holds nothing between attempts.
-				taken, tokens = append(taken, l.parts[i]), append(tokens, l.req)
+				if own, ok := l.ownPart(l.parts[i]); ok {
+					taken, tokens = append(taken, own), append(tokens, l.req)
+				}
 			}
 			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
 				// Not sent, or refused before it ran: it cannot run late,
@@ -212,8 +214,9 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 		if t != l.req {
 			token = t // as the script does: a re-entered name's token
 		}
-		if back := l.takenAnew(p, joins); len(back.at) > 0 {
-			taken, tokens = append(taken, back), append(tokens, t)
+		l.noteJoins(p, joins)
+		if own, ok := l.ownPart(p); ok {
+			taken, tokens = append(taken, own), append(tokens, t)
 		}
 		for j, fence := range f {
 			fences[p.index(j)] = fence
@@ -222,26 +225,71 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	return token, fences, 0, nil
 }
 
-// takenAnew returns what of p an attempt that took it gives back when a
-// later part refuses it: p, but for the names that the script reports in
-// joins as held with the caller's token before (see WithToken): the
-// attempt only extended their hold, which another Lock of the token may
-// keep. Such a name stays held as it was, and is the acquisition's when a
-// later attempt obtains the lock.
-func (l *Lock) takenAnew(p part, joins string) part {
-	if !strings.Contains(joins, "1") {
-		return p
+// noteJoins records what the script reports in joins (for a lock taken
+// WithToken) of the names of p it obtained: those that were held with the
+// caller's token before, which another Lock of the token may hold (see
+// WithToken), and those it took anew. A name held before that no attempt
+// of this acquisition took anew is another's, as far as it knows: its
+// give-backs and clean-up leave it held, and it is the acquisition's once
+// an attempt obtains the lock. A name taken anew, and found held with the
+// token later (its give-back never ran), is the acquisition's own.
+func (l *Lock) noteJoins(p part, joins string) {
+	if joins == "" {
+		return
+	}
+	for j := range p.size(l.names) {
+		i := p.index(j)
+		switch {
+		case joins[j] != '1':
+			if l.took == nil {
+				l.took = map[int]bool{}
+			}
+			l.took[i] = true
+			delete(l.others, i)
+		case !l.took[i]:
+			if l.others == nil {
+				l.others = map[int]bool{}
+			}
+			l.others[i] = true
+		}
+	}
+}
+
+// ownPart returns p without the names that another Lock of the caller's
+// token holds (see noteJoins), and whether any are left.
+func (l *Lock) ownPart(p part) (part, bool) {
+	if len(l.others) == 0 {
+		return p, true
 	}
 	var at []int
 	for j := range p.size(l.names) {
-		if joins[j] != '1' {
-			at = append(at, p.index(j))
+		if i := p.index(j); !l.others[i] {
+			at = append(at, i)
 		}
 	}
-	if len(at) == 0 {
-		return part{}
+	switch len(at) {
+	case 0:
+		return part{}, false
+	case p.size(l.names):
+		return p, true
 	}
-	return l.partOf(at)
+	return l.partOf(at), true
+}
+
+// ownUnits returns the units a clean-up of the acquisition acts on: its
+// parts less the names another Lock of its token holds (see noteJoins).
+func (l *Lock) ownUnits() []part {
+	units := l.units()
+	if len(l.others) == 0 {
+		return units
+	}
+	own := make([]part, 0, len(units))
+	for _, p := range units {
+		if p, ok := l.ownPart(p); ok {
+			own = append(own, p)
+		}
+	}
+	return own
 }
 
 // hadVerb returns the verb that words an attempt's own error after the
