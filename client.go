@@ -318,7 +318,7 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // channels close at their deadlines, unless released; those that were
 // refreshed automatically are lost then with an error that matches
 // ErrClosed too (Lock.Err, and the context of Lock.Context and of Do's
-// function), unless the watchdog's last refresh before Close had failed. Close does not end Do's functions: a shutdown that should
+// function), unless their last refresh before Close had failed. Close does not end Do's functions: a shutdown that should
 // not wait for their locks' deadlines ends Do's contexts, waits for Do to
 // return, and then calls Close. A refresh under way
 // is abandoned, and not reported as a failed refresh; Close waits for the

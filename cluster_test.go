@@ -521,7 +521,17 @@ func (s *gatedSubscription) Unsubscribe(ctx context.Context, channels ...string)
 // Unsubscribe, not before: else the driver takes the Subscribe for the
 // channel it still has, drops it, and the client, which counts it as
 // subscribed, hears no release of that lock until it lets go of it again.
+// When the Unsubscribe takes longer than a wait waits for it (a stalled
+// primary), the channel is subscribed at the wait's next attempt.
 func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
+	for _, held := range []time.Duration{0, 600 * time.Millisecond} {
+		t.Run(fmt.Sprintf("UnsubscribeHeld%v", held), func(t *testing.T) {
+			testShardChannelWantedWhileLetGo(t, held)
+		})
+	}
+}
+
+func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duration) {
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
@@ -569,12 +579,20 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 		got <- err
 	}()
 	awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.ShardListeners(c, a); return n == 1 })
+	time.Sleep(unsubscribeHeld) // the primary's answer
 	close(drv.proceed)
 	if err := <-gaveUp; err != nil {
 		t.Fatal(err)
 	}
 	key := dlock.DefaultPrefix + "{" + a + "}"
 	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
+	node, err := e.rdb.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 5*time.Second, func() bool {
+		return len(node.PubSubShardChannels(ctx, key+":w:*").Val()) == 1
+	})
 	if err := held[a].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -584,10 +602,6 @@ func TestAShardChannelWantedWhileLetGoStaysSubscribed(t *testing.T) {
 	// The client still counts a's channel as subscribed; so must its primary.
 	if _, ok := dlock.ShardListeners(c, a); !ok {
 		t.Fatal("the client no longer keeps a's channel")
-	}
-	node, err := e.rdb.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
 	}
 	chans, err := node.PubSubShardChannels(ctx, key+":w:*").Result()
 	if err != nil {

@@ -909,6 +909,30 @@ func TestARefusedSplitAttemptKeepsAHoldOfItsGivenToken(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 	}
+	// An attempt that took the name anew and gave it back, after which
+	// the token's other Lock took it: the next attempt leaves it be.
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("the hold of the token: Release = %v, want nil", err)
+	}
+	var again *dlock.Lock
+	_, err = c.LockMulti(ctx, []string{low, high}, token, dlock.WithMaxWait(600*time.Millisecond),
+		dlock.WithOnRetry(func(failed int, _ error) {
+			if failed == 1 {
+				var err error
+				if again, err = c.TryLock(ctx, low, token); err != nil {
+					t.Errorf("the token's other Lock: %v", err)
+				}
+			}
+		}))
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("LockMulti after a give-back: err = %v, want ErrNotObtained", err)
+	}
+	if l, err := third.TryLock(ctx, low); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("after a give-back: another client's TryLock of %q, held with the token: err = %v, want ErrNotObtained", low, err)
+	} else if err == nil {
+		_ = l.Release(ctx)
+	}
+	held = again
 	if err := blocker.Release(ctx); err != nil {
 		t.Error(err)
 	}

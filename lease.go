@@ -35,7 +35,7 @@ type lease struct {
 	deadline    time.Time     // local validity, on the monotonic clock
 	maxHold     time.Duration // zero when unbounded
 	capped      bool          // the max hold stopped the refreshing (see extendAuto)
-	failing     bool          // the watchdog's last refresh failed, not for Close (see expireAt)
+	failing     bool          // the last refresh failed, not for Close (see expireAt)
 	dropped     bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released    bool          // Release was called and succeeded
 	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
@@ -195,6 +195,7 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) {
 		return
 	}
 	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
+	s.failing = false
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}

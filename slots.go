@@ -195,7 +195,11 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 					taken, tokens = append(taken, own), append(tokens, l.req)
 				}
 			}
-			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
+			gerr := l.giveBack(ctx, taken, tokens)
+			if gerr == nil {
+				l.gaveBackAll(taken)
+			}
+			if gerr != nil && notRun(gerr) {
 				// Not sent, or refused before it ran: it cannot run late,
 				// so a waiting caller goes on. What it did not give back
 				// stays held by the request token until the next attempt
@@ -251,6 +255,17 @@ func (l *Lock) noteJoins(p part, joins string) {
 				l.others = map[int]bool{}
 			}
 			l.others[i] = true
+		}
+	}
+}
+
+// gaveBackAll notes that the parts were given back: names of them that a
+// later attempt finds held with the caller's token are another Lock's (see
+// noteJoins).
+func (l *Lock) gaveBackAll(parts []part) {
+	for _, p := range parts {
+		for j := range p.size(l.names) {
+			delete(l.took, p.index(j))
 		}
 	}
 }

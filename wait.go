@@ -93,6 +93,7 @@ const maxIdleShardChannels = 256
 type waiter struct {
 	wake      chan struct{} // a notice came, or it became first in line
 	listening bool          // sharded: counted in the hub's shards
+	late      []string      // sharded: channels its listen left to its next attempt (see listen)
 	req       string        // the caller's request token
 	multi     bool          // it waits for a lock on several names
 	permits   *atomic.Int64 // a semaphore's count, which the caller's attempts use; nil for a lock
@@ -134,50 +135,66 @@ func (h *waitHub) shardChannel(key string) string { return key + ":w:" + h.id }
 // the Subscribe for the channel it still has, and drop it). It waits at
 // most subscribeWait: a call that a stalled server holds up (a lock on
 // several names, one of them on a stalled cluster primary) must not hold
-// up the waits for the other names; the channels still under way are then
-// left to the next listen. A listen whose ctx ends meanwhile returns; its
+// up the waits for the other names; the channels still under way then
+// wait for w's next attempt, whose listen sends those that those calls
+// left unsent (see late). A listen whose ctx ends meanwhile returns; its
 // wait falls back to timers, and the next listen sends what it could not.
 func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 	h.mu.Lock()
-	if !h.sharded || h.sub == nil || w.listening {
+	if !h.sharded || h.sub == nil || w.listening && len(w.late) == 0 {
 		h.mu.Unlock()
 		return
 	}
-	w.listening = true
-	chans := make([]string, len(keys))
-	for i, k := range keys {
-		ch := h.shardChannel(k)
-		chans[i] = ch
-		n, ok := h.shards[ch]
-		if !ok {
-			h.unsent[ch] = true
-		} else if n == 0 {
-			h.idle--
+	var chans []string
+	if w.listening {
+		chans, w.late = w.late, nil
+		for _, ch := range chans {
+			if h.pending[ch] != nil {
+				w.late = append(w.late, ch) // at the next attempt
+			}
 		}
-		h.shards[ch] = n + 1
-	}
-	var late <-chan time.Time
-wait:
-	for {
-		busy := h.busy(chans)
-		if busy == nil {
-			break
+	} else {
+		w.listening = true
+		chans = make([]string, len(keys))
+		for i, k := range keys {
+			ch := h.shardChannel(k)
+			chans[i] = ch
+			n, ok := h.shards[ch]
+			if !ok {
+				h.unsent[ch] = true
+			} else if n == 0 {
+				h.idle--
+			}
+			h.shards[ch] = n + 1
 		}
-		if late == nil {
-			t := time.NewTimer(subscribeWait)
-			defer t.Stop()
-			late = t.C
-		}
-		h.mu.Unlock()
-		select {
-		case <-busy:
-		case <-late:
+		var late <-chan time.Time
+	wait:
+		for {
+			busy := h.busy(chans)
+			if busy == nil {
+				break
+			}
+			if late == nil {
+				t := time.NewTimer(subscribeWait)
+				defer t.Stop()
+				late = t.C
+			}
+			h.mu.Unlock()
+			select {
+			case <-busy:
+			case <-late:
+				h.mu.Lock()
+				for _, ch := range chans {
+					if h.pending[ch] != nil {
+						w.late = append(w.late, ch)
+					}
+				}
+				break wait
+			case <-ctx.Done():
+				return
+			}
 			h.mu.Lock()
-			break wait
-		case <-ctx.Done():
-			return
 		}
-		h.mu.Lock()
 	}
 	var add []string
 	for _, ch := range chans {
@@ -217,7 +234,7 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 		h.mu.Unlock()
 		return
 	}
-	w.listening = false
+	w.listening, w.late = false, nil
 	for _, k := range keys {
 		ch := h.shardChannel(k)
 		if h.shards[ch]--; h.shards[ch] == 0 {
@@ -226,8 +243,15 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 	}
 	var drop []string
 	if h.idle > h.maxIdle {
+		h.idle = 0
 		for ch, n := range h.shards {
-			if n == 0 {
+			switch {
+			case n > 0:
+			case h.pending[ch] != nil:
+				// A call under way for it, which a listen gave up
+				// waiting for: let go of it at a later sweep, after.
+				h.idle++
+			default:
 				delete(h.shards, ch)
 				if !h.unsent[ch] { // never subscribed: nothing to undo
 					drop = append(drop, ch)
@@ -235,7 +259,6 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 				delete(h.unsent, ch)
 			}
 		}
-		h.idle = 0
 	}
 	sub := h.sub
 	if len(drop) == 0 || sub == nil {

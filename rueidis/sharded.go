@@ -108,9 +108,18 @@ func (d *Driver) hasShardChannels(ctx context.Context, running *sync.WaitGroup) 
 		running.Add(1)
 		go func() {
 			defer running.Done()
-			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			// Not ended by ctx's cancellation once an answer came: a
+			// request that dials a node's first connection would fail
+			// the dial, and the requests that wait for it (see
+			// readSlots); ctx's deadline, or probeTimeout, ends it.
+			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 			defer cancel()
-			info, err := node.Do(ctx, node.B().CommandInfo().CommandName("SPUBLISH").Build()).ToArray()
+			if deadline, ok := ctx.Deadline(); ok {
+				var cancelAt context.CancelFunc
+				qctx, cancelAt = context.WithDeadline(qctx, deadline)
+				defer cancelAt()
+			}
+			info, err := node.Do(qctx, node.B().CommandInfo().CommandName("SPUBLISH").Build()).ToArray()
 			answers <- answer{err == nil && len(info) == 1 && !info[0].IsNil(), err}
 		}()
 	}
@@ -232,19 +241,20 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	// New primaries connect now, unlocked, so that a notice sent once
 	// Subscribe returned finds them subscribed; channels added to them
 	// meanwhile are caught up with by install. If that fails, their
-	// goroutine hands the channels back to be subscribed anew. First, as
-	// other calls may wait for them (below) while this one would wait for
-	// theirs; and each on its own, so that a primary slow to answer does
-	// not hold up the others' (the calls that wait for those).
+	// goroutine hands the channels back to be subscribed anew. They start
+	// before this call waits for others' (below), which may wait for
+	// these; each on its own, so that a primary slow to answer holds up
+	// neither the others nor the primaries this call is connected to
+	// (the calls that wait for those).
 	var starting sync.WaitGroup
-	var startErrs sync.Mutex
+	var outcome sync.Mutex // errs and some
 	for n, addr := range added {
 		starting.Add(1)
 		go func() {
 			defer starting.Done()
 			err := n.start(ctx)
-			startErrs.Lock()
-			defer startErrs.Unlock()
+			outcome.Lock()
+			defer outcome.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
 			} else {
@@ -252,7 +262,6 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 			}
 		}()
 	}
-	starting.Wait()
 	// The requests go unlocked, so that a primary that is slow to answer
 	// holds up only its own channels. A primary that another call is
 	// still connecting to is waited for: until then n only records the
@@ -276,16 +285,21 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 		if err != nil {
 			// Refused (MOVED: the slot map is out of date), or the
 			// connection failed: these channels go elsewhere, if need be.
-			errs = append(errs, err)
 			s.retry(s.detach(n, chs))
+		}
+		s.mu.Unlock()
+		outcome.Lock()
+		if err != nil {
+			errs = append(errs, err)
 		} else if len(gone) < len(chs) {
 			some = true
 		}
-		s.mu.Unlock()
+		outcome.Unlock()
 		if len(gone) > 0 {
 			_ = n.Unsubscribe(ctx, gone...)
 		}
 	}
+	starting.Wait()
 	return some, errors.Join(errs...)
 }
 
