@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // Do runs fn while holding the exclusive lock called name: it obtains the
@@ -12,8 +14,8 @@ import (
 // runs fn with a context that is cancelled as soon as the lock is known
 // lost (at its local deadline, or at the refresh that finds it gone; its
 // context.Cause says why), and releases the lock when fn returns. It
-// returns fn's error, joined with the loss (matching ErrLost) if the lock
-// was lost while fn ran. If fn panics, Do releases the lock and lets the
+// returns fn's error, with the loss (matching ErrLost) if the lock was lost
+// while fn ran: an error that matches both, and reads as both on one line. If fn panics, Do releases the lock and lets the
 // panic go on.
 //
 // opts are those of Lock; WithAutoRefresh is implied.
@@ -74,5 +76,12 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 		// says so (ErrLost); a failed one says why.
 		lost = cmp.Or(l.Err(), rerr)
 	}
-	return errors.Join(err, lost)
+	switch {
+	case lost == nil:
+		return err
+	case err == nil:
+		return lost
+	}
+	// Both, on one line (errors.Join's message takes two).
+	return &causes.Error{Msg: err.Error() + "; " + lost.Error(), Errs: []error{err, lost}}
 }

@@ -798,8 +798,8 @@ func TestDo(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, dlock.WithRefreshInterval(20*time.Millisecond))
-	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, context.Canceled) {
-		t.Errorf("Do = %v, want the loss and the cancelled context", err)
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Do = %q, want the loss and the cancelled context, on one line", err)
 	}
 	if err := e.c.Do(ctx, "job", nil); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("nil fn: err = %v", err)
