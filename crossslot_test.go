@@ -1048,3 +1048,89 @@ func (d *failingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 	d.tapDriver.Eval(ctx, calls...)
 }
+
+// TestASplitAttemptForgetsOnlyWhatItGaveBack: a lock on three names in
+// three slots, taken WithToken, is refused at the last; its give-back
+// frees the first name but is refused unrun at the second (a cluster
+// briefly down). Another Lock of the token then takes the first name. The
+// next attempt, refused again, leaves that hold alone: it had counted the
+// name as its own, since the give-back had not run everywhere.
+func TestASplitAttemptForgetsOnlyWhatItGaveBack(t *testing.T) {
+	e := newClusterEnv(t)
+	low, mid, high := e.names[0], e.names[1], e.names[2]
+	ctx := context.Background()
+	d := &callHookDriver{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}}
+	c := dlock.New(d)
+	defer c.Close()
+	other, _ := e.newClient(t)
+	third, _ := e.newClient(t)
+	if l, err := c.TryLockMulti(ctx, []string{low, high}); err != nil {
+		t.Fatal(err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := other.TryLock(ctx, high)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Release(ctx)
+	token := dlock.WithToken("a-token-given-twice")
+	midKey := dlock.DefaultPrefix + "{" + mid + "}"
+	var refusedOnce atomic.Bool
+	hook := func(call *dlock.Call) error {
+		if call.Script.Name == "release" && call.Keys[0] == midKey && refusedOnce.CompareAndSwap(false, true) {
+			return errors.New("CLUSTERDOWN The cluster is down")
+		}
+		return nil
+	}
+	d.hook.Store(&hook)
+	var mate *dlock.Lock
+	_, err = c.LockMulti(ctx, []string{low, mid, high}, token, dlock.WithMaxWait(600*time.Millisecond),
+		dlock.WithOnRetry(func(failed int, _ error) {
+			if failed == 1 {
+				var err error
+				if mate, err = c.TryLock(ctx, low, token); err != nil {
+					t.Errorf("the token's other Lock: %v", err)
+				}
+			}
+		}))
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("LockMulti: err = %v, want ErrNotObtained", err)
+	}
+	if l, err := third.TryLock(ctx, low); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("another client's TryLock of %q, held with the token: err = %v, want ErrNotObtained", low, err)
+	} else if err == nil {
+		_ = l.Release(ctx)
+	}
+	if mate != nil {
+		if err := mate.Release(ctx); err != nil {
+			t.Errorf("the token's other Lock: Release = %v, want nil", err)
+		}
+	}
+}
+
+// callHookDriver is a tapDriver that fails each call its hook returns an
+// error for, and sends the others.
+type callHookDriver struct {
+	*tapDriver
+	hook atomic.Pointer[func(*dlock.Call) error]
+}
+
+func (d *callHookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	hook := d.hook.Load()
+	if hook == nil {
+		d.tapDriver.Eval(ctx, calls...)
+		return
+	}
+	var send []*dlock.Call
+	for _, c := range calls {
+		if err := (*hook)(c); err != nil {
+			c.Val, c.Err = nil, err
+		} else {
+			send = append(send, c)
+		}
+	}
+	if len(send) > 0 {
+		d.tapDriver.Eval(ctx, send...)
+	}
+}

@@ -136,7 +136,12 @@ func WithMetadata(meta string) Option {
 // succeeds again, so a caller that lost a reply may safely retry. Locks
 // acquired with one token are one holder: the hold is then only ever
 // extended, and a Release (or the clean-up after a failed acquire) by any
-// of them ends it for all. So do not give one token to Locks that may be
+// of them ends it for all. On a Redis Cluster, a lock on names in several
+// slots gives back between its attempts what they took (not a name an
+// attempt found held with the token already): a name that another Lock of
+// the token joined while the attempt lasted, or whose reply was lost, goes
+// back with it, and one the attempt found held with the token and whose
+// reply it then lost stays held until its TTL. So do not give one token to Locks that may be
 // acquiring at the same time for different work. This holds after a hold
 // expired too: a Lock whose hold expired, and whose token a later acquire
 // took again, sees that new hold as its own (TTL, Fence, Release), though

@@ -195,11 +195,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 					taken, tokens = append(taken, own), append(tokens, l.req)
 				}
 			}
-			gerr := l.giveBack(ctx, taken, tokens)
-			if gerr == nil {
-				l.gaveBackAll(taken)
-			}
-			if gerr != nil && notRun(gerr) {
+			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
 				// Not sent, or refused before it ran: it cannot run late,
 				// so a waiting caller goes on. What it did not give back
 				// stays held by the request token until the next attempt
@@ -259,14 +255,11 @@ func (l *Lock) noteJoins(p part, joins string) {
 	}
 }
 
-// gaveBackAll notes that the parts were given back: names of them that a
-// later attempt finds held with the caller's token are another Lock's (see
-// noteJoins).
-func (l *Lock) gaveBackAll(parts []part) {
-	for _, p := range parts {
-		for j := range p.size(l.names) {
-			delete(l.took, p.index(j))
-		}
+// gaveBack notes that p was given back: names of it that a later attempt
+// finds held with the caller's token are another Lock's (see noteJoins).
+func (l *Lock) gaveBack(p part) {
+	for j := range p.size(l.names) {
+		delete(l.took, p.index(j))
 	}
 }
 
@@ -340,17 +333,16 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
 	// The error of a release that may have run comes first: see notRun.
-	var first error
+	var ran, first error
 	for i, call := range calls {
-		if call.Err != nil {
-			err := l.replyError(parts[i], call.Err)
-			if !notRun(call.Err) {
-				return err
-			}
-			if first == nil {
-				first = err
-			}
+		switch {
+		case call.Err == nil:
+			l.gaveBack(parts[i])
+		case !notRun(call.Err):
+			ran = cmp.Or(ran, l.replyError(parts[i], call.Err))
+		default:
+			first = cmp.Or(first, l.replyError(parts[i], call.Err))
 		}
 	}
-	return first
+	return cmp.Or(ran, first)
 }
