@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -285,8 +286,10 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	return err
 }
 
-// Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a primary
-// whose last channels it removes; as Subscribe, without holding the lock.
+// Unsubscribe sends SUNSUBSCRIBE, one for each slot of the channels (the
+// server refuses one across slots, CROSSSLOT, and the connection would be
+// taken for failed), or closes the connection of a primary whose last
+// channels it removes; as Subscribe, without holding the lock.
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	var idle []*nodeSubscription
 	byNode := map[*nodeSubscription][]string{}
@@ -311,7 +314,14 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	s.mu.Unlock()
 	var errs []error
 	for ns, chs := range byNode {
-		errs = append(errs, ns.ps.SUnsubscribe(ctx, chs...))
+		bySlot := map[int][]string{}
+		for _, ch := range chs {
+			slot := keyslot.Of(ch)
+			bySlot[slot] = append(bySlot[slot], ch)
+		}
+		for _, chs := range bySlot {
+			errs = append(errs, ns.ps.SUnsubscribe(ctx, chs...))
+		}
 	}
 	for _, ns := range idle {
 		_ = ns.ps.Close() // its goroutine sees closing and returns

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -347,4 +348,54 @@ func TestAStalledPrimaryDoesNotHoldUpASubscription(t *testing.T) {
 	}
 	redistest.PublishUntilReceived(t, healthy, ch, "free", got)
 	resume()
+}
+
+// TestUnsubscribingChannelsOfSeveralSlotsKeepsTheConnection: the idle
+// channels a client lets go of lie in several slots of one primary, which
+// refuses a SUNSUBSCRIBE across slots (CROSSSLOT). Sent one a slot, they go
+// on the primary's connection, and the channel kept there still hears its
+// notices; sent at once, the refusal closed the connection, and notices
+// were lost until it was subscribed anew.
+func TestUnsubscribingChannelsOfSeveralSlotsKeepsTheConnection(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 16)
+	sub, err := New(rdb).SubscribeSharded(ctx, func(_, payload string) {
+		if payload != "" {
+			got <- payload
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	p := c.Nodes[0]
+	keep, a, b := c.ChannelOn(t, p, "keep"), c.ChannelOn(t, p, "a"), c.ChannelOn(t, p, "b")
+	if keyslot.Of(a) == keyslot.Of(b) {
+		t.Fatalf("%s and %s share a slot", a, b)
+	}
+	if err := sub.Subscribe(ctx, keep, a, b); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Do(t, "CLIENT", "LIST", "TYPE", "pubsub")
+	if err := sub.Unsubscribe(ctx, a, b); err != nil {
+		t.Fatalf("Unsubscribe: %v", err)
+	}
+	if n := p.Do(t, "SPUBLISH", keep, "kept"); n != "1" {
+		t.Errorf("a notice on the kept channel right after the Unsubscribe reached %s subscribers, want 1", n)
+	}
+	id := func(list string) string { // the first connection's id=…
+		if f := strings.Fields(list); len(f) > 0 {
+			return f[0]
+		}
+		return ""
+	}
+	if after := p.Do(t, "CLIENT", "LIST", "TYPE", "pubsub"); id(after) != id(before) {
+		t.Errorf("the primary's pub/sub connection was replaced: %q, then %q", before, after)
+	}
+	if chans := p.Do(t, "PUBSUB", "SHARDCHANNELS"); strings.Contains(chans, a) || strings.Contains(chans, b) {
+		t.Errorf("still subscribed after the Unsubscribe: %q", chans)
+	}
 }
