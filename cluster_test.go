@@ -407,6 +407,9 @@ type flakyShards struct {
 	mu    sync.Mutex
 	fails int
 	asked map[string]int
+	// subscribes makes a failing Subscribe subscribe all the same, as a
+	// driver that goes on with it in the background does.
+	subscribes bool
 }
 
 func (d *flakyShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -433,9 +436,47 @@ func (s *flakySubscription) Subscribe(ctx context.Context, channels ...string) e
 	}
 	s.d.mu.Unlock()
 	if fail {
+		if s.d.subscribes {
+			_ = s.Subscription.Subscribe(ctx, channels...)
+		}
 		return errors.New("flaky: SSUBSCRIBE timed out")
 	}
 	return s.Subscription.Subscribe(ctx, channels...)
+}
+
+// TestAChannelWhoseSubscribeFailedIsLetGoOfToo: a Subscribe that failed
+// may be one the driver goes on with (both drivers subscribe anew in the
+// background). When the client lets go of that idle channel, it
+// unsubscribes it as well: it was left subscribed on its primary, unknown
+// to the client, until Close.
+func TestAChannelWhoseSubscribeFailedIsLetGoOfToo(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	drv := &flakyShards{Driver: goredis.New(e.newRedis(t)), fails: 1, asked: map[string]int{}, subscribes: true}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.KeepIdleShardChannels(c, 0)
+	for _, name := range e.names[:2] {
+		l, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		wctx, giveUp, cancel := untilRefused(ctx)
+		if _, err := c.Lock(wctx, name, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("wait for %s: err = %v, want ErrNotObtained", name, err)
+		}
+		cancel()
+	}
+	key := dlock.DefaultPrefix + "{" + e.names[0] + "}"
+	node, err := e.rdb.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chans := node.PubSubShardChannels(ctx, key+":w:*").Val(); len(chans) > 0 {
+		t.Errorf("shard channels left subscribed after the client let go of them: %v", chans)
+	}
 }
 
 // TestAShardSubscriptionThatFailedIsAskedForAgain: a wait whose shard

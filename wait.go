@@ -252,11 +252,11 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 				// waiting for: let go of it at a later sweep, after.
 				h.idle++
 			default:
+				// Also when unsent: a Subscribe that failed may be one
+				// that the driver goes on with in the background.
 				delete(h.shards, ch)
-				if !h.unsent[ch] { // never subscribed: nothing to undo
-					drop = append(drop, ch)
-				}
 				delete(h.unsent, ch)
+				drop = append(drop, ch)
 			}
 		}
 	}
