@@ -556,6 +556,43 @@ func (s *gatedSubscription) Unsubscribe(ctx context.Context, channels ...string)
 	return s.Subscription.Unsubscribe(ctx, channels...)
 }
 
+// TestLettingGoOfIdleChannelsDoesNotHoldUpAWait: the wait whose end makes
+// the client let go of its idle shard channels returns at once, while the
+// Unsubscribe goes on (a primary that does not answer held the wait, and
+// the waits wanting those channels back, until it did).
+func TestLettingGoOfIdleChannelsDoesNotHoldUpAWait(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	drv := &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.KeepIdleShardChannels(c, 0)
+	name := e.names[0]
+	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		wctx, giveUp, cancel := untilRefused(ctx)
+		defer cancel()
+		_, err := c.Lock(wctx, name, giveUp)
+		gaveUp <- err
+	}()
+	<-drv.entered
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("wait: err = %v, want ErrNotObtained", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the wait waited for the Unsubscribe of its idle channel")
+	}
+	close(drv.proceed)
+}
+
 // TestAShardChannelWantedWhileLetGoStaysSubscribed: a client lets go of
 // its idle shard channels, and a new wait wants one of them back while
 // the Unsubscribe is under way. The channel must be subscribed after the

@@ -78,6 +78,7 @@ type waitHub struct {
 	endedAt  []endedReq               // the same, oldest first
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
 	openers  sync.WaitGroup           // the goroutine opening the subscription
+	letGo    sync.WaitGroup           // sharded: the goroutines unsubscribing idle channels (see unlisten)
 	life     context.Context          // ends at close: an opening subscription gives up
 	end      context.CancelFunc       // ends life
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
@@ -265,16 +266,28 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 		h.mu.Unlock()
 		return
 	}
+	// In the background, within unsubscribeTimeout: the caller, whose wait
+	// is over, does not wait for a primary slow to answer; the listens
+	// that want a channel back meanwhile wait for it (see listen).
 	done := h.start(drop)
+	h.letGo.Add(1)
 	h.mu.Unlock()
-	err := sub.Unsubscribe(ctx, drop...)
-	h.mu.Lock()
-	h.finish(drop, done)
-	h.mu.Unlock()
-	if err != nil {
-		h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
-	}
+	go func() {
+		defer h.letGo.Done()
+		uctx, cancel := context.WithTimeout(h.life, unsubscribeTimeout)
+		defer cancel()
+		err := sub.Unsubscribe(uctx, drop...)
+		h.mu.Lock()
+		h.finish(drop, done)
+		h.mu.Unlock()
+		if err != nil {
+			h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
+		}
+	}()
 }
+
+// unsubscribeTimeout bounds the Unsubscribe of idle shard channels.
+const unsubscribeTimeout = time.Second
 
 // busy returns the done channel of a Subscribe or Unsubscribe under way
 // for one of chans, or nil; h.mu must be held.
@@ -893,6 +906,7 @@ func (h *waitHub) close() {
 		_ = sub.Close()
 	}
 	h.openers.Wait()
+	h.letGo.Wait()
 	h.givers.Wait()
 }
 
