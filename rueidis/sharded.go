@@ -234,6 +234,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 		}
 	}
 	s.retry(failed)
+	s.running.Add(len(added)) // their starts: Close waits for them
 	s.mu.Unlock()
 	if unknown != "" {
 		errs = append(errs, s.d.unconnected(ctx, unknownAddr, unknown, fmt.Sprintf("which serves the slot of %q", unknown)))
@@ -246,20 +247,24 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	// these; each on its own, so that a primary slow to answer holds up
 	// neither the others nor the primaries this call is connected to
 	// (the calls that wait for those).
-	var starting sync.WaitGroup
+	// This call waits for them within ctx: rueidis dials a dedicated
+	// connection whatever ctx says, and a stalled primary's handshake
+	// lasts until its own timeout. A start that outlives the call goes
+	// on, as Subscribe's doc says of channels it could not subscribe.
 	var outcome sync.Mutex // errs and some
+	startedOne := make(chan struct{}, len(added))
 	for n, addr := range added {
-		starting.Add(1)
 		go func() {
-			defer starting.Done()
+			defer s.running.Done()
 			err := n.start(ctx)
 			outcome.Lock()
-			defer outcome.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
 			} else {
 				some = true
 			}
+			outcome.Unlock()
+			startedOne <- struct{}{}
 		}()
 	}
 	// The requests go unlocked, so that a primary that is slow to answer
@@ -299,7 +304,17 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 			_ = n.Unsubscribe(ctx, gone...)
 		}
 	}
-	starting.Wait()
+	for range added {
+		select {
+		case <-startedOne:
+		case <-ctx.Done():
+			outcome.Lock()
+			defer outcome.Unlock()
+			return some, errors.Join(append(errs[:len(errs):len(errs)], context.Cause(ctx))...)
+		}
+	}
+	outcome.Lock()
+	defer outcome.Unlock()
 	return some, errors.Join(errs...)
 }
 

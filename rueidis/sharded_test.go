@@ -156,3 +156,41 @@ func stalledAWhile(t *testing.T, c *redistest.Cluster, drv *dlockrueidis.Driver,
 	}
 	resume()
 }
+
+// TestASubscribeToAStalledNewPrimaryEndsWithItsContext: a Subscribe that
+// must open a connection to a primary that stalls returns when its
+// context ends (the wait it serves goes on without notices), while the
+// connection goes on opening; rueidis dials whatever the context says, and
+// the call waited for the handshake's own timeout.
+func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	q, other := c.Nodes[0], c.Nodes[1]
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	ctx := context.Background()
+	sub, err := dlockrueidis.New(client).SubscribeSharded(ctx, func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(ctx, c.ChannelOn(t, other, "warm")); err != nil {
+		t.Fatal(err)
+	}
+	ch := c.ChannelOn(t, q, "stalled")
+	resume := q.PauseAWhile(t)
+	defer resume()
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = sub.Subscribe(sctx, ch)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Subscribe returned %v after its context's 300ms", took)
+	}
+	if err == nil {
+		t.Error("Subscribe on a stalled primary: err = nil, want its context's end")
+	}
+	resume()
+}
