@@ -1134,3 +1134,47 @@ func (d *callHookDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		d.tapDriver.Eval(ctx, send...)
 	}
 }
+
+// TestAWaitOnAStalledPrimaryEndsWithinItsBound: a waiting lock on names of
+// several slots, one on a primary that stalls, is cut short by its
+// context; its give-back there gets no answer, and the rest of its exit
+// (its clean-up, leaving the waiter sets) shares that give-back's 2s. It
+// returned 4s after its context's end.
+func TestAWaitOnAStalledPrimaryEndsWithinItsBound(t *testing.T) {
+	e := newClusterEnv(t)
+	low, high := e.names[0], e.names[2]
+	ctx := context.Background()
+	for _, n := range e.cluster.Nodes {
+		n.Do(t, "CONFIG", "SET", "cluster-require-full-coverage", "no") // the others serve on
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	// The client learns the names' slots, and opens its connections.
+	l, err := c.LockMulti(ctx, []string{low, high})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stalled := e.cluster.PrimaryOf(t, dlock.DefaultPrefix+"{"+low+"}")
+	resume := stalled.PauseAWhile(t)
+	defer resume()
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.LockMulti(wctx, []string{low, high})
+	if took := time.Since(start); took > 50*time.Millisecond+cleanupBound+time.Second {
+		t.Errorf("LockMulti returned %v after it began, with a 50ms context: err = %v", took, err)
+	}
+	if err == nil {
+		t.Error("LockMulti on a stalled primary: err = nil")
+	}
+	resume()
+}
+
+// cleanupBound is how long an acquire may take past its context's end to
+// clean up (see Client.TryLock).
+const cleanupBound = 2 * time.Second

@@ -207,7 +207,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 				// Names may be left taken: the caller must not count the
 				// attempt as refused, and cleans up as after a lost reply.
 				// A waiting caller stops waiting (see errGiveBack).
-				err = fmt.Errorf("%w: %w; the attempt had failed: "+hadVerb(err), errGiveBack, gerr, err)
+				err = fmt.Errorf("%w: %w; the attempt had failed: "+hadVerb(err), &gaveBackError{by: l.gaveBackBy}, gerr, err)
 			}
 			return "", nil, holderTTL, err
 		}

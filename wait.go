@@ -958,6 +958,13 @@ type waitArgs struct {
 // waiting then, and cleans up.
 var errGiveBack = errors.New("dlock: giving back the names an attempt took failed")
 
+// gaveBackError is errGiveBack with the bound of the give-back that failed,
+// which the wait's exit shares (see waitFor).
+type gaveBackError struct{ by time.Time }
+
+func (e *gaveBackError) Error() string        { return errGiveBack.Error() }
+func (e *gaveBackError) Is(target error) bool { return target == errGiveBack }
+
 // errLateReply is why an acquire whose reply came back after the lock's
 // validity (its TTL less the drift allowance) failed.
 var errLateReply = errors.New("the reply came back after the lock's TTL, less the drift allowance, had run out")
@@ -1004,6 +1011,10 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	var gaveUp time.Time
 	abandon := func(uncertain bool, err error) error {
 		gaveUp = time.Now()
+		if gb := (*gaveBackError)(nil); errors.As(err, &gb) {
+			// Given up when that give-back began: it used that time.
+			gaveUp = gb.by.Add(-cleanupTimeout)
+		}
 		return giveUp(uncertain, err)
 	}
 	ctx, unwatch := c.endsAtClose(ctx)
