@@ -280,7 +280,7 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 		h.mu.Lock()
 		h.finish(drop, done)
 		h.mu.Unlock()
-		if err != nil {
+		if err != nil && h.life.Err() == nil { // not Close ending it
 			h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
 		}
 	}()

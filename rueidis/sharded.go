@@ -250,19 +250,24 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	// This call waits for them within ctx: rueidis dials a dedicated
 	// connection whatever ctx says, and a stalled primary's handshake
 	// lasts until its own timeout. A start that outlives the call goes
-	// on, as Subscribe's doc says of channels it could not subscribe.
-	var outcome sync.Mutex // errs and some
+	// on, within shardTimeout or until Close, as Subscribe's doc says of
+	// channels it could not subscribe.
+	var outcome sync.Mutex // errs, subscribed and started
+	subscribed, started := false, 0
 	startedOne := make(chan struct{}, len(added))
 	for n, addr := range added {
 		go func() {
 			defer s.running.Done()
-			err := n.start(ctx)
+			sctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
+			err := n.start(sctx)
+			cancel()
 			outcome.Lock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("dlockrueidis: SSUBSCRIBE on %s: %w; retrying in the background", addr, err))
 			} else {
-				some = true
+				subscribed = true
 			}
+			started++
 			outcome.Unlock()
 			startedOne <- struct{}{}
 		}()
@@ -297,7 +302,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 		if err != nil {
 			errs = append(errs, err)
 		} else if len(gone) < len(chs) {
-			some = true
+			subscribed = true
 		}
 		outcome.Unlock()
 		if len(gone) > 0 {
@@ -308,14 +313,14 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 		select {
 		case <-startedOne:
 		case <-ctx.Done():
-			outcome.Lock()
-			defer outcome.Unlock()
-			return some, errors.Join(append(errs[:len(errs):len(errs)], context.Cause(ctx))...)
 		}
 	}
 	outcome.Lock()
 	defer outcome.Unlock()
-	return some, errors.Join(errs...)
+	if started < len(added) {
+		errs = append(errs[:len(errs):len(errs)], context.Cause(ctx))
+	}
+	return subscribed, errors.Join(errs...)
 }
 
 // start connects a new subscription to a primary and starts its
@@ -425,8 +430,9 @@ func (s *shardedSubscription) retry(channels []string) {
 	}()
 }
 
-// Unsubscribe sends SUNSUBSCRIBE, or closes the connection of a primary
-// whose last channels it removes, without holding the lock.
+// Unsubscribe sends SUNSUBSCRIBE, or has the connection of a primary whose
+// last channels it removes closed (by its goroutine, which Close waits
+// for), without holding the lock.
 func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	s.mu.Lock()
 	byNode := map[*subscription][]string{}
@@ -461,7 +467,9 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 		errs = append(errs, n.Unsubscribe(ctx, chs...))
 	}
 	for _, n := range idle {
-		_ = n.Close()
+		// Not waited for: one still opening (see start) closes once it is
+		// open; Close waits for it (s.ended).
+		n.cancel()
 	}
 	return errors.Join(errs...)
 }
