@@ -161,7 +161,8 @@ func stalledAWhile(t *testing.T, c *redistest.Cluster, drv *dlockrueidis.Driver,
 // must open a connection to a primary that stalls returns when its
 // context ends (the wait it serves goes on without notices), while the
 // connection goes on opening; rueidis dials whatever the context says, and
-// the call waited for the handshake's own timeout.
+// the call waited for the handshake's own timeout. An Unsubscribe of the
+// channel then does not wait for it either.
 func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	q, other := c.Nodes[0], c.Nodes[1]
@@ -191,6 +192,12 @@ func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("Subscribe on a stalled primary: err = nil, want its context's end")
+	}
+	// Let go of at once, the connection still opening: it closes once open.
+	start = time.Now()
+	_ = sub.Unsubscribe(ctx, ch)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Unsubscribe of the channel of a connection still opening took %v", took)
 	}
 	resume()
 }
