@@ -329,8 +329,8 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // began before Close, allowed half a second at first and up to 4 seconds
 // when the server answered none of the earlier tries in time, may take
 // that long, as far as the driver ends a request at its context's
-// deadline); and a
-// subscription being opened, for a driver that dials for its own
+// deadline); an Unsubscribe of idle shard channels under way (up to 1s);
+// and a subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s), or closed (rueidis
 // waits up to 1s for a server that does not answer). Close does not close the
 // Redis client under the driver. It is safe to call more than once. Called
