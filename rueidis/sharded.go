@@ -258,8 +258,13 @@ func (s *shardedSubscription) subscribe(ctx context.Context, channels []string, 
 	for n, addr := range added {
 		go func() {
 			defer s.running.Done()
-			sctx, cancel := context.WithTimeout(s.ctx, shardTimeout)
+			// Ended at shardTimeout, or at Close, by cancellation, not
+			// a deadline: rueidis ends a request of a context with a
+			// deadline only there.
+			sctx, cancel := context.WithCancel(s.ctx)
+			stop := time.AfterFunc(shardTimeout, cancel)
 			err := n.start(sctx)
+			stop.Stop()
 			cancel()
 			outcome.Lock()
 			if err != nil {
