@@ -140,9 +140,10 @@ func WithMetadata(meta string) Option {
 // slots gives back between its attempts what they took (not a name an
 // attempt found held with the token already): a name that another Lock of
 // the token joined while the attempt lasted, or whose reply was lost, goes
-// back with it, and one the attempt found held with the token and whose
-// reply it then lost stays held until its TTL. So do not give one token to Locks that may be
-// acquiring at the same time for different work. This holds after a hold
+// back with it, and one that an earlier attempt found held with the token
+// stays held, when a later attempt's reply for it is lost, until its TTL.
+// So do not give one token to Locks that may be acquiring at the same time
+// for different work. This holds after a hold
 // expired too: a Lock whose hold expired, and whose token a later acquire
 // took again, sees that new hold as its own (TTL, Fence, Release), though
 // a refresh (or Done) has reported it lost.
