@@ -530,11 +530,21 @@ func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
 }
 
 // gatedShards is a goredis driver whose shard subscriptions hold each
-// Unsubscribe until the test lets it go on.
+// Unsubscribe until the test lets it go on; or, with firstSubscribe, their
+// first Subscribe instead, as a stalled primary of one of its channels
+// would.
 type gatedShards struct {
 	*goredis.Driver
-	entered chan []string // an Unsubscribe began, with its channels
-	proceed chan struct{} // closed to let it go on
+	entered        chan []string // a call held began, with its channels
+	proceed        chan struct{} // closed to let it go on
+	firstSubscribe bool
+	once           sync.Once
+}
+
+// newGatedShards returns a gatedShards on a client of e's cluster.
+func newGatedShards(t *testing.T, e *clusterEnv, firstSubscribe bool) *gatedShards {
+	return &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{}),
+		firstSubscribe: firstSubscribe}
 }
 
 func (d *gatedShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -551,9 +561,23 @@ type gatedSubscription struct {
 }
 
 func (s *gatedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
-	s.d.entered <- channels
-	<-s.d.proceed
+	if !s.d.firstSubscribe {
+		s.d.entered <- channels
+		<-s.d.proceed
+	}
 	return s.Subscription.Unsubscribe(ctx, channels...)
+}
+
+func (s *gatedSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	first := false
+	if s.d.firstSubscribe {
+		s.d.once.Do(func() { first = true })
+	}
+	if first {
+		s.d.entered <- channels
+		<-s.d.proceed
+	}
+	return s.Subscription.Subscribe(ctx, channels...)
 }
 
 // TestLettingGoOfIdleChannelsDoesNotHoldUpAWait: the wait whose end makes
@@ -564,7 +588,7 @@ func TestLettingGoOfIdleChannelsDoesNotHoldUpAWait(t *testing.T) {
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	drv := newGatedShards(t, e, false)
 	c := dlock.New(drv)
 	t.Cleanup(func() { _ = c.Close() })
 	dlock.KeepIdleShardChannels(c, 0)
@@ -613,7 +637,7 @@ func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duratio
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	drv := newGatedShards(t, e, false)
 	c := dlock.New(drv)
 	t.Cleanup(func() { _ = c.Close() })
 	dlock.KeepIdleShardChannels(c, 1)
@@ -690,39 +714,6 @@ func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duratio
 	}
 }
 
-// stuckShards is a goredis driver whose shard subscriptions hold their
-// first Subscribe until the test lets it go on, as a stalled primary of
-// one of its channels would.
-type stuckShards struct {
-	*goredis.Driver
-	entered chan []string // the first Subscribe began, with its channels
-	proceed chan struct{} // closed to let it go on
-	once    sync.Once
-}
-
-func (d *stuckShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	sub, err := d.Driver.SubscribeSharded(ctx, notify)
-	if err != nil {
-		return nil, err
-	}
-	return &stuckSubscription{Subscription: sub, d: d}, nil
-}
-
-type stuckSubscription struct {
-	dlock.Subscription
-	d *stuckShards
-}
-
-func (s *stuckSubscription) Subscribe(ctx context.Context, channels ...string) error {
-	first := false
-	s.d.once.Do(func() { first = true })
-	if first {
-		s.d.entered <- channels
-		<-s.d.proceed
-	}
-	return s.Subscription.Subscribe(ctx, channels...)
-}
-
 // TestAWaitIsNotHeldUpByAnotherWaitsSubscribe: a lock on two names waits,
 // and its Subscribe of their channels is held up (one of them on a
 // stalled primary). A wait for one of those names on the same client does
@@ -733,7 +724,7 @@ func TestAWaitIsNotHeldUpByAnotherWaitsSubscribe(t *testing.T) {
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := &stuckShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{})}
+	drv := newGatedShards(t, e, true)
 	c := dlock.New(drv)
 	t.Cleanup(func() { _ = c.Close() })
 	a, b := e.names[0], e.names[1]
