@@ -318,9 +318,10 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // channels close at their deadlines, unless released; those that were
 // refreshed automatically are lost then with an error that matches
 // ErrClosed too (Lock.Err, and the context of Lock.Context and of Do's
-// function), unless their last refresh before Close had failed. Close does not end Do's functions: a shutdown that should
-// not wait for their locks' deadlines ends Do's contexts, waits for Do to
-// return, and then calls Close. A refresh under way
+// function), unless their last refresh before Close had failed. Close
+// does not end Do's functions: a shutdown that should not wait for their
+// locks' deadlines ends Do's contexts, waits for Do to return, and then
+// calls Close. A refresh under way
 // is abandoned, and not reported as a failed refresh; Close waits for the
 // driver to give it up, which, when the server does not answer, can take
 // the driver's read timeout (go-redis: ReadTimeout, 3s by default). So

@@ -15,8 +15,8 @@ import (
 // lost (at its local deadline, or at the refresh that finds it gone; its
 // context.Cause says why), and releases the lock when fn returns. It
 // returns fn's error, with the loss (matching ErrLost) if the lock was lost
-// while fn ran: an error that matches both, and reads as both on one line. If fn panics, Do releases the lock and lets the
-// panic go on.
+// while fn ran: an error that matches both, and reads as both on one line.
+// If fn panics, Do releases the lock and lets the panic go on.
 //
 // opts are those of Lock; WithAutoRefresh is implied.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {

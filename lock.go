@@ -126,10 +126,10 @@ func (k *holdKind) args(common ...any) []any {
 // server that stalls, or answers slowly), is sent again in the background,
 // at growing intervals up to a second, each try allowed twice as long as
 // the last, from half a second up to 4 seconds, until the server answers
-// it, for up to a minute or until Close, unless its token was given WithToken; its
-// failure is logged then.) A ctx
-// that has already ended when it is called sends nothing: the error
-// matches ctx.Err() (every call that acquires does the same).
+// it, for up to a minute or until Close, unless its token was given
+// WithToken; its failure is logged then.) A ctx that has already ended
+// when it is called sends nothing: the error matches ctx.Err() (every call
+// that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
 }
@@ -641,7 +641,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 // takePart runs the acquire script on the names of p. When one is held by
 // another, it returns ErrNotObtained and how long the holder's lock has
 // left. joins is the script's report of the names it joined as repeats,
-// when args ask for it (see joinsArgs), or else "".
+// when args ask for it (see takeParts), or else "".
 func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
 	call := &Call{Script: l.kind.acquire, Keys: p.keys, Args: args}
 	l.c.evalWith(ctx, l.repl, call.one()...)
