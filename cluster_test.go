@@ -500,16 +500,7 @@ func TestAShardSubscriptionThatFailedIsAskedForAgain(t *testing.T) {
 	if _, err := c.Lock(wctx, name, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("first wait: err = %v, want ErrNotObtained", err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := c.Lock(ctx, name)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(c, name, 10*time.Second)
 	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -670,16 +661,7 @@ func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duratio
 		t.Fatalf("unsubscribed %v, want a's and b's channels", dropped)
 	}
 	// A new wait for a wants its channel back meanwhile.
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := c.Lock(ctx, a)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(c, a, 10*time.Second)
 	awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.ShardListeners(c, a); return n == 1 })
 	time.Sleep(unsubscribeHeld) // the primary's answer
 	close(drv.proceed)
@@ -740,16 +722,7 @@ func TestAWaitIsNotHeldUpByAnotherWaitsSubscribe(t *testing.T) {
 		multi <- err
 	}()
 	<-drv.entered
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := c.Lock(ctx, b)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(c, b, 10*time.Second)
 	key := dlock.DefaultPrefix + "{" + b + "}"
 	awaitCond(t, 5*time.Second, func() bool { return e.rdb.ZCard(ctx, key+":waiters").Val() == 1 })
 	if err := held.Release(ctx); err != nil {

@@ -47,11 +47,7 @@ func TestASubscribeToAPrimaryBeingConnectedWaitsForIt(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 	ctx := context.Background()
-	sub, err := dlockrueidis.New(client).SubscribeSharded(ctx, func(string, string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := subscribeSharded(t, client)
 	one, two := c.ChannelOn(t, q, "one"), c.ChannelOn(t, q, "two")
 	// The slot map is read, and the client's own connection to q is open:
 	// the next dial to q is the subscription's.
@@ -172,11 +168,7 @@ func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 	ctx := context.Background()
-	sub, err := dlockrueidis.New(client).SubscribeSharded(ctx, func(string, string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := subscribeSharded(t, client)
 	if err := sub.Subscribe(ctx, c.ChannelOn(t, other, "warm")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +192,16 @@ func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
 		t.Errorf("Unsubscribe of the channel of a connection still opening took %v", took)
 	}
 	resume()
+}
+
+// subscribeSharded opens a shard subscription over client, closed with the
+// test, whose notices go nowhere.
+func subscribeSharded(t *testing.T, client rueidis.Client) dlock.Subscription {
+	t.Helper()
+	sub, err := dlockrueidis.New(client).SubscribeSharded(context.Background(), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub
 }
