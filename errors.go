@@ -38,7 +38,9 @@ var (
 
 	// ErrKindMismatch means the name is in use by another kind of dlock
 	// primitive (for example a read/write lock where an exclusive lock was
-	// asked for).
+	// asked for), or by a read/write lock of the other fairness. The
+	// error's text names what uses it: `dlock: name is used by another
+	// kind of lock: "jobs" is a semaphore`.
 	ErrKindMismatch = errors.New("dlock: name is used by another kind of lock")
 
 	// ErrModeMismatch means a token holds the name in another mode: a read
@@ -240,8 +242,9 @@ func isUnauthenticated(err error) bool {
 // or "DLOCK_MODE i", i being the 1-based index of the key, which name turns
 // into the name for the message, and keyOf into the name's key. A
 // "DLOCK_WRONGTYPE i" followed by a suffix (":fence", say) says that the
-// name's key with that suffix holds the data, and the message names it.
-// Anything else is a *ServerError about key.
+// name's key with that suffix holds the data, and the message names it; a
+// "DLOCK_KIND i" followed by the kind found says what uses the name (see
+// kindFound). Anything else is a *ServerError about key.
 func scriptError(err error, key string, name func(i int64) string, keyOf func(name string) string) error {
 	msg := err.Error()
 	for _, c := range [...]struct {
@@ -255,8 +258,32 @@ func scriptError(err error, key string, name func(i int64) string, keyOf func(na
 			if c.sentinel == ErrWrongType && len(fields) > 1 && strings.HasPrefix(fields[1], ":") {
 				return fmt.Errorf("%w: %q (at its key %q)", c.sentinel, n, keyOf(n)+fields[1])
 			}
+			if c.sentinel == ErrKindMismatch && len(fields) > 1 {
+				if found := kindFound(fields[1]); found != "" {
+					return fmt.Errorf("%w: %q is %s", c.sentinel, n, found)
+				}
+			}
 			return fmt.Errorf("%w: %q", c.sentinel, n)
 		}
 	}
 	return &ServerError{Key: key, Err: err}
+}
+
+// kindFound names the kind of lock a DLOCK_KIND error found on a name, as
+// the scripts spell it (see kind_error in replies.lua); "" for a kind it
+// does not know.
+func kindFound(kind string) string {
+	switch kind {
+	case "lock":
+		return "an exclusive lock"
+	case "semaphore":
+		return "a semaphore"
+	case "rwlock:1":
+		return "a fair read/write lock"
+	case "rwlock:0":
+		return "a writer-preferring read/write lock"
+	case "rwlock":
+		return "a read/write lock"
+	}
+	return ""
 }

@@ -1251,6 +1251,8 @@ func TestAttachToAnotherKindIsAKindMismatch(t *testing.T) {
 	_, err = e.c.Attach(ctx, "rw", w.Token())
 	if !errors.Is(err, dlock.ErrKindMismatch) || !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("err = %v, want ErrNotHeld and ErrKindMismatch", err)
+	} else if want := `"rw" is a writer-preferring read/write lock`; !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want it to say %s", err, want)
 	}
 }
 

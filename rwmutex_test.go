@@ -625,7 +625,7 @@ func TestRWMutexTokenOfTheOtherMode(t *testing.T) {
 
 // TestOneNameOneKind: a name in use as one kind refuses every other, and a
 // read/write lock of the other fairness, with ErrKindMismatch at once
-// (without waiting), changing nothing.
+// (without waiting), changing nothing; the error names the kind found.
 func TestOneNameOneKind(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -641,6 +641,8 @@ func TestOneNameOneKind(t *testing.T) {
 	}
 	group := map[string]string{"exclusive": "x", "read": "rw", "write": "rw", "fair read": "fair",
 		"fair write": "fair", "permit": "sem"}
+	kinds := map[string]string{"x": "an exclusive lock", "rw": "a writer-preferring read/write lock",
+		"fair": "a fair read/write lock", "sem": "a semaphore"}
 	for held, take := range uses {
 		name := "name-" + group[held]
 		opts = nil
@@ -659,6 +661,8 @@ func TestOneNameOneKind(t *testing.T) {
 			opts = []dlock.Option{dlock.WithMaxWait(10 * time.Second), dlock.WithOnRetry(func(int, error) { retries++ })}
 			if _, err := use(name); !errors.Is(err, dlock.ErrKindMismatch) {
 				t.Errorf("%s on a name held as %s: err = %v, want ErrKindMismatch", other, held, err)
+			} else if want := fmt.Sprintf("%q is %s", name, kinds[group[held]]); !strings.HasSuffix(err.Error(), want) {
+				t.Errorf("%s on a name held as %s: err = %v, want it to end with %s", other, held, err, want)
 			} else if retries != 0 {
 				t.Errorf("%s on a name held as %s was retried %d times", other, held, retries)
 			}

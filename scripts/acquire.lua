@@ -64,8 +64,8 @@
 -- release).
 -- Fails with DLOCK_WRONGTYPE i and the suffix of the key at fault (see
 -- wrongtype) when a key of the name holds data dlock did not write, or
--- with DLOCK_KIND i when KEYS[i] is another kind of lock; nothing is
--- written then.
+-- with DLOCK_KIND i and the kind found (see kind_error) when KEYS[i] is
+-- another kind of lock; nothing is written then.
 local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
@@ -154,7 +154,7 @@ for i = 1, n do
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
   elseif cur[1] ~= 'lock' then
-    return redis.error_reply('DLOCK_KIND ' .. i)
+    return kind_error(i, KEYS[i], cur[1])
   elseif not given and listed(cur[9], req) then
     -- The acquisition of this request token has ended (see release): this
     -- is a late copy of its request, whose caller is gone. Refused,

@@ -140,7 +140,7 @@ local function open(k, kind, ...)
     if redis.call('EXISTS', k) == 1 then return nil, wrongtype() end
   elseif cur[1] ~= kind then
     local tok = cur[1] == 'lock' and redis.call('HGET', k, 'token')
-    if tok ~= '' then return nil, redis.error_reply('DLOCK_KIND 1') end
+    if tok ~= '' then return nil, kind_error(1, k, cur[1]) end
     redis.call('DEL', k)
     for i = 1, #cur do cur[i] = false end
   end

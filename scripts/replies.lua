@@ -41,3 +41,16 @@ end
 local function wrote(r)
   return not foreign(r)
 end
+
+-- kind_error is the error that refuses the i-th name because its hash k
+-- is used as another kind of lock, kind ('lock', 'rwlock' or
+-- 'semaphore'): DLOCK_KIND i, then that kind, a read/write lock's with its
+-- fairness ('rwlock:1' fair, 'rwlock:0' preferring writers), which the
+-- error names.
+local function kind_error(i, k, kind)
+  if kind == 'rwlock' then
+    local fair = redis.pcall('HGET', k, 'fair')
+    if type(fair) == 'string' then kind = kind .. ':' .. fair end
+  end
+  return redis.error_reply('DLOCK_KIND ' .. i .. ' ' .. kind)
+end

@@ -40,8 +40,8 @@
 -- less when the caller's pending acquire needs renewing (for a late copy
 -- of an ended acquisition's request, until the marker forgets it), and
 -- queued is 1 when the caller has one. Fails with DLOCK_WRONGTYPE 1 and a
--- key's suffix (see wrongtype), DLOCK_KIND 1
--- (another kind, or the other fairness) or DLOCK_MODE 1 (the request token
+-- key's suffix (see wrongtype), DLOCK_KIND 1 and the kind found (another
+-- kind, or the other fairness; see kind_error) or DLOCK_MODE 1 (the request token
 -- holds the other mode), having changed nothing; a waiting caller that is
 -- refused fails with DLOCK_WRONGTYPE 1 :waiters too when its waiter set holds data
 -- dlock did not write (a caller that obtains a hold leaves such a set
@@ -85,7 +85,7 @@ end
 if not cur[1] then
   return take({'kind', 'rwlock', 'fair', fair})
 end
-if cur[2] ~= fair then return redis.error_reply('DLOCK_KIND 1') end
+if cur[2] ~= fair then return kind_error(1, k, 'rwlock') end
 if not prune(k, hk, now) then return wrongtype(2) end
 local again = rejoin(k, hk, now, ttl, req, mode, cur[4], cur[5], cur[6], given)
 if again then

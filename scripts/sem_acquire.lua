@@ -19,8 +19,8 @@
 -- or the held one when the request repeats an acquire or re-enters a
 -- permit of the same owner. Returns {0, ms, 1} when every permit is taken,
 -- ms being how long until the first of them expires. Fails with
--- DLOCK_WRONGTYPE 1 and a key's suffix (see wrongtype) or DLOCK_KIND 1,
--- having changed nothing; a waiting caller that is refused fails with
+-- DLOCK_WRONGTYPE 1 and a key's suffix (see wrongtype) or DLOCK_KIND 1
+-- and the kind found (see kind_error), having changed nothing; a waiting caller that is refused fails with
 -- DLOCK_WRONGTYPE 1 :waiters too when its waiter
 -- set holds data dlock did not write (see rw_acquire).
 local k, hk, ck = KEYS[1], KEYS[2], KEYS[3]

@@ -11,8 +11,8 @@
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
 -- key is not held by the caller ({-3} when ForceRelease ended the caller's
--- hold there, see forced). Attaching, fails with DLOCK_KIND i when
--- KEYS[i] is held by another kind of lock, and with DLOCK_WRONGTYPE i when
+-- hold there, see forced). Attaching, fails with DLOCK_KIND i and the
+-- kind found (see kind_error) when KEYS[i] is held by another kind of lock, and with DLOCK_WRONGTYPE i when
 -- it holds data dlock did not write.
 local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
 local least, first = -1, nil
@@ -33,7 +33,7 @@ for i = 1, #KEYS do
       if foreign(kind) or (not kind and redis.call('EXISTS', KEYS[i]) == 1) then
         return redis.error_reply('DLOCK_WRONGTYPE ' .. i)
       end
-      if kind and kind ~= 'lock' then return redis.error_reply('DLOCK_KIND ' .. i) end
+      if kind and kind ~= 'lock' then return kind_error(i, KEYS[i], kind) end
     end
     if forced(KEYS[i], req, ARGV[1]) then return {-3} end
     return {-2}

@@ -191,7 +191,7 @@ func (a *app) redisError(c *conn, err error) error {
 	case errors.Is(err, dlock.ErrWrongType):
 		return a.wrongTypeError(c, err)
 	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:
-		return usage(a.cmd, "%s; run takes an exclusive lock, --shared or --write a read or write hold of a read/write lock (--fair for a fair one), --semaphore N a permit: use the one the name's other users use ('dlock status NAME' shows its kind)", libMsg(err))
+		return usage(a.cmd, "%s; run takes an exclusive lock, --shared or --write a read or write hold of a read/write lock (--fair for a fair one), --semaphore N a permit: use the one the name's other users use", libMsg(err))
 	case errors.Is(err, dlock.ErrKindMismatch), errors.Is(err, dlock.ErrInvalidArgument):
 		// dlock gives the library one name: which of several it was says
 		// nothing.

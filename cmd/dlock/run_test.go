@@ -152,7 +152,7 @@ func TestRunSharedAndSemaphore(t *testing.T) {
 	}
 	// An exclusive lock on a name in use as a read/write lock is refused.
 	r := dlockRun(t, nil, runArgs([]string{"--no-wait"}, name, "job", ran, "0")...)
-	checkOneLine(t, r, exitUsage, "used by another kind of lock")
+	checkOneLine(t, r, exitUsage, "used by another kind of lock: \""+name+"\" is a writer-preferring read/write lock;")
 	// --write is that read/write lock's writer: held off by the reader.
 	r = dlockRun(t, nil, runArgs([]string{"--no-wait", "--write"}, name, "job", ran, "0")...)
 	checkOneLine(t, r, exitNotObtained, "not waiting")
