@@ -94,45 +94,50 @@ end
 local marked, left, forced_by = {}, {}, {}
 local grant = 'g:' .. waiter
 
--- waits registers the waiting client in the waiter set of KEYS[i] and marks
--- the lock as waited for; false when the waiter set's key holds other data
--- (then nothing is written). With ask, it leaves the caller's request
--- (see grant), made at now_us; without, it clears the client's earlier one
--- (an attempt on one name only).
-local function waits(i, now_us, ask)
-  if not register(KEYS[n + i], KEYS[i], waiter, math.floor(now_us / 1000), lease) then return false end
-  local k = KEYS[i]
-  if ask then
-    local g = cjson.encode({req, ttl, owner, meta, attempt, string.format('%.0f', now_us)})
-    if marked[i] then
-      redis.call('HSET', k, grant, g)
-    else
-      redis.call('HSET', k, 'w', '1', grant, g)
+-- waits and leave_others serve a waiting client (waiter), and are made
+-- only for one: an acquire that does not wait runs without them.
+local waits, leave_others
+if waiter ~= '' then
+  -- waits registers the waiting client in the waiter set of KEYS[i] and marks
+  -- the lock as waited for; false when the waiter set's key holds other data
+  -- (then nothing is written). With ask, it leaves the caller's request
+  -- (see grant), made at now_us (now_text as text); without, it clears the
+  -- client's earlier one (an attempt on one name only).
+  function waits(i, now_us, now_text, ask)
+    if not waking().register(KEYS[n + i], KEYS[i], waiter, math.floor(now_us / 1000), lease) then return false end
+    local k = KEYS[i]
+    if ask then
+      local g = cjson.encode({req, ttl, owner, meta, attempt, now_text})
+      if marked[i] then
+        redis.call('HSET', k, grant, g)
+      else
+        redis.call('HSET', k, 'w', '1', grant, g)
+      end
+      return true
     end
+    if not marked[i] then redis.call('HSET', k, 'w', '1') end
+    -- A lock on several names never asks: the request there is another
+    -- caller's of the client, waiting for this name alone, and stays.
+    if left[i] and n == 1 then redis.call('HDEL', k, grant) end
     return true
   end
-  if not marked[i] then redis.call('HSET', k, 'w', '1') end
-  -- A lock on several names never asks: the request there is another
-  -- caller's of the client, waiting for this name alone, and stays.
-  if left[i] and n == 1 then redis.call('HDEL', k, grant) end
-  return true
-end
 
--- leave_others takes a waiting client that KEYS[i] refused out of the
--- waiter sets of the lock's other names that are free, where an earlier
--- attempt of it registered: the release that freed such a name told it,
--- first, and it cannot use the notice, while the callers of other clients
--- waiting for that name alone sleep; the next waiter there is told in its
--- place (as unwait does). It stays where more of its callers wait (as the
--- request, more, or a grant request there says), and where the name is
--- held: the release will tell it.
-local function leave_others(i)
-  for j = 1, n do
-    if j ~= i and string.sub(more or '', j, j) ~= '1' then
-      local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
-      -- Read after this attempt's writes: any error leaves the name be.
-      if not cur.err and not cur[3] and lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
-        wake(KEYS[n + j], KEYS[j])
+  -- leave_others takes a waiting client that KEYS[i] refused out of the
+  -- waiter sets of the lock's other names that are free, where an earlier
+  -- attempt of it registered: the release that freed such a name told it,
+  -- first, and it cannot use the notice, while the callers of other clients
+  -- waiting for that name alone sleep; the next waiter there is told in its
+  -- place (as unwait does). It stays where more of its callers wait (as the
+  -- request, more, or a grant request there says), and where the name is
+  -- held: the release will tell it.
+  function leave_others(i)
+    for j = 1, n do
+      if j ~= i and string.sub(more or '', j, j) ~= '1' then
+        local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
+        -- Read after this attempt's writes: any error leaves the name be.
+        if not cur.err and not cur[3] and waking().lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
+          waking().wake(KEYS[n + j], KEYS[j])
+        end
       end
     end
   end
@@ -168,10 +173,11 @@ for i = 1, n do
   elseif owner ~= '' and cur[4] == owner then
     state[i], token, joined[i] = 'reenter', cur[2], cur[2]
   else
-    if waiter ~= '' and not waits(i, now(), attempt ~= '' and n == 1) then
-      return wrongtype(i, n + i)
+    if waiter ~= '' then
+      local now_us, now_text = now()
+      if not waits(i, now_us, now_text, attempt ~= '' and n == 1) then return wrongtype(i, n + i) end
+      if n > 1 then leave_others(i) end
     end
-    if waiter ~= '' and n > 1 then leave_others(i) end
     return {0, redis.call('PTTL', KEYS[i]), i}
   end
 end
@@ -222,7 +228,7 @@ for i = 1, n do
     -- A waiter set holding other data is left alone: the lock is obtained,
     -- and this client's other callers wake by their timers.
     if string.sub(more or '', i, i) == '1' then
-      waits(i, now_us, false)
+      waits(i, now_us, now_text, false)
     else
       redis.pcall('ZREM', KEYS[n + i], waiter)
       -- A new hash has lost the mark: others may still wait.

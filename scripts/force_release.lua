@@ -41,7 +41,7 @@ if kind == 'lock' then
   -- they left for grants go: each leaves its own again as it is refused.)
   if f[6] then redis.call('HSET', KEYS[1], 'w', '1') end
   redis.call('PEXPIRE', KEYS[1], '60000')
-  wake(KEYS[3], KEYS[1])
+  waking().wake(KEYS[3], KEYS[1])
   return was
 end
 -- The arrival queue is read before the first write: a read Redis refuses
@@ -57,5 +57,5 @@ if kind == 'rwlock' then
 else
   redis.call('DEL', KEYS[1], KEYS[4])
 end
-wake_all(KEYS[3], KEYS[1])
+waking().wake_all(KEYS[3], KEYS[1])
 return was

@@ -31,7 +31,8 @@
 -- lock only while it listens: one that died since its last attempt would
 -- hold the lock for its TTL, unheard (it is dropped, see wake).
 local function pass(k, wk, fk, fence, rel, forced)
-  local w, t = next_waiter(wk)
+  local h = waking()
+  local w, t = h.next_waiter(wk)
   for try = 1, wake_tries do
     if not w then return false end
     local m = w.member
@@ -41,7 +42,7 @@ local function pass(k, wk, fk, fence, rel, forced)
     local dead -- nil until asked (see died)
     if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
         and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
-      dead = died(w, k)
+      dead = h.died(w, k)
       if not dead then
         -- The expiry first: at maxmemory, a write that adds no memory lets
         -- the next ones run (see release). A lock not granted after all
@@ -56,15 +57,15 @@ local function pass(k, wk, fk, fence, rel, forced)
           if forced and listed(forced, g[1]) then redis.call('HSET', k, 'forced', unlisted(forced, g[1])) end
           redis.call('ZREM', wk, m)
           local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
-          tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
+          h.tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
           return true
         end
       end
     end
-    if dead == nil then dead = died(w, k) end
-    if not dead and not deaf(w, tell(m, k)) then return false end
-    drop(wk, k, w)
-    if try < wake_tries then w = next_waiter(wk, t) end
+    if dead == nil then dead = h.died(w, k) end
+    if not dead and not h.deaf(w, h.tell(m, k)) then return false end
+    h.drop(wk, k, w)
+    if try < wake_tries then w = h.next_waiter(wk, t) end
   end
   return false
 end

@@ -273,7 +273,7 @@ end
 local function settle(k, ck, channel, more, now, lease)
   if channel == '' then return end
   if more == '1' then
-    register(ck, k, channel, now, lease)
+    waking().register(ck, k, channel, now, lease)
   else
     redis.pcall('ZREM', ck, channel)
   end

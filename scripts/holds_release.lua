@@ -112,7 +112,7 @@ if not tok then
       redis.call('DEL', unpack(gone))
     end
   end
-  if queued then wake_all(KEYS[3], k) end
+  if queued then waking().wake_all(KEYS[3], k) end
   allow_oom(k)
   remember(false) -- not the id: a release sent again must say again that it held nothing
   if not undo and was_forced(marker, token, now) then return -1 end
@@ -142,7 +142,7 @@ if d.c > 1 then
   redis.call('HSET', k, 'h:' .. tok, encode(d))
   if #gone > 0 then redis.call('HDEL', k, unpack(gone)) end
   remember(true)
-  if queued then wake_all(KEYS[3], k) end
+  if queued then waking().wake_all(KEYS[3], k) end
   return 0
 end
 -- The last count: the hold goes, and with it the name's keys when no other
@@ -162,8 +162,8 @@ else
 end
 remember(true)
 if not rw then
-  wake(KEYS[3], k, false, true)
+  waking().wake(KEYS[3], k, false, true)
 elseif free or queued then
-  wake_all(KEYS[3], k)
+  waking().wake_all(KEYS[3], k)
 end
 return 0

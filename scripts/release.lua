@@ -142,7 +142,7 @@ for i = 1, n do
       redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
       -- The next waiter's timer follows the TTL it was refused with: told,
       -- it tries again and sleeps until this one.
-      if cur[6] then wake(KEYS[n + i], k, true) end
+      if cur[6] then waking().wake(KEYS[n + i], k, true) end
     elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel, cur[10])) then
       redis.call('PEXPIRE', k, '60000')
       redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)

@@ -149,7 +149,7 @@ if blocked then
   end
   -- A waiter set holding other data refuses a waiting caller before
   -- anything is recorded: it could not be told of a release.
-  if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype(3) end
+  if channel ~= '' and not waking().register(ck, k, channel, now, lease) then return wrongtype(3) end
   if records then
     if fair == '1' and not queued then redis.call('ZADD', qk, redis.call('HINCRBY', k, 'seq', 1), member) end
     redis.call('ZADD', pk, str(now + ttl), member)

@@ -49,7 +49,7 @@ else
   end
   if redis.call('ZCARD', hk) >= tonumber(permits) then
     local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
-    if channel ~= '' and not register(ck, k, channel, now, lease) then return wrongtype(3) end
+    if channel ~= '' and not waking().register(ck, k, channel, now, lease) then return wrongtype(3) end
     return {0, math.max(tonumber(first[2]) - now, 0), 1}
   end
 end

@@ -16,8 +16,8 @@ redis.pcall('ZREM', KEYS[2], ARGV[1])
 redis.pcall('HDEL', KEYS[1], 'g:' .. ARGV[1])
 if other then return 0 end
 if cur[1] == 'semaphore' then
-  wake(KEYS[2], KEYS[1], false, true)
-elseif lock_free(KEYS[1], cur) then
-  wake(KEYS[2], KEYS[1])
+  waking().wake(KEYS[2], KEYS[1], false, true)
+elseif waking().lock_free(KEYS[1], cur) then
+  waking().wake(KEYS[2], KEYS[1])
 end
 return 0

@@ -16,135 +16,151 @@
 -- the server did not see listening (its subscription on another node of a
 -- cluster, or not yet confirmed, or behind a proxy) is never taken for
 -- dead.
-
--- channel returns the channel of waiting client member for lock k.
-local function channel_of(member, k)
-  if string.sub(member, 1, 2) == 's|' then return k .. ':w:' .. string.sub(member, 3) end
-  return member
-end
-
--- tell sends a waiting client the notice that lock k may be free, or the
--- message given (see grant), and returns how many clients the server sent
--- it to, or nil when it could not be sent (a server without SPUBLISH): the
--- waiter also wakes by its timers, and the release must not fail for it.
-local function tell(member, k, message)
-  if string.sub(member, 1, 2) == 's|' then
-    local n = redis.pcall('SPUBLISH', channel_of(member, k), message or k)
-    if type(n) == 'number' then return n end
-    return nil
-  end
-  return redis.call('PUBLISH', member, message or k)
-end
-
--- listeners returns how many clients listen on the channel of waiting
--- client member for lock k, without sending anything (nil when the server
--- cannot tell, or the user may not ask).
-local function listeners(member, k)
-  local r
-  if string.sub(member, 1, 2) == 's|' then
-    r = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel_of(member, k))
-  else
-    r = redis.pcall('PUBSUB', 'NUMSUB', member)
-  end
-  if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
-  return nil
-end
-
--- deaf reports whether waiting client w (see next_waiter), seen listening
--- when it registered, has nobody listening for it now, n being how many
--- clients a notice to it reached (which counts pattern subscribers too), or
--- would (see listeners).
-local function deaf(w, n)
-  return w.heard and n == 0
-end
-
--- died reports whether waiting client w, seen listening when it
--- registered, died since: nobody listens on its channel now. It asks the
--- server before the notice is sent, as what a notice reached counts the
--- clients subscribed to a pattern that matches (a monitoring tool's
--- PSUBSCRIBE *, say) too, which would hide a dead client.
-local function died(w, k)
-  return w.heard and deaf(w, listeners(w.member, k))
-end
-
--- lock_free reports whether lock k, whose 'kind' and 'token' fields cur holds
--- (an HMGET reply), is free: a released exclusive lock's hash, or no key.
-local function lock_free(k, cur)
-  return (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', k) == 0)
-end
-
--- register puts waiting client member at the back of waiter set wk of
--- lock k for lease ms from now_ms, marked as heard when the server sees it
--- listening for k. It returns false, having written nothing, when wk holds
--- data that is not a sorted set.
-local function register(wk, k, member, now_ms, lease)
-  local score = now_ms + lease
-  if (listeners(member, k) or 0) > 0 then score = score + 0.5 end
-  if not wrote(redis.pcall('ZADD', wk, score, member)) then return false end
-  expire_or_drop(wk, lease)
-  return true
-end
+--
+-- The helpers are made by waking, when a script first needs one, and
+-- called through it (waking().wake(wk, k), say): Lua makes a closure of
+-- every function a script defines each time the script runs, and an
+-- uncontended acquire or release, which needs none of them, would pay for
+-- them all.
 
 -- wake_tries bounds how many clients found deaf a release takes out of a
 -- waiter set before it gives up looking for one that listens.
 local wake_tries = 32
 
--- next_waiter returns the client registered longest ago in waiter set wk
--- whose registration has not expired, as {member, heard}, or nil when none
--- (or when wk holds other data); t is the server's TIME reply, read when
--- nil.
-local function next_waiter(wk, t)
-  t = t or redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local r = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  -- Read after the caller's writes: any error (other data, a command the
-  -- user may not run) is no waiter, so that a release never fails half done.
-  if type(r) ~= 'table' or r.err or not r[1] then return nil, t end
-  return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
-end
+-- waking returns the helpers below, by name, which it makes at its first
+-- call in a run of the script.
+local helpers
+local function waking()
+  if helpers then return helpers end
 
--- drop takes waiting client w, found deaf, out of waiter set wk of lock k,
--- with the request it may have left there (see grant).
-local function drop(wk, k, w)
-  redis.call('ZREM', wk, w.member)
-  redis.pcall('HDEL', k, 'g:' .. w.member)
-end
+  -- channel_of returns the channel of waiting client member for lock k.
+  local function channel_of(member, k)
+    if string.sub(member, 1, 2) == 's|' then return k .. ':w:' .. string.sub(member, 3) end
+    return member
+  end
 
--- wake tells the next client waiting for lock k that it may be free: the
--- one registered longest ago that has not expired gets a message on its
--- channel naming k. One client is woken, not all of them; a client whose
--- registration expires is skipped, and so is one that is deaf (it died
--- since its last attempt: it leaves the set). marked says the caller knows
--- that clients registered (see acquire), which spares looking first. With
--- unregister, the client woken leaves the set, so that the next release
--- wakes the next client (for a semaphore, whose permits may be freed one
--- right after the other): the client registers again if its attempt is
--- refused.
-local function wake(wk, k, marked, unregister)
-  if not marked and redis.call('EXISTS', wk) == 0 then return end
-  local w, t = next_waiter(wk)
-  for try = 1, wake_tries do
-    if not w then return end
-    if not died(w, k) and not deaf(w, tell(w.member, k)) then
-      if unregister then redis.call('ZREM', wk, w.member) end
-      return
+  -- tell sends a waiting client the notice that lock k may be free, or the
+  -- message given (see grant), and returns how many clients the server sent
+  -- it to, or nil when it could not be sent (a server without SPUBLISH): the
+  -- waiter also wakes by its timers, and the release must not fail for it.
+  local function tell(member, k, message)
+    if string.sub(member, 1, 2) == 's|' then
+      local n = redis.pcall('SPUBLISH', channel_of(member, k), message or k)
+      if type(n) == 'number' then return n end
+      return nil
     end
-    drop(wk, k, w)
-    if try < wake_tries then w = next_waiter(wk, t) end
+    return redis.call('PUBLISH', member, message or k)
   end
-end
 
--- wake_all tells every client waiting for k that it may be free: for the
--- primitives that several may hold at once, when a change may let several
--- waiters in.
-local function wake_all(wk, k)
-  if redis.call('EXISTS', wk) == 0 then return end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local all = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf')
-  if type(all) ~= 'table' or all.err then return end -- as in next_waiter
-  for _, ch in ipairs(all) do
-    tell(ch, k)
+  -- listeners returns how many clients listen on the channel of waiting
+  -- client member for lock k, without sending anything (nil when the server
+  -- cannot tell, or the user may not ask).
+  local function listeners(member, k)
+    local r
+    if string.sub(member, 1, 2) == 's|' then
+      r = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel_of(member, k))
+    else
+      r = redis.pcall('PUBSUB', 'NUMSUB', member)
+    end
+    if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
+    return nil
   end
-end
 
+  -- deaf reports whether waiting client w (see next_waiter), seen listening
+  -- when it registered, has nobody listening for it now, n being how many
+  -- clients a notice to it reached (which counts pattern subscribers too), or
+  -- would (see listeners).
+  local function deaf(w, n)
+    return w.heard and n == 0
+  end
+
+  -- died reports whether waiting client w, seen listening when it
+  -- registered, died since: nobody listens on its channel now. It asks the
+  -- server before the notice is sent, as what a notice reached counts the
+  -- clients subscribed to a pattern that matches (a monitoring tool's
+  -- PSUBSCRIBE *, say) too, which would hide a dead client.
+  local function died(w, k)
+    return w.heard and deaf(w, listeners(w.member, k))
+  end
+
+  -- lock_free reports whether lock k, whose 'kind' and 'token' fields cur holds
+  -- (an HMGET reply), is free: a released exclusive lock's hash, or no key.
+  local function lock_free(k, cur)
+    return (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', k) == 0)
+  end
+
+  -- register puts waiting client member at the back of waiter set wk of
+  -- lock k for lease ms from now_ms, marked as heard when the server sees it
+  -- listening for k. It returns false, having written nothing, when wk holds
+  -- data that is not a sorted set.
+  local function register(wk, k, member, now_ms, lease)
+    local score = now_ms + lease
+    if (listeners(member, k) or 0) > 0 then score = score + 0.5 end
+    if not wrote(redis.pcall('ZADD', wk, score, member)) then return false end
+    expire_or_drop(wk, lease)
+    return true
+  end
+
+  -- next_waiter returns the client registered longest ago in waiter set wk
+  -- whose registration has not expired, as {member, heard}, or nil when none
+  -- (or when wk holds other data); t is the server's TIME reply, read when
+  -- nil.
+  local function next_waiter(wk, t)
+    t = t or redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local r = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    -- Read after the caller's writes: any error (other data, a command the
+    -- user may not run) is no waiter, so that a release never fails half done.
+    if type(r) ~= 'table' or r.err or not r[1] then return nil, t end
+    return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
+  end
+
+  -- drop takes waiting client w, found deaf, out of waiter set wk of lock k,
+  -- with the request it may have left there (see grant).
+  local function drop(wk, k, w)
+    redis.call('ZREM', wk, w.member)
+    redis.pcall('HDEL', k, 'g:' .. w.member)
+  end
+
+  -- wake tells the next client waiting for lock k that it may be free: the
+  -- one registered longest ago that has not expired gets a message on its
+  -- channel naming k. One client is woken, not all of them; a client whose
+  -- registration expires is skipped, and so is one that is deaf (it died
+  -- since its last attempt: it leaves the set). marked says the caller knows
+  -- that clients registered (see acquire), which spares looking first. With
+  -- unregister, the client woken leaves the set, so that the next release
+  -- wakes the next client (for a semaphore, whose permits may be freed one
+  -- right after the other): the client registers again if its attempt is
+  -- refused.
+  local function wake(wk, k, marked, unregister)
+    if not marked and redis.call('EXISTS', wk) == 0 then return end
+    local w, t = next_waiter(wk)
+    for try = 1, wake_tries do
+      if not w then return end
+      if not died(w, k) and not deaf(w, tell(w.member, k)) then
+        if unregister then redis.call('ZREM', wk, w.member) end
+        return
+      end
+      drop(wk, k, w)
+      if try < wake_tries then w = next_waiter(wk, t) end
+    end
+  end
+
+  -- wake_all tells every client waiting for k that it may be free: for the
+  -- primitives that several may hold at once, when a change may let several
+  -- waiters in.
+  local function wake_all(wk, k)
+    if redis.call('EXISTS', wk) == 0 then return end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local all = redis.pcall('ZRANGEBYSCORE', wk, now, '+inf')
+    if type(all) ~= 'table' or all.err then return end -- as in next_waiter
+    for _, ch in ipairs(all) do
+      tell(ch, k)
+    end
+  end
+
+  helpers = {lock_free = lock_free, register = register, wake = wake, wake_all = wake_all,
+    tell = tell, deaf = deaf, died = died, next_waiter = next_waiter, drop = drop}
+  return helpers
+end
