@@ -41,8 +41,8 @@
 -- of an ended acquisition's request, until the marker forgets it), and
 -- queued is 1 when the caller has one. Fails with DLOCK_WRONGTYPE 1 and a
 -- key's suffix (see wrongtype), DLOCK_KIND 1 and the kind found (another
--- kind, or the other fairness; see kind_error) or DLOCK_MODE 1 (the request token
--- holds the other mode), having changed nothing; a waiting caller that is
+-- kind, or the other fairness; see kind_error) or DLOCK_MODE 1 (the
+-- request token holds the other mode), having changed nothing; a waiting caller that is
 -- refused fails with DLOCK_WRONGTYPE 1 :waiters too when its waiter set holds data
 -- dlock did not write (a caller that obtains a hold leaves such a set
 -- alone).

@@ -20,9 +20,9 @@
 -- permit of the same owner. Returns {0, ms, 1} when every permit is taken,
 -- ms being how long until the first of them expires. Fails with
 -- DLOCK_WRONGTYPE 1 and a key's suffix (see wrongtype) or DLOCK_KIND 1
--- and the kind found (see kind_error), having changed nothing; a waiting caller that is refused fails with
--- DLOCK_WRONGTYPE 1 :waiters too when its waiter
--- set holds data dlock did not write (see rw_acquire).
+-- and the kind found (see kind_error), having changed nothing; a waiting
+-- caller that is refused fails with DLOCK_WRONGTYPE 1 :waiters too when its
+-- waiter set holds data dlock did not write (see rw_acquire).
 local k, hk, ck = KEYS[1], KEYS[2], KEYS[3]
 local req, ttl, meta, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local channel, more, lease = ARGV[5], ARGV[6], tonumber(ARGV[7])
