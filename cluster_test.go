@@ -532,10 +532,14 @@ type gatedShards struct {
 	once           sync.Once
 }
 
-// newGatedShards returns a gatedShards on a client of e's cluster.
-func newGatedShards(t *testing.T, e *clusterEnv, firstSubscribe bool) *gatedShards {
-	return &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{}),
+// gatedClient returns a Client over a gatedShards on a client of e's
+// cluster, closed at the test's end, and that driver.
+func gatedClient(t *testing.T, e *clusterEnv, firstSubscribe bool) (*dlock.Client, *gatedShards) {
+	drv := &gatedShards{Driver: goredis.New(e.newRedis(t)), entered: make(chan []string, 1), proceed: make(chan struct{}),
 		firstSubscribe: firstSubscribe}
+	c := dlock.New(drv)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, drv
 }
 
 func (d *gatedShards) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
@@ -579,9 +583,7 @@ func TestLettingGoOfIdleChannelsDoesNotHoldUpAWait(t *testing.T) {
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := newGatedShards(t, e, false)
-	c := dlock.New(drv)
-	t.Cleanup(func() { _ = c.Close() })
+	c, drv := gatedClient(t, e, false)
 	dlock.KeepIdleShardChannels(c, 0)
 	name := e.names[0]
 	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
@@ -628,9 +630,7 @@ func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duratio
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := newGatedShards(t, e, false)
-	c := dlock.New(drv)
-	t.Cleanup(func() { _ = c.Close() })
+	c, drv := gatedClient(t, e, false)
 	dlock.KeepIdleShardChannels(c, 1)
 	a, b := e.names[0], e.names[1]
 	held := map[string]*dlock.Lock{}
@@ -706,9 +706,7 @@ func TestAWaitIsNotHeldUpByAnotherWaitsSubscribe(t *testing.T) {
 	e := newClusterEnv(t)
 	ctx := context.Background()
 	holder, _ := e.newClient(t)
-	drv := newGatedShards(t, e, true)
-	c := dlock.New(drv)
-	t.Cleanup(func() { _ = c.Close() })
+	c, drv := gatedClient(t, e, true)
 	a, b := e.names[0], e.names[1]
 	held, err := holder.TryLock(ctx, b, dlock.WithTTL(time.Minute))
 	if err != nil {
