@@ -696,6 +696,56 @@ func testShardChannelWantedWhileLetGo(t *testing.T, unsubscribeHeld time.Duratio
 	}
 }
 
+// TestSweepingIdleChannelsKeepsAPrimarysConnection: waits for names that
+// each wait once, all on one primary, pass the client's bound on idle shard
+// channels again and again. Each sweep lets go of those idle longest and
+// keeps the newest, so the primary keeps its one pub/sub connection: a
+// sweep that let go of every channel closed it, and the next wait opened
+// another (with TLS, a handshake each time).
+func TestSweepingIdleChannelsKeepsAPrimarysConnection(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	holder, _ := e.newClient(t)
+	c := dlock.New(goredis.New(e.newRedis(t)))
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.KeepIdleShardChannels(c, 4)
+	primary := e.cluster.PrimaryOf(t, c.RedisKey(e.names[0]))
+	names := namesOn(t, e.cluster, c, primary, 13)
+	conns := map[string]bool{} // the ids of the pub/sub connections seen on primary
+	for _, name := range names {
+		held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockAndRelease(c, name, 10*time.Second)
+		key := c.RedisKey(name)
+		awaitCond(t, 5*time.Second, func() bool { return primary.Do(t, "PUBSUB", "SHARDCHANNELS", key+":w:*") != "" })
+		for _, line := range strings.Split(primary.Do(t, "CLIENT", "LIST", "TYPE", "pubsub"), "\n") {
+			if id, _, ok := strings.Cut(line, " "); ok {
+				conns[id] = true
+			}
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("wait for %s: %v", name, err)
+		}
+	}
+	if len(conns) != 1 {
+		t.Errorf("%d waits on one primary, sweeping idle channels every 5: pub/sub connections %v, want one", len(names), conns)
+	}
+	kept := 0
+	for _, name := range names {
+		if _, ok := dlock.ShardListeners(c, name); ok {
+			kept++
+		}
+	}
+	if kept < 2 || kept > 4 {
+		t.Errorf("the client keeps %d idle channels, want 2 to 4 (half of the bound after a sweep, up to the bound)", kept)
+	}
+}
+
 // TestAWaitIsNotHeldUpByAnotherWaitsSubscribe: a lock on two names waits,
 // and its Subscribe of their channels is held up (one of them on a
 // stalled primary). A wait for one of those names on the same client does

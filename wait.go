@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +54,11 @@ var waitLeaseArg any = waitLease.Milliseconds()
 // in the lock's own slot, where the release script sends its notice by
 // SPUBLISH. Channels stay subscribed after their last waiter leaves, up to
 // maxIdleShardChannels of them, so that a lock waited for again and again
-// costs no SSUBSCRIBE each time.
+// costs no SSUBSCRIBE each time. Past that, a sweep lets go of the idle
+// channels that have been idle longest, and keeps the newest half: a
+// primary whose channels all went would lose its connection (goredis and
+// rueidis close a primary's connection left with none), and the next wait
+// there would open another, at a churn of names that each wait once.
 type waitHub struct {
 	c           *Client
 	id          string
@@ -73,7 +78,8 @@ type waitHub struct {
 	shards   map[string]int           // sharded: subscribed channels, by how many waiters listen on them
 	unsent   map[string]bool          // sharded: channels in shards not subscribed yet, or whose Subscribe failed; the next listen sends them
 	pending  map[string]chan struct{} // sharded: channels with a Subscribe or Unsubscribe under way, closed when it returns
-	idle     int                      // sharded: channels subscribed that no waiter listens on
+	idle     map[string]uint64        // sharded: channels subscribed that no waiter listens on, by when they became idle (idleSeq)
+	idleSeq  uint64                   // sharded: counts channels becoming idle, oldest first
 	ended    map[string]uint64        // request tokens of Locks that asked for grants and ended, and the fence each obtained (see forget)
 	endedAt  []endedReq               // the same, oldest first
 	givers   sync.WaitGroup           // the goroutines that give back grants to ended Locks
@@ -81,13 +87,14 @@ type waitHub struct {
 	letGo    sync.WaitGroup           // sharded: the goroutines unsubscribing idle channels (see unlisten)
 	life     context.Context          // ends at close: an opening subscription gives up
 	end      context.CancelFunc       // ends life
-	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels
+	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels; a sweep keeps half
 	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
 	noticed  func()                   // tests: called after each notice is handled, nil otherwise
 }
 
 // maxIdleShardChannels bounds the shard channels a client stays subscribed
-// to while no caller waits for their locks.
+// to while no caller waits for their locks; one more starts a sweep, which
+// keeps the half that became idle last.
 const maxIdleShardChannels = 256
 
 // waiter is one caller waiting for a lock.
@@ -108,7 +115,7 @@ func newWaitHub(c *Client) *waitHub {
 	id := newToken()
 	h := &waitHub{c: c, id: id, channel: c.prefix + "client:" + id, shardMember: "s|" + id,
 		queues: map[string][]*waiter{}, others: map[string][]*waiter{}, enrolled: map[string]bool{}, unwaits: map[string]*unwaiting{}, shards: map[string]int{}, unsent: map[string]bool{},
-		pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
+		idle: map[string]uint64{}, pending: map[string]chan struct{}{}, maxIdle: maxIdleShardChannels, ended: map[string]uint64{}, beat: waitBeat}
 	h.life, h.end = context.WithCancel(context.Background())
 	return h
 }
@@ -164,7 +171,7 @@ func (h *waitHub) listen(ctx context.Context, keys []string, w *waiter) {
 			if !ok {
 				h.unsent[ch] = true
 			} else if n == 0 {
-				h.idle--
+				delete(h.idle, ch)
 			}
 			h.shards[ch] = n + 1
 		}
@@ -239,28 +246,11 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 	for _, k := range keys {
 		ch := h.shardChannel(k)
 		if h.shards[ch]--; h.shards[ch] == 0 {
-			h.idle++
+			h.idleSeq++
+			h.idle[ch] = h.idleSeq
 		}
 	}
-	var drop []string
-	if h.idle > h.maxIdle {
-		h.idle = 0
-		for ch, n := range h.shards {
-			switch {
-			case n > 0:
-			case h.pending[ch] != nil:
-				// A call under way for it, which a listen gave up
-				// waiting for: let go of it at a later sweep, after.
-				h.idle++
-			default:
-				// Also when unsent: a Subscribe that failed may be one
-				// that the driver goes on with in the background.
-				delete(h.shards, ch)
-				delete(h.unsent, ch)
-				drop = append(drop, ch)
-			}
-		}
-	}
+	drop := h.sweep()
 	sub := h.sub
 	if len(drop) == 0 || sub == nil {
 		h.mu.Unlock()
@@ -284,6 +274,39 @@ func (h *waitHub) unlisten(ctx context.Context, keys []string, w *waiter) {
 			h.c.log.WarnContext(ctx, "dlock: cannot unsubscribe from shard channels", "err", err)
 		}
 	}()
+}
+
+// sweep, once more than maxIdle channels are idle, takes out of the hub
+// those idle longest, until half of maxIdle remain, and returns them to be
+// unsubscribed; h.mu must be held. The newest stay: among them, a lock
+// waited for again and again, and, at a churn of names, some channels of
+// each primary, whose connection they keep open.
+func (h *waitHub) sweep() (drop []string) {
+	if len(h.idle) <= h.maxIdle {
+		return nil
+	}
+	chans := make([]string, 0, len(h.idle))
+	for ch := range h.idle {
+		chans = append(chans, ch)
+	}
+	slices.SortFunc(chans, func(a, b string) int { return cmp.Compare(h.idle[a], h.idle[b]) })
+	for _, ch := range chans {
+		if len(h.idle) <= h.maxIdle/2 {
+			break
+		}
+		if h.pending[ch] != nil {
+			// A call under way for it, which a listen gave up waiting
+			// for: let go of it at a later sweep, after.
+			continue
+		}
+		// Also when unsent: a Subscribe that failed may be one that the
+		// driver goes on with in the background.
+		delete(h.idle, ch)
+		delete(h.shards, ch)
+		delete(h.unsent, ch)
+		drop = append(drop, ch)
+	}
+	return drop
 }
 
 // unsubscribeTimeout bounds the Unsubscribe of idle shard channels.
