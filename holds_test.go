@@ -637,6 +637,60 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 	}
 }
 
+// TestAHotNamesReleaseMarkerStaysSmall: a name released again and again
+// within a minute keeps the records of its last 64 releases in its release
+// marker, in Redis's compact encoding, where it kept every one for the
+// minute (hundreds of thousands, tens of MB, at thousands of releases a
+// second). The records of a force release stay their minute: a holder it
+// ended is still told so after many releases.
+func TestAHotNamesReleaseMarkerStaysSmall(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, k := range holdKindCases {
+		const marker = "dlock:{hot}:released"
+		for range 100 {
+			l, err := k.obtain(ctx, e.c, "hot", false)
+			if err != nil {
+				t.Fatalf("%s: %v", k.what, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("%s: %v", k.what, err)
+			}
+		}
+		if n := e.srv.Do(t, "ZCARD", marker); n != "128" {
+			t.Errorf("%s: 100 releases left %s entries in the marker, want 128 (the last 64 releases)", k.what, n)
+		}
+		if enc := e.srv.Do(t, "OBJECT", "ENCODING", marker); enc != "listpack" {
+			t.Errorf("%s: the marker's encoding is %s, want listpack", k.what, enc)
+		}
+		e.srv.Do(t, "DEL", marker)
+	}
+
+	sem := e.c.Semaphore("forced", 3)
+	ended, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.ForceRelease(ctx, "forced"); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.srv.Do(t, "ZCARD", "dlock:{forced}:released"); n != "129" {
+		t.Errorf("the marker has %s entries, want 129: the last 64 releases and the force release's record", n)
+	}
+	if err := ended.Release(ctx); !errors.Is(err, dlock.ErrForceReleased) {
+		t.Errorf("release of a permit force-released 100 releases ago: err = %v, want ErrForceReleased", err)
+	}
+}
+
 // TestAHoldAcquireRefusesForeignDataAtTheMarker: a read hold, write hold or
 // permit whose name's release marker holds data dlock did not write is
 // refused with ErrWrongType, its token given or not, and nothing is

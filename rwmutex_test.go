@@ -77,13 +77,13 @@ func TestUncontendedHoldsCostTwoRoundTrips(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		acquire  func() (*dlock.Lock, error)
-		commands int // redis.calls of both scripts, at most (up to 5 of them keep the release marker, 2 read it)
+		commands int // redis.calls of both scripts, at most (up to 6 of them keep the release marker and its bound, 2 read it)
 	}{
-		{"read", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryRLock(ctx) }, 26},
-		{"write", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryLock(ctx) }, 26},
-		{"write waiting", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").Lock(ctx) }, 26},
-		{"fair read", func() (*dlock.Lock, error) { return e.c.RWMutex("fair", dlock.Fair()).TryRLock(ctx) }, 26},
-		{"permit", func() (*dlock.Lock, error) { return e.c.Semaphore("sem", 2).TryAcquire(ctx) }, 26},
+		{"read", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryRLock(ctx) }, 27},
+		{"write", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").TryLock(ctx) }, 27},
+		{"write waiting", func() (*dlock.Lock, error) { return e.c.RWMutex("rw").Lock(ctx) }, 27},
+		{"fair read", func() (*dlock.Lock, error) { return e.c.RWMutex("fair", dlock.Fair()).TryRLock(ctx) }, 27},
+		{"permit", func() (*dlock.Lock, error) { return e.c.Semaphore("sem", 2).TryAcquire(ctx) }, 27},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Once on a free name, once beside another holder.

@@ -32,7 +32,8 @@
 -- token of a waiter's grant (a re-entry into a grant whose reply was
 -- lost). A release whose id the marker holds ran before (its reply was
 -- lost and the client sent it again): it changes nothing and counts as
--- done. The marker is kept for a minute after each release; a string there
+-- done. The marker is kept for a minute after each release, and keeps the
+-- newest marker_cap entries of releases (see remember); a string there
 -- that expires within a minute is the marker of an exclusive lock of an
 -- older dlock, which this one replaces. Any other data there, which dlock
 -- did not write, is left alone: the release fails. An acquisition that
@@ -67,8 +68,21 @@ if ends and id == '' then
     ends = false -- not a marker dlock wrote
   end
 end
+-- marker_cap bounds the entries of the marker: room for the ids and
+-- request tokens of the last 64 releases, where a name released thousands
+-- of times a second kept hundreds of thousands, tens of MB, for its minute
+-- (and the server then freed them all at once); within Redis's compact
+-- encoding of a sorted set (zset-max-listpack-entries, 128 by default).
+-- Past it, the oldest go: a release sent again, or a late copy of an
+-- acquire, whose record went is treated as one that comes after the
+-- marker's minute. A force release's records (see record_forced) stay
+-- their minute.
+local marker_cap = 128
+
 -- remember records for a minute this release's id (with_id) and, when the
--- acquisition ends, its request token.
+-- acquisition ends, its request token, having made room for them: the
+-- marker keeps at most marker_cap entries besides a force release's
+-- records.
 local function remember(with_id)
   local until_, add = str(now + 60000), {}
   if with_id and id ~= '' then add[1], add[2] = until_, id end
@@ -78,6 +92,19 @@ local function remember(with_id)
     redis.call('DEL', marker)
   elseif marked == 'ids' then
     redis.call('ZREMRANGEBYSCORE', marker, '-inf', now)
+  end
+  -- Room is made first: a sorted set past Redis's compact encoding's
+  -- bound keeps the larger one.
+  local over = (marked and redis.call('ZCARD', marker) or 0) + #add / 2 - marker_cap
+  if over > 0 then
+    -- The oldest, but a force release's records, at most 500 at a time
+    -- (so that a marker an older dlock let grow shrinks over its next
+    -- releases).
+    local old, gone = redis.call('ZRANGE', marker, 0, math.min(over, 500) - 1), {}
+    for _, m in ipairs(old) do
+      if string.sub(m, 1, 2) ~= 'f:' then gone[#gone + 1] = m end
+    end
+    if #gone > 0 then redis.call('ZREM', marker, unpack(gone)) end
   end
   redis.call('ZADD', marker, unpack(add))
   expire_or_drop(marker, 60000)
