@@ -113,7 +113,7 @@ const DefaultFenceRetention = 24 * time.Hour
 // are at least the server's clock in microseconds, and one more than the
 // last: the counter only keeps them growing across a server clock that is
 // set back (by hand, or by a failover to a replica whose clock is behind),
-// by up to d. Each distinct name keeps a counter of about 170 bytes for
+// by up to d. Each distinct name keeps a counter of about 140 bytes for
 // that long, so a service that locks many names (one per order, say) keeps
 // fewer keys with a shorter d.
 //

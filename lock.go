@@ -5,6 +5,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1482,8 +1483,13 @@ func isFinal(err error) bool {
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // newReleaseID returns the id a Lock's releases carry: 64 random bits,
-// enough to tell the releases of one name within a minute apart.
-func newReleaseID() any { return rand.Uint64() }
+// enough to tell the releases of one name within a minute apart, in 11
+// base64url characters (the scripts keep the last ones in short fields).
+func newReleaseID() any {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {

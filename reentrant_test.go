@@ -258,13 +258,16 @@ func TestAttachByOwnerActsWithTheHoldsToken(t *testing.T) {
 	}
 }
 
-// A lock's hash keeps the ids of its last eight releases, each followed by
-// the request token of the acquisition it ended, and no more.
+// A lock's hash keeps the ids of its last releases, each followed by the
+// request token of the acquisition it ended (its first 11 characters), in
+// five fields of at most 64 bytes, newest first: the last eight to ten
+// releases, and no more. So the hash stays in Redis's compact encoding,
+// where one field of all of them took it past that at its second release.
 func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	var tokens []string
-	for range 20 {
+	for i := range 20 {
 		l, err := e.c.TryLock(ctx, "churn")
 		if err != nil {
 			t.Fatal(err)
@@ -273,17 +276,30 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokens = append(tokens, l.Token())
-	}
-	words := strings.Fields(e.srv.Do(t, "HGET", "dlock:{churn}", "rel"))
-	if len(words) != 16 {
-		t.Fatalf("words kept after 20 releases: %d (%q), want the last 8 ids and tokens", len(words), words)
-	}
-	for i, w := range words {
-		if _, err := strconv.ParseUint(w, 10, 64); (err == nil) != (i%2 == 0) {
-			t.Errorf("word %d of %q: want ids and tokens in turn", i, words)
+		if enc := e.srv.Do(t, "OBJECT", "ENCODING", "dlock:{churn}"); enc != "listpack" {
+			t.Fatalf("after %d releases, the hash's encoding is %s, want listpack", i+1, enc)
 		}
-		if i%2 == 1 && w != tokens[12+i/2] {
-			t.Errorf("word %d is %q, want the token of release %d, %q", i, w, 13+i/2, tokens[12+i/2])
+	}
+	var words []string
+	for _, f := range []string{"rel4", "rel3", "rel2", "rel1", "rel"} { // oldest first
+		v := e.srv.Do(t, "HGET", "dlock:{churn}", f)
+		if len(v) > 64 {
+			t.Errorf("%s holds %d bytes, past a compact hash's 64", f, len(v))
+		}
+		if v != "(nil)" {
+			words = append(words, strings.Fields(v)...)
+		}
+	}
+	if len(words) < 16 || len(words) > 20 || len(words)%2 != 0 {
+		t.Fatalf("words kept after 20 releases: %d (%q), want the ids and tokens of the last 8 to 10", len(words), words)
+	}
+	first := len(tokens) - len(words)/2
+	for i := 0; i < len(words); i += 2 {
+		if len(words[i]) != 11 {
+			t.Errorf("word %d of %q: want an id of 11 characters", i, words)
+		}
+		if want := tokens[first+i/2][:11]; words[i+1] != want {
+			t.Errorf("word %d is %q, want the token of release %d, %q", i+1, words[i+1], first+i/2+1, want)
 		}
 	}
 }

@@ -559,7 +559,7 @@ func refusedInScript(err error) bool {
 
 // nameState returns what the keys of name hold, for comparison, but for
 // the records that an acquisition ended which its clean-up leaves, in a
-// lock hash's 'rel' and as a release marker's 'r:' members (see release.lua
+// lock hash's release records ('rel' to 'rel4') and as a release marker's 'r:' members (see release.lua
 // and holds_release.lua): they take nothing.
 func nameState(ctx context.Context, t *testing.T, rdb *redis.Client, c *dlock.Client, name string) string {
 	t.Helper()
@@ -574,7 +574,9 @@ func nameState(ctx context.Context, t *testing.T, rdb *redis.Client, c *dlock.Cl
 		case "hash":
 			var h map[string]string
 			h, err = rdb.HGetAll(ctx, k).Result()
-			delete(h, "rel")
+			for _, f := range []string{"rel", "rel1", "rel2", "rel3", "rel4"} {
+				delete(h, f)
+			}
 			v = h
 		case "zset":
 			var z []redis.Z

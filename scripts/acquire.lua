@@ -25,8 +25,8 @@
 -- released), 'req' (the request token of the acquire that made the hold,
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
--- (the ids of its last releases and the request tokens of the
--- acquisitions that ended, see release), 's' ('1' once another Lock
+-- to 'rel4' (the ids of its last releases and the request tokens of the
+-- acquisitions that ended, see rel_fields and release), 's' ('1' once another Lock
 -- shares the hold, see expire), 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
 -- then), and the requests waiting clients left (see grant). Each re-entry
@@ -60,7 +60,7 @@
 -- part gives back only the others when a later part refuses it. A lock held more
 -- than once is only ever extended (see expire), never shortened.
 -- Returns {0, pttl, i} when KEYS[i] is held by another holder, or when its
--- 'rel' says the acquisition of this request token has ended (see
+-- release records say the acquisition of this request token has ended (see
 -- release).
 -- Fails with DLOCK_WRONGTYPE i and the suffix of the key at fault (see
 -- wrongtype) when a key of the name holds data dlock did not write, or
@@ -153,14 +153,15 @@ end
 -- get the token of one of them, the one replied.
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
-  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'rel', 'forced')
+  local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'forced',
+    unpack(rel_fields))
   if foreign(cur) then return wrongtype(i, i) end
-  marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[10]
+  marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[9]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
   elseif cur[1] ~= 'lock' then
     return kind_error(i, KEYS[i], cur[1])
-  elseif not given and listed(cur[9], req) then
+  elseif not given and in_rel(cur, 10, rel_word(req)) then
     -- The acquisition of this request token has ended (see release): this
     -- is a late copy of its request, whose caller is gone. Refused,
     -- changing nothing. (Not one whose hold was force-released: its

@@ -7,7 +7,8 @@
 -- Returns what was removed; see describe.
 --
 -- An exclusive lock's hash stays for a minute, free, as a released lock's
--- does (see release), with its fence, 'rel', the mark of its waiters and
+-- does (see release), with its fence, its release records ('rel' to
+-- 'rel4', see held), the mark of its waiters and
 -- 'forced': the ended hold's token and its first acquisition's request
 -- token, after those of the holds it ended before, so that the hold's
 -- Locks learn how it was lost (see held). The record stays with the hash,
@@ -24,7 +25,7 @@ local kind = was[1]
 if kind == '' then return was end
 allow_oom(KEYS[1])
 if kind == 'lock' then
-  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'rel', 'forced', 'w')
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', 'rel', 'rel1', 'rel2', 'rel3', 'rel4')
   local token, words = f[1] or '', {}
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
@@ -35,11 +36,14 @@ if kind == 'lock' then
     forced = cut and string.sub(forced, cut + 1) or token
   end
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0',
-    'fence', f[3] or '', 'rel', f[4] or '', 'forced', forced)
+  local kept = {'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'fence', f[3] or '', 'forced', forced}
+  for i, field in ipairs({'rel', 'rel1', 'rel2', 'rel3', 'rel4'}) do
+    if f[5 + i] then kept[#kept + 1], kept[#kept + 2] = field, f[5 + i] end
+  end
+  redis.call('HSET', KEYS[1], unpack(kept))
   -- Clients still wait: the next release looks for them. (The requests
   -- they left for grants go: each leaves its own again as it is refused.)
-  if f[6] then redis.call('HSET', KEYS[1], 'w', '1') end
+  if f[4] then redis.call('HSET', KEYS[1], 'w', '1') end
   redis.call('PEXPIRE', KEYS[1], '60000')
   waking().wake(KEYS[3], KEYS[1])
   return was

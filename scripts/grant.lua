@@ -23,7 +23,8 @@
 -- pass hands lock k, being freed, to its next waiter: the client
 -- registered longest ago in waiter set wk that has not expired and is not
 -- deaf (see wake). If it left a request and listens, pass grants it the
--- lock, writing the hash (with rel as the ids of its releases, see release)
+-- lock, writing the hash (with rel, the fields and values that record its
+-- release, see release)
 -- and its TTL, and returns true. If not, pass tells it the lock may be free
 -- and returns false: the caller frees the hash. fk is the lock's fence
 -- counter and fence the last fence the hash holds; forced is the hash's
@@ -52,7 +53,7 @@ local function pass(k, wk, fk, fence, rel, forced)
         local f, text = next_fence(fk, now_us, tonumber(fence), now_text)
         if f then
           redis.call('HSET', k, 'token', g[1], 'req', g[1], 'owner', g[3], 'count', '1', 'meta', g[4],
-            'fence', text, 'since', string.sub(now_text, 1, -4), 'rel', rel, 's', '')
+            'fence', text, 'since', string.sub(now_text, 1, -4), 's', '', unpack(rel))
           redis.call('HDEL', k, 'g:' .. m)
           if forced and listed(forced, g[1]) then redis.call('HSET', k, 'forced', unlisted(forced, g[1])) end
           redis.call('ZREM', wk, m)

@@ -11,8 +11,8 @@ local function read_lock(k, ...)
   return cur
 end
 
--- listed reports whether the space-separated words of list (a lock's 'rel',
--- see release; false when absent) include word.
+-- listed reports whether the space-separated words of list (a field of a
+-- lock's release records, see rel_fields; false when absent) include word.
 local function listed(list, word)
   if not list or word == '' then return false end
   local at = 1
@@ -24,6 +24,32 @@ local function listed(list, word)
     end
     at = i + 1
   end
+end
+
+-- A lock hash keeps the records of its last releases (see release) in the
+-- fields rel_fields, newest first: space-separated words, release ids and
+-- the first rel_word characters of request tokens, up to rel_room bytes a
+-- field. So a field stays within Redis's compact encoding of a small hash
+-- (hash-max-listpack-value, 64 by default), which one field holding every
+-- record left past a lock's second release (about 750 bytes a hash where
+-- 300 do). A field holds two releases' ids and request tokens, so the five
+-- keep at least the last eight releases' (see rel_add in release).
+local rel_fields, rel_room = {'rel', 'rel1', 'rel2', 'rel3', 'rel4'}, 64
+
+-- rel_word returns the word that records request token req: its first 11
+-- characters, 66 random bits of dlock's tokens (a release id is 64 bits, 11
+-- characters too).
+local function rel_word(req)
+  return string.sub(req, 1, 11)
+end
+
+-- in_rel reports whether the release records of a lock hash, read into
+-- cur from its a-th element on (rel_fields, in order), include word.
+local function in_rel(cur, a, word)
+  for i = a, a + #rel_fields - 1 do
+    if listed(cur[i], word) then return true end
+  end
+  return false
 end
 
 -- unlisted returns list without word.

@@ -27,8 +27,8 @@
 -- waiter is woken, or granted the lock if it left its request (see
 -- grant). Only a lock its holder must keep for a minimum hold is kept
 -- instead, until then (see keep_for). Keys the acquisition does not hold are left alone. The
--- hash's 'rel' holds the ids of its last releases (see record): a
--- release whose id it holds ran before (its reply was lost and the client
+-- hash's release records (see rel_fields) hold the ids of its last releases (see record): a
+-- release whose id they hold ran before (its reply was lost and the client
 -- sent it again), changes nothing and counts as done. An acquisition that
 -- ends (ARGV[6]) leaves its request token there too, on every key, held
 -- or not (a key with nothing there gets a free lock hash, kept a minute):
@@ -43,34 +43,35 @@ local ends = ARGV[6] == '1'
 keep_fences(ARGV[8])
 local hold = 'h:' .. req
 
--- kept is how much of 'rel' a release keeps: room for the last eight
--- releases' ids (64-bit numbers in decimal, up to 20 digits) and request
--- tokens (22 characters), a space after each, so that the releases of
--- other holders made while a lost reply is sent again do not push this
--- one's out.
-local kept = 8 * (21 + 23) - 1
-
--- released reports whether the ids rel (space-separated, latest last)
--- include id.
-local function released(rel)
-  return id ~= '' and listed(rel, id)
+-- released reports whether the release records of lock hash cur (read by
+-- read_lock below, from its tenth element on) include id.
+local function released(cur)
+  return id ~= '' and in_rel(cur, 10, id)
 end
 
--- record returns rel with id added (when with_id), and the request token
--- when the acquisition ends, less the oldest words when they no longer fit
--- in kept: it cuts at the first space from the end's kept characters on,
--- so at least the last eight releases' stay.
-local function record(rel, with_id)
-  local add = with_id and id ~= '' and id or nil
-  if ends then add = add and add .. ' ' .. req or req end
-  if not add then return rel or '' end
-  if not rel or rel == '' then return add end
-  rel = rel .. ' ' .. add
-  if #rel > kept then
-    local cut = string.find(rel, ' ', #rel - kept, true)
-    rel = cut and string.sub(rel, cut + 1) or add
+-- rel_add returns the fields and values that add the words add (nil for
+-- none) to the release records of lock hash cur, read from its a-th
+-- element on: to the newest field while they fit in it, else to a new
+-- newest field, the others moving down one and the oldest's words going.
+local function rel_add(cur, a, add)
+  if not add then return {} end
+  local rel = cur[a]
+  if not rel or rel == '' then return {rel_fields[1], add} end
+  if #rel + 1 + #add <= rel_room then return {rel_fields[1], rel .. ' ' .. add} end
+  local out = {rel_fields[1], add}
+  for i = 2, #rel_fields do
+    out[#out + 1], out[#out + 2] = rel_fields[i], cur[a + i - 2] or ''
   end
-  return rel
+  return out
+end
+
+-- record returns the fields and values that add, to the release records of
+-- lock hash cur, id (when with_id), and the request token when the
+-- acquisition ends (see rel_add); none when there is nothing to add.
+local function record(cur, with_id)
+  local add = with_id and id ~= '' and id or nil
+  if ends then add = add and add .. ' ' .. rel_word(req) or rel_word(req) end
+  return rel_add(cur, 10, add)
 end
 
 -- keep_for returns how many ms lock k, whose last acquisition is being given
@@ -91,21 +92,21 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'rel', 'w', 'req', hold, 'fence', 'forced')
+  local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', unpack(rel_fields))
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
     local ok, d = false, nil
     if g then ok, d = pcall(cjson.decode, g) end
     if ok and type(d) == 'table' and d[1] == req then redis.call('HDEL', k, 'g:' .. asked) end
   end
-  local live = cur and cur[2] and cur[2] ~= '' and (only == '' or cur[9] == only)
-  local first = live and cur[7] == req
-  local again = live and not first and cur[8] == cur[2]
-  if cur and released(cur[5]) then
+  local live = cur and cur[2] and cur[2] ~= '' and (only == '' or cur[8] == only)
+  local first = live and cur[6] == req
+  local again = live and not first and cur[7] == cur[2]
+  if cur and released(cur) then
     -- Ran before: done.
   elseif not first and not again then
     missing = missing + 1
-    ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7], cur[10]))
+    ended_by_force = ended_by_force or (cur and forced(k, req, ARGV[7], cur[9]))
     if ends then
       -- Not its id: a release sent again must say again that it held
       -- nothing. At maxmemory (by EVALSHA), the server refuses these
@@ -114,9 +115,9 @@ for i = 1, n do
         -- A free hash's minute may be almost over: it is made to last a
         -- minute from now, for the record (PEXPIRE first: see below).
         if not cur[2] or cur[2] == '' then redis.pcall('PEXPIRE', k, '60000') end
-        redis.pcall('HSET', k, 'rel', record(cur[5], false))
+        redis.pcall('HSET', k, unpack(record(cur, false)))
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
-          'owner', '', 'meta', '', 'count', '0', 'rel', req)) == 'number' then
+          'owner', '', 'meta', '', 'count', '0', 'rel', rel_word(req))) == 'number' then
         expire_or_drop(k, '60000')
       end
     end
@@ -129,23 +130,23 @@ for i = 1, n do
     redis.call('HDEL', k, hold)
     redis.call('HINCRBY', k, 'count', -1)
     if first then
-      redis.call('HSET', k, 'req', '', 'rel', record(cur[5], true))
+      redis.call('HSET', k, 'req', '', unpack(record(cur, true)))
     elseif id ~= '' or ends then
-      redis.call('HSET', k, 'rel', record(cur[5], true))
+      redis.call('HSET', k, unpack(record(cur, true)))
     end
   else
     if again then redis.call('HDEL', k, hold) end
-    local rel = record(cur[5], true)
+    local rel = record(cur, true)
     local keep = keep_for(k)
     if keep then
       redis.call('PEXPIRE', k, keep)
-      redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 'rel', rel, 's', '')
+      redis.call('HSET', k, 'req', '', 'owner', '', 'count', '0', 's', '', unpack(rel))
       -- The next waiter's timer follows the TTL it was refused with: told,
       -- it tries again and sleeps until this one.
-      if cur[6] then waking().wake(KEYS[n + i], k, true) end
-    elseif not (cur[6] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[9], rel, cur[10])) then
+      if cur[5] then waking().wake(KEYS[n + i], k, true) end
+    elseif not (cur[5] and pass(k, KEYS[n + i], KEYS[2 * n + i], cur[8], rel, cur[9])) then
       redis.call('PEXPIRE', k, '60000')
-      redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'rel', rel)
+      redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', unpack(rel))
     end
   end
 end
