@@ -304,6 +304,46 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade, clients of an older dlock keep every release
+// record in the field 'rel' alone (ids of up to 20 digits, whole request
+// tokens), and read that field alone. A release by this dlock adds its own
+// records to that field while it holds such words, so the older clients
+// still find theirs (a release sent again counts once, a late copy of an
+// acquire takes nothing); once their words went, the records move to the
+// short fields again.
+func TestAnOlderDlocksReleaseRecordsStayWhereItReadsThem(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cycle := func() {
+		t.Helper()
+		l, err := e.c.TryLock(ctx, "mixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	const older = "12345678901234567890 AAAAAAAAAAAAAAAAAAAAAA"
+	e.srv.Do(t, "HSET", "dlock:{mixed}", "rel", older)
+	for i := range 3 {
+		cycle()
+		if rel := e.srv.Do(t, "HGET", "dlock:{mixed}", "rel"); !strings.HasPrefix(rel, older+" ") {
+			t.Fatalf("after %d releases, 'rel' is %q, want the older dlock's words first", i+1, rel)
+		}
+	}
+	for range 30 {
+		cycle()
+	}
+	for _, f := range []string{"rel", "rel1", "rel2", "rel3", "rel4"} {
+		v := e.srv.Do(t, "HGET", "dlock:{mixed}", f)
+		if len(v) > 64 || strings.Contains(v, "AAAA") {
+			t.Errorf("after 33 releases, %s is %q, want the short records of this dlock only", f, v)
+		}
+	}
+}
+
 // The acquisitions of one owner share the hold's token, but a released one
 // no longer acts on the hold with it: its refresh, sent before its release
 // and run after it, neither cuts the others' TTL short nor extends it. The

@@ -76,7 +76,9 @@ end
 -- Past it, the oldest go: a release sent again, or a late copy of an
 -- acquire, whose record went is treated as one that comes after the
 -- marker's minute. A force release's records (see record_forced) stay
--- their minute.
+-- their minute: while 500 or more of them are the oldest entries, the
+-- releases find none of theirs among the first 500 to take out, and the
+-- marker grows as before until they go.
 local marker_cap = 128
 
 -- remember records for a minute this release's id (with_id) and, when the

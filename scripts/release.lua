@@ -49,18 +49,39 @@ local function released(cur)
   return id ~= '' and in_rel(cur, 10, id)
 end
 
+-- legacy_room is how long an older dlock lets 'rel' grow: it kept every
+-- record there, ids of up to 20 digits and whole request tokens (see
+-- rel_add).
+local legacy_room = 351
+
+-- tail returns the last of the space-separated words that fit in room
+-- bytes.
+local function tail(words, room)
+  if #words <= room then return words end
+  local cut = string.find(words, ' ', #words - room, true)
+  return cut and string.sub(words, cut + 1) or ''
+end
+
 -- rel_add returns the fields and values that add the words add (nil for
 -- none) to the release records of lock hash cur, read from its a-th
 -- element on: to the newest field while they fit in it, else to a new
 -- newest field, the others moving down one and the oldest's words going.
+-- While the newest field holds words longer than dlock's (an older
+-- dlock's, whose clients read that field alone, during a rolling
+-- upgrade), the words are added to it as that dlock does, the oldest
+-- going past legacy_room, so that those clients still find theirs.
 local function rel_add(cur, a, add)
   if not add then return {} end
   local rel = cur[a]
   if not rel or rel == '' then return {rel_fields[1], add} end
-  if #rel + 1 + #add <= rel_room then return {rel_fields[1], rel .. ' ' .. add} end
+  local joined = rel .. ' ' .. add
+  if #joined <= rel_room then return {rel_fields[1], joined} end
+  if string.find(rel, '%S%S%S%S%S%S%S%S%S%S%S%S') then return {rel_fields[1], tail(joined, legacy_room)} end
   local out = {rel_fields[1], add}
   for i = 2, #rel_fields do
-    out[#out + 1], out[#out + 2] = rel_fields[i], cur[a + i - 2] or ''
+    local older = cur[a + i - 2]
+    if i == 2 then older = tail(older, rel_room) end -- an older dlock's field, once its words went
+    if older then out[#out + 1], out[#out + 2] = rel_fields[i], older end
   end
   return out
 end
