@@ -304,6 +304,25 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 	}
 }
 
+// A clean-up sent again (the client library's resend after a lost reply)
+// records the acquisition's end once: each copy added its request token
+// anew, pushing older records out of the few the hash keeps.
+func TestACleanupSentAgainRecordsItsEndOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(repeatDriver{e.drv})
+	t.Cleanup(func() { _ = c.Close() })
+	e.drv.loseReplies(1)
+	if _, err := c.TryLock(ctx, "lost"); err == nil {
+		t.Fatal("TryLock whose reply was lost: err = nil")
+	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "HGET", "dlock:{lost}", "token") == "" })
+	words := strings.Fields(e.srv.Do(t, "HGET", "dlock:{lost}", "rel"))
+	if len(words) != 1 {
+		t.Errorf("records after a clean-up sent twice: %q, want the request token's word once", words)
+	}
+}
+
 // During a rolling upgrade, clients of an older dlock keep every release
 // record in the field 'rel' alone (ids of up to 20 digits, whole request
 // tokens), and read that field alone. A release by this dlock adds its own

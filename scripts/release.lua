@@ -88,10 +88,12 @@ end
 
 -- record returns the fields and values that add, to the release records of
 -- lock hash cur, id (when with_id), and the request token when the
--- acquisition ends (see rel_add); none when there is nothing to add.
+-- acquisition ends and they do not hold it yet (a clean-up sent again
+-- would add it each time, pushing older records out; see rel_add); none
+-- when there is nothing to add.
 local function record(cur, with_id)
   local add = with_id and id ~= '' and id or nil
-  if ends then add = add and add .. ' ' .. rel_word(req) or rel_word(req) end
+  if ends and not in_rel(cur, 10, rel_word(req)) then add = add and add .. ' ' .. rel_word(req) or rel_word(req) end
   return rel_add(cur, 10, add)
 end
 
@@ -136,7 +138,8 @@ for i = 1, n do
         -- A free hash's minute may be almost over: it is made to last a
         -- minute from now, for the record (PEXPIRE first: see below).
         if not cur[2] or cur[2] == '' then redis.pcall('PEXPIRE', k, '60000') end
-        redis.pcall('HSET', k, unpack(record(cur, false)))
+        local rec = record(cur, false)
+        if #rec > 0 then redis.pcall('HSET', k, unpack(rec)) end
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
           'owner', '', 'meta', '', 'count', '0', 'rel', rel_word(req))) == 'number' then
         expire_or_drop(k, '60000')
@@ -152,8 +155,9 @@ for i = 1, n do
     redis.call('HINCRBY', k, 'count', -1)
     if first then
       redis.call('HSET', k, 'req', '', unpack(record(cur, true)))
-    elseif id ~= '' or ends then
-      redis.call('HSET', k, unpack(record(cur, true)))
+    else
+      local rec = record(cur, true)
+      if #rec > 0 then redis.call('HSET', k, unpack(rec)) end
     end
   else
     if again then redis.call('HDEL', k, hold) end
