@@ -44,9 +44,11 @@ local function rel_word(req)
 end
 
 -- in_rel reports whether the release records of a lock hash, read into
--- cur from its a-th element on (rel_fields, in order), include word.
+-- cur from its a-th element on (rel_fields, in order), include word. The
+-- fields are written in order, so the first one absent ends them.
 local function in_rel(cur, a, word)
   for i = a, a + #rel_fields - 1 do
+    if not cur[i] then return false end
     if listed(cur[i], word) then return true end
   end
   return false

@@ -88,12 +88,16 @@ end
 
 -- record returns the fields and values that add, to the release records of
 -- lock hash cur, id (when with_id), and the request token when the
--- acquisition ends and they do not hold it yet (a clean-up sent again
--- would add it each time, pushing older records out; see rel_add); none
--- when there is nothing to add.
+-- acquisition ends, for a clean-up (no id) only when they do not hold it
+-- yet (a clean-up sent again would add it each time, pushing older records
+-- out; a release sent again finds its id first); see rel_add. None when
+-- there is nothing to add.
 local function record(cur, with_id)
   local add = with_id and id ~= '' and id or nil
-  if ends and not in_rel(cur, 10, rel_word(req)) then add = add and add .. ' ' .. rel_word(req) or rel_word(req) end
+  if ends then
+    local word = rel_word(req)
+    if id ~= '' or not in_rel(cur, 10, word) then add = add and add .. ' ' .. word or word end
+  end
   return rel_add(cur, 10, add)
 end
 
