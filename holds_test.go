@@ -641,31 +641,65 @@ func TestAHoldReleaseLeavesForeignDataAtTheMarkerAlone(t *testing.T) {
 // within a minute keeps the records of its last 64 releases in its release
 // marker, in Redis's compact encoding, where it kept every one for the
 // minute (hundreds of thousands, tens of MB, at thousands of releases a
-// second). The records of a force release stay their minute: a holder it
-// ended is still told so after many releases.
+// second); but it keeps every record of the last two seconds, when a
+// release sent again or a late copy of an acquire may still come. The
+// records of a force release stay their minute: a holder it ended is
+// still told so after many releases.
 func TestAHotNamesReleaseMarkerStaysSmall(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	// score is the score of a marker entry written ago before: when it is
+	// forgotten, a minute after.
+	score := func(ago time.Duration) string {
+		t.Helper()
+		sec, usec, _ := strings.Cut(e.srv.Do(t, "TIME"), "\n")
+		s, _ := strconv.ParseInt(sec, 10, 64)
+		us, _ := strconv.ParseInt(usec, 10, 64)
+		return strconv.FormatInt(s*1000+us/1000+time.Minute.Milliseconds()-ago.Milliseconds(), 10)
+	}
+	// fill gives marker n entries as releases made ago before would have.
+	fill := func(marker string, n int, ago time.Duration) {
+		t.Helper()
+		args, at := []string{"ZADD", marker}, score(ago)
+		for i := range n {
+			args = append(args, at, "r:filler"+strconv.Itoa(i))
+		}
+		e.srv.Do(t, args...)
+		e.srv.Do(t, "PEXPIRE", marker, "60000")
+	}
+	const marker = "dlock:{hot}:released"
 	for _, k := range holdKindCases {
-		const marker = "dlock:{hot}:released"
-		for range 100 {
-			l, err := k.obtain(ctx, e.c, "hot", false)
-			if err != nil {
-				t.Fatalf("%s: %v", k.what, err)
+		for _, tc := range []struct {
+			filled, releases int
+			ago              time.Duration
+			want             string
+		}{
+			{120, 10, 10 * time.Second, "128"}, // the last 64 releases
+			{200, 1, time.Second, "202"},       // every record of the last two seconds, and the release's own two
+		} {
+			fill(marker, tc.filled, tc.ago)
+			for range tc.releases {
+				l, err := k.obtain(ctx, e.c, "hot", false)
+				if err != nil {
+					t.Fatalf("%s: %v", k.what, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("%s: %v", k.what, err)
+				}
 			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("%s: %v", k.what, err)
+			if n := e.srv.Do(t, "ZCARD", marker); n != tc.want {
+				t.Errorf("%s: %d releases beside %d records made %v ago left %s entries in the marker, want %s",
+					k.what, tc.releases, tc.filled, tc.ago, n, tc.want)
 			}
+			if enc := e.srv.Do(t, "OBJECT", "ENCODING", marker); tc.want == "128" && enc != "listpack" {
+				t.Errorf("%s: the marker's encoding is %s, want listpack", k.what, enc)
+			}
+			e.srv.Do(t, "DEL", marker)
 		}
-		if n := e.srv.Do(t, "ZCARD", marker); n != "128" {
-			t.Errorf("%s: 100 releases left %s entries in the marker, want 128 (the last 64 releases)", k.what, n)
-		}
-		if enc := e.srv.Do(t, "OBJECT", "ENCODING", marker); enc != "listpack" {
-			t.Errorf("%s: the marker's encoding is %s, want listpack", k.what, enc)
-		}
-		e.srv.Do(t, "DEL", marker)
 	}
 
+	// A force release's record, the oldest entry, stays.
+	const forced = "dlock:{forced}:released"
 	sem := e.c.Semaphore("forced", 3)
 	ended, err := sem.TryAcquire(ctx)
 	if err != nil {
@@ -674,20 +708,22 @@ func TestAHotNamesReleaseMarkerStaysSmall(t *testing.T) {
 	if _, err := e.c.ForceRelease(ctx, "forced"); err != nil {
 		t.Fatal(err)
 	}
-	for range 100 {
-		l, err := sem.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range strings.Fields(e.srv.Do(t, "ZRANGE", forced, "0", "-1")) {
+		e.srv.Do(t, "ZADD", forced, "XX", score(20*time.Second), m)
 	}
-	if n := e.srv.Do(t, "ZCARD", "dlock:{forced}:released"); n != "129" {
+	fill(forced, 200, 10*time.Second)
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.srv.Do(t, "ZCARD", forced); n != "129" {
 		t.Errorf("the marker has %s entries, want 129: the last 64 releases and the force release's record", n)
 	}
 	if err := ended.Release(ctx); !errors.Is(err, dlock.ErrForceReleased) {
-		t.Errorf("release of a permit force-released 100 releases ago: err = %v, want ErrForceReleased", err)
+		t.Errorf("release of a permit force-released before 200 records: err = %v, want ErrForceReleased", err)
 	}
 }
 

@@ -979,8 +979,9 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // is not. Every Release of one Lock is the same request: one whose first
 // call ran on the server but whose reply was lost counts as done (while the
 // name keeps its record: an exclusive lock's last eight releases or more, a
-// read/write lock's or semaphore's last 64; after more releases of others
-// came between, it reports ErrNotHeld, the lock freed all the same), and so do
+// read/write lock's or semaphore's last 64 or two seconds'; after more
+// releases of others came between, it reports ErrNotHeld, the lock freed
+// all the same), and so do
 // Releases called at once from several goroutines (each returns nil when the
 // lock was freed); only a Release called after one has returned reports
 // ErrNotHeld for a lock already released. A ctx that has already ended when

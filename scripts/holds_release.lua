@@ -73,13 +73,17 @@ end
 -- of times a second kept hundreds of thousands, tens of MB, for its minute
 -- (and the server then freed them all at once); within Redis's compact
 -- encoding of a sorted set (zset-max-listpack-entries, 128 by default).
--- Past it, the oldest go: a release sent again, or a late copy of an
--- acquire, whose record went is treated as one that comes after the
--- marker's minute. A force release's records (see record_forced) stay
--- their minute: while 500 or more of them are the oldest entries, the
--- releases find none of theirs among the first 500 to take out, and the
--- marker grows as before until they go.
-local marker_cap = 128
+-- Past it, the oldest go, but those written in the last marker_floor ms:
+-- a release sent again, or a late copy of an acquire, comes that late
+-- (a client library's resend, a connection slow to deliver, Release's own
+-- tries), so a name released more than 32 times a second keeps its last
+-- two seconds' entries instead, past the compact encoding. One whose record
+-- went is treated as one that comes after the marker's minute. A force
+-- release's records (see record_forced) stay their minute: while 500 or
+-- more of them are the oldest entries, the releases find none of theirs
+-- among the first 500 to take out, and the marker grows as before until
+-- they go.
+local marker_cap, marker_floor = 128, 2000
 
 -- remember records for a minute this release's id (with_id) and, when the
 -- acquisition ends, its request token, having made room for them: the
@@ -99,10 +103,11 @@ local function remember(with_id)
   -- bound keeps the larger one.
   local over = (marked and redis.call('ZCARD', marker) or 0) + #add / 2 - marker_cap
   if over > 0 then
-    -- The oldest, but a force release's records, at most 500 at a time
-    -- (so that a marker an older dlock let grow shrinks over its next
-    -- releases).
-    local old, gone = redis.call('ZRANGE', marker, 0, math.min(over, 500) - 1), {}
+    -- The oldest, written before the floor, but a force release's records,
+    -- at most 500 at a time (so that a marker an older dlock let grow
+    -- shrinks over its next releases).
+    local old, gone = redis.call('ZRANGEBYSCORE', marker, '-inf', '(' .. str(now + 60000 - marker_floor),
+      'LIMIT', 0, math.min(over, 500)), {}
     for _, m in ipairs(old) do
       if string.sub(m, 1, 2) ~= 'f:' then gone[#gone + 1] = m end
     end
