@@ -87,8 +87,8 @@ local marker_cap, marker_floor = 128, 2000
 
 -- remember records for a minute this release's id (with_id) and, when the
 -- acquisition ends, its request token, having made room for them: the
--- marker keeps at most marker_cap entries besides a force release's
--- records.
+-- marker keeps at most marker_cap entries, or those of the last
+-- marker_floor ms when they are more, besides a force release's records.
 local function remember(with_id)
   local until_, add = str(now + 60000), {}
   if with_id and id ~= '' then add[1], add[2] = until_, id end
