@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -258,6 +259,10 @@ func TestAttachByOwnerActsWithTheHoldsToken(t *testing.T) {
 	}
 }
 
+// releaseRecordFields are the fields of a lock hash that keep the records
+// of its last releases, newest first (see rel_fields in scripts/held.lua).
+var releaseRecordFields = []string{"rel", "rel1", "rel2", "rel3", "rel4"}
+
 // A lock's hash keeps the ids of its last releases, each followed by the
 // request token of the acquisition it ended (its first 11 characters), in
 // five fields of at most 64 bytes, newest first: the last eight to ten
@@ -281,7 +286,7 @@ func TestAHashKeepsTheIdsOfItsLastReleasesOnly(t *testing.T) {
 		}
 	}
 	var words []string
-	for _, f := range []string{"rel4", "rel3", "rel2", "rel1", "rel"} { // oldest first
+	for _, f := range slices.Backward(releaseRecordFields) { // oldest first
 		v := e.srv.Do(t, "HGET", "dlock:{churn}", f)
 		if len(v) > 64 {
 			t.Errorf("%s holds %d bytes, past a compact hash's 64", f, len(v))
@@ -355,7 +360,7 @@ func TestAnOlderDlocksReleaseRecordsStayWhereItReadsThem(t *testing.T) {
 	for range 30 {
 		cycle()
 	}
-	for _, f := range []string{"rel", "rel1", "rel2", "rel3", "rel4"} {
+	for _, f := range releaseRecordFields {
 		v := e.srv.Do(t, "HGET", "dlock:{mixed}", f)
 		if len(v) > 64 || strings.Contains(v, "AAAA") {
 			t.Errorf("after 33 releases, %s is %q, want the short records of this dlock only", f, v)

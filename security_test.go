@@ -574,7 +574,7 @@ func nameState(ctx context.Context, t *testing.T, rdb *redis.Client, c *dlock.Cl
 		case "hash":
 			var h map[string]string
 			h, err = rdb.HGetAll(ctx, k).Result()
-			for _, f := range []string{"rel", "rel1", "rel2", "rel3", "rel4"} {
+			for _, f := range releaseRecordFields {
 				delete(h, f)
 			}
 			v = h

@@ -25,7 +25,8 @@ local kind = was[1]
 if kind == '' then return was end
 allow_oom(KEYS[1])
 if kind == 'lock' then
-  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', 'rel', 'rel1', 'rel2', 'rel3', 'rel4')
+  local rels = {'rel', 'rel1', 'rel2', 'rel3', 'rel4'} -- the release records (see rel_fields in held)
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', unpack(rels))
   local token, words = f[1] or '', {}
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
@@ -37,7 +38,7 @@ if kind == 'lock' then
   end
   redis.call('DEL', KEYS[1])
   local kept = {'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'fence', f[3] or '', 'forced', forced}
-  for i, field in ipairs({'rel', 'rel1', 'rel2', 'rel3', 'rel4'}) do
+  for i, field in ipairs(rels) do
     if f[5 + i] then kept[#kept + 1], kept[#kept + 2] = field, f[5 + i] end
   end
   redis.call('HSET', KEYS[1], unpack(kept))
