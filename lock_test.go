@@ -1970,6 +1970,143 @@ func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
 	}
 }
 
+// churn takes and releases name n times with c, pushing the records of
+// earlier releases out of the few a lock's hash keeps (eight to ten).
+func churn(ctx context.Context, t *testing.T, c *dlock.Client, name string, n int, opts ...dlock.Option) {
+	t.Helper()
+	for range n {
+		l, err := c.TryLock(ctx, name, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A late copy of an acquire given up takes nothing even when the name was
+// released many times since its clean-up, as a name released hundreds of
+// times a second is within the 100 ms such a copy can take: the clean-up's
+// record stays for two seconds at least ('late'), where the release
+// records kept it for the next eight releases or so.
+func TestALateCopyOfAnAcquireGivenUpTakesNothingOnAHotName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+	c := dlock.New(d)
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "hot"); !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v, want the lost request's", err)
+	}
+	churn(ctx, t, e.c, "hot", 12)
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+	if e.locked(t, "dlock:{hot}") {
+		t.Error("a late copy of an acquire given up holds the lock after 12 releases")
+	}
+}
+
+// The same with an owner: a late copy of an owner's acquire given up would
+// join the owner's hold, adding an acquisition nobody releases, and the
+// name would stay taken while the owner came back to it.
+func TestALateCopyOfAnOwnersAcquireGivenUpAddsNothingToItsHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := dlock.WithOwner("worker-1")
+	held, err := e.c.TryLock(ctx, "owned", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+	c := dlock.New(d)
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "owned", own); !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v, want the lost request's", err)
+	}
+	churn(ctx, t, e.c, "owned", 12, own)
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{owned}") {
+		t.Error("the owner released its only acquisition, and the name is still held")
+	}
+}
+
+// A lock hash's 'late' keeps the words of its clean-ups for two seconds
+// from the last one, the last 64 of them, and lets the older ones go with
+// their time; a clean-up sent again adds nothing. A word or two keep the
+// hash in Redis's compact encoding.
+func TestACleanupsRecordStaysTwoSecondsAtMost64(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := "dlock:{late}"
+	late := func() (int64, []string) {
+		t.Helper()
+		f := strings.Fields(e.srv.Do(t, "HGET", key, "late"))
+		if len(f) < 2 {
+			t.Fatalf("late = %q, want a lapse and words", f)
+		}
+		lapse, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("late = %q: %v", f, err)
+		}
+		return lapse, f[1:]
+	}
+	nowMS := func() int64 {
+		t.Helper()
+		ms, err := strconv.ParseInt(e.srv.Do(t, "EVAL", "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)", "0"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	lost := func() {
+		t.Helper()
+		c := dlock.New(&copyingDriver{Driver: e.drv, holdBack: true})
+		defer c.Close()
+		if _, err := c.TryLock(ctx, "late"); !errors.Is(err, errLostReply) {
+			t.Fatalf("err = %v, want the lost request's", err)
+		}
+	}
+	before := nowMS()
+	lost()
+	lapse, words := late()
+	if after := nowMS(); lapse < before+2000 || lapse > after+2000 {
+		t.Errorf("lapse %d, want 2 s after the clean-up, between %d and %d", lapse, before+2000, after+2000)
+	}
+	churn(ctx, t, e.c, "late", 3)
+	lost()
+	if _, w := late(); len(w) != 2 || w[0] != words[0] {
+		t.Fatalf("words after a second clean-up: %q, want the first one's %q, then its own", w, words[0])
+	}
+	if enc := e.srv.Do(t, "OBJECT", "ENCODING", key); enc != "listpack" {
+		t.Errorf("encoding with two clean-ups' words: %s, want listpack", enc)
+	}
+
+	// Their time up, the words go at the next clean-up.
+	e.srv.Do(t, "HSET", key, "late", "1 AAAAAAAAAAA")
+	lost()
+	if _, w := late(); len(w) != 1 || w[0] == "AAAAAAAAAAA" {
+		t.Errorf("words after a clean-up past the lapse: %q, want its own alone", w)
+	}
+
+	// The last 64 stay.
+	var full []string
+	for i := range 64 {
+		full = append(full, fmt.Sprintf("A%010d", i))
+	}
+	e.srv.Do(t, "HSET", key, "late", fmt.Sprint(nowMS()+60000)+" "+strings.Join(full, " "))
+	lost()
+	if _, w := late(); len(w) != 64 || w[0] != full[1] || w[62] != full[63] {
+		t.Errorf("kept %d words, from %q, want the last 63 of 64 and the new one", len(w), w[0])
+	}
+}
+
 // dropDriver fails the next calls of one script without sending them, as
 // a connection the server closed under them does.
 type dropDriver struct {

@@ -322,9 +322,14 @@ func TestACleanupSentAgainRecordsItsEndOnce(t *testing.T) {
 		t.Fatal("TryLock whose reply was lost: err = nil")
 	}
 	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "HGET", "dlock:{lost}", "token") == "" })
-	words := strings.Fields(e.srv.Do(t, "HGET", "dlock:{lost}", "rel"))
-	if len(words) != 1 {
-		t.Errorf("records after a clean-up sent twice: %q, want the request token's word once", words)
+	for _, f := range []string{"rel", "late"} {
+		words := strings.Fields(e.srv.Do(t, "HGET", "dlock:{lost}", f))
+		if f == "late" && len(words) > 0 {
+			words = words[1:] // the lapse
+		}
+		if len(words) != 1 {
+			t.Errorf("%s after a clean-up sent twice: %q, want the request token's word once", f, words)
+		}
 	}
 }
 

@@ -26,7 +26,8 @@
 -- '' once that acquisition was released), 'owner', 'count' (acquisitions
 -- not yet released), 'meta', 'fence', 'since' (ms, server clock), 'rel'
 -- to 'rel4' (the ids of its last releases and the request tokens of the
--- acquisitions that ended, see rel_fields and release), 's' ('1' once another Lock
+-- acquisitions that ended, see rel_fields and release), 'late' (those of
+-- the acquisitions cleaned up of late, see late_floor), 's' ('1' once another Lock
 -- shares the hold, see expire), 'w' (set once a client
 -- registered as its waiter, so that a release looks for waiters only
 -- then), and the requests waiting clients left (see grant). Each re-entry
@@ -154,14 +155,14 @@ end
 local state, last, joined, token = {}, {}, {}, req
 for i = 1, n do
   local cur = redis.pcall('HMGET', KEYS[i], 'kind', 'token', 'req', 'owner', 'fence', 'w', hold, grant, 'forced',
-    unpack(rel_fields))
+    'late', unpack(rel_fields))
   if foreign(cur) then return wrongtype(i, i) end
   marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[9]
   if not cur[1] then
     if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
   elseif cur[1] ~= 'lock' then
     return kind_error(i, KEYS[i], cur[1])
-  elseif not given and in_rel(cur, 10, rel_word(req)) then
+  elseif not given and ended(cur, 10, rel_word(req)) then
     -- The acquisition of this request token has ended (see release): this
     -- is a late copy of its request, whose caller is gone. Refused,
     -- changing nothing. (Not one whose hold was force-released: its

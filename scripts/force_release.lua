@@ -8,7 +8,7 @@
 --
 -- An exclusive lock's hash stays for a minute, free, as a released lock's
 -- does (see release), with its fence, its release records ('rel' to
--- 'rel4', see held), the mark of its waiters and
+-- 'rel4' and 'late', see held), the mark of its waiters and
 -- 'forced': the ended hold's token and its first acquisition's request
 -- token, after those of the holds it ended before, so that the hold's
 -- Locks learn how it was lost (see held). The record stays with the hash,
@@ -25,7 +25,7 @@ local kind = was[1]
 if kind == '' then return was end
 allow_oom(KEYS[1])
 if kind == 'lock' then
-  local rels = {'rel', 'rel1', 'rel2', 'rel3', 'rel4'} -- the release records (see rel_fields in held)
+  local rels = {'rel', 'rel1', 'rel2', 'rel3', 'rel4', 'late'} -- the records of ended acquisitions (see rel_fields and late_floor in held)
   local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', unpack(rels))
   local token, words = f[1] or '', {}
   if f[5] and f[5] ~= '' then words[1] = f[5] end

@@ -54,6 +54,24 @@ local function in_rel(cur, a, word)
   return false
 end
 
+-- A lock hash also keeps the words of the acquisitions whose clean-up ran
+-- (see release) in the field 'late': "lapse word ...", lapse the server's
+-- clock in ms when they may go, late_floor ms after the last clean-up
+-- (each clean-up sets it anew), then the words, oldest first, the last
+-- late_most of them. The release records keep a clean-up's word for the
+-- next eight releases or so only: a few ms on a name released hundreds of
+-- times a second, where a late copy of its acquire can come 100 ms after
+-- it and more. Up to four words keep the field within a compact hash's 64
+-- bytes.
+local late_floor, late_most = 2000, 64
+
+-- ended reports whether the records of a lock hash, read into cur from its
+-- a-th element on ('late', then rel_fields), say that the acquisition of
+-- the request token whose word (see rel_word) is word has ended.
+local function ended(cur, a, word)
+  return listed(cur[a], word) or in_rel(cur, a + 1, word)
+end
+
 -- unlisted returns list without word.
 local function unlisted(list, word)
   local out = {}

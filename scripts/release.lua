@@ -34,7 +34,9 @@
 -- or not (a key with nothing there gets a free lock hash, kept a minute):
 -- a late copy of its acquire (sent again by a client library, or slow on a
 -- connection since closed) then takes nothing (see acquire), where it would
--- have held the name, for nobody, until its TTL. Returns the number of keys
+-- have held the name, for nobody, until its TTL. A clean-up leaves it in
+-- 'late' as well, where it stays for two seconds at least, however often
+-- the name is released meanwhile (see late_floor). Returns the number of keys
 -- that were not held by the acquisition, negated when ForceRelease ended
 -- its hold on any of them (see forced).
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
@@ -44,9 +46,9 @@ keep_fences(ARGV[8])
 local hold = 'h:' .. req
 
 -- released reports whether the release records of lock hash cur (read by
--- read_lock below, from its tenth element on) include id.
+-- read_lock below, from its eleventh element on) include id.
 local function released(cur)
-  return id ~= '' and in_rel(cur, 10, id)
+  return id ~= '' and in_rel(cur, 11, id)
 end
 
 -- legacy_room is how long an older dlock lets 'rel' grow: it kept every
@@ -86,19 +88,35 @@ local function rel_add(cur, a, add)
   return out
 end
 
+-- late_add returns the field 'late' of a lock hash (see late_floor), late
+-- (false when absent), with word added: kept late_floor ms from now, with
+-- the words of the clean-ups before that are kept still.
+local function late_add(late, word)
+  local now = math.floor(clock_us(redis.call('TIME')) / 1000)
+  local words = {}
+  if late and (tonumber(string.match(late, '^%d+')) or 0) >= now then
+    for w in string.gmatch(late, '%S+') do words[#words + 1] = w end
+    table.remove(words, 1)
+  end
+  words[#words + 1] = word
+  return string.format('%.0f', now + late_floor) .. ' ' .. table.concat(words, ' ', math.max(1, #words - late_most + 1))
+end
+
 -- record returns the fields and values that add, to the release records of
 -- lock hash cur, id (when with_id), and the request token when the
 -- acquisition ends, for a clean-up (no id) only when they do not hold it
 -- yet (a clean-up sent again would add it each time, pushing older records
--- out; a release sent again finds its id first); see rel_add. None when
+-- out; a release sent again finds its id first); see rel_add. A clean-up
+-- adds the request token to 'late' too, when not there yet. None when
 -- there is nothing to add.
 local function record(cur, with_id)
-  local add = with_id and id ~= '' and id or nil
-  if ends then
-    local word = rel_word(req)
-    if id ~= '' or not in_rel(cur, 10, word) then add = add and add .. ' ' .. word or word end
+  local add, word = with_id and id ~= '' and id or nil, rel_word(req)
+  if ends and (id ~= '' or not in_rel(cur, 11, word)) then add = add and add .. ' ' .. word or word end
+  local out = rel_add(cur, 11, add)
+  if ends and id == '' and not listed(cur[10], word) then
+    out[#out + 1], out[#out + 2] = 'late', late_add(cur[10], word)
   end
-  return rel_add(cur, 10, add)
+  return out
 end
 
 -- keep_for returns how many ms lock k, whose last acquisition is being given
@@ -119,7 +137,7 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', unpack(rel_fields))
+  local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
     local ok, d = false, nil
@@ -145,7 +163,7 @@ for i = 1, n do
         local rec = record(cur, false)
         if #rec > 0 then redis.pcall('HSET', k, unpack(rec)) end
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
-          'owner', '', 'meta', '', 'count', '0', 'rel', rel_word(req))) == 'number' then
+          'owner', '', 'meta', '', 'count', '0', unpack(record({}, false)))) == 'number' then
         expire_or_drop(k, '60000')
       end
     end
