@@ -2039,9 +2039,10 @@ func TestALateCopyOfAnOwnersAcquireGivenUpAddsNothingToItsHold(t *testing.T) {
 
 // A lock hash's 'late' keeps the words of its clean-ups for two seconds
 // from the last one, the last 64 of them, and lets the older ones go with
-// their time; a clean-up sent again adds nothing. A word or two keep the
-// hash in Redis's compact encoding.
-func TestACleanupsRecordStaysTwoSecondsAtMost64(t *testing.T) {
+// their time: at the next clean-up, or emptied by the next release. A
+// clean-up sent again adds no word, and keeps them two seconds more. A
+// word or two keep the hash in Redis's compact encoding.
+func TestACleanupsRecordStaysTwoSecondsForItsLast64(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	key := "dlock:{late}"
@@ -2065,9 +2066,14 @@ func TestACleanupsRecordStaysTwoSecondsAtMost64(t *testing.T) {
 		}
 		return ms
 	}
+	var cleanup *dlock.Call // the last clean-up, as sent
 	lost := func() {
 		t.Helper()
-		c := dlock.New(&copyingDriver{Driver: e.drv, holdBack: true})
+		c := dlock.New(&copyingDriver{Driver: callDriver{e.drv, func(call *dlock.Call) {
+			if call.Script.Name == "release" {
+				cleanup = &dlock.Call{Script: call.Script, Keys: call.Keys, Args: call.Args}
+			}
+		}}, holdBack: true})
 		defer c.Close()
 		if _, err := c.TryLock(ctx, "late"); !errors.Is(err, errLostReply) {
 			t.Fatalf("err = %v, want the lost request's", err)
@@ -2091,8 +2097,29 @@ func TestACleanupsRecordStaysTwoSecondsAtMost64(t *testing.T) {
 	// Their time up, the words go at the next clean-up.
 	e.srv.Do(t, "HSET", key, "late", "1 AAAAAAAAAAA")
 	lost()
-	if _, w := late(); len(w) != 1 || w[0] == "AAAAAAAAAAA" {
-		t.Errorf("words after a clean-up past the lapse: %q, want its own alone", w)
+	_, words = late()
+	if len(words) != 1 || words[0] == "AAAAAAAAAAA" {
+		t.Errorf("words after a clean-up past the lapse: %q, want its own alone", words)
+	}
+
+	// Sent again when their time is up (a clean-up that got no answer in
+	// time is sent again for up to a minute), it keeps its word two seconds
+	// more, and adds it once.
+	e.srv.Do(t, "HSET", key, "late", "1 "+words[0])
+	before = nowMS()
+	e.drv.Eval(ctx, cleanup)
+	if cleanup.Err != nil {
+		t.Fatal(cleanup.Err)
+	}
+	if lapse, w := late(); lapse < before+2000 || len(w) != 1 || w[0] != words[0] {
+		t.Errorf("after the clean-up sent again: lapse %d, words %q, want %d or later and %q", lapse, w, before+2000, words[0])
+	}
+
+	// Their time up, the next release empties the field.
+	e.srv.Do(t, "HSET", key, "late", "1 "+words[0])
+	churn(ctx, t, e.c, "late", 1)
+	if v := e.srv.Do(t, "HGET", key, "late"); v != "" {
+		t.Errorf("late after a release past its lapse: %q, want it emptied", v)
 	}
 
 	// The last 64 stay.
@@ -2105,6 +2132,19 @@ func TestACleanupsRecordStaysTwoSecondsAtMost64(t *testing.T) {
 	if _, w := late(); len(w) != 64 || w[0] != full[1] || w[62] != full[63] {
 		t.Errorf("kept %d words, from %q, want the last 63 of 64 and the new one", len(w), w[0])
 	}
+}
+
+// callDriver passes every call to seen before sending it.
+type callDriver struct {
+	dlock.Driver
+	seen func(*dlock.Call)
+}
+
+func (d callDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	for _, c := range calls {
+		d.seen(c)
+	}
+	d.Driver.Eval(ctx, calls...)
 }
 
 // dropDriver fails the next calls of one script without sending them, as

@@ -57,8 +57,9 @@ end
 -- A lock hash also keeps the words of the acquisitions whose clean-up ran
 -- (see release) in the field 'late': "lapse word ...", lapse the server's
 -- clock in ms when they may go, late_floor ms after the last clean-up
--- (each clean-up sets it anew), then the words, oldest first, the last
--- late_most of them. The release records keep a clean-up's word for the
+-- (each clean-up, also one sent again, sets it anew), then the words,
+-- oldest first, the last late_most of them; the first release after the
+-- lapse empties it. The release records keep a clean-up's word for the
 -- next eight releases or so only: a few ms on a name released hundreds of
 -- times a second, where a late copy of its acquire can come 100 ms after
 -- it and more. Up to four words keep the field within a compact hash's 64

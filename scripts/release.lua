@@ -88,17 +88,26 @@ local function rel_add(cur, a, add)
   return out
 end
 
+-- lapse returns when the words of 'late' (see late_floor), read as late,
+-- may go: the server's clock in ms (0 for none).
+local function lapse(late)
+  return late and tonumber(string.match(late, '^%d+')) or 0
+end
+
 -- late_add returns the field 'late' of a lock hash (see late_floor), late
--- (false when absent), with word added: kept late_floor ms from now, with
--- the words of the clean-ups before that are kept still.
-local function late_add(late, word)
-  local now = math.floor(clock_us(redis.call('TIME')) / 1000)
-  local words = {}
-  if late and (tonumber(string.match(late, '^%d+')) or 0) >= now then
-    for w in string.gmatch(late, '%S+') do words[#words + 1] = w end
+-- (false when absent), with word added when not there yet (a clean-up sent
+-- again), all kept late_floor ms from now (ms): with the words of the
+-- clean-ups before it whose time is not up.
+local function late_add(late, word, now)
+  local words, has = {}, false
+  if lapse(late) >= now then
+    for w in string.gmatch(late, '%S+') do
+      words[#words + 1] = w
+      has = has or w == word
+    end
     table.remove(words, 1)
   end
-  words[#words + 1] = word
+  if not has then words[#words + 1] = word end
   return string.format('%.0f', now + late_floor) .. ' ' .. table.concat(words, ' ', math.max(1, #words - late_most + 1))
 end
 
@@ -107,14 +116,20 @@ end
 -- acquisition ends, for a clean-up (no id) only when they do not hold it
 -- yet (a clean-up sent again would add it each time, pushing older records
 -- out; a release sent again finds its id first); see rel_add. A clean-up
--- adds the request token to 'late' too, when not there yet. None when
--- there is nothing to add.
+-- adds the request token to 'late' too (see late_add); another release
+-- empties 'late' once its time is up. None when there is nothing to add.
 local function record(cur, with_id)
   local add, word = with_id and id ~= '' and id or nil, rel_word(req)
   if ends and (id ~= '' or not in_rel(cur, 11, word)) then add = add and add .. ' ' .. word or word end
   local out = rel_add(cur, 11, add)
-  if ends and id == '' and not listed(cur[10], word) then
-    out[#out + 1], out[#out + 2] = 'late', late_add(cur[10], word)
+  local late = cur[10]
+  if (ends and id == '') or (late and late ~= '') then
+    local now = math.floor(clock_us(redis.call('TIME')) / 1000)
+    if ends and id == '' then
+      out[#out + 1], out[#out + 2] = 'late', late_add(late, word, now)
+    elseif lapse(late) < now then
+      out[#out + 1], out[#out + 2] = 'late', ''
+    end
   end
   return out
 end
