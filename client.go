@@ -324,7 +324,9 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // calls Close. A refresh under way
 // is abandoned, and not reported as a failed refresh; Close waits for the
 // driver to give it up, which, when the server does not answer, can take
-// the driver's read timeout (go-redis: ReadTimeout, 3s by default). So
+// the driver's read timeout (go-redis: ReadTimeout, 3s by default), and
+// for a refresh WithReplicas whose WAIT is under way, up to that WAIT's
+// timeout (the server answers WAIT only then, whatever the context). So
 // does a clean-up being sent again in the background (see TryLock),
 // which Close waits for within its 3 seconds, and then ends (a try that
 // began before Close, allowed half a second at first and up to 4 seconds

@@ -106,3 +106,16 @@ func Pipelines(c *Client) (inflight, queued int) {
 	defer c.batch.mu.Unlock()
 	return c.batch.inflight, len(c.batch.queue)
 }
+
+// NextRefresh returns when c's watchdog refreshes l next; ok is false
+// while l is not in its heap (being refreshed, or not refreshed
+// automatically).
+func NextRefresh(c *Client, l *Lock) (next time.Time, ok bool) {
+	w := c.watchdogIfAny()
+	if w == nil {
+		return time.Time{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.next, l.index >= 0
+}

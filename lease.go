@@ -65,6 +65,7 @@ type lease struct {
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
 	index int       // position in the watchdog's heap; -1 when not in it
+	moved bool      // rescheduled while out of the heap (see reschedule)
 }
 
 // leaseHolder is what a lease is the lifetime of: the Lock that refreshes
@@ -187,18 +188,22 @@ func (s *lease) endTurn() {
 }
 
 // extend records a successful refresh sent at sent with ttl. The caller
-// holds the refresh turn, so no later refresh can have been sent.
-func (s *lease) extend(sent time.Time, ttl time.Duration) {
+// holds the refresh turn, so no later refresh can have been sent. It
+// returns why the lease is not held when it ended first (its deadline
+// passed while the reply was on its way): the holder was told the lock
+// was lost, and the refresh counts for nothing.
+func (s *lease) extend(sent time.Time, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended() {
-		return
+	if err := s.aliveLocked(); err != nil {
+		return err
 	}
 	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
 	s.failing = false
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}
+	return nil
 }
 
 // unsure records a refresh sent at sent with ttl whose outcome is unknown
@@ -553,8 +558,23 @@ func (s *lease) autoRefresh(o *options) error {
 	s.mu.Unlock()
 	if rewatch {
 		s.watch()
+	} else {
+		s.rescheduled() // a shorter interval brings the next refresh forward
 	}
 	return nil
+}
+
+// rescheduled brings the watchdog's next refresh of the lease forward to
+// when its deadline and interval, as they are now, call for it (see
+// nextAt), when that is sooner than planned: after a Refresh to a shorter
+// TTL, or AutoRefresh with a shorter interval.
+func (s *lease) rescheduled() {
+	if s.every() == 0 {
+		return
+	}
+	if w := s.c.watchdogIfAny(); w != nil {
+		w.reschedule(s)
+	}
 }
 
 // nextRefresh returns the TTL for the watchdog's refresh sent now: the

@@ -1470,3 +1470,128 @@ func TestAnEndedLockLeavesTheWatchdog(t *testing.T) {
 		t.Errorf("the watchdog has %d leases after every lock ended, want 0", n)
 	}
 }
+
+// nextRefresh returns when c's watchdog refreshes l next, failing the test
+// when l is not in its heap.
+func nextRefresh(t *testing.T, c *dlock.Client, l *dlock.Lock) time.Time {
+	t.Helper()
+	next, ok := dlock.NextRefresh(c, l)
+	if !ok {
+		t.Fatal("the lock is not in the watchdog's heap")
+	}
+	return next
+}
+
+// refreshMargin is how long before a deadline the watchdog refreshes a
+// lock whose TTL barely outlasts its interval: a tenth of the TTL less the
+// drift allowance (1% and 2ms).
+func refreshMargin(ttl time.Duration) time.Duration {
+	return (ttl - ttl/100 - 2*time.Millisecond) / 10
+}
+
+// A Refresh to a TTL that barely outlasts the refresh interval brings the
+// watchdog's next refresh forward, to a tenth of the TTL before the new
+// deadline: it stayed one interval after the lock was obtained, too close
+// to that deadline for a refresh to be answered on a slow network, and the
+// lock was reported lost while the server held it.
+func TestARefreshToAShorterTTLBringsTheNextAutoRefreshForward(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "sooner", dlock.WithTTL(6*time.Second), dlock.WithRefreshInterval(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	const short = 2050 * time.Millisecond
+	if err := l.Refresh(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	if next, want := nextRefresh(t, e.c, l), l.Deadline().Add(-refreshMargin(short)); next.After(want.Add(time.Millisecond)) {
+		t.Errorf("next refresh %v before the deadline, want %v or more", l.Deadline().Sub(next), refreshMargin(short))
+	}
+}
+
+// The same when the Refresh ends while the watchdog's own refresh of the
+// lock is out of its schedule (its Refresh hook runs): the watchdog puts
+// the lock back by the new deadline, not by the one its refresh set.
+func TestARefreshDuringTheWatchdogsRefreshHookBringsTheNextForward(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inHook, leave := make(chan struct{}), make(chan struct{})
+	var hooked atomic.Int32
+	c := dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{Refresh: func(context.Context, dlock.HookInfo, error) {
+		if hooked.Add(1) == 1 { // the watchdog's: the first refresh
+			close(inHook)
+			<-leave
+		}
+	}}))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "hooked", dlock.WithTTL(600*time.Millisecond), dlock.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	<-inHook
+	const short = 206 * time.Millisecond // its deadline 1.94ms after the interval
+	if err := l.Refresh(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	close(leave)
+	awaitCond(t, 5*time.Second, func() bool { _, ok := dlock.NextRefresh(c, l); return ok })
+	next, _ := dlock.NextRefresh(c, l)
+	if want := l.Deadline().Add(-refreshMargin(short)); next.After(want.Add(time.Millisecond)) {
+		t.Errorf("next refresh %v before the deadline, want %v or more", l.Deadline().Sub(next), refreshMargin(short))
+	}
+}
+
+// AutoRefresh with a shorter interval on a lock the watchdog refreshes
+// brings its next refresh forward: it came one old interval after the
+// lock was obtained, so a lock deleted meanwhile was noticed that late.
+func TestAutoRefreshWithAShorterIntervalBringsTheNextRefreshForward(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "shorter-interval", dlock.WithTTL(30*time.Second), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.AutoRefresh(dlock.WithRefreshInterval(100 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if next := nextRefresh(t, e.c, l); time.Until(next) > 100*time.Millisecond {
+		t.Errorf("next refresh in %v after AutoRefresh with a 100ms interval", time.Until(next))
+	}
+}
+
+// A Refresh whose reply comes after the lock's deadline has passed (the
+// holder was told the lock was lost) reports that, matching ErrNotHeld and
+// ErrLost: it returned nil, with Done closed and Deadline in the past.
+func TestARefreshAnsweredAfterTheDeadlineReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var done <-chan struct{}
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			<-done // the reply comes once the deadline has ended the lock
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "answered-late", dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	done = l.Done()
+	err = l.Refresh(ctx, 10*time.Second)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh answered after the deadline: err = %v, want ErrNotHeld and ErrLost", err)
+	}
+	// The server ran it: Release frees the name all the same.
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release after the late refresh: %v", err)
+	}
+	if e.locked(t, "dlock:{answered-late}") {
+		t.Error("the name is still held after Release")
+	}
+}

@@ -1124,7 +1124,12 @@ func (l *Lock) release(ctx context.Context) error {
 // extended: a ttl shorter than what it has left leaves it as it is. So is
 // a lock whose acquire reached the server twice (sent again by the client
 // library after a lost reply): the server cannot tell it from another
-// Lock of the same token. Either way the Deadline follows ttl.
+// Lock of the same token. Either way the Deadline follows ttl, and the
+// automatic refresh comes as the new deadline calls for it (sooner, for a
+// shorter ttl). A refresh whose reply comes after the lock's deadline has
+// passed (Done closed then, the lock counted as lost) returns that loss,
+// an error that matches ErrNotHeld and ErrLost, though the server may have
+// run it: Release then frees the name sooner than its TTL would.
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -1150,11 +1155,14 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	notHeld := errors.Is(err, ErrNotHeld)
 	switch {
 	case err == nil:
-		l.extend(start, ttl)
+		err = l.extend(start, ttl)
 	case !notHeld:
 		l.unsure(start, ttl)
 	}
 	l.endTurn()
+	// The watchdog comes back as soon as the new deadline needs it: a
+	// shorter TTL brings its next refresh forward.
+	l.rescheduled()
 	// Hooks, and the end of a lost lock with its End hook, come after the
 	// turn: a hook may refresh the lock.
 	if l.hook != nil {
@@ -1191,7 +1199,8 @@ func (l *Lock) foundLost(ctx context.Context, err error) {
 // one interval after the lock was obtained, or sooner when its deadline is
 // nearer (an attached lock may have little of its TTL left), at once if
 // need be. Called again on a lock it already refreshes, it changes the
-// interval, and the max hold when opts hold WithMaxHold; the max hold
+// interval (a shorter one brings the next refresh forward to one new
+// interval after the last), and the max hold when opts hold WithMaxHold; the max hold
 // counts from when the lock was obtained: refreshing that a max hold
 // stopped resumes if the new one allows more, while the lock is still
 // held. Without WithMaxHold, the max hold stays the one the lock was

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -352,4 +353,71 @@ func clientOf(t *testing.T, s *redistest.Server) *dlock.Client {
 	c := dlock.New(goredis.New(rdb))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// stallDriver is a Replicator on a single server whose WAIT after a
+// refresh does not return until stall is closed (or the call's context
+// ends), as one whose replica stopped acknowledging waits out its timeout.
+// It says when one is waiting (waiting), and when it ran the refresh of a
+// lock without replicas (others).
+type stallDriver struct {
+	dlock.Driver
+	stall, waiting chan struct{}
+	once           sync.Once
+	others         chan struct{}
+}
+
+func (d *stallDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	if calls[0].Script.Name == "refresh" {
+		select {
+		case d.others <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *stallDriver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	d.Driver.Eval(ctx, calls...)
+	if calls[0].Script.Name == "refresh" {
+		d.once.Do(func() { close(d.waiting) })
+		select {
+		case <-d.stall:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return replicas, nil
+}
+
+// A refresh confirmed on replicas (WithReplicas) whose WAIT waits out its
+// timeout holds up no other lock's refresh: they went in turn on the
+// watchdog's goroutine, and a lock on a healthy server, with a TTL shorter
+// than that timeout, was reported lost.
+func TestAReplicatedRefreshThatWaitsHoldsUpNoOtherRefresh(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &stallDriver{Driver: e.newDriver(t), stall: make(chan struct{}), waiting: make(chan struct{}), others: make(chan struct{}, 1)}
+	c := dlock.New(d)
+	defer c.Close()
+	defer close(d.stall)
+	a, err := c.TryLock(ctx, "replicated", dlock.WithTTL(10*time.Second), dlock.WithRefreshInterval(50*time.Millisecond),
+		dlock.WithReplicas(1, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	<-d.waiting // a's refresh waits for its replica
+	b, err := c.TryLock(ctx, "plain", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	for range 5 { // five refreshes of b: more than its TTL
+		select {
+		case <-b.Done():
+			t.Fatalf("a lock on a healthy server was lost while another's refresh waited for its replica: %v", b.Err())
+		case <-d.others:
+		}
+	}
 }

@@ -72,7 +72,7 @@ func (w *watchdog) add(s *lease) {
 	}
 	s.mu.Unlock()
 	w.mu.Lock()
-	s.next = next
+	s.next, s.moved = next, false
 	heap.Push(&w.leases, s)
 	w.mu.Unlock()
 	select {
@@ -212,15 +212,50 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		}
 		out = append(out, refreshing{s: s, calls: s.holder.refreshCalls(ttl), ttl: ttl, deadline: d})
 	}
+	// The refreshes confirmed on replicas (WithReplicas) go apart, one
+	// pipeline for each setting, each on a goroutine of its own: their
+	// WAIT holds the reply up to its timeout, while the other leases'
+	// deadlines come.
+	plain := out[:0:0]
+	var replicated [][]refreshing
+	index := map[replication]int{}
+	for _, r := range out {
+		if r.s.repl.replicas == 0 {
+			plain = append(plain, r)
+			continue
+		}
+		i, ok := index[r.s.repl]
+		if !ok {
+			i = len(replicated)
+			index[r.s.repl] = i
+			replicated = append(replicated, nil)
+		}
+		replicated[i] = append(replicated[i], r)
+	}
+	for _, g := range replicated {
+		w.refreshApart(ctx, now, g)
+	}
 	if w.c.lanes == nil {
-		w.refreshGroup(ctx, now, out)
+		w.refreshGroup(ctx, now, plain)
 		return
 	}
-	// On a Partitioned driver, one pipeline a server, each on a goroutine
-	// of its own that close waits for, so that a server that stalls holds
-	// up only the refreshes of its own locks: the others' replies are
-	// taken as they come, and the next refreshes go out while it stalls.
-	for _, g := range w.byServer(ctx, out) {
+	w.refreshApart(ctx, now, plain)
+}
+
+// refreshApart sends the refreshes of group on goroutines of their own
+// that close waits for: on a Partitioned driver, one pipeline a server,
+// so that a server that stalls holds up only the refreshes of its own
+// locks (the others' replies are taken as they come, and the next
+// refreshes go out while it stalls).
+func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refreshing) {
+	groups := [][]refreshing{group}
+	if w.c.lanes != nil {
+		groups = w.byServer(ctx, group)
+	}
+	for _, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
 		w.sending.Add(1)
 		go func() {
 			defer w.sending.Done()
@@ -353,15 +388,42 @@ func (w *watchdog) closing() bool {
 // refresh a lease it could not refresh.
 func retryDelay(s *lease) time.Duration { return min(s.every()/4, maxRetryDelay) }
 
-// send sends the leases' refresh calls in one pipeline, but for the leases
-// that confirm on replicas, which go in one pipeline for each setting.
+// send sends the leases' refresh calls in one pipeline; they all confirm
+// on replicas alike (see refreshBatch).
 func (w *watchdog) send(ctx context.Context, group []refreshing) {
-	groups := map[replication][]*Call{}
+	calls := make([]*Call, 0, len(group))
 	for _, r := range group {
-		groups[r.s.repl] = append(groups[r.s.repl], r.calls...)
+		calls = append(calls, r.calls...)
 	}
-	for r, calls := range groups {
-		w.c.evalWith(ctx, r, calls...)
+	w.c.evalWith(ctx, group[0].s.repl, calls...)
+}
+
+// reschedule moves the next refresh of a lease in the heap forward to
+// nextAt when that is sooner, and wakes the goroutine when it is the first
+// due. A lease out of the heap (being refreshed, its next refresh not yet
+// scheduled) is marked, and schedule does the same when it puts it back.
+func (w *watchdog) reschedule(s *lease) {
+	w.mu.Lock()
+	if s.index < 0 {
+		s.moved = true
+		w.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	at := s.nextAt()
+	s.mu.Unlock()
+	first := false
+	if at.Before(s.next) {
+		s.next = at
+		heap.Fix(&w.leases, s.index)
+		first = s.index == 0
+	}
+	w.mu.Unlock()
+	if first {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -374,6 +436,14 @@ func (w *watchdog) schedule(s *lease, next time.Time) {
 	if !s.refreshing() {
 		w.mu.Unlock()
 		return // ended, or released, while it was out of the heap
+	}
+	if s.moved {
+		s.moved = false
+		s.mu.Lock()
+		if at := s.nextAt(); at.Before(next) {
+			next = at
+		}
+		s.mu.Unlock()
 	}
 	s.next = next
 	heap.Push(&w.leases, s)
