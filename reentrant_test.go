@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -681,5 +682,100 @@ func TestAnOwnersLockOnSeveralNamesReentersHoldsOfDifferentTokens(t *testing.T) 
 			t.Fatalf("%s after every acquisition was released: %v", name, err)
 		}
 		_ = l.Release(ctx)
+	}
+}
+
+// loseOwnersAcquire runs every call, but loses the reply of the first
+// acquire (of any kind) that carries owner id owner, and then closes lost.
+type loseOwnersAcquire struct {
+	dlock.Driver
+	owner string
+	done  atomic.Bool
+	lost  chan struct{}
+}
+
+func (d *loseOwnersAcquire) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if strings.HasSuffix(c.Script.Name, "acquire") && len(c.Args) > 3 && c.Args[3] == d.owner && d.done.CompareAndSwap(false, true) {
+			c.Val, c.Err = nil, errLostReply
+			close(d.lost)
+		}
+	}
+}
+
+// An owner's re-entry goes ahead of the callers of its client that wait
+// for the name (the owner holds it). When its reply is lost, the re-entry
+// may hold the name: the next attempt goes ahead as well, and finds it.
+// It waited in line behind those callers instead, who waited for the hold
+// that it had: nobody got the name until one of them gave up.
+func TestALostReentryTriesAgainAheadOfItsClientsWaiters(t *testing.T) {
+	for _, kind := range []string{"lock", "write", "fair write", "read", "permit"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			d := &loseOwnersAcquire{Driver: e.newDriver(t), owner: "O", lost: make(chan struct{})}
+			c := dlock.New(d)
+			defer c.Close()
+			// take obtains the name for an owner's hold (S's kind), wait
+			// for a caller that waits for it (X's: a writer for a read).
+			take := func(c *dlock.Client, ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+				switch kind {
+				case "lock":
+					return c.Lock(ctx, "n", opts...)
+				case "write":
+					return c.RWMutex("n").Lock(ctx, opts...)
+				case "fair write":
+					return c.RWMutex("n", dlock.Fair()).Lock(ctx, opts...)
+				case "read":
+					return c.RWMutex("n").RLock(ctx, opts...)
+				}
+				return c.Semaphore("n", 1).Acquire(ctx, opts...)
+			}
+			wait := take
+			if kind == "read" {
+				wait = func(c *dlock.Client, ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return c.RWMutex("n").Lock(ctx, opts...)
+				}
+			}
+			owner := dlock.WithOwner("O")
+			first, err := take(e.newClient(t), ctx, owner) // another process
+			if err != nil {
+				t.Fatal(err)
+			}
+			// X, a caller of c, waits for the name.
+			xctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			xDone := make(chan error, 1)
+			go func() {
+				l, err := wait(c, xctx)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				xDone <- err
+			}()
+			awaitCond(t, 5*time.Second, func() bool {
+				return e.srv.Do(t, "ZSCORE", "dlock:{n}:waiters", dlock.Member(c)) != "(nil)"
+			})
+			// S, the owner's re-entry through c, whose reply is lost.
+			sDone := make(chan error, 1)
+			go func() {
+				l, err := take(c, xctx, owner)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				sDone <- err
+			}()
+			<-d.lost
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sDone; err != nil {
+				t.Errorf("the re-entry whose reply was lost: %v", err)
+			}
+			if err := <-xDone; err != nil {
+				t.Errorf("the caller that waited for the name: %v", err)
+			}
+		})
 	}
 }

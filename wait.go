@@ -1068,6 +1068,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	}()
 	uncertain := false // an attempt may have taken the lock without our knowing
 	retriedLate := false
+	aheadUnknown := false // the last attempt went ahead of its turn, and its outcome is unknown
 	for failed := 0; ; {
 		// An owner's re-entry, or an acquire with its token, may succeed
 		// while the lock is held: its first attempt does not wait behind
@@ -1075,8 +1076,11 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		// the holder). That attempt does not register, so as not to
 		// replace the grant request the first of them left, and records
 		// nothing (a read/write lock's pending writer or queue entry),
-		// so as not to keep out the callers ahead of it.
-		ahead := eager && failed == 0 && !uncertain
+		// so as not to keep out the callers ahead of it. So does the next
+		// attempt while that one's outcome is unknown (its reply was
+		// lost): it may hold the lock, which the callers ahead of it wait
+		// for, and sent again it finds that hold and counts once.
+		ahead := eager && (failed == 0 || aheadUnknown)
 		// Wait for our turn behind the callers of this client that came
 		// first; an attempt ahead of its turn does not register.
 		first := hub.first(key, w)
@@ -1123,6 +1127,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		}
 		late := errors.Is(err, errLate)
 		notHeld := errors.Is(err, ErrNotObtained) && !late
+		aheadUnknown = wa.ahead && !notHeld
 		uncertain = uncertain || !notHeld
 		// Cut short by the wait's end: no answer (decided once, as the
 		// clock moves on).
