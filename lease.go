@@ -36,6 +36,7 @@ type lease struct {
 	maxHold     time.Duration // zero when unbounded
 	capped      bool          // the max hold stopped the refreshing (see extendAuto)
 	failing     bool          // the last refresh failed, not for Close (see expireAt)
+	failedWith  error         // why, while failing
 	dropped     bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released    bool          // Release was called and succeeded
 	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
@@ -199,7 +200,7 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) error {
 		return err
 	}
 	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
-	s.failing = false
+	s.failing, s.failedWith = false, nil
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}
@@ -228,11 +229,11 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 	return time.Now().Before(s.deadline)
 }
 
-// refreshFailed notes that a refresh of the watchdog failed, until one
-// succeeds.
-func (s *lease) refreshFailed() {
+// refreshFailed notes that a refresh of the watchdog failed with err,
+// until one succeeds.
+func (s *lease) refreshFailed(err error) {
 	s.mu.Lock()
-	s.failing = true
+	s.failing, s.failedWith = true, err
 	s.mu.Unlock()
 }
 
@@ -251,7 +252,7 @@ func (s *lease) expireAt() bool {
 		s.mu.Unlock()
 		return false
 	}
-	capped, ending, failing := s.capped, s.ending, s.failing
+	capped, ending, failing, failedWith := s.capped, s.ending, s.failing, s.failedWith
 	s.mu.Unlock()
 	if capped {
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
@@ -261,6 +262,12 @@ func (s *lease) expireAt() bool {
 		// Its holder's shutdown may have to tell this loss from Redis's:
 		// refreshed until Close, it would not have been lost.
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}})
+	} else if failing && failedWith != nil {
+		// Why the refreshes failed (a permission the ACL user lacks, a
+		// server that does not answer) is told with the loss: in words,
+		// since a failure such as a context's deadline must not make the
+		// loss match it.
+		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh (the last one failed: %s)", ErrLost, s.holder.describe(), causes.Unprefixed(failedWith)))
 	} else {
 		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
 	}
@@ -471,7 +478,8 @@ var closedChan = func() chan struct{} {
 
 // Err returns nil while the lock is held and after it was released, and an
 // error wrapping ErrLost once it was lost: ErrMaxHold when WithMaxHold ended
-// it, the reason otherwise.
+// it, the reason otherwise (for a lock whose automatic refreshes failed
+// until its deadline, with why the last one failed, in its message).
 func (s *lease) Err() error {
 	s.expireIfDue()
 	s.mu.Lock()
@@ -610,7 +618,7 @@ func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, o
 		return time.Time{}, false
 	}
 	s.deadline = sent.Add(ttl - drift(ttl))
-	s.failing = false
+	s.failing, s.failedWith = false, nil
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}

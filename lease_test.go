@@ -160,6 +160,26 @@ func TestUnreachableRedisEndsTheLeaseAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A lock whose automatic refreshes fail until its deadline is lost then,
+// and Err says why the last one failed (a permission the ACL user lacks,
+// say), where it said only that the deadline passed: the reason was in
+// the log alone.
+func TestALossAtTheDeadlineSaysWhyTheRefreshesFailed(t *testing.T) {
+	e := newEnv(t)
+	d := &dropDriver{Driver: e.newDriver(t), script: "refresh", drops: 1 << 20,
+		err: errors.New("NOPERM this user has no permissions to run the 'evalsha' command")}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(context.Background(), "refused", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 5*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Err = %v, want ErrLost at the deadline, with the refreshes' NOPERM", err)
+	}
+}
+
 // A lock whose refreshes fail before its max hold is lost at its deadline,
 // not to the max hold, even when the refresh that failed was capped by it.
 func TestARefreshFailureBeforeTheMaxHoldIsNotTheMaxHold(t *testing.T) {

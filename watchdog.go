@@ -351,7 +351,7 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
 			if !quiet {
-				s.refreshFailed()
+				s.refreshFailed(err)
 			}
 			next, again = time.Now().Add(retryDelay(s)), true
 		}
