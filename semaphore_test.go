@@ -361,7 +361,8 @@ func TestARaisedCountWakesTheWaitingAcquires(t *testing.T) {
 // one client waiting for a semaphore take turns, except that a caller
 // whose count (another handle's, or a raised one) lets it in is not held
 // up behind one whose smaller count does not: it gets in while that one
-// still waits, as a caller of another client would.
+// still waits (a caller of another client, behind it in the waiter set,
+// would get in at its next beat).
 func TestACallerWithALargerCountDoesNotWaitBehindASmallerOne(t *testing.T) {
 	e := newEnv(t)
 	for _, raise := range []bool{false, true} {
