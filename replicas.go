@@ -35,7 +35,9 @@ type replication struct {
 }
 
 // WithReplicas confirms every acquire and refresh of the lock on n replicas:
-// after the script, dlock sends WAIT n timeout on the same connection, and
+// after the script, dlock sends WAIT n timeout on the same connection (or
+// what is left of the request's context, when that is less: the server
+// answers a WAIT only at its timeout), and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
 // tries again, as ErrNotReplicated says); a refresh that fewer
@@ -84,11 +86,18 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		}
 		return
 	}
+	// A WAIT that lasts past the end of ctx is of no use, and the server
+	// answers it only at its timeout, whatever ctx says: it waits that long
+	// at most (a millisecond at least: 0 waits for ever).
+	timeout := r.timeout
+	if end, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, max(time.Until(end), time.Millisecond))
+	}
 	c.batch.mark(calls)
-	acked, err := rep.EvalWait(ctx, r.replicas, r.timeout, calls...)
+	acked, err := rep.EvalWait(ctx, r.replicas, timeout, calls...)
 	c.batch.check(calls)
 	if err == nil && acked < r.replicas {
-		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, r.timeout)
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, timeout)
 	}
 	if err == nil {
 		return

@@ -225,6 +225,7 @@ type ackDriver struct {
 	acked    atomic.Int64
 	down     atomic.Bool
 	releases atomic.Int64
+	timeout  atomic.Int64 // the last WAIT's timeout, a time.Duration
 }
 
 var errDown = errors.New("connection refused")
@@ -239,6 +240,7 @@ func (d *ackDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 }
 
 func (d *ackDriver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	d.timeout.Store(int64(timeout))
 	if d.down.Load() {
 		return 0, errDown
 	}
@@ -419,5 +421,36 @@ func TestAReplicatedRefreshThatWaitsHoldsUpNoOtherRefresh(t *testing.T) {
 			t.Fatalf("a lock on a healthy server was lost while another's refresh waited for its replica: %v", b.Err())
 		case <-d.others:
 		}
+	}
+}
+
+// A WAIT lasts no longer than the context of its request: the server
+// answers it only at its timeout, so a TryLock with a context of 300ms and
+// WithReplicas(1, 5s) waited up to 5s on a driver that does not end a read
+// at its context's deadline (go-redis without ContextTimeoutEnabled).
+func TestAWaitForReplicasEndsWithItsContext(t *testing.T) {
+	e := newEnv(t)
+	d := &ackDriver{Driver: e.newDriver(t)}
+	d.acked.Store(1)
+	c := dlock.New(d)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	l, err := c.TryLock(ctx, "bounded", dlock.WithReplicas(1, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if got := time.Duration(d.timeout.Load()); got > 300*time.Millisecond || got < time.Millisecond {
+		t.Errorf("WAIT's timeout %v, want the 300ms context's rest", got)
+	}
+	// Without a deadline, the timeout given.
+	l2, err := c.TryLock(context.Background(), "unbounded", dlock.WithReplicas(1, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(context.Background())
+	if got := time.Duration(d.timeout.Load()); got != 5*time.Second {
+		t.Errorf("WAIT's timeout %v without a deadline, want 5s", got)
 	}
 }
