@@ -31,7 +31,8 @@ import (
 // it makes attempts of its own: it may get in where they cannot. Across
 // clients, a freed permit wakes the first registered client alone: while
 // counts differ, one behind it whose count would let it in tries at its
-// next beat (within half a second). Inspect reports the count of the last acquire that took a permit.
+// next beat (within half a second). Inspect reports the count of the last
+// acquire that took a permit.
 //
 // WithOwner makes permits re-entrant per owner: an owner that holds a
 // permit and acquires again gets the same permit with its count raised,

@@ -35,8 +35,9 @@
 -- a late copy of its acquire (sent again by a client library, or slow on a
 -- connection since closed) then takes nothing (see acquire), where it would
 -- have held the name, for nobody, until its TTL. A clean-up leaves it in
--- 'late' as well, where it stays for two seconds at least, however often
--- the name is released meanwhile (see late_floor). Returns the number of keys
+-- 'late' as well, where it stays two seconds from the last clean-up (the
+-- last 64), however often the name is released meanwhile (see
+-- late_floor). Returns the number of keys
 -- that were not held by the acquisition, negated when ForceRelease ended
 -- its hold on any of them (see forced).
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
