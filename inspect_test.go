@@ -182,6 +182,69 @@ func TestAForceReleasedLockSaysSo(t *testing.T) {
 	}
 }
 
+// A late copy of the acquire of a Lock that ForceRelease ended (a client
+// library's resend, a slow connection) takes nothing, of every kind, also
+// after another holder came and went: it took the name back for that
+// Lock, whose next Refresh then succeeded, never telling it that the name
+// was freed and maybe held by another meanwhile.
+func TestALateCopyOfAForceReleasedLocksAcquireTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, k := range []struct {
+		kind, name string
+		acquire    func(c *dlock.Client) (*dlock.Lock, error)
+	}{
+		{"lock", "forced-lock", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.TryLock(ctx, "forced-lock", dlock.WithTTL(time.Minute))
+		}},
+		{"write", "forced-write", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.RWMutex("forced-write").TryLock(ctx, dlock.WithTTL(time.Minute))
+		}},
+		{"fair read", "forced-read", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.RWMutex("forced-read", dlock.Fair()).TryRLock(ctx, dlock.WithTTL(time.Minute))
+		}},
+		{"permit", "forced-permit", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.Semaphore("forced-permit", 1).TryAcquire(ctx, dlock.WithTTL(time.Minute))
+		}},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			d := &copyingDriver{Driver: e.newDriver(t)}
+			c := dlock.New(d)
+			defer c.Close()
+			l, err := k.acquire(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := k.name
+			if _, err := e.c.ForceRelease(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			if k.kind == "lock" { // another holder comes and goes
+				other, err := e.c.TryLock(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("the late copy replied %v, want a refusal", r[0])
+			}
+			info, err := e.c.Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 0 {
+				t.Errorf("held after the late copy: %+v", info.Holders)
+			}
+			if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrForceReleased) {
+				t.Errorf("the ended Lock's Refresh: err = %v, want ErrForceReleased", err)
+			}
+		})
+	}
+}
+
 // Read and write holds and permits that ForceRelease ended say so too,
 // whichever call finds them gone; a hold that expired does not.
 func TestAForceReleasedHoldSaysSo(t *testing.T) {

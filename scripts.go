@@ -28,7 +28,7 @@ var (
 
 	scriptFencedSet    = loadScript("fenced_set")
 	scriptInspect      = loadScript("inspect", "wake", "holds", "describe")
-	scriptForceRelease = loadScript("force_release", "wake", "holds", "describe")
+	scriptForceRelease = loadScript("force_release", "wake", "holds", "describe", "held")
 	scriptUnwait       = loadScript("unwait", "wake")
 )
 

@@ -162,11 +162,14 @@ for i = 1, n do
     if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
   elseif cur[1] ~= 'lock' then
     return kind_error(i, KEYS[i], cur[1])
-  elseif not given and ended(cur, 10, rel_word(req)) then
-    -- The acquisition of this request token has ended (see release): this
-    -- is a late copy of its request, whose caller is gone. Refused,
-    -- changing nothing. (Not one whose hold was force-released: its
-    -- caller may still be waiting, for a grant whose notice it missed.)
+  elseif not given and (in_rel(cur, 11, rel_word(req)) or
+      (listed(cur[10], rel_word(req)) and lapse(cur[10]) >= math.floor(now() / 1000))) then
+    -- The acquisition of this request token has ended (see release and
+    -- late_floor): this is a late copy of its request, whose caller is
+    -- gone. Refused, changing nothing. So is one of an acquisition a
+    -- force release ended, for two seconds (see force_release): a caller
+    -- that still waits (for a grant whose notice it missed) takes the
+    -- lock once they are up.
     return {0, redis.call('PTTL', KEYS[i]), i}
   elseif not cur[2] or cur[2] == '' then
     state[i], last[i] = 'free', tonumber(cur[5])

@@ -13,7 +13,11 @@
 -- token, after those of the holds it ended before, so that the hold's
 -- Locks learn how it was lost (see held). The record stays with the hash,
 -- held by others or not, until trimmed; a hold of a token given again
--- takes it out (see acquire, grant).
+-- takes it out (see acquire, grant). The request token of the hold's first
+-- acquisition ('req') goes to 'late' too, as a clean-up's does, so that a
+-- late copy of its acquire does not take the name back for the Lock that
+-- the force release ended. (Not those of re-entries, which only a read of
+-- every field would find, a command the ACL line does not grant.)
 
 -- forced_kept is how much of 'forced' stays: the tokens of the last
 -- holds ended, cut at a space.
@@ -25,9 +29,10 @@ local kind = was[1]
 if kind == '' then return was end
 allow_oom(KEYS[1])
 if kind == 'lock' then
-  local rels = {'rel', 'rel1', 'rel2', 'rel3', 'rel4', 'late'} -- the records of ended acquisitions (see rel_fields and late_floor in held)
-  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', unpack(rels))
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', unpack(rel_fields))
   local token, words = f[1] or '', {}
+  local late = redis.call('HGET', KEYS[1], 'late')
+  if f[2] and f[2] ~= '' then late = late_add(late, rel_word(f[2]), clock()) end
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
   words[#words + 1] = token
@@ -38,9 +43,10 @@ if kind == 'lock' then
   end
   redis.call('DEL', KEYS[1])
   local kept = {'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'fence', f[3] or '', 'forced', forced}
-  for i, field in ipairs(rels) do
+  for i, field in ipairs(rel_fields) do
     if f[5 + i] then kept[#kept + 1], kept[#kept + 2] = field, f[5 + i] end
   end
+  if late then kept[#kept + 1], kept[#kept + 2] = 'late', late end
   redis.call('HSET', KEYS[1], unpack(kept))
   -- Clients still wait: the next release looks for them. (The requests
   -- they left for grants go: each leaves its own again as it is refused.)
@@ -52,7 +58,7 @@ end
 -- The arrival queue is read before the first write: a read Redis refuses
 -- fails the script with nothing written (see foreign).
 local queued = kind == 'rwlock' and queued_any(KEYS[6])
-record_forced(KEYS[4], KEYS[7], clock())
+record_forced(KEYS[1], KEYS[4], KEYS[7], clock())
 if kind == 'rwlock' then
   if queued then
     redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[6])

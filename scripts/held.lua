@@ -57,7 +57,8 @@ end
 -- A lock hash also keeps the words of the acquisitions whose clean-up ran
 -- (see release) in the field 'late': "lapse word ...", lapse the server's
 -- clock in ms when they may go, late_floor ms after the last clean-up
--- (each clean-up, also one sent again, sets it anew), then the words,
+-- (each clean-up, also one sent again, sets it anew; so does a force
+-- release, for the first acquisition of the hold it ended), then the words,
 -- oldest first, the last late_most of them; the first release after the
 -- lapse empties it. The release records keep a clean-up's word for the
 -- next eight releases or so only: a few ms on a name released hundreds of
@@ -66,11 +67,27 @@ end
 -- bytes.
 local late_floor, late_most = 2000, 64
 
--- ended reports whether the records of a lock hash, read into cur from its
--- a-th element on ('late', then rel_fields), say that the acquisition of
--- the request token whose word (see rel_word) is word has ended.
-local function ended(cur, a, word)
-  return listed(cur[a], word) or in_rel(cur, a + 1, word)
+-- lapse returns when the words of 'late' (see late_floor), read as late,
+-- may go: the server's clock in ms (0 for none).
+local function lapse(late)
+  return late and tonumber(string.match(late, '^%d+')) or 0
+end
+
+-- late_add returns the field 'late' of a lock hash (see late_floor), late
+-- (false when absent), with word added when not there yet (a clean-up sent
+-- again), all kept late_floor ms from now (ms): with the words of the
+-- clean-ups before it whose time is not up.
+local function late_add(late, word, now)
+  local words, has = {}, false
+  if lapse(late) >= now then
+    for w in string.gmatch(late, '%S+') do
+      words[#words + 1] = w
+      has = has or w == word
+    end
+    table.remove(words, 1)
+  end
+  if not has then words[#words + 1] = word end
+  return string.format('%.0f', now + late_floor) .. ' ' .. table.concat(words, ' ', math.max(1, #words - late_most + 1))
 end
 
 -- unlisted returns list without word.

@@ -84,23 +84,40 @@ end
 
 -- A hold that ForceRelease ended is recorded in the name's release marker
 -- (see holds_release) as the member 'f:' .. its token, for a minute, so
--- that the Locks of the hold learn how it was lost.
+-- that the Locks of the hold learn how it was lost; and so are its
+-- acquisitions, as those a release ends are ('r:' .. request token), so
+-- that a late copy of one of their acquires does not take the name back
+-- for a Lock the force release ended.
 
--- record_forced records the live holds of holds key hk in release marker
--- mk, at now. A marker holding data dlock did not write (with no expiry, or
--- a longer one than a marker's minute, or not a sorted set: an older
--- dlock's string) gets nothing, as a release leaves it alone.
-local function record_forced(hk, mk, now)
+-- record_forced records the live holds of holds key hk (their records in
+-- base hash k) in release marker mk, at now. A marker holding data dlock
+-- did not write (with no expiry, or a longer one than a marker's minute,
+-- or not a sorted set: an older dlock's string) gets nothing, as a release
+-- leaves it alone.
+local function record_forced(k, hk, mk, now)
   local left = redis.call('PTTL', mk)
   if left == -1 or left > 60000 then return end
   local toks = redis.pcall('ZRANGEBYSCORE', hk, '(' .. now, '+inf')
   if foreign(toks) or #toks == 0 then return end
+  local members = {}
+  for _, tok in ipairs(toks) do
+    members[#members + 1] = 'f:' .. tok
+    members[#members + 1] = 'r:' .. tok -- its first acquisition's
+    local h = redis.pcall('HGET', k, 'h:' .. tok) -- its JSON: 'a' lists its acquisitions
+    local ok, d = false, nil
+    if type(h) == 'string' then ok, d = pcall(cjson.decode, h) end
+    if ok and type(d) == 'table' and type(d.a) == 'table' then
+      for _, r in ipairs(d.a) do
+        if r ~= tok then members[#members + 1] = 'r:' .. r end
+      end
+    end
+  end
   local score = str(now + 60000)
-  for i = 1, #toks, 500 do
+  for i = 1, #members, 500 do
     local args = {}
-    for j = i, math.min(i + 499, #toks) do
+    for j = i, math.min(i + 499, #members) do
       args[#args + 1] = score
-      args[#args + 1] = 'f:' .. toks[j]
+      args[#args + 1] = members[j]
     end
     if type(redis.pcall('ZADD', mk, unpack(args))) ~= 'number' then return end
   end

@@ -89,29 +89,6 @@ local function rel_add(cur, a, add)
   return out
 end
 
--- lapse returns when the words of 'late' (see late_floor), read as late,
--- may go: the server's clock in ms (0 for none).
-local function lapse(late)
-  return late and tonumber(string.match(late, '^%d+')) or 0
-end
-
--- late_add returns the field 'late' of a lock hash (see late_floor), late
--- (false when absent), with word added when not there yet (a clean-up sent
--- again), all kept late_floor ms from now (ms): with the words of the
--- clean-ups before it whose time is not up.
-local function late_add(late, word, now)
-  local words, has = {}, false
-  if lapse(late) >= now then
-    for w in string.gmatch(late, '%S+') do
-      words[#words + 1] = w
-      has = has or w == word
-    end
-    table.remove(words, 1)
-  end
-  if not has then words[#words + 1] = word end
-  return string.format('%.0f', now + late_floor) .. ' ' .. table.concat(words, ' ', math.max(1, #words - late_most + 1))
-end
-
 -- record returns the fields and values that add, to the release records of
 -- lock hash cur, id (when with_id), and the request token when the
 -- acquisition ends, for a clean-up (no id) only when they do not hold it
