@@ -51,6 +51,7 @@ func TestAClientNotMadeByNewPanics(t *testing.T) {
 		{"Close", func() { _ = c.Close() }, "Client used without New"},
 		{"Close of a nil *Client", func() { _ = nilClient.Close() }, "nil *Client"},
 		{"TryLock of a nil *Client", func() { _, _ = nilClient.TryLock(ctx, "x") }, "nil *Client"},
+		{"SetFenced of a nil *Client", func() { _ = nilClient.SetFenced(ctx, "x", 1, "v") }, "nil *Client"},
 		{"zero RWMutex: RLock", func() { _, _ = m.RLock(ctx) }, "RWMutex used without Client.RWMutex"},
 		{"zero RWMutex: TryRLock", func() { _, _ = m.TryRLock(ctx) }, "RWMutex used without Client.RWMutex"},
 		{"zero RWMutex: Lock", func() { _, _ = m.Lock(ctx) }, "RWMutex used without Client.RWMutex"},

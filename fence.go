@@ -35,6 +35,7 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 // a header and have the server answer 409 Conflict to one older than the
 // newest it accepted.
 func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value string) error {
+	c.made()
 	if ctx == nil {
 		return ErrNilContext
 	}
