@@ -616,13 +616,15 @@ func redact(raw string, loose bool) string {
 	if colon := strings.IndexByte(rest, ':'); at >= 0 && colon >= 0 && colon < at {
 		hide(start+colon+1, start+at)
 	}
-	// The values of sentinel_password, and of keys that do not unescape.
+	// The values of sentinel_password, of any key that names a password
+	// (a ?password= other clients take, which go-redis refuses as an
+	// unknown option, quoting the URL), and of keys that do not unescape.
 	if q := strings.IndexByte(tail, '?'); q >= 0 {
 		off := start + len(authority) + q + 1
 		query, _, _ := strings.Cut(tail[q+1:], "#")
 		for _, p := range strings.Split(query, "&") {
 			k, v, _ := strings.Cut(p, "=")
-			if key, err := url.QueryUnescape(k); (err != nil || key == "sentinel_password") && v != "" {
+			if key, err := url.QueryUnescape(k); (err != nil || strings.Contains(strings.ToLower(key), "password")) && v != "" {
 				hide(off+len(k)+1, off+len(p))
 			}
 			off += len(p) + 1

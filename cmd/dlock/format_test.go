@@ -117,11 +117,13 @@ func TestRedraw(t *testing.T) {
 
 func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://u:pw@h:1/2":      "redis://u:xxxxx@h:1/2",
-		"redis://:pw@h":           "redis://:xxxxx@h",
-		"redis://u@h":             "redis://u@h",
-		"redis://h/x?password=no": "redis://h/x?password=no",
-		"unix://u:p@/run/r.sock":  "unix://u:xxxxx@/run/r.sock",
+		"redis://u:pw@h:1/2":                        "redis://u:xxxxx@h:1/2",
+		"redis://:pw@h":                             "redis://:xxxxx@h",
+		"redis://u@h":                               "redis://u@h",
+		"redis://h/x?password=pw":                   "redis://h/x?password=xxxxx",
+		"redis://h?username=u&Password=pw&db=1":     "redis://h?username=u&Password=xxxxx&db=1",
+		"redis://h?sentinel_password=pw&protocol=3": "redis://h?sentinel_password=xxxxx&protocol=3",
+		"unix://u:p@/run/r.sock":                    "unix://u:xxxxx@/run/r.sock",
 	} {
 		if got := redactURL(in); got != want || strings.Contains(got, ":pw") {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
