@@ -384,7 +384,8 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		c.close()
 		return nil, nil, err
 	}
-	opts := []dlock.Option{dlock.WithTTL(o.ttl), dlock.WithMetadata(metadata(argv, o.meta)), dlock.WithAutoRefresh()}
+	meta := metadata(argv, o.meta)
+	opts := []dlock.Option{dlock.WithTTL(o.ttl), dlock.WithMetadata(meta), dlock.WithAutoRefresh()}
 	if o.minHold > 0 {
 		opts = append(opts, dlock.WithMinHold(o.minHold))
 	}
@@ -394,7 +395,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		l, err = try(ctx, opts...)
 	} else {
 		wctx, wcancel := context.WithCancelCause(ctx)
-		w = a.newWaiter(c, name, o.quiet, wcancel)
+		w = a.newWaiter(c, name, meta, o.quiet, wcancel)
 		if o.wait > 0 {
 			// The waiter ends the wait at --wait once the first attempt
 			// has its answer; the deadline bounds an attempt under way.

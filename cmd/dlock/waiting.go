@@ -59,6 +59,7 @@ type waiter struct {
 	a      *app
 	c      *conn
 	name   string
+	self   string // the metadata of the hold the wait asks for: its own, once granted
 	quiet  bool
 	tty    bool
 	cancel context.CancelCauseFunc // ends the wait
@@ -99,9 +100,9 @@ func (w *waiter) outcome() (lastErr error, held bool) {
 	return w.lastErr, w.held
 }
 
-func (a *app) newWaiter(c *conn, name string, quiet bool, cancel context.CancelCauseFunc) *waiter {
+func (a *app) newWaiter(c *conn, name, self string, quiet bool, cancel context.CancelCauseFunc) *waiter {
 	w := &waiter{
-		a: a, c: c, name: name, quiet: quiet, cancel: cancel,
+		a: a, c: c, name: name, self: self, quiet: quiet, cancel: cancel,
 		tty:   !quiet && isTerminal(a.stderr),
 		begun: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}),
 		answered: time.Now(),
@@ -234,7 +235,10 @@ func (w *waiter) status(ctx context.Context) (line, key string) {
 
 // heldLine returns the status line and key of a lock whose record is info.
 func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
-	if len(info.Holders) == 0 {
+	// A release may grant the lock to this wait before it hears of it
+	// (at its next attempt, without notices): its own hold is no holder
+	// to wait for.
+	if len(info.Holders) == 0 || info.Holders[0].Metadata == w.self && len(info.Holders) == 1 {
 		return fmt.Sprintf("waiting for %s — just released", quote(w.name)), "free"
 	}
 	key = fmt.Sprint(len(info.Holders))

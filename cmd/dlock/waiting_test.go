@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlockio/dlock"
 )
 
 // TestAnOutageIsCountedFromTheLastAnswer: run gives up its wait once
@@ -38,5 +41,20 @@ func TestAnOutageIsCountedFromTheLastAnswer(t *testing.T) {
 				t.Fatalf("gave up on an attempt cut short: %v", cause)
 			}
 		})
+	}
+}
+
+// A release can grant the lock to the wait before the wait hears of it
+// (without pub/sub notices, at its next attempt): the waiting line does not
+// name the wait's own hold as the holder it waits for.
+func TestTheWaitingLineDoesNotNameItsOwnHold(t *testing.T) {
+	w := &waiter{name: "job", self: `{"pid":7}`}
+	own := &dlock.Info{Holders: []dlock.Holder{{Metadata: `{"pid":7}`, Fence: 9}}}
+	if line, key := w.heldLine(own); key != "free" || !strings.Contains(line, "just released") {
+		t.Errorf("with its own hold: %q (key %q), want the lock just released", line, key)
+	}
+	other := &dlock.Info{Holders: []dlock.Holder{{Metadata: `{"pid":8}`, Fence: 9}}}
+	if _, key := w.heldLine(other); key == "free" {
+		t.Error("another's hold reads as just released")
 	}
 }
