@@ -73,7 +73,8 @@ type Node struct {
 
 // Locker obtains Redlock locks: a lock counts as held while a majority of
 // its nodes hold it. It is safe for concurrent use; make one per set of
-// masters and share it.
+// masters and share it. The zero Locker is not usable: make one with New
+// (its methods panic otherwise, as on a nil *Locker).
 type Locker struct {
 	nodes   []Node
 	quorum  int
@@ -163,10 +164,25 @@ func New(nodes []Node, opts ...LockerOption) (*Locker, error) {
 // len(nodes)/2+1. With an even number of nodes that is one more than with
 // one node fewer, for the same number of nodes that may fail: five nodes
 // tolerate two failures, four and three tolerate one.
-func (r *Locker) Quorum() int { return r.quorum }
+func (r *Locker) Quorum() int {
+	r.made()
+	return r.quorum
+}
+
+// made panics unless New made r: a Locker without nodes would count a lock
+// held by none of them as held (a quorum of zero).
+func (r *Locker) made() {
+	if r == nil {
+		panic("redlock: method called on a nil *Locker")
+	}
+	if r.bg == nil {
+		panic("redlock: Locker used without New")
+	}
+}
 
 // Nodes returns the addresses of the nodes, in the order given to New.
 func (r *Locker) Nodes() []string {
+	r.made()
 	addrs := make([]string, len(r.nodes))
 	for i, n := range r.nodes {
 		addrs[i] = n.Addr
@@ -187,6 +203,7 @@ func (r *Locker) Nodes() []string {
 // each call then waits for all of its requests. Close does not close the
 // nodes' clients. It is safe to call more than once.
 func (r *Locker) Close() error {
+	r.made()
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
@@ -393,6 +410,7 @@ func WithMaxHold(d time.Duration) Option {
 
 // options validates a call's options against the Locker.
 func (r *Locker) options(ctx context.Context, opts []Option) (*options, error) {
+	r.made()
 	if ctx == nil {
 		return nil, dlock.ErrNilContext
 	}

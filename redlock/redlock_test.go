@@ -2173,3 +2173,38 @@ func TestANodeThatDoesNotAnswerItsReleaseIsGivenBackLater(t *testing.T) {
 		return heldOn(t, srvs, "stalled-release") == 0
 	})
 }
+
+// A Locker not made by New has no nodes: with a quorum of zero it counted
+// a lock none of them held as held, so two callers held one name at once.
+// Its methods panic instead, with a message that says so, as a nil
+// *Locker's do.
+func TestALockerNotMadeByNewPanics(t *testing.T) {
+	ctx := context.Background()
+	var zero redlock.Locker
+	var nilLocker *redlock.Locker
+	for _, tc := range []struct {
+		name string
+		call func()
+		want string
+	}{
+		{"TryLock", func() { _, _ = zero.TryLock(ctx, "x") }, "Locker used without New"},
+		{"Lock", func() { _, _ = zero.Lock(ctx, "x") }, "Locker used without New"},
+		{"Do", func() { _ = zero.Do(ctx, "x", func(context.Context) error { return nil }) }, "Locker used without New"},
+		{"Quorum", func() { zero.Quorum() }, "Locker used without New"},
+		{"Nodes", func() { zero.Nodes() }, "Locker used without New"},
+		{"Close", func() { _ = zero.Close() }, "Locker used without New"},
+		{"TryLock of a nil *Locker", func() { _, _ = nilLocker.TryLock(ctx, "x") }, "nil *Locker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := func() (p any) {
+				defer func() { p = recover() }()
+				tc.call()
+				return nil
+			}()
+			msg, _ := p.(string)
+			if !strings.HasPrefix(msg, "redlock: ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("panic = %v, want a \"redlock: \" message saying %q", p, tc.want)
+			}
+		})
+	}
+}
