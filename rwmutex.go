@@ -121,7 +121,7 @@ func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
 var (
 	readHold = &holdKind{mode: ModeRead, modeArg: true, refused: "is held for writing, or a writer waits for it",
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
-	writeHold = &holdKind{mode: ModeWrite, modeArg: true, refused: "is held, or others wait for it first (a fair lock)",
+	writeHold = &holdKind{mode: ModeWrite, modeArg: true, refused: "is held (or, for a fair lock, others wait for it first)",
 		acquire: scriptRWAcquire, release: scriptHoldsRelease, refresh: scriptHoldsRefresh, ttl: scriptHoldsTTL}
 )
 
