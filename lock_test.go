@@ -2069,9 +2069,11 @@ func TestACleanupsRecordStaysTwoSecondsForItsLast64(t *testing.T) {
 	var cleanup *dlock.Call // the last clean-up, as sent
 	lost := func() {
 		t.Helper()
-		c := dlock.New(&copyingDriver{Driver: callDriver{e.drv, func(call *dlock.Call) {
-			if call.Script.Name == "release" {
-				cleanup = &dlock.Call{Script: call.Script, Keys: call.Keys, Args: call.Args}
+		c := dlock.New(&copyingDriver{Driver: &hookDriver{Driver: e.drv, before: func(calls []*dlock.Call) {
+			for _, call := range calls {
+				if call.Script.Name == "release" {
+					cleanup = &dlock.Call{Script: call.Script, Keys: call.Keys, Args: call.Args}
+				}
 			}
 		}}, holdBack: true})
 		defer c.Close()
@@ -2132,19 +2134,6 @@ func TestACleanupsRecordStaysTwoSecondsForItsLast64(t *testing.T) {
 	if _, w := late(); len(w) != 64 || w[0] != full[1] || w[62] != full[63] {
 		t.Errorf("kept %d words, from %q, want the last 63 of 64 and the new one", len(w), w[0])
 	}
-}
-
-// callDriver passes every call to seen before sending it.
-type callDriver struct {
-	dlock.Driver
-	seen func(*dlock.Call)
-}
-
-func (d callDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	for _, c := range calls {
-		d.seen(c)
-	}
-	d.Driver.Eval(ctx, calls...)
 }
 
 // dropDriver fails the next calls of one script without sending them, as

@@ -344,28 +344,16 @@ func TestACleanupSentAgainRecordsItsEndOnce(t *testing.T) {
 func TestAnOlderDlocksReleaseRecordsStayWhereItReadsThem(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	cycle := func() {
-		t.Helper()
-		l, err := e.c.TryLock(ctx, "mixed")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle()
+	churn(ctx, t, e.c, "mixed", 1)
 	const older = "12345678901234567890 AAAAAAAAAAAAAAAAAAAAAA"
 	e.srv.Do(t, "HSET", "dlock:{mixed}", "rel", older)
 	for i := range 3 {
-		cycle()
+		churn(ctx, t, e.c, "mixed", 1)
 		if rel := e.srv.Do(t, "HGET", "dlock:{mixed}", "rel"); !strings.HasPrefix(rel, older+" ") {
 			t.Fatalf("after %d releases, 'rel' is %q, want the older dlock's words first", i+1, rel)
 		}
 	}
-	for range 30 {
-		cycle()
-	}
+	churn(ctx, t, e.c, "mixed", 30)
 	for _, f := range releaseRecordFields {
 		v := e.srv.Do(t, "HGET", "dlock:{mixed}", f)
 		if len(v) > 64 || strings.Contains(v, "AAAA") {

@@ -29,9 +29,9 @@ local kind = was[1]
 if kind == '' then return was end
 allow_oom(KEYS[1])
 if kind == 'lock' then
-  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', unpack(rel_fields))
+  local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', 'late', unpack(rel_fields))
   local token, words = f[1] or '', {}
-  local late = redis.call('HGET', KEYS[1], 'late')
+  local late = f[6]
   if f[2] and f[2] ~= '' then late = late_add(late, rel_word(f[2]), clock()) end
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
@@ -44,7 +44,7 @@ if kind == 'lock' then
   redis.call('DEL', KEYS[1])
   local kept = {'kind', 'lock', 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', 'fence', f[3] or '', 'forced', forced}
   for i, field in ipairs(rel_fields) do
-    if f[5 + i] then kept[#kept + 1], kept[#kept + 2] = field, f[5 + i] end
+    if f[6 + i] then kept[#kept + 1], kept[#kept + 2] = field, f[6 + i] end
   end
   if late then kept[#kept + 1], kept[#kept + 2] = 'late', late end
   redis.call('HSET', KEYS[1], unpack(kept))
