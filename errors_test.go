@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // refusedForGood is pure logic over error trees: these are the shapes the
@@ -55,6 +57,49 @@ func TestConnectionClosed(t *testing.T) {
 	} {
 		if got := ConnectionClosed(tc.err); got != tc.want {
 			t.Errorf("ConnectionClosed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// timerLate is a context whose deadline has passed while its timer has not
+// fired yet (Err is nil), as a loaded machine shows for a moment.
+type timerLate struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c timerLate) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// An attempt that ctx's deadline cut short is no answer from Redis, even
+// when the driver's network call saw the deadline before ctx's timer
+// fired: a dial ends then with net's "i/o timeout", which matches
+// context.DeadlineExceeded but not os.ErrDeadlineExceeded.
+func TestCutShortKnowsADeadlineBeforeItsTimerFires(t *testing.T) {
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, dialErr := (&net.Dialer{}).DialContext(expired, "tcp", "127.0.0.1:1")
+	if !errors.Is(dialErr, context.DeadlineExceeded) || errors.Is(dialErr, os.ErrDeadlineExceeded) {
+		t.Fatalf("dial under an expired context: %v, want net's i/o timeout", dialErr)
+	}
+	server := func(err error) error { return &ServerError{Key: "dlock:{x}", Err: err} }
+	ioTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"dial, deadline just passed", timerLate{context.Background(), now.Add(-time.Millisecond)}, server(dialErr), true},
+		{"read, deadline just passed", timerLate{context.Background(), now.Add(-time.Millisecond)}, server(ioTimeout), true},
+		{"dial, deadline long passed", timerLate{context.Background(), now.Add(-time.Second)}, server(dialErr), false},
+		{"dial, deadline to come", timerLate{context.Background(), now.Add(time.Second)}, server(dialErr), false},
+		{"dial, no deadline", context.Background(), server(dialErr), false},
+		{"refused, deadline just passed", timerLate{context.Background(), now.Add(-time.Millisecond)}, server(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), false},
+		{"expired context", expired, server(context.DeadlineExceeded), true},
+	} {
+		if got := cutShort(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("%s: cutShort = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -1328,12 +1328,15 @@ func cutShort(ctx context.Context, err error) bool {
 }
 
 // timedOut reports whether err is a network timeout by which a driver
-// reports that ctx's deadline came, maybe before ctx says so (go-redis
-// with ContextTimeoutEnabled sets the socket's deadline from ctx's); one
-// well after ctx's deadline is the driver's own timeout: a failure.
+// reports that ctx's deadline came, maybe before ctx says so: go-redis with
+// ContextTimeoutEnabled sets the socket's deadline from ctx's, and a dial
+// under ctx ends with net's "i/o timeout" (which matches
+// context.DeadlineExceeded) as the deadline passes, while ctx's own timer
+// may not have fired yet. One well after ctx's deadline is the driver's own
+// timeout: a failure.
 func timedOut(ctx context.Context, err error) bool {
 	dl, ok := ctx.Deadline()
-	if !ok || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !ok || !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	past := time.Since(dl)
