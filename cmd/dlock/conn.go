@@ -160,7 +160,8 @@ func isClusterNode(ctx context.Context, rdb redis.UniversalClient) bool {
 // unreachable describes a failure to talk to Redis, with the likely fix.
 func unreachable(display string, err error) error {
 	msg := err.Error()
-	hint := "check --redis or DLOCK_REDIS, and that Redis is running"
+	const unknown = "check --redis or DLOCK_REDIS, and that Redis is running"
+	hint := unknown
 	switch {
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
@@ -180,7 +181,10 @@ func unreachable(display string, err error) error {
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	}
-	return fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint)
+	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
+	// Down, not refusing us: no answer, with no sign of a setting to fix.
+	e.down = hint == unknown && isNetError(err)
+	return e
 }
 
 // redisError turns an error of a Redis request into an exit: ServerErrors

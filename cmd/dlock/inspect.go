@@ -96,8 +96,13 @@ Flags:
   --json              print a JSON array of inspection records (as status --json)
   --watch             list again every --interval; on a terminal the table is
                       redrawn in place, otherwise each listing follows the last
-                      (with --json, one array per line); stop it with Ctrl-C
-  --interval DURATION how often --watch lists (default 1s; only with --watch)
+                      (with --json, one array per line); stop it with Ctrl-C.
+                      A failure to reach Redis, also at the start, is shown
+                      and tried again each interval; at the start, a refusal
+                      (a wrong password, a missing permission, a TLS mismatch)
+                      or a usage error ends it
+  --interval DURATION how often --watch lists (default 1s, at least 100ms; only
+                      with --watch)
 
 Examples:
   dlock ls
@@ -117,8 +122,10 @@ Examples:
 				if !*watch && isSet(fs, "interval") {
 					return usage(lsCommand, "--interval goes with --watch: it says how often --watch lists")
 				}
-				if interval <= 0 {
-					return usage(lsCommand, "--interval %v must be positive", interval)
+				if interval < minWatchInterval {
+					// Each listing walks the keys with SCAN: a tight loop
+					// would load Redis for nothing a reader could see.
+					return usage(lsCommand, "--interval %v is below the least, %v", interval, minWatchInterval)
 				}
 				pattern := ""
 				if len(args) == 1 {
@@ -131,16 +138,19 @@ Examples:
 	}
 }
 
+// minWatchInterval is the least --interval of ls --watch.
+const minWatchInterval = 100 * time.Millisecond
+
 // list is the ls command. A signal ends a --watch with no error.
 func (a *app) list(ctx context.Context, pattern string, asJSON, watch bool, interval time.Duration) error {
+	if watch {
+		return a.watchList(ctx, pattern, asJSON, interval)
+	}
 	c, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	if watch {
-		return a.watchList(ctx, c, pattern, asJSON, interval)
-	}
 	infos, err := listHeld(ctx, c, pattern)
 	if err != nil {
 		return a.redisError(c, err)
@@ -232,14 +242,37 @@ func listJSON(infos []*dlock.Info, now time.Time) []infoJSON {
 }
 
 // watchList lists every interval until ctx ends (Ctrl-C), which is a
-// normal end. Failures to reach Redis are shown and retried.
-func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON bool, interval time.Duration) error {
+// normal end. Failures to use Redis are shown and retried; at the first
+// contact, only those to reach it: a refusal (a wrong password, a TLS
+// mismatch) or a usage error (a bad URL, a cluster node given as one
+// server) ends it there, as it ends a single ls.
+func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interval time.Duration) error {
 	tty := !asJSON && isTerminal(a.stdout)
 	drawn := 0 // lines of the last frame, on a terminal
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var c *conn
+	defer func() {
+		if c != nil {
+			c.close()
+		}
+	}()
 	for {
-		infos, err := listHeld(ctx, c, pattern)
+		var infos []*dlock.Info
+		var err error
+		if c == nil {
+			c, err = a.connect(ctx)
+			var ee *exitError
+			if err != nil && ctx.Err() == nil && (!errors.As(err, &ee) || !ee.down) {
+				return err
+			}
+		}
+		if c != nil {
+			infos, err = listHeld(ctx, c, pattern)
+			if err != nil {
+				err = a.redisError(c, err)
+			}
+		}
 		now := time.Now()
 		if ctx.Err() != nil {
 			return nil
@@ -249,7 +282,7 @@ func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON boo
 			b, _ := marshal(listJSON(infos, now))
 			fmt.Fprintf(a.stdout, "%s\n", b)
 		case asJSON:
-			fmt.Fprintf(a.stderr, "dlock ls: %s (retrying)\n", oneLine(a.redisError(c, err).Error()))
+			fmt.Fprintf(a.stderr, "dlock ls: %s (retrying)\n", oneLine(err.Error()))
 		default:
 			title := "dlock ls"
 			if pattern != "" {
@@ -258,7 +291,7 @@ func (a *app) watchList(ctx context.Context, c *conn, pattern string, asJSON boo
 			lines := []string{fmt.Sprintf("every %v: %s    %s", interval, title, now.Format("15:04:05"))}
 			switch {
 			case err != nil:
-				lines = append(lines, "", "error: "+oneLine(a.redisError(c, err).Error())+" (retrying)")
+				lines = append(lines, "", "error: "+oneLine(err.Error())+" (retrying)")
 			case len(infos) == 0:
 				lines = append(lines, "", noLocks(pattern))
 			default:

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // status --json and ls --json describe a lock held by run: its holder's
@@ -102,7 +103,7 @@ func checkInfo(t *testing.T, info infoJSON, name string, fence uint64, pid strin
 // interrupted, which is a normal end.
 func TestListWatch(t *testing.T) {
 	t.Parallel()
-	p := startDlock(t, nil, "ls", "--watch", "--json", "--interval", "50ms", lockName(t)+"*")
+	p := startDlock(t, nil, "ls", "--watch", "--json", "--interval", "100ms", lockName(t)+"*")
 	waitFor(t, "three listings", func() bool { return strings.Count(p.stdout.String(), "\n") >= 3 })
 	p.signal(t, syscall.SIGINT)
 	r := p.wait(t)
@@ -193,7 +194,7 @@ func TestInspectionStoppedBySignals(t *testing.T) {
 			t.Errorf("%s, %v: exit code %d, stderr %q; want %d, interrupted", tc.args[0], sigName(tc.sig), r.code, r.stderr, 128+int(tc.sig))
 		}
 	}
-	p := startDlock(t, nil, "ls", "--watch", "--interval", "50ms", lockName(t)+"*")
+	p := startDlock(t, nil, "ls", "--watch", "--interval", "100ms", lockName(t)+"*")
 	waitFor(t, "a listing", func() bool { return p.stderr.String() != "" || p.stdout.String() != "" })
 	p.signal(t, syscall.SIGQUIT)
 	if r := p.wait(t); r.code != 0 || strings.Contains(r.stderr, "goroutine ") {
@@ -274,9 +275,42 @@ func TestListIntervalWithoutWatch(t *testing.T) {
 		r := dlockRun(t, nil, args...)
 		checkOneLine(t, r, exitUsage, "dlock ls: --interval goes with --watch: it says how often --watch lists (see 'dlock ls --help')")
 	}
-	if r := dlockRun(t, nil, "ls", "--watch", "--interval", "0s"); r.code != exitUsage || !strings.Contains(r.stderr, "--interval 0s must be positive") {
-		t.Errorf("ls --watch --interval 0s: code %d, stderr %q", r.code, r.stderr)
+	// Each listing walks the keys: a tight loop would load Redis for
+	// nothing a reader could see.
+	for _, interval := range []string{"0s", "1ns", "99ms", "-1s"} {
+		r := dlockRun(t, nil, "ls", "--watch", "--interval", interval)
+		checkOneLine(t, r, exitUsage, "--interval "+interval+" is below the least, 100ms")
 	}
+}
+
+// ls --watch started while Redis cannot be reached shows why and tries
+// again each interval, as it does once it has listed, and lists once Redis
+// answers; a refusal at the start ends it, as it ends a single ls.
+func TestListWatchWaitsForRedisToBeReachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there, for now
+	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + addr}, "ls", "--watch", "--json", "--interval", "100ms", lockName(t)+"*")
+	waitFor(t, "two failed listings", func() bool {
+		return strings.Count(p.stderr.String(), "connection refused; check --redis or DLOCK_REDIS, and that Redis is running (retrying)\n") >= 2
+	})
+	// Redis comes up at the address: a proxy to the shared server.
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address was taken meanwhile: %v", err)
+	}
+	redistest.ServeCutProxy(t, ln, strings.TrimPrefix(redisURL, "redis://"))
+	waitFor(t, "a listing", func() bool { return strings.Contains(p.stdout.String(), "[]\n") })
+	p.signal(t, syscall.SIGINT)
+	if r := p.wait(t); r.code != 0 || !strings.HasPrefix(r.stdout, "[]\n") {
+		t.Errorf("code %d, stdout %q; want 0, listings", r.code, r.stdout)
+	}
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis://nobody:wrong@" + strings.TrimPrefix(redisURL, "redis://")}, "ls", "--watch", "--interval", "100ms")
+	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
 }
 
 // release --force of a free name removes nothing and is not an error.

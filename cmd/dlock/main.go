@@ -49,6 +49,7 @@ const (
 type exitError struct {
 	code int
 	msg  string
+	down bool // Redis could not be reached (see unreachable)
 }
 
 func (e *exitError) Error() string { return e.msg }

@@ -27,6 +27,12 @@ func StartCutProxy(tb testing.TB, target string) *CutProxy {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return ServeCutProxy(tb, ln, target)
+}
+
+// ServeCutProxy forwards the connections ln accepts to target, until the
+// test ends: a server that comes up at an address a client already tries.
+func ServeCutProxy(tb testing.TB, ln net.Listener, target string) *CutProxy {
 	p := &CutProxy{ln: ln}
 	p.copies.Add(1)
 	go func() {
