@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 )
 
@@ -21,14 +22,21 @@ import (
 // passes, the caller's when Err or Done finds the deadline passed), so
 // several at once, and must return quickly. A hook may
 // call the Lock's methods, but not Client.Close: Close waits for the
-// watchdog, which may be the goroutine running the hook. Hooks should not
-// panic. A panic in one set does not keep the others from their call, and
-// goes on once they had it: a panic in Retry or AcquireDone ends the
-// acquisition (a lock it obtained is given back, and its End comes, with
-// an error wrapping ErrLost, when AcquireDone said obtained), and one in
-// End goes on once the lock's Done is closed; but one in AcquireStart or
-// ReleaseStart leaves the hooks given before it without their Done call
-// (an open span), and the release is not sent.
+// watchdog, which may be the goroutine running the hook.
+//
+// Hooks should not panic. A panic in one set does not keep the others from
+// their call, and goes on once they had it. On the caller's goroutine it
+// reaches the caller: a panic in Retry or AcquireDone ends the acquisition
+// (a lock it obtained is given back, unless it was obtained WithToken,
+// whose hold may be another Lock's too; its End comes, with an error
+// wrapping ErrLost, when AcquireDone said obtained), one in Refresh or End
+// goes on once the lock's end is counted (its Done closed, when a refresh
+// found it lost), and one in AcquireStart or ReleaseStart leaves the hooks
+// given before it without their Done call (an open span), and the release
+// is not sent. On a goroutine of dlock's own (the watchdog's, a deadline
+// timer's) no caller could take it, and it would end the program with every
+// lock in it: dlock recovers it, logs it at level Error with its stack (see
+// WithLogger), and goes on as if the hook had returned.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is
@@ -192,6 +200,17 @@ func (h *hooked) end(held time.Duration, err error) (panicked any) {
 		}
 	})
 	return nil
+}
+
+// contain runs f, a call of hooks on one of dlock's own goroutines, and
+// logs a panic in it instead of letting it end the program (see Hooks).
+func (c *Client) contain(hook string, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("dlock: a hook panicked; dlock goes on as if it had returned", "hook", hook, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
 }
 
 // each calls f with every set of hooks in turn, all of them even when one

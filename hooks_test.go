@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -667,6 +668,209 @@ func TestAPanicInOneSetOfHooksLeavesTheOthersTheirCalls(t *testing.T) {
 		}
 		if e.locked(t, "dlock:{panicky-end}") {
 			t.Error("the lock is still held")
+		}
+	})
+}
+
+// TestTheRefreshHookHearsOfALossToldBeforeItsReply: a watchdog refresh
+// whose reply comes after the lock's deadline passed extends nothing: the
+// Refresh hook hears of the loss that End and Done told, not of a refresh
+// that succeeded, as Lock.Refresh reports it in that case.
+func TestTheRefreshHookHearsOfALossToldBeforeItsReply(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	locked := make(chan *dlock.Lock, 1)
+	var first atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && first.CompareAndSwap(false, true) {
+			<-(<-locked).Done() // the reply comes back after the deadline
+		}
+	}}
+	rec := &hookLog{}
+	refreshed := make(chan error, 1)
+	c := dlock.New(d, dlock.WithHooks(rec.hooks()), dlock.WithHooks(dlock.Hooks{
+		Refresh: func(_ context.Context, _ dlock.HookInfo, err error) { refreshed <- err },
+	}))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "late-reply", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked <- l
+	if err := <-refreshed; !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh hook: err = %v, want the loss (ErrNotHeld, ErrLost)", err)
+	}
+	wantLines(t, rec.take(),
+		"acquire exclusive [late-reply] wait=false",
+		"acquired [late-reply] obtained",
+		"end [late-reply] lost=true",
+		"refresh [late-reply] ok=false",
+	)
+}
+
+// TestARefreshHookPanicEndsTheLockItFoundLost: a Lock.Refresh that found
+// the lock gone ends it (Done closed, End called) before its Refresh hook's
+// panic reaches the caller.
+func TestARefreshHookPanicEndsTheLockItFoundLost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rec := &hookLog{}
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		Refresh: func(_ context.Context, _ dlock.HookInfo, err error) {
+			if err != nil {
+				panic("boom")
+			}
+		},
+	}), dlock.WithHooks(rec.hooks()))
+	l, err := c.TryLock(ctx, "refresh-panics", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "DEL", "dlock:{refresh-panics}")
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("Refresh: recovered %v, want the hook's panic", p)
+			}
+		}()
+		_ = l.Refresh(ctx, time.Minute)
+	}()
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done is open for a lock a refresh found gone")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+	wantLines(t, rec.take()[2:], "refresh [refresh-panics] ok=false", "end [refresh-panics] lost=true")
+}
+
+// panicLog is a slog handler that passes on the hook named in each record
+// of a hook's panic.
+type panicLog chan string
+
+func (h panicLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h panicLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h panicLog) WithGroup(string) slog.Handler            { return h }
+func (h panicLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Level != slog.LevelError || !strings.Contains(r.Message, "a hook panicked") {
+		return nil
+	}
+	var hook string
+	stack := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "hook":
+			hook = a.Value.String()
+		case "stack":
+			stack = strings.Contains(a.Value.String(), "goroutine ")
+		}
+		return true
+	})
+	if stack {
+		h <- hook
+	}
+	return nil
+}
+
+// TestAHookPanicOnDlocksOwnGoroutinesIsLogged: a hook that panics on the
+// watchdog's goroutine or a deadline timer's, where no caller could take
+// the panic, does not end the program: dlock logs it, with its stack, and
+// goes on, refreshing the locks and giving back what a lost lock left.
+func TestAHookPanicOnDlocksOwnGoroutinesIsLogged(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	boom := func() { panic("boom") }
+	logged := make(panicLog, 16)
+	t.Run("Refresh", func(t *testing.T) {
+		refreshes := make(chan struct{}, 16)
+		c := e.newClient(t, dlock.WithLogger(slog.New(logged)), dlock.WithHooks(dlock.Hooks{
+			Refresh: func(context.Context, dlock.HookInfo, error) { refreshes <- struct{}{}; boom() },
+		}))
+		l, err := c.TryLock(ctx, "panicky-refresh", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the watchdog goes on refreshing it
+			<-refreshes
+			if hook := <-logged; hook != "Refresh" {
+				t.Errorf("logged a panic of %q, want Refresh", hook)
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+	t.Run("End at the deadline", func(t *testing.T) {
+		c := e.newClient(t, dlock.WithLogger(slog.New(logged)), dlock.WithHooks(dlock.Hooks{
+			End: func(dlock.HookInfo, time.Duration, error) { boom() },
+		}))
+		l, err := c.TryLock(ctx, "panicky-deadline", dlock.WithTTL(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hook := <-logged; hook != "End" {
+			t.Errorf("logged a panic of %q, want End", hook)
+		}
+		<-l.Done()
+		if !errors.Is(l.Err(), dlock.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+	})
+	t.Run("End of a lock the watchdog found lost", func(t *testing.T) {
+		refreshes, gaveBack := make(chan string, 16), make(chan struct{})
+		var once sync.Once
+		d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+			for _, call := range calls {
+				if call.Script.Name == "release" && slices.Contains(call.Keys, "dlock:{panicky-gone-too}") {
+					once.Do(func() { close(gaveBack) })
+				}
+			}
+		}}
+		c := dlock.New(d, dlock.WithLogger(slog.New(logged)), dlock.WithHooks(dlock.Hooks{
+			Refresh: func(_ context.Context, h dlock.HookInfo, err error) {
+				if err == nil {
+					refreshes <- h.Names[0]
+				}
+			},
+			End: func(h dlock.HookInfo, _ time.Duration, err error) {
+				if err != nil {
+					boom()
+				}
+			},
+		}))
+		defer c.Close()
+		opts := []dlock.Option{dlock.WithTTL(time.Second), dlock.WithRefreshInterval(50 * time.Millisecond)}
+		gone, err := c.TryLockMulti(ctx, []string{"panicky-gone", "panicky-gone-too"}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := c.TryLock(ctx, "panicky-kept", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Do(t, "DEL", "dlock:{panicky-gone}")
+		if hook := <-logged; hook != "End" {
+			t.Errorf("logged a panic of %q, want End", hook)
+		}
+		<-gone.Done()
+		if !errors.Is(gone.Err(), dlock.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", gone.Err())
+		}
+		// What is left of the lost lock is given back, and the watchdog
+		// refreshes the other.
+		<-gaveBack
+		if e.locked(t, "dlock:{panicky-gone-too}") {
+			t.Error("the rest of the lost lock is still held")
+		}
+		for len(refreshes) > 0 {
+			<-refreshes
+		}
+		for <-refreshes != "panicky-kept" {
+		}
+		if err := kept.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
 		}
 	})
 }

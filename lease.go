@@ -238,7 +238,7 @@ func (s *lease) refreshFailed(err error) {
 }
 
 // expire ends the lease at its deadline, for the deadline timer.
-func (s *lease) expire() { s.expireAt() }
+func (s *lease) expire() { s.c.contain("End", func() { s.expireAt() }) }
 
 // expireAt ends the lease if its deadline has passed, and reports whether
 // it did: a refresh may have moved the deadline meanwhile.
@@ -254,6 +254,16 @@ func (s *lease) expireAt() bool {
 	}
 	capped, ending, failing, failedWith := s.capped, s.ending, s.failing, s.failedWith
 	s.mu.Unlock()
+	// The refreshes that failed may have extended its other names (the
+	// parts of a lock split by slot on the nodes they reached): they are
+	// given back, also when the End hook panics.
+	if !ending && s.every() > 0 {
+		defer func() {
+			if w := s.c.watchdogIfAny(); w != nil {
+				w.giveBack([]*lease{s})
+			}
+		}()
+	}
 	if capped {
 		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
 		return true
@@ -271,14 +281,6 @@ func (s *lease) expireAt() bool {
 	} else {
 		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
 	}
-	// The refreshes that failed may have extended its other names (the
-	// parts of a lock split by slot on the nodes they reached): they are
-	// given back.
-	if !ending && s.every() > 0 {
-		if w := s.c.watchdogIfAny(); w != nil {
-			w.giveBack([]*lease{s})
-		}
-	}
 	return true
 }
 
@@ -290,7 +292,7 @@ func (s *lease) expireIfDue() {
 	due := s.started && !s.ended() && !time.Now().Before(s.deadline)
 	s.mu.Unlock()
 	if due {
-		s.expire()
+		s.expireAt() // an End hook's panic reaches the caller
 	}
 }
 
@@ -610,12 +612,17 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 // ttl, which is the lease's TTL or less (see nextRefresh), and returns when
 // to refresh it next; ok is false when the max hold, as it is now (AutoRefresh
 // may have changed it while the refresh ran), allows no more: the lease is
-// then capped, and the watchdog lets it go. The caller holds the refresh turn.
-func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool) {
+// then capped, and the watchdog lets it go. A lease that ended as lost
+// before the reply came (its deadline passed) is not extended: err is the
+// loss, which Err already tells. The caller holds the refresh turn.
+func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended() {
-		return time.Time{}, false
+		if s.err != nil {
+			return time.Time{}, false, notHeldFor(s.err)
+		}
+		return time.Time{}, false, nil
 	}
 	s.deadline = sent.Add(ttl - drift(ttl))
 	s.failing, s.failedWith = false, nil
@@ -624,9 +631,9 @@ func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, o
 	}
 	if s.maxHold > 0 && !s.acquired.Add(s.maxHold).After(sent.Add(ttl+time.Millisecond)) {
 		s.capped, s.dropped = true, true
-		return time.Time{}, false
+		return time.Time{}, false, nil
 	}
-	return s.nextAt(), true
+	return s.nextAt(), true, nil
 }
 
 // refreshAt returns nextAt, for a lease whose deadline a Refresh moved.

@@ -1164,12 +1164,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	// shorter TTL brings its next refresh forward.
 	l.rescheduled()
 	// Hooks, and the end of a lost lock with its End hook, come after the
-	// turn: a hook may refresh the lock.
+	// turn: a hook may refresh the lock. The end comes even when a Refresh
+	// hook panics.
+	if notHeld {
+		defer l.foundLost(ctx, err)
+	}
 	if l.hook != nil {
 		l.hook.refresh(ctx, err)
-	}
-	if notHeld {
-		l.foundLost(ctx, err)
 	}
 	if err == nil && l.c.log.Enabled(ctx, slog.LevelDebug) {
 		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)

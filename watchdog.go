@@ -194,7 +194,9 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		if !now.Before(d) {
 			// Too late to refresh: never extend a lock that may have
 			// expired. A Refresh may have moved the deadline meanwhile.
-			if !s.expireAt() {
+			expired := true // a panic can come only from the End hook of a lease that ended
+			w.c.contain("End", func() { expired = s.expireAt() })
+			if !expired {
 				w.schedule(s, s.refreshAt())
 			}
 			continue
@@ -340,8 +342,9 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		again := false
 		switch {
 		case err == nil:
-			next, again = s.extendAuto(now, r.ttl)
-			if debug {
+			// The Refresh hook hears of a loss told before the reply.
+			next, again, err = s.extendAuto(now, r.ttl)
+			if debug && err == nil {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", r.ttl)
 			}
 		case !notHeld:
@@ -363,13 +366,18 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		// several goroutines, see refreshBatch; a Refresh the caller
 		// makes meanwhile runs its own).
 		if s.hook != nil && !quiet {
-			s.hook.refresh(ctx, err)
+			w.c.contain("Refresh", func() { s.hook.refresh(ctx, err) })
 		}
 		if again {
 			w.schedule(s, next)
 		}
-		if notHeld && s.lose(err) {
-			lost = append(lost, s)
+		if notHeld {
+			// A panic can come only from the End hook of a lease lose ended.
+			real := true
+			w.c.contain("End", func() { real = s.lose(err) })
+			if real {
+				lost = append(lost, s)
+			}
 		}
 	}
 }

@@ -83,7 +83,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 func Hooks(opts ...Option) (dlock.Hooks, error) {
 	var c config
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // as dlock's own options, a nil one is left out
+			o(&c)
+		}
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()

@@ -355,7 +355,7 @@ func TestTwoSetsOfHooksEndTheirOwnSpans(t *testing.T) {
 }
 
 // TestGlobalProvidersByDefault: without providers, the hooks record with
-// the global ones.
+// the global ones; a nil Option is left out, as dlock's own are.
 func TestGlobalProvidersByDefault(t *testing.T) {
 	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -368,7 +368,7 @@ func TestGlobalProvidersByDefault(t *testing.T) {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
 	})
-	h, err := dlockotel.Hooks(dlockotel.WithMeterProvider(nil), dlockotel.WithTracerProvider(nil))
+	h, err := dlockotel.Hooks(dlockotel.WithMeterProvider(nil), nil, dlockotel.WithTracerProvider(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
