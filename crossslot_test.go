@@ -536,6 +536,62 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// A waiting LockMulti refused at its first name, after an attempt
+	// refused at a later one, leaves the later name's waiters once it is
+	// free: the release told it first, and it cannot use the notice, so
+	// the next waiter there is told in its place. That waiter's beat is an
+	// hour: it is woken by the notice or not at all.
+	t.Run("ASplitWaiterRefusedElsewhereLeavesAFreeNamesWaiters", func(t *testing.T) {
+		holder, _ := e.newClient(t)
+		multi, _ := e.newClient(t)
+		single, _ := e.newClient(t)
+		dlock.SetWaitBeat(single, time.Hour)
+		waiting := func(c *dlock.Client) bool {
+			return e.rdb.ZScore(ctx, dlock.DefaultPrefix+"{"+high+"}:waiters", dlock.Member(c)).Err() == nil
+		}
+		hold, err := holder.TryLock(ctx, high, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		multiDone := make(chan error, 1)
+		go func() {
+			_, err := multi.LockMulti(mctx, []string{low, high})
+			multiDone <- err
+		}()
+		awaitCond(t, 10*time.Second, func() bool { return waiting(multi) })
+		singleDone := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			l, err := single.Lock(wctx, high, dlock.WithTTL(time.Minute))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			singleDone <- err
+		}()
+		awaitCond(t, 10*time.Second, func() bool { return waiting(single) })
+		// The multi waiter's next attempt is refused at its first name.
+		first, err := holder.TryLock(ctx, low, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hold.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-singleDone; err != nil {
+			t.Errorf("the waiter for %q alone: %v", high, err)
+		}
+		cancel()
+		if err := <-multiDone; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// A refresh that finds one part lost gives back the parts it extended,
 	// rather than leave them taken, by nobody, for a TTL.
 	t.Run("ALostPartGivesBackTheRest", func(t *testing.T) {

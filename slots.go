@@ -170,6 +170,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	// the script does when all are taken at once): giving those names back
 	// would then wake the waiter itself, and it would try again at once,
 	// over and over, while the name that refused it stays held.
+	more := wa.more
 	wa.more = ""
 	args := l.acquireArgs(ttl, wa)
 	if l.givenToken {
@@ -209,6 +210,9 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 				// A waiting caller stops waiting (see errGiveBack).
 				err = fmt.Errorf("%w: %w; the attempt had failed: "+hadVerb(err), &gaveBackError{by: l.gaveBackBy}, gerr, err)
 			}
+			if errors.Is(err, ErrNotObtained) && wa.channel != "" {
+				l.leaveStale(ctx, i, wa.channel, more)
+			}
 			return "", nil, holderTTL, err
 		}
 		if t != l.req {
@@ -223,6 +227,36 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 		}
 	}
 	return token, fences, 0, nil
+}
+
+// leaveStale is leave_others (see acquire.lua) for a split lock's waiting
+// caller that part refused, after its giving back: the script sees the names
+// of one slot only. An earlier attempt refused at a later part registered
+// the client there, and this one never reached it: the release that frees
+// such a name tells this client first, which cannot use the notice, while
+// the callers of other clients waiting for that name alone sleep. So it
+// leaves the names of that part that are free, and the next waiter there is
+// told in its place; it stays where the name is held (the release will tell
+// it), where more of its callers wait (more), and where one asked for a
+// grant. A part before refused was taken by this attempt, which took the
+// client out of its waiter sets. A failure leaves the registration to its
+// lease.
+func (l *Lock) leaveStale(ctx context.Context, refused int, channel, more string) {
+	stale := l.waitedAt - 1
+	l.waitedAt = refused + 1
+	if stale <= refused {
+		return
+	}
+	p, all := l.parts[stale], len(l.held)
+	calls := make([]*Call, 0, p.size(l.names))
+	for j := range p.size(l.names) {
+		if i := p.index(j); i >= len(more) || more[i] != '1' {
+			calls = append(calls, &Call{Script: scriptUnwait, Keys: []string{l.keys[i], l.keys[all+i]}, Args: []any{channel, argOne}})
+		}
+	}
+	if len(calls) > 0 {
+		l.c.evalWith(ctx, replication{}, calls...)
+	}
 }
 
 // noteJoins records what the script reports in joins (for a lock taken

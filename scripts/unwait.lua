@@ -10,6 +10,17 @@
 -- (see grant) goes too. Keys holding other data are left as they are.
 -- The lock is read first, so that a read Redis refuses fails the script
 -- before it writes (see foreign).
+--
+-- With ARGV[2] '1', the client leaves only if the exclusive lock is free
+-- and none of its callers left a request there, as acquire's leave_others
+-- does: a waiter of a lock split by slot that another of its names refused.
+if ARGV[2] == '1' then
+  local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token', 'g:' .. ARGV[1])
+  if not cur.err and not cur[3] and waking().lock_free(KEYS[1], cur) and redis.pcall('ZREM', KEYS[2], ARGV[1]) == 1 then
+    waking().wake(KEYS[2], KEYS[1])
+  end
+  return 0
+end
 local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
 local other = foreign(cur)
 redis.pcall('ZREM', KEYS[2], ARGV[1])
