@@ -223,7 +223,9 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // stays held by the other acquisitions). The hold is then shared by two
 // Locks, and only ever extended from then on (see Refresh), so that neither
 // cuts the other's TTL short. WithTTL sets the TTL its refreshes give it
-// (DefaultTTL if not given), whatever it was obtained with; WithAutoRefresh
+// (DefaultTTL if not given), whatever it was obtained with, and a hold
+// with no expiry (an operator's PERSIST) counts as having that TTL left
+// from the start; WithAutoRefresh
 // and the options that go with it refresh it automatically from the start,
 // the first time soon enough to keep it however little of its TTL it has
 // left. WithMinHold applies to its Release as to an acquired Lock's (the
@@ -261,6 +263,11 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	}
 	if err != nil {
 		return nil, err
+	}
+	if left < 0 {
+		// No expiry (an operator's PERSIST): held as long as a refresh
+		// would give it, which is short of the truth, and so safe.
+		left = o.ttl
 	}
 	l.start(start, start.Add(left-drift(left)))
 	return l, nil
@@ -1234,7 +1241,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if errors.Is(err, ErrNotHeld) {
 		l.foundLost(ctx, err)
 	}
-	return d, err
+	return max(d, 0), err
 }
 
 // heldArgs returns the arguments of the refresh and ttl scripts for token,
@@ -1244,8 +1251,8 @@ func (l *Lock) heldArgs(token string, more ...any) []any {
 	return l.kind.args(append([]any{token, l.req}, more...)...)
 }
 
-// inspect asks the server what it knows of the lock: its TTL, metadata and
-// fences. Attaching, an exclusive lock with an owner is found by its owner
+// inspect asks the server what it knows of the lock: its TTL (-1ms when
+// it has no expiry), metadata and fences. Attaching, an exclusive lock with an owner is found by its owner
 // id too, and takes the token it is held with.
 func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, error) {
 	l.mu.Lock()
@@ -1310,7 +1317,7 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		if !ok {
 			return 0, l.badReply(call.Val)
 		}
-		if least < 0 || pttl < least {
+		if pttl >= 0 && (least < 0 || pttl < least) {
 			least = pttl // as the script takes the least of its names'
 		}
 		if m, _ := r[1].(string); p.at == nil || slices.Contains(p.at, 0) {
@@ -1325,7 +1332,8 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		// no one Lock stands for them.
 		return 0, fmt.Errorf("%w: %s is held by %q in holds of different tokens", ErrNotHeld, l.describe(), l.owner)
 	}
-	left := max(time.Duration(least)*time.Millisecond, 0) // -1, no expiry: only an operator can have done that
+	// -1ms for no expiry: only an operator can have done that (PERSIST).
+	left := time.Duration(max(least, -1)) * time.Millisecond
 	l.mu.Lock()
 	l.meta, l.fences = meta, fences
 	if attaching && heldWith != "" {

@@ -1275,6 +1275,56 @@ func TestAttachToAFreeNameIsNotHeld(t *testing.T) {
 	}
 }
 
+// Attaching to a hold an operator made permanent (PERSIST) gives a Lock
+// held for the TTL its refreshes give it, not one lost at once; with
+// several names, the least TTL of those that have one counts, whatever
+// their order.
+func TestAttachToAHoldWithNoExpiry(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "persisted", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "PERSIST", "dlock:{persisted}")
+	a, err := e.c.Attach(ctx, "persisted", l.Token(), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(a.Deadline()); left < 9*time.Second || left > 10*time.Second {
+		t.Errorf("attached to a hold with no expiry: %v left, want about the 10s TTL", left)
+	}
+	if err := a.Err(); err != nil {
+		t.Errorf("Err = %v, want nil", err)
+	}
+	if err := a.Refresh(ctx, 10*time.Second); err != nil {
+		t.Errorf("Refresh: %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, persisted := range []string{"first", "second"} {
+		m, err := e.c.TryLockMulti(ctx, []string{"first", "second"}, dlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.srv.Do(t, "PERSIST", "dlock:{"+persisted+"}")
+		a, err := e.c.AttachMulti(ctx, []string{"first", "second"}, m.Token(), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(a.Deadline()); left > 5*time.Second {
+			t.Errorf("%s persisted: %v left, more than the other name's 5s", persisted, left)
+		}
+		if left, err := m.TTL(ctx); err != nil || left > 5*time.Second || left <= 0 {
+			t.Errorf("%s persisted: TTL = %v, %v; want the other name's, up to 5s", persisted, left, err)
+		}
+		if err := m.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A Lock that finds its hold gone says what may have become of it: one
 // whose token another Lock shares (attached) may have been released by
 // that Lock; one whose token is its own cannot have been.

@@ -9,7 +9,8 @@
 -- expire).
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
--- remaining TTL in ms and the token KEYS[1] is held with, or {-2} when any
+-- remaining TTL in ms (-1 when no key has an expiry) and the token KEYS[1]
+-- is held with, or {-2} when any
 -- key is not held by the caller ({-3} when ForceRelease ended the caller's
 -- hold there, see forced). Attaching, fails with DLOCK_KIND i and the
 -- kind found (see kind_error) when KEYS[i] is held by another kind of
@@ -38,8 +39,10 @@ for i = 1, #KEYS do
     if forced(KEYS[i], req, ARGV[1]) then return {-3} end
     return {-2}
   end
+  -- A key with no expiry (-1, an operator's PERSIST) counts only when
+  -- none has one.
   local p = redis.call('PTTL', KEYS[i])
-  if least < 0 or p < least then least = p end
+  if p >= 0 and (least < 0 or p < least) then least = p end
 end
 if attach then
   for i = 1, #KEYS do redis.call('HSET', KEYS[i], 's', '1') end
