@@ -36,7 +36,8 @@ import (
 // is not sent. On a goroutine of dlock's own (the watchdog's, a deadline
 // timer's) no caller could take it, and it would end the program with every
 // lock in it: dlock recovers it, logs it at level Error with its stack (see
-// WithLogger), and goes on as if the hook had returned.
+// WithLogger; without a logger it goes unseen), and goes on as if the hook
+// had returned.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is
@@ -163,7 +164,15 @@ func (h *hooked) acquireDone(ctx context.Context, r AcquireResult) {
 }
 
 func (h *hooked) refresh(ctx context.Context, err error) {
-	h.each(func(k *Hooks) {
+	if p := h.refreshed(ctx, err); p != nil {
+		panic(p.v)
+	}
+}
+
+// refreshed calls the Refresh hooks, and returns the first panic of one
+// (nil for none), for the watchdog, which logs it.
+func (h *hooked) refreshed(ctx context.Context, err error) *hookPanic {
+	return h.all(func(k *Hooks) {
 		if k.Refresh != nil {
 			k.Refresh(ctx, h.info, err)
 		}
@@ -190,45 +199,50 @@ func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error)
 }
 
 // end calls the End hooks, and returns the first panic of one (nil for
-// none) for the caller to raise again once the lease has ended: a panic
-// must not leave its Done open.
-func (h *hooked) end(held time.Duration, err error) (panicked any) {
-	defer func() { panicked = recover() }()
-	h.each(func(k *Hooks) {
+// none) for the caller to raise again, or log, once the lease has ended: a
+// panic must not leave its Done open.
+func (h *hooked) end(held time.Duration, err error) *hookPanic {
+	return h.all(func(k *Hooks) {
 		if k.End != nil {
 			k.End(h.info, held, err)
 		}
 	})
-	return nil
 }
 
-// contain runs f, a call of hooks on one of dlock's own goroutines, and
-// logs a panic in it instead of letting it end the program (see Hooks).
-func (c *Client) contain(hook string, f func()) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.log.Error("dlock: a hook panicked; dlock goes on as if it had returned", "hook", hook, "panic", p, "stack", string(debug.Stack()))
-		}
-	}()
-	f()
+// hookPanic is a hook's panic: its value, and the stack it was raised on.
+type hookPanic struct {
+	v     any
+	stack []byte
 }
 
-// each calls f with every set of hooks in turn, all of them even when one
-// panics (each set hears of every outcome and end it heard the start of),
-// and then panics again with the first panic.
+// logHookPanic logs p, the panic of a hook on one of dlock's own
+// goroutines, which nobody could recover, instead of raising it (see
+// Hooks).
+func (c *Client) logHookPanic(hook string, p *hookPanic) {
+	c.log.Error("dlock: a hook panicked; dlock goes on as if it had returned", "hook", hook, "panic", p.v, "stack", string(p.stack))
+}
+
+// each calls f with every set of hooks in turn (see all), and then panics
+// again with the first panic.
 func (h *hooked) each(f func(k *Hooks)) {
-	var first any
+	if p := h.all(f); p != nil {
+		panic(p.v)
+	}
+}
+
+// all calls f with every set of hooks in turn, all of them even when one
+// panics (each set hears of every outcome and end it heard the start of),
+// and returns the first panic, nil for none.
+func (h *hooked) all(f func(k *Hooks)) (first *hookPanic) {
 	for i := range h.c.hooks {
 		func() {
 			defer func() {
 				if p := recover(); p != nil && first == nil {
-					first = p
+					first = &hookPanic{v: p, stack: debug.Stack()}
 				}
 			}()
 			f(&h.c.hooks[i])
 		}()
 	}
-	if first != nil {
-		panic(first)
-	}
+	return first
 }

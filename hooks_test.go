@@ -708,6 +708,37 @@ func TestTheRefreshHookHearsOfALossToldBeforeItsReply(t *testing.T) {
 	)
 }
 
+// TestTheRefreshHookHearsOfALossWhileEndTellsIt: a watchdog refresh
+// whose reply comes while the End hook tells the loss (the deadline passed)
+// extends nothing either.
+func TestTheRefreshHookHearsOfALossWhileEndTellsIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ending := make(chan struct{})
+	var first atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && first.CompareAndSwap(false, true) {
+			<-ending // the reply comes back as the End hook runs
+		}
+	}}
+	refreshed := make(chan error, 1)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{
+		Refresh: func(_ context.Context, _ dlock.HookInfo, err error) { refreshed <- err },
+		End: func(dlock.HookInfo, time.Duration, error) {
+			close(ending)
+			if err := <-refreshed; !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Refresh hook: err = %v, want the loss (ErrNotHeld, ErrLost)", err)
+			}
+		},
+	}))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "reply-in-end", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+}
+
 // TestARefreshHookPanicEndsTheLockItFoundLost: a Lock.Refresh that found
 // the lock gone ends it (Done closed, End called) before its Refresh hook's
 // panic reaches the caller.
@@ -746,8 +777,11 @@ func TestARefreshHookPanicEndsTheLockItFoundLost(t *testing.T) {
 	wantLines(t, rec.take()[2:], "refresh [refresh-panics] ok=false", "end [refresh-panics] lost=true")
 }
 
+// hookPanics is a hook's body that panics.
+func hookPanics() { panic("boom") }
+
 // panicLog is a slog handler that passes on the hook named in each record
-// of a hook's panic.
+// of a hook's panic whose stack shows the hook (hookPanics).
 type panicLog chan string
 
 func (h panicLog) Enabled(context.Context, slog.Level) bool { return true }
@@ -764,7 +798,7 @@ func (h panicLog) Handle(_ context.Context, r slog.Record) error {
 		case "hook":
 			hook = a.Value.String()
 		case "stack":
-			stack = strings.Contains(a.Value.String(), "goroutine ")
+			stack = strings.Contains(a.Value.String(), "dlock_test.hookPanics(")
 		}
 		return true
 	})
@@ -781,7 +815,7 @@ func (h panicLog) Handle(_ context.Context, r slog.Record) error {
 func TestAHookPanicOnDlocksOwnGoroutinesIsLogged(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	boom := func() { panic("boom") }
+	boom := hookPanics
 	logged := make(panicLog, 16)
 	t.Run("Refresh", func(t *testing.T) {
 		refreshes := make(chan struct{}, 16)

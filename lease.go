@@ -238,11 +238,12 @@ func (s *lease) refreshFailed(err error) {
 }
 
 // expire ends the lease at its deadline, for the deadline timer.
-func (s *lease) expire() { s.c.contain("End", func() { s.expireAt() }) }
+func (s *lease) expire() { s.expireAt(true) }
 
 // expireAt ends the lease if its deadline has passed, and reports whether
-// it did: a refresh may have moved the deadline meanwhile.
-func (s *lease) expireAt() bool {
+// it did: a refresh may have moved the deadline meanwhile. background is
+// set on dlock's own goroutines (see endBy).
+func (s *lease) expireAt(background bool) bool {
 	s.mu.Lock()
 	if left := time.Until(s.deadline); left > 0 {
 		// A refresh moved the deadline as the timer fired.
@@ -265,21 +266,21 @@ func (s *lease) expireAt() bool {
 		}()
 	}
 	if capped {
-		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}})
+		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}}, background)
 		return true
 	}
 	if s.every() > 0 && !failing && s.c.isClosed() {
 		// Its holder's shutdown may have to tell this loss from Redis's:
 		// refreshed until Close, it would not have been lost.
-		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}})
+		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}}, background)
 	} else if failing && failedWith != nil {
 		// Why the refreshes failed (a permission the ACL user lacks, a
 		// server that does not answer) is told with the loss: in words,
 		// since a failure such as a context's deadline must not make the
 		// loss match it.
-		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh (the last one failed: %s)", ErrLost, s.holder.describe(), causes.Unprefixed(failedWith)))
+		s.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh (the last one failed: %s)", ErrLost, s.holder.describe(), causes.Unprefixed(failedWith)), background)
 	} else {
-		s.end(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()))
+		s.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()), background)
 	}
 	return true
 }
@@ -292,7 +293,7 @@ func (s *lease) expireIfDue() {
 	due := s.started && !s.ended() && !time.Now().Before(s.deadline)
 	s.mu.Unlock()
 	if due {
-		s.expireAt() // an End hook's panic reaches the caller
+		s.expireAt(false) // an End hook's panic reaches the caller
 	}
 }
 
@@ -304,16 +305,22 @@ func (s *lease) drop() {
 	s.end(nil)
 }
 
-// end closes the lease with err (nil for a release). Only the first call
-// counts.
-func (s *lease) end(err error) {
+// end closes the lease with err (nil for a release), on its caller's
+// goroutine: see endBy.
+func (s *lease) end(err error) { s.endBy(err, false) }
+
+// endBy closes the lease with err. Only the first call counts. An End
+// hook's panic goes on once the lease has ended, unless background is set
+// (dlock's own goroutines: the watchdog's, a timer's), where nobody could
+// recover it and it would end the program: it is logged then.
+func (s *lease) endBy(err error, background bool) {
 	s.mu.Lock()
 	if s.ending {
 		s.mu.Unlock()
 		return
 	}
 	s.ending = true
-	var panicked any // by an End hook: raised again once the lease ended
+	var panicked *hookPanic // by an End hook: raised again once the lease ended
 	if s.hook != nil {
 		// Before Done closes, so that whoever waits on it finds the end
 		// counted; Err already says why. Not before AcquireDone said
@@ -348,8 +355,11 @@ func (s *lease) end(err error) {
 	if err != nil {
 		s.c.log.Warn("dlock: lock lost", "names", s.holder.lockNames(), "err", err)
 	}
-	if panicked != nil {
-		panic(panicked)
+	switch {
+	case panicked != nil && background:
+		s.c.logHookPanic("End", panicked)
+	case panicked != nil:
+		panic(panicked.v)
 	}
 }
 
@@ -364,7 +374,7 @@ func (s *lease) told() {
 	s.mu.Unlock()
 	if late {
 		if p := s.hook.end(held, err); p != nil {
-			panic(p)
+			panic(p.v)
 		}
 	}
 }
@@ -378,8 +388,8 @@ func (s *lease) told() {
 //
 // It reports whether the loss was real (Release was not called), whether
 // or not the lease had ended by then (its deadline may have passed as the
-// refresh ran).
-func (s *lease) lose(err error) bool {
+// refresh ran). background as for endBy.
+func (s *lease) lose(err error, background bool) bool {
 	s.mu.Lock()
 	letGo := s.letGo
 	if letGo && s.gone == nil {
@@ -387,10 +397,10 @@ func (s *lease) lose(err error) bool {
 	}
 	s.mu.Unlock()
 	if letGo {
-		s.endIfGoneAndNotReleased()
+		s.endIfGoneAndNotReleased(background)
 		return false
 	}
-	s.end(lostBy(err))
+	s.endBy(lostBy(err), background)
 	return true
 }
 
@@ -401,20 +411,20 @@ func (s *lease) releaseFailed(err error) {
 	s.mu.Lock()
 	s.relFailed = err
 	s.mu.Unlock()
-	s.endIfGoneAndNotReleased()
+	s.endIfGoneAndNotReleased(false)
 }
 
 // endIfGoneAndNotReleased ends the lease as lost once both a Release failed
 // and a refresh sent before it found the lock not held, in either order:
 // whether the release ran or another holder has the lock, it is not this
-// lease's any more.
-func (s *lease) endIfGoneAndNotReleased() {
+// lease's any more. background as for endBy.
+func (s *lease) endIfGoneAndNotReleased(background bool) {
 	s.mu.Lock()
 	gone, failed := s.gone, s.relFailed
 	s.mu.Unlock()
 	if gone != nil && failed != nil {
-		s.end(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
-			Errs: []error{ErrLost, gone, failed}})
+		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
+			Errs: []error{ErrLost, gone, failed}}, background)
 	}
 }
 
@@ -618,7 +628,8 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended() {
+	if s.ended() || s.ending && s.err != nil {
+		// Ending as lost: its End hook may be running.
 		if s.err != nil {
 			return time.Time{}, false, notHeldFor(s.err)
 		}

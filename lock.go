@@ -1193,7 +1193,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // unless Release was called meanwhile (see lease.lose), and gives back
 // what is left of it.
 func (l *Lock) foundLost(ctx context.Context, err error) {
-	if l.lose(err) {
+	if l.lose(err, false) {
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		l.giveBackRest(gctx)
 		cancel()

@@ -194,9 +194,7 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		if !now.Before(d) {
 			// Too late to refresh: never extend a lock that may have
 			// expired. A Refresh may have moved the deadline meanwhile.
-			expired := true // a panic can come only from the End hook of a lease that ended
-			w.c.contain("End", func() { expired = s.expireAt() })
-			if !expired {
+			if !s.expireAt(true) {
 				w.schedule(s, s.refreshAt())
 			}
 			continue
@@ -366,18 +364,15 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		// several goroutines, see refreshBatch; a Refresh the caller
 		// makes meanwhile runs its own).
 		if s.hook != nil && !quiet {
-			w.c.contain("Refresh", func() { s.hook.refresh(ctx, err) })
+			if p := s.hook.refreshed(ctx, err); p != nil {
+				w.c.logHookPanic("Refresh", p) // nobody could recover it here
+			}
 		}
 		if again {
 			w.schedule(s, next)
 		}
-		if notHeld {
-			// A panic can come only from the End hook of a lease lose ended.
-			real := true
-			w.c.contain("End", func() { real = s.lose(err) })
-			if real {
-				lost = append(lost, s)
-			}
+		if notHeld && s.lose(err, true) {
+			lost = append(lost, s)
 		}
 	}
 }

@@ -182,8 +182,10 @@ func unreachable(display string, err error) error {
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	}
 	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
-	// Down, not refusing us: no answer, with no sign of a setting to fix.
-	e.down = hint == unknown && isNetError(err)
+	// Down, not refusing us: no answer (no sentinel answered either),
+	// with no sign of a setting to fix. A connection closed at once is
+	// not: it hints at a server expecting TLS.
+	e.down = hint == unknown && isNetError(err) || strings.Contains(msg, "all sentinels specified in configuration are unreachable")
 	return e
 }
 

@@ -97,10 +97,11 @@ Flags:
   --watch             list again every --interval; on a terminal the table is
                       redrawn in place, otherwise each listing follows the last
                       (with --json, one array per line); stop it with Ctrl-C.
-                      A failure to reach Redis, also at the start, is shown
-                      and tried again each interval; at the start, a refusal
-                      (a wrong password, a missing permission, a TLS mismatch)
-                      or a usage error ends it
+                      A failure to reach Redis (or its sentinels), also at
+                      the start, is shown and tried again each interval;
+                      until Redis first answers, a refusal (a wrong password,
+                      a missing permission, a TLS mismatch) or a usage error
+                      ends it
   --interval DURATION how often --watch lists (default 1s, at least 100ms; only
                       with --watch)
 
@@ -242,10 +243,10 @@ func listJSON(infos []*dlock.Info, now time.Time) []infoJSON {
 }
 
 // watchList lists every interval until ctx ends (Ctrl-C), which is a
-// normal end. Failures to use Redis are shown and retried; at the first
-// contact, only those to reach it: a refusal (a wrong password, a TLS
+// normal end. Failures to use Redis are shown and retried; until Redis
+// first answers, only those to reach it: a refusal (a wrong password, a TLS
 // mismatch) or a usage error (a bad URL, a cluster node given as one
-// server) ends it there, as it ends a single ls.
+// server) ends it then, as it ends a single ls.
 func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interval time.Duration) error {
 	tty := !asJSON && isTerminal(a.stdout)
 	drawn := 0 // lines of the last frame, on a terminal

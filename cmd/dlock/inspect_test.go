@@ -311,6 +311,20 @@ func TestListWatchWaitsForRedisToBeReachable(t *testing.T) {
 	}
 	r := dlockRun(t, []string{"DLOCK_REDIS=redis://nobody:wrong@" + strings.TrimPrefix(redisURL, "redis://")}, "ls", "--watch", "--interval", "100ms")
 	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
+	// So do sentinels that cannot be reached.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	p = startDlock(t, []string{"DLOCK_REDIS=redis-sentinel://" + ln.Addr().String() + "/mymaster"}, "ls", "--watch", "--interval", "100ms")
+	waitFor(t, "two failed listings", func() bool {
+		return strings.Count(p.stdout.String(), "all sentinels specified in configuration are unreachable") >= 2
+	})
+	p.signal(t, syscall.SIGINT)
+	if r := p.wait(t); r.code != 0 {
+		t.Errorf("sentinels: code %d, stderr %q; want 0", r.code, r.stderr)
+	}
 }
 
 // release --force of a free name removes nothing and is not an error.
