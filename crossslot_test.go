@@ -592,6 +592,82 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// The same when the refusal at the later name came with its reply lost,
+	// and that name is still held when the first refuses the waiter: the
+	// waiter leaves it at a refusal after its release.
+	t.Run("ASplitWaiterWhoseRefusalWasLostLeavesTheNameOnceFree", func(t *testing.T) {
+		key := func(n string) string { return dlock.DefaultPrefix + "{" + n + "}" }
+		holder, _ := e.newClient(t)
+		single, _ := e.newClient(t)
+		dlock.SetWaitBeat(single, time.Hour)
+		var phase atomic.Int32 // 1: the reply of the refusal at mid is lost; 2: the next attempt waits for first
+		lost, first := make(chan struct{}), make(chan struct{})
+		d := &hookDriver{Driver: goredis.New(e.newRedis(t))}
+		d.before = func(calls []*dlock.Call) {
+			if calls[0].Script.Name == "acquire" && calls[0].Keys[0] == key(low) && phase.CompareAndSwap(2, 3) {
+				<-first
+			}
+		}
+		d.after = func(calls []*dlock.Call) {
+			if calls[0].Script.Name == "acquire" && calls[0].Keys[0] == key(mid) && phase.CompareAndSwap(1, 2) {
+				calls[0].Val, calls[0].Err = nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+				close(lost)
+			}
+		}
+		multi := dlock.New(d)
+		defer multi.Close()
+		waiting := func(c *dlock.Client, n string) bool {
+			return e.rdb.ZScore(ctx, key(n)+":waiters", dlock.Member(c)).Err() == nil
+		}
+		middle, err := holder.TryLock(ctx, mid, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		phase.Store(1)
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		multiDone := make(chan error, 1)
+		go func() {
+			_, err := multi.LockMulti(mctx, []string{low, mid, high})
+			multiDone <- err
+		}()
+		<-lost // refused at mid, registered there, the reply lost
+		if !waiting(multi, mid) {
+			t.Fatal("the refusal whose reply was lost did not register the waiter")
+		}
+		awaitCond(t, 10*time.Second, func() bool { return len(e.taken(t, low)) == 0 })
+		firstHold, err := holder.TryLock(ctx, low, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(first) // the next attempt is refused at the first name
+		awaitCond(t, 10*time.Second, func() bool { return waiting(multi, low) })
+		singleDone := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			l, err := single.Lock(wctx, mid, dlock.WithTTL(time.Minute))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			singleDone <- err
+		}()
+		awaitCond(t, 10*time.Second, func() bool { return waiting(single, mid) })
+		if err := middle.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-singleDone; err != nil {
+			t.Errorf("the waiter for %q alone: %v", mid, err)
+		}
+		cancel()
+		if err := <-multiDone; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
+		}
+		if err := firstHold.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// A refresh that finds one part lost gives back the parts it extended,
 	// rather than leave them taken, by nobody, for a TTL.
 	t.Run("ALostPartGivesBackTheRest", func(t *testing.T) {

@@ -40,11 +40,12 @@ type Lock struct {
 	// token by another Lock (see noteJoins); written by the acquiring
 	// goroutine alone.
 	took, others map[int]bool
-	// waitedAt is, for a split lock, 1 + the index of the part whose
-	// refusal last registered its waiting caller there, 0 for none (see
-	// leaveStale); written by the acquiring goroutine alone.
-	waitedAt int
-	req      string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
+	// waited is, for a split lock, set at the indexes of the parts where
+	// an attempt may have registered its waiting caller, and no later one
+	// took it out (see leaveStale); nil until one may have. Written by the
+	// acquiring goroutine alone.
+	waited []bool
+	req    string // this acquisition's request token (Attach by owner sets it before handing the Lock out)
 	// givenToken is set when the token (and so req) came from WithToken:
 	// other Locks may share req (see Client.tookGrantable).
 	givenToken bool

@@ -188,7 +188,13 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	for i, p := range l.parts {
 		t, f, joins, holderTTL, err := l.takePart(ctx, p, args)
 		if err != nil {
-			if !errors.Is(err, ErrNotObtained) && !isFinal(err) && !notRun(err) {
+			refused := errors.Is(err, ErrNotObtained)
+			if wa.channel != "" && !isFinal(err) && !notRun(err) {
+				// Refused, it registered the caller; its reply lost, it
+				// may have.
+				l.mayWaitAt(i, true)
+			}
+			if !refused && !isFinal(err) && !notRun(err) {
 				// The part may have been taken unseen (its reply was
 				// lost): it goes back too, by the request token, so that
 				// a waiter holds nothing between attempts.
@@ -210,10 +216,13 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 				// A waiting caller stops waiting (see errGiveBack).
 				err = fmt.Errorf("%w: %w; the attempt had failed: "+hadVerb(err), &gaveBackError{by: l.gaveBackBy}, gerr, err)
 			}
-			if errors.Is(err, ErrNotObtained) && wa.channel != "" {
+			if refused && wa.channel != "" {
 				l.leaveStale(ctx, i, wa.channel, more)
 			}
 			return "", nil, holderTTL, err
+		}
+		if wa.channel != "" {
+			l.mayWaitAt(i, false) // taking it took the caller out of its waiters
 		}
 		if t != l.req {
 			token = t // as the script does: a re-entered name's token
@@ -229,33 +238,65 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	return token, fences, 0, nil
 }
 
+// mayWaitAt records whether the waiting caller may be registered at part i
+// (see leaveStale).
+func (l *Lock) mayWaitAt(i int, may bool) {
+	if l.waited == nil {
+		if !may {
+			return
+		}
+		l.waited = make([]bool, len(l.parts))
+	}
+	l.waited[i] = may
+}
+
 // leaveStale is leave_others (see acquire.lua) for a split lock's waiting
 // caller that part refused, after its giving back: the script sees the names
-// of one slot only. An earlier attempt refused at a later part registered
-// the client there, and this one never reached it: the release that frees
-// such a name tells this client first, which cannot use the notice, while
-// the callers of other clients waiting for that name alone sleep. So it
-// leaves the names of that part that are free, and the next waiter there is
-// told in its place; it stays where the name is held (the release will tell
-// it), where more of its callers wait (more), and where one asked for a
-// grant. A part before refused was taken by this attempt, which took the
-// client out of its waiter sets. A failure leaves the registration to its
-// lease.
+// of one slot only. An earlier attempt refused at a later part (or whose
+// reply from it was lost) may have registered the client there, and this one
+// never reached it: the release that frees such a name tells this client
+// first, which cannot use the notice, while the callers of other clients
+// waiting for that name alone sleep. So it leaves the names of those parts
+// that are free, and the next waiter there is told in its place; it stays
+// where the name is held (the release will tell it, and the next refusal
+// leaves it then), where more of its callers wait (more), and where one
+// asked for a grant. The parts before refused were taken by this attempt,
+// which took the client out of their waiter sets. A part is done with once
+// the client is out of all its names' waiter sets; a failure leaves the
+// registration to its lease.
 func (l *Lock) leaveStale(ctx context.Context, refused int, channel, more string) {
-	stale := l.waitedAt - 1
-	l.waitedAt = refused + 1
-	if stale <= refused {
-		return
-	}
-	p, all := l.parts[stale], len(l.held)
-	calls := make([]*Call, 0, p.size(l.names))
-	for j := range p.size(l.names) {
-		if i := p.index(j); i >= len(more) || more[i] != '1' {
-			calls = append(calls, &Call{Script: scriptUnwait, Keys: []string{l.keys[i], l.keys[all+i]}, Args: []any{channel, argOne}})
+	var calls []*Call
+	var of []int // the part of each call
+	all := len(l.held)
+	for q := refused + 1; q < len(l.waited); q++ {
+		if !l.waited[q] {
+			continue
+		}
+		p := l.parts[q]
+		for j := range p.size(l.names) {
+			if i := p.index(j); i >= len(more) || more[i] != '1' {
+				calls = append(calls, &Call{Script: scriptUnwait, Keys: []string{l.keys[i], l.keys[all+i]}, Args: []any{channel, argOne}})
+				of = append(of, q)
+			}
 		}
 	}
-	if len(calls) > 0 {
-		l.c.evalWith(ctx, replication{}, calls...)
+	if len(calls) == 0 {
+		return
+	}
+	l.c.evalWith(ctx, replication{}, calls...)
+	done := map[int]bool{}
+	for _, q := range of {
+		done[q] = true
+	}
+	for k, call := range calls {
+		if call.Err != nil || call.Val != int64(1) {
+			done[of[k]] = false
+		}
+	}
+	for q, out := range done {
+		if out {
+			l.waited[q] = false
+		}
 	}
 }
 

@@ -134,11 +134,7 @@ if waiter ~= '' then
   function leave_others(i)
     for j = 1, n do
       if j ~= i and string.sub(more or '', j, j) ~= '1' then
-        local cur = redis.pcall('HMGET', KEYS[j], 'kind', 'token', grant)
-        -- Read after this attempt's writes: any error leaves the name be.
-        if not cur.err and not cur[3] and waking().lock_free(KEYS[j], cur) and redis.pcall('ZREM', KEYS[n + j], waiter) == 1 then
-          waking().wake(KEYS[n + j], KEYS[j])
-        end
+        waking().leave(KEYS[n + j], KEYS[j], waiter)
       end
     end
   end

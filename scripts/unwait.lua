@@ -12,14 +12,12 @@
 -- before it writes (see foreign).
 --
 -- With ARGV[2] '1', the client leaves only if the exclusive lock is free
--- and none of its callers left a request there, as acquire's leave_others
--- does: a waiter of a lock split by slot that another of its names refused.
+-- and none of its callers left a request there (see leave in wake), as
+-- acquire's leave_others does: a waiter of a lock split by slot that
+-- another of its names refused. It then returns 1 when the client is out
+-- of the waiter set (it left, or was not in it), 0 when it stays.
 if ARGV[2] == '1' then
-  local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token', 'g:' .. ARGV[1])
-  if not cur.err and not cur[3] and waking().lock_free(KEYS[1], cur) and redis.pcall('ZREM', KEYS[2], ARGV[1]) == 1 then
-    waking().wake(KEYS[2], KEYS[1])
-  end
-  return 0
+  return waking().leave(KEYS[2], KEYS[1], ARGV[1]) and 1 or 0
 end
 local cur = redis.pcall('HMGET', KEYS[1], 'kind', 'token')
 local other = foreign(cur)

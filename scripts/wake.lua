@@ -160,7 +160,22 @@ local function waking()
     end
   end
 
-  helpers = {lock_free = lock_free, register = register, wake = wake, wake_all = wake_all,
+  -- leave takes waiting client member out of waiter set wk of exclusive
+  -- lock k when the lock is free and none of the client's callers left a
+  -- request there (see grant), and tells the next waiter in its place: a
+  -- client that waits for other names of a lock, which the release of k
+  -- told, cannot use the notice. Any error reading k leaves it be. It
+  -- returns whether the client is out of wk now.
+  local function leave(wk, k, member)
+    local cur = redis.pcall('HMGET', k, 'kind', 'token', 'g:' .. member)
+    if cur.err or cur[3] or not lock_free(k, cur) then
+      return redis.pcall('ZSCORE', wk, member) == false
+    end
+    if redis.pcall('ZREM', wk, member) == 1 then wake(wk, k) end
+    return true
+  end
+
+  helpers = {lock_free = lock_free, register = register, wake = wake, wake_all = wake_all, leave = leave,
     tell = tell, deaf = deaf, died = died, next_waiter = next_waiter, drop = drop}
   return helpers
 end
