@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,6 +274,25 @@ func onePipelineClient(t *testing.T) (*redistest.Server, *dlock.Client, func(inf
 // requests until their own bound runs out, leaving the names taken. (The
 // clean-up after an acquire given up runs the release script: the same
 // slots.)
+// The most pipelines a client may be given leaves room for the releases'
+// own: a release is sent at once, not queued behind none.
+func TestAnyNumberOfPipelinesSendsReleases(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := e.newClient(t, dlock.WithPipelines(math.MaxInt))
+	l, err := c.TryLock(ctx, "many-pipelines", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if e.locked(t, "dlock:{many-pipelines}") {
+		t.Error("the lock is still held")
+	}
+}
+
 func TestGiveBacksPassStalledPipelines(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

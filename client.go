@@ -85,7 +85,7 @@ func WithLogger(l *slog.Logger) ClientOption {
 // WithPipelines sets how many requests or pipelines the client sends at
 // once before it queues further requests from other goroutines and sends
 // them together as one pipeline; the default is DefaultPipelines (4).
-// Values below 1 count as 1. Idle or lightly loaded, every request goes out
+// Values below 1 count as 1, and above 1<<20 as 1<<20. Idle or lightly loaded, every request goes out
 // at once, alone. A caller whose context ends leaves its pipeline, as a
 // request whose reply was lost, instead of waiting for the callers with
 // later deadlines that share it; a refresh stays, so that it never runs
@@ -100,8 +100,13 @@ func WithLogger(l *slog.Logger) ClientOption {
 // n (and n more) of its own, and the requests queued for it go out
 // together, to it alone.
 func WithPipelines(n int) ClientOption {
-	return func(c *Client) { c.batch.max = max(n, 1) }
+	// Capped so that releases' n more do not overflow: no client keeps
+	// that many requests in flight.
+	return func(c *Client) { c.batch.max = min(max(n, 1), maxPipelines) }
 }
+
+// maxPipelines is the most WithPipelines takes.
+const maxPipelines = 1 << 20
 
 // DefaultFenceRetention is how long a name's fence counter is kept after
 // the name's last fence, unless WithFenceRetention sets another time.

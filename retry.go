@@ -63,8 +63,8 @@ func LinearBackoff(step, limit time.Duration) RetryStrategy {
 func ExponentialBackoff(min, limit time.Duration) RetryStrategy {
 	min = max(min, 0)
 	ceiling := limit
-	if ceiling <= 0 {
-		ceiling = math.MaxInt64 / 2
+	if ceiling <= 0 || ceiling > math.MaxInt64/2 {
+		ceiling = math.MaxInt64 / 2 // d doubles below it without overflow
 	}
 	return RetryFunc(func(failed int) (time.Duration, bool) {
 		d := min

@@ -55,6 +55,16 @@ func TestExponentialBackoffDoesNotOverflow(t *testing.T) {
 	if d, ok := s.NextBackoff(1000); !ok || d < time.Hour {
 		t.Errorf("NextBackoff(1000) = %v, %v", d, ok)
 	}
+	// The largest cap, a common way to say none, never wraps to no wait.
+	s = dlock.ExponentialBackoff(time.Millisecond, math.MaxInt64)
+	last := time.Duration(0)
+	for failed := 1; failed <= 100; failed++ {
+		d, ok := s.NextBackoff(failed)
+		if !ok || d < last {
+			t.Fatalf("NextBackoff(%d) = %v, %v after %v", failed, d, ok, last)
+		}
+		last = d
+	}
 }
 
 func TestLinearBackoffDoesNotOverflow(t *testing.T) {
