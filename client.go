@@ -47,6 +47,7 @@ type Client struct {
 	busy    int                               // acquisitions under way (see underway)
 	idle    chan struct{}                     // closed when the acquisitions Close waits for have ended
 	closed  bool
+	shut    chan struct{} // made by the first Close, closed when it returns: later calls wait for it
 
 	// The clean-ups sent again in the background (see inBackground): Close
 	// waits for them (bg), ending them (bgEnd) at its bound, bgBy, and
@@ -341,17 +342,25 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // and a subscription being opened, for a driver that dials for its own
 // timeout whatever its context says (up to 10s), or closed (rueidis
 // waits up to 1s for a server that does not answer). Close does not close the
-// Redis client under the driver. It is safe to call more than once. Called
+// Redis client under the driver. It is safe to call more than once, also
+// from several goroutines at once: every call returns once the first has
+// done its work. Called
 // from a waiting caller's own WithOnRetry function, it waits out its bound
 // for that caller, which cannot end its wait until Close returns.
 func (c *Client) Close() error {
 	c.made()
 	start := time.Now()
 	c.mu.Lock()
-	wd, waits := c.wd, c.waits
-	if !c.closed {
-		c.bgBy = start.Add(closeCleanupBound)
+	if shut := c.shut; shut != nil {
+		// Closed, or closing: done once the first call is.
+		c.mu.Unlock()
+		<-shut
+		return nil
 	}
+	c.shut = make(chan struct{})
+	defer close(c.shut)
+	wd, waits := c.wd, c.waits
+	c.bgBy = start.Add(closeCleanupBound)
 	c.wd, c.closed = nil, true
 	ends := make([]*context.CancelCauseFunc, 0, len(c.waiting))
 	for end := range c.waiting {

@@ -3,8 +3,10 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,6 +320,48 @@ func TestCloseWaitsForTheWaitsItEnds(t *testing.T) {
 	} else {
 		_ = l.Release(ctx)
 	}
+}
+
+// TestEveryCloseWaitsForTheFirst: a Close called while another runs returns
+// only once the first has done its work (here, waited for a refresh under
+// way), so that either caller may close the Redis client next.
+func TestEveryCloseWaitsForTheFirst(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inRefresh, unblock := make(chan struct{}), make(chan struct{})
+	var first, refreshed atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && first.CompareAndSwap(false, true) {
+			close(inRefresh)
+			<-unblock
+			refreshed.Store(true)
+		}
+	}}
+	c := dlock.New(d)
+	l, err := c.TryLock(ctx, "closed-twice", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	<-inRefresh
+	firstDone := make(chan struct{})
+	go func() { _ = c.Close(); close(firstDone) }()
+	awaitCond(t, 10*time.Second, func() bool { _, err := c.TryLock(ctx, "after-close"); return errors.Is(err, dlock.ErrClosed) })
+	second := make(chan bool, 1)
+	go func() { _ = c.Close(); second <- refreshed.Load() }()
+	// Both calls are in Close (or, wrongly, the second has returned).
+	awaitCond(t, 10*time.Second, func() bool { return len(second) > 0 || inClose() == 2 })
+	close(unblock)
+	if !<-second {
+		t.Error("the second Close returned while the first waited for a refresh under way")
+	}
+	<-firstDone
+}
+
+// inClose returns how many goroutines are in Client.Close.
+func inClose() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "dlock.(*Client).Close(")
 }
 
 // TestCloseWaitsForATryLockUnderWay: Close called while a TryLock
