@@ -52,11 +52,13 @@ const DefaultTimeout = 3 * time.Second
 type Option func(*Driver)
 
 // WithTimeout sets how long a request whose context has no deadline waits
-// for its reply before it fails (and its connection is closed); the
+// for a connection (a free one of a pool that waits, or a dial), and then
+// for its reply, before it fails (and its connection is closed); the
 // default is DefaultTimeout. A pool's connections have no read timeout
 // unless dialed with one, and without a bound a request to a server that
 // hangs (stopped, or cut off with no reset) would wait for as long as it
-// does. Values below 1ms are ignored: the earlier setting stays.
+// does. A dial is bounded only through the pool's DialContext (not Dial).
+// Values below 1ms are ignored: the earlier setting stays.
 func WithTimeout(d time.Duration) Option {
 	return func(drv *Driver) {
 		if d >= time.Millisecond {
@@ -92,7 +94,8 @@ func New(pool *redis.Pool, opts ...Option) *Driver {
 // bound returns ctx, or when ctx can be cancelled but has no deadline, ctx
 // bounded by the driver's timeout. A ctx that never ends is returned as it
 // is: its requests are bounded by the driver's timeout one by one (see do),
-// which spares redigo a goroutine per request.
+// which spares redigo a goroutine per request, and so is taking a
+// connection (see timed).
 func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
 		return ctx, func() {}
@@ -133,7 +136,9 @@ func (d *Driver) evalRenewing(ctx context.Context, conn redis.Conn, calls []*dlo
 	if !closedUnder(calls) || ctx.Err() != nil {
 		return conn
 	}
-	fresh, err := dial(ctx, d.pool)
+	dctx, cancel := d.timed(ctx)
+	fresh, err := dial(dctx, d.pool)
+	cancel()
 	if err != nil {
 		return conn
 	}
@@ -187,14 +192,20 @@ func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if ctx.Done() == nil && d.pool.Wait {
-		// A pool that waits for a free connection waits within the
-		// driver's timeout.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.timeout)
-		defer cancel()
-	}
+	ctx, cancel := d.timed(ctx)
+	defer cancel()
 	return d.pool.GetContext(ctx)
+}
+
+// timed returns ctx for taking a connection, bounded by the driver's
+// timeout when ctx never ends: a pool that waits for a free connection, or
+// a dial that stalls (a host that vanished, a sentinel that does not
+// answer), waits no longer. It costs a timer, not a goroutine.
+func (d *Driver) timed(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() != nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.timeout)
 }
 
 // eval runs the calls on conn by EVALSHA, and by EVAL those answered

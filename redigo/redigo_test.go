@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +111,49 @@ func TestARequestToAHungServerEnds(t *testing.T) {
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("err = %v, want a timeout", err)
+	}
+}
+
+// A request whose context never ends does not wait for ever on a dial that
+// stalls (a host that vanished, a sentinel that does not answer): taking a
+// connection is bounded by WithTimeout too.
+func TestARequestOnAStalledDialEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	var stalled atomic.Bool
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			if stalled.Load() {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return redis.DialContext(ctx, "tcp", srv.Addr())
+		},
+	}
+	defer pool.Close()
+	locks := dlock.New(dlockredigo.New(pool, dlockredigo.WithTimeout(300*time.Millisecond)))
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "before-the-stall", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled.Store(true)
+	done := make(chan error, 2)
+	go func() { _, err := locks.TryLock(ctx, "stalled"); done <- err }()
+	go func() { done <- l.Release(ctx) }()
+	for range 2 {
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want the bound's DeadlineExceeded", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a request still waits on the stalled dial")
+		}
+	}
+	stalled.Store(false)
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release once dials work again: %v", err)
 	}
 }
 
