@@ -71,10 +71,11 @@ func WithPrefix(prefix string) ClientOption {
 
 // WithLogger sets where the client logs: debug records for acquisitions,
 // retries, refreshes and releases, warnings for losses and for failures it
-// cannot return to a caller, and an info record when the driver cannot
-// subscribe (waiting then polls). Records about a lock name it with the
-// attribute "names", a list. Tokens are never logged. The default discards
-// everything.
+// cannot return to a caller, an error record, with its stack, for a hook
+// that panicked on one of dlock's own goroutines (see Hooks), and an info
+// record when the driver cannot subscribe (waiting then polls). Records
+// about a lock name it with the attribute "names", a list. Tokens are never
+// logged. The default discards everything.
 func WithLogger(l *slog.Logger) ClientOption {
 	return func(c *Client) {
 		if l != nil {

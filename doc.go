@@ -155,8 +155,9 @@
 // called by FCALL, so that lock traffic shows by function name in SLOWLOG,
 // MONITOR and client lists; Open reports ErrNoFunctions up front on a
 // server without functions. WithLogger logs acquisitions, retries,
-// refreshes and releases at debug level and refresh failures and losses as
-// warnings; it is silent by default and never logs tokens. WithHooks
+// refreshes and releases at debug level, refresh failures and losses as
+// warnings, and a hook's panic on one of its own goroutines as an error; it
+// is silent by default and never logs tokens. WithHooks
 // follows every acquisition, refresh, release and loss for metrics and
 // tracing (package github.com/dlockio/dlock/otel turns the hooks into
 // OpenTelemetry metrics and spans).

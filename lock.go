@@ -1232,7 +1232,8 @@ func (l *Lock) AutoRefresh(opts ...Option) error {
 }
 
 // TTL returns how long the lock has left on the server (the least of its
-// names'), or ErrNotHeld if it is no longer held: then, as for Refresh,
+// names' that have an expiry; 0 when none has, as after an operator's
+// PERSIST), or ErrNotHeld if it is no longer held: then, as for Refresh,
 // the lock ends as lost (Done closes) unless Release was called.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
