@@ -266,14 +266,6 @@ func onePipelineClient(t *testing.T) (*redistest.Server, *dlock.Client, func(inf
 	}
 }
 
-// TestGiveBacksPassStalledPipelines: with every pipeline slot taken by a
-// request the server does not answer (here an acquire the driver holds
-// back) and another request queued behind it, Releases, one after the
-// other, still go out at once, on slots of their own, which the queued
-// request does not take over: they must not wait behind the stalled
-// requests until their own bound runs out, leaving the names taken. (The
-// clean-up after an acquire given up runs the release script: the same
-// slots.)
 // The most pipelines a client may be given leaves room for the releases'
 // own: a release is sent at once, not queued behind none.
 func TestAnyNumberOfPipelinesSendsReleases(t *testing.T) {
@@ -293,6 +285,14 @@ func TestAnyNumberOfPipelinesSendsReleases(t *testing.T) {
 	}
 }
 
+// TestGiveBacksPassStalledPipelines: with every pipeline slot taken by a
+// request the server does not answer (here an acquire the driver holds
+// back) and another request queued behind it, Releases, one after the
+// other, still go out at once, on slots of their own, which the queued
+// request does not take over: they must not wait behind the stalled
+// requests until their own bound runs out, leaving the names taken. (The
+// clean-up after an acquire given up runs the release script: the same
+// slots.)
 func TestGiveBacksPassStalledPipelines(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -345,7 +345,8 @@ const closeCleanupBound = cleanupTimeout + time.Second
 // waits up to 1s for a server that does not answer). Close does not close the
 // Redis client under the driver. It is safe to call more than once, also
 // from several goroutines at once: every call returns once the first has
-// done its work. Called
+// done its work (so a hook that calls it, which no hook may, waits for ever
+// while another Close waits for that hook). Called
 // from a waiting caller's own WithOnRetry function, it waits out its bound
 // for that caller, which cannot end its wait until Close returns.
 func (c *Client) Close() error {

@@ -67,7 +67,9 @@ type Node struct {
 	Addr string
 	// Client reaches the master, made by dlock.New, such as
 	// dlock.New(goredis.New(rdb)). It stays the caller's: the Locker never
-	// closes it.
+	// closes it. The Locker calls it on goroutines of its own, where a
+	// panic of its hooks (dlock.WithHooks) is not recovered: they must not
+	// panic.
 	Client *dlock.Client
 }
 

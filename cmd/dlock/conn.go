@@ -132,9 +132,44 @@ func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalCli
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if t.failover != nil && strings.Contains(err.Error(), noSentinel) {
+			return nil, t.sentinelError(ctx, cmd, err)
+		}
 		return nil, t.pingError(cmd, err)
 	}
 	return rdb, nil
+}
+
+// noSentinel is how go-redis says that no sentinel gave it the master's
+// address: none could be reached, or those that answered do not know the
+// master, or refused the sentinel password.
+const noSentinel = "all sentinels specified in configuration are unreachable"
+
+// sentinelError explains noSentinel (err) by asking each sentinel itself:
+// a sentinel that does not monitor the master is a usage error; only when
+// none could be reached is Redis down (see exitError.down).
+func (t *target) sentinelError(ctx context.Context, cmd *command, err error) error {
+	down := true
+	for _, addr := range t.failover.SentinelAddrs {
+		s := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: t.failover.SentinelUsername, Password: t.failover.SentinelPassword,
+			TLSConfig: t.failover.TLSConfig, DialTimeout: t.failover.DialTimeout, MaxRetries: -1})
+		sctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		_, serr := s.GetMasterAddrByName(sctx, t.failover.MasterName).Result()
+		cancel()
+		_ = s.Close()
+		switch {
+		case errors.Is(serr, redis.Nil):
+			return usage(cmd, "the sentinel at %s does not monitor a master called %q: check --sentinel-master or the URL's master name", addr, t.failover.MasterName)
+		case serr != nil && !isNetError(serr):
+			err = serr // a refusal: the password, a permission
+			down = false
+		}
+	}
+	e := t.pingError(cmd, err)
+	if ee, ok := e.(*exitError); ok {
+		ee.down = down
+	}
+	return e
 }
 
 // pingError explains a failed first contact: a setting the server says is
@@ -182,10 +217,10 @@ func unreachable(display string, err error) error {
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	}
 	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
-	// Down, not refusing us: no answer (no sentinel answered either),
-	// with no sign of a setting to fix. A connection closed at once is
-	// not: it hints at a server expecting TLS.
-	e.down = hint == unknown && isNetError(err) || strings.Contains(msg, "all sentinels specified in configuration are unreachable")
+	// Down, not refusing us: no answer, with no sign of a setting to fix.
+	// A connection closed at once is not: it hints at a server expecting
+	// TLS. (For sentinels, see sentinelError.)
+	e.down = hint == unknown && isNetError(err)
 	return e
 }
 

@@ -349,8 +349,12 @@ func TestConnectSentinel(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "held by:  nobody") {
 		t.Errorf("status through --sentinel-master: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	r = dlockRun(t, nil, "--redis", "redis://"+sentinel, "--sentinel-master", "nosuchmaster", "ls")
-	checkOneLine(t, r, exitUnavailable, "cannot use Redis at")
+	// A master the sentinels do not monitor is a setting to fix, which
+	// ls --watch does not wait out.
+	for _, args := range [][]string{{"ls"}, {"ls", "--watch"}} {
+		r = dlockRun(t, nil, append([]string{"--redis", "redis://" + sentinel, "--sentinel-master", "nosuchmaster"}, args...)...)
+		checkOneLine(t, r, exitUsage, "the sentinel at "+sentinel+` does not monitor a master called "nosuchmaster"`)
+	}
 }
 
 // readmeACL returns the rules of the README's least-privileged ACL user.
