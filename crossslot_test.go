@@ -73,6 +73,29 @@ func (e *clusterEnv) newClient(t *testing.T) (*dlock.Client, *tapDriver) {
 	return c, drv
 }
 
+// waiting reports whether c is in the waiter set of name's lock.
+func (e *clusterEnv) waiting(c *dlock.Client, name string) bool {
+	return e.rdb.ZScore(context.Background(), dlock.DefaultPrefix+"{"+name+"}:waiters", dlock.Member(c)).Err() == nil
+}
+
+// lockAndRelease starts c waiting for name (for up to 20s) and releasing
+// it once obtained; it returns when c has registered as a waiter, with the
+// channel the outcome comes on.
+func (e *clusterEnv) lockAndRelease(t *testing.T, c *dlock.Client, name string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, name, dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		done <- err
+	}()
+	awaitCond(t, 10*time.Second, func() bool { return e.waiting(c, name) })
+	return done
+}
+
 // taken returns which of names have a lock key.
 func (e *clusterEnv) taken(t *testing.T, names ...string) []string {
 	t.Helper()
@@ -546,9 +569,6 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		multi, _ := e.newClient(t)
 		single, _ := e.newClient(t)
 		dlock.SetWaitBeat(single, time.Hour)
-		waiting := func(c *dlock.Client) bool {
-			return e.rdb.ZScore(ctx, dlock.DefaultPrefix+"{"+high+"}:waiters", dlock.Member(c)).Err() == nil
-		}
 		hold, err := holder.TryLock(ctx, high, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -560,18 +580,8 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			_, err := multi.LockMulti(mctx, []string{low, high})
 			multiDone <- err
 		}()
-		awaitCond(t, 10*time.Second, func() bool { return waiting(multi) })
-		singleDone := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			l, err := single.Lock(wctx, high, dlock.WithTTL(time.Minute))
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			singleDone <- err
-		}()
-		awaitCond(t, 10*time.Second, func() bool { return waiting(single) })
+		awaitCond(t, 10*time.Second, func() bool { return e.waiting(multi, high) })
+		singleDone := e.lockAndRelease(t, single, high)
 		// The multi waiter's next attempt is refused at its first name.
 		first, err := holder.TryLock(ctx, low, dlock.WithTTL(time.Minute))
 		if err != nil {
@@ -616,9 +626,6 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 		multi := dlock.New(d)
 		defer multi.Close()
-		waiting := func(c *dlock.Client, n string) bool {
-			return e.rdb.ZScore(ctx, key(n)+":waiters", dlock.Member(c)).Err() == nil
-		}
 		middle, err := holder.TryLock(ctx, mid, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -632,7 +639,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			multiDone <- err
 		}()
 		<-lost // refused at mid, registered there, the reply lost
-		if !waiting(multi, mid) {
+		if !e.waiting(multi, mid) {
 			t.Fatal("the refusal whose reply was lost did not register the waiter")
 		}
 		awaitCond(t, 10*time.Second, func() bool { return len(e.taken(t, low)) == 0 })
@@ -641,18 +648,8 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		close(first) // the next attempt is refused at the first name
-		awaitCond(t, 10*time.Second, func() bool { return waiting(multi, low) })
-		singleDone := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			l, err := single.Lock(wctx, mid, dlock.WithTTL(time.Minute))
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			singleDone <- err
-		}()
-		awaitCond(t, 10*time.Second, func() bool { return waiting(single, mid) })
+		awaitCond(t, 10*time.Second, func() bool { return e.waiting(multi, low) })
+		singleDone := e.lockAndRelease(t, single, mid)
 		if err := middle.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
