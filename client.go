@@ -87,8 +87,8 @@ func WithLogger(l *slog.Logger) ClientOption {
 // WithPipelines sets how many requests or pipelines the client sends at
 // once before it queues further requests from other goroutines and sends
 // them together as one pipeline; the default is DefaultPipelines (4).
-// Values below 1 count as 1, and above 1<<20 as 1<<20. Idle or lightly loaded, every request goes out
-// at once, alone. A caller whose context ends leaves its pipeline, as a
+// Values below 1 count as 1, and above 1<<20 as 1<<20. Idle or lightly
+// loaded, every request goes out at once, alone. A caller whose context ends leaves its pipeline, as a
 // request whose reply was lost, instead of waiting for the callers with
 // later deadlines that share it; a refresh stays, so that it never runs
 // after its lock's next refresh. The caller that sends a pipeline for the

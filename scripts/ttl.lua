@@ -10,9 +10,8 @@
 --
 -- Returns {pttl, metadata, fence_1, ..., fence_n, token} with the smallest
 -- remaining TTL in ms (-1 when no key has an expiry) and the token KEYS[1]
--- is held with, or {-2} when any
--- key is not held by the caller ({-3} when ForceRelease ended the caller's
--- hold there, see forced). Attaching, fails with DLOCK_KIND i and the
+-- is held with, or {-2} when any key is not held by the caller ({-3} when
+-- ForceRelease ended the caller's hold there, see forced). Attaching, fails with DLOCK_KIND i and the
 -- kind found (see kind_error) when KEYS[i] is held by another kind of
 -- lock, and with DLOCK_WRONGTYPE i when it holds data dlock did not write.
 local req, owner, attach = ARGV[2], ARGV[3] or '', ARGV[4] == '1'
