@@ -12,10 +12,12 @@
 //	}
 //
 // The suite checks the driver's side of the contract directly (script
-// replies of every shape, error replies, the EVALSHA fallback after SCRIPT
-// FLUSH, pipelined batches, ended contexts, pub/sub delivery, reconnection
-// (and the notify("", "") that says so; see dlock.Subscription) and
-// Close, SCAN, scripts and WAIT on one connection, a failed connection
+// replies of every shape, error replies and the server's refusals with its
+// own text, the EVALSHA fallback after SCRIPT FLUSH, pipelined batches,
+// ended contexts, pub/sub delivery, reconnection after the opening's
+// context has ended (and the notify("", "") that says so; see
+// dlock.Subscription) and Close, SCAN, scripts and WAIT on one connection
+// (the least acknowledgement of several primaries), a failed connection
 // and a deadline that passes during a call) and then dlock's
 // primitives through dlock.New(driver): locks on one and several names,
 // refusal of foreign data, waiting woken by a release, auto-refresh and

@@ -286,6 +286,15 @@ func timeout(t testing.TB) context.Context {
 	return ctx
 }
 
+// opening returns a context for opening a subscription, or subscribing
+// channels, and its cancel, which the caller calls as soon as the call
+// returns, as dlock does: the context bounds the call only, and the
+// subscription lives on, reconnecting too, once it has ended (see
+// dlock.Driver.Subscribe).
+func opening() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), waitFor)
+}
+
 // goroutineID returns the id of the calling goroutine.
 func goroutineID() uint64 {
 	var buf [64]byte

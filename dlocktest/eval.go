@@ -18,6 +18,7 @@ var evalTests = []test{
 	{name: "Replies", run: testReplies},
 	{name: "Arguments", run: testArguments},
 	{name: "ErrorReplies", run: testErrorReplies},
+	{name: "Refusals", run: testRefusals},
 	{name: "UsesEVALSHA", run: testUsesEvalsha},
 	{name: "FallbackAfterScriptFlush", run: testFallback},
 	{name: "FallbackAfterScriptFlushInBatch", run: testFallbackBatch},
@@ -158,6 +159,18 @@ func testErrorReplies(t *testing.T, e *env) {
 	if err, ok := r[1].(error); !ok || err.Error() != "DLOCK_INNER 3" {
 		t.Errorf("error inside an array: element %#v, want an error %q", r[1], "DLOCK_INNER 3")
 	}
+}
+
+// testRefusals: a refusal the server makes instead of running a script
+// (here NOPERM: the user may not run scripts) is stored with the server's
+// text, by which dlock tells the refusals that retrying does not mend.
+func testRefusals(t *testing.T, e *env) {
+	drv := e.driver(t)
+	e.onPrimaries(t, "ACL", "SETUSER", "default", "-@scripting")
+	defer e.onPrimaries(t, "ACL", "SETUSER", "default", "+@all")
+	call := &dlock.Call{Script: dlock.NewScript("refused", "return 1"), Keys: []string{prefix(t) + "{refused}"}}
+	drv.Eval(timeout(t), call)
+	checkError(t, "a script the user may not run", call, "", "NOPERM ", "")
 }
 
 // testUsesEvalsha: scripts go by EVALSHA, and by EVAL only when the server

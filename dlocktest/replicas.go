@@ -69,6 +69,23 @@ func testEvalWait(t *testing.T, e *env) {
 		return
 	}
 
+	// One primary's replica stopped: the least acknowledgement counts, as
+	// dlock must not take writes that one primary's replica lacks for
+	// confirmed.
+	if len(e.primaries) > 1 {
+		r := e.nodes[len(e.primaries)]
+		r.Pause(t)
+		one := e.callPerPrimary(t, dlock.NewScript("incr", "return redis.call('INCR', KEYS[1])"))
+		acked, err := rep.EvalWait(ctx, 1, 300*time.Millisecond, one...)
+		r.Resume(t)
+		if err != nil || acked != 0 {
+			t.Errorf("EvalWait with one primary's replica stopped: %d acknowledged, err %v; want 0, the least", acked, err)
+		}
+		for i, call := range one {
+			checkReply(t, fmt.Sprintf("with one replica stopped, call %d", i), call, int64(1))
+		}
+	}
+
 	// Replicas that stopped: the writes are not confirmed, and the
 	// primaries wait at once, not one after the other.
 	for _, r := range e.nodes[len(e.primaries):] {

@@ -127,13 +127,15 @@ func shardedOn(t *testing.T, newDriver NewDriver, c *redistest.Cluster) (dlock.S
 		t.Skip("the driver has no ShardedSubscriber")
 	}
 	got, resumed := make(chan string, 1000), new(atomic.Int32)
-	sub, err := ss.SubscribeSharded(timeout(t), func(channel, payload string) {
+	ctx, cancel := opening()
+	sub, err := ss.SubscribeSharded(ctx, func(channel, payload string) {
 		if channel == "" && payload == "" {
 			resumed.Add(1)
 			return
 		}
 		got <- payload
 	})
+	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,9 @@ func shardedOn(t *testing.T, newDriver NewDriver, c *redistest.Cluster) (dlock.S
 
 func subscribeShard(t *testing.T, sub dlock.Subscription, channels ...string) {
 	t.Helper()
-	if err := sub.Subscribe(timeout(t), channels...); err != nil {
+	ctx, cancel := opening()
+	defer cancel()
+	if err := sub.Subscribe(ctx, channels...); err != nil {
 		t.Fatal(err)
 	}
 }

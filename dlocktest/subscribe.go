@@ -102,7 +102,9 @@ func (r *recorder) check(t testing.TB) {
 // the test; it skips the test if the driver cannot subscribe.
 func (e *env) subscribe(t *testing.T, notify func(channel, payload string)) dlock.Subscription {
 	t.Helper()
-	sub, err := e.driver(t).Subscribe(timeout(t), notify)
+	ctx, cancel := opening()
+	sub, err := e.driver(t).Subscribe(ctx, notify)
+	cancel()
 	if errors.Is(err, dlock.ErrUnsupported) {
 		t.Skip("the driver cannot subscribe: waiting polls")
 	}
@@ -328,7 +330,10 @@ func testReconnects(t *testing.T, e *env) {
 	rec := newRecorder()
 	sub := e.subscribe(t, rec.notify)
 	a, b := prefix(t)+"a", prefix(t)+"b"
-	if err := sub.Subscribe(timeout(t), a, b); err != nil {
+	ctx, cancel := opening()
+	err := sub.Subscribe(ctx, a, b)
+	cancel()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := sub.Unsubscribe(timeout(t), b); err != nil {
