@@ -170,7 +170,12 @@ type nodeSubscription struct {
 	s        *shardedSubscription
 	ps       *redis.PubSub
 	channels map[string]bool // guarded by s.mu
-	closing  bool            // guarded by s.mu: closed on purpose
+	// unsubs, guarded by s.mu, counts by channel the replies still due to
+	// the client's own SUNSUBSCRIBEs: only a sunsubscribe beyond them is
+	// the server letting the channel go (its slot moved), and not one read
+	// after the channel was subscribed again.
+	unsubs  map[string]int
+	closing bool // guarded by s.mu: closed on purpose
 	// retry, guarded by s.mu, is the wait before subscribing its channels
 	// anew should the connection fail: set by the pass of resubscribe that
 	// made it (the next step of that pass's backoff), so that a primary
@@ -251,7 +256,7 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	fresh := ns == nil
 	if fresh {
 		// No request yet: the connection is made by the SSubscribe below.
-		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx), channels: map[string]bool{}, retry: retry}
+		ns = &nodeSubscription{s: s, ps: node.SSubscribe(ctx), channels: map[string]bool{}, unsubs: map[string]int{}, retry: retry}
 		s.nodes[addr] = ns
 		s.running.Add(1)
 	}
@@ -274,9 +279,12 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	}
 	s.mu.Lock()
 	gone := s.where[ch] != ns && !ns.closing // unsubscribed meanwhile
+	if gone && err == nil {
+		ns.unsubs[ch]++
+	}
 	s.mu.Unlock()
 	if gone && err == nil {
-		_ = ns.ps.SUnsubscribe(ctx, ch)
+		ns.unsubscribe(ctx, ch)
 	}
 	if failed && moving {
 		// Left to the connection's goroutine: a second attempt from
@@ -309,6 +317,7 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			delete(byNode, ns) // closed instead
 		} else {
 			byNode[ns] = append(byNode[ns], ch)
+			ns.unsubs[ch]++
 		}
 	}
 	s.mu.Unlock()
@@ -320,7 +329,7 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			bySlot[slot] = append(bySlot[slot], ch)
 		}
 		for _, chs := range bySlot {
-			errs = append(errs, ns.ps.SUnsubscribe(ctx, chs...))
+			errs = append(errs, ns.unsubscribe(ctx, chs...))
 		}
 	}
 	for _, ns := range idle {
@@ -345,6 +354,19 @@ func (s *shardedSubscription) Close() error {
 	}
 	s.running.Wait()
 	return nil
+}
+
+// unsubscribe sends SUNSUBSCRIBE for channels of one slot, whose replies
+// ns.unsubs counts. A request that failed may have been answered by none:
+// go-redis may have connected anew inside it. The connection is closed
+// then, and fails for certain, so that a count left over never hides the
+// server letting a channel go (see run).
+func (ns *nodeSubscription) unsubscribe(ctx context.Context, channels ...string) error {
+	err := ns.ps.SUnsubscribe(ctx, channels...)
+	if err != nil && !isReply(err) {
+		_ = ns.ps.Close()
+	}
+	return err
 }
 
 // drop takes a node subscription out of the maps and marks it closing;
@@ -373,7 +395,7 @@ func (ns *nodeSubscription) run(addr string) {
 	// The connection failed: every channel on it moves. Or the primary let
 	// go of some channels: only they move, and the rest stay.
 	var again []string
-	retry := ns.retry
+	retry, done := ns.retry, moved == nil
 	if moved == nil {
 		s.drop(ns)
 		for ch := range ns.channels {
@@ -390,12 +412,19 @@ func (ns *nodeSubscription) run(addr string) {
 				s.moving[ch], s.resumed[ch] = true, true
 			}
 		}
-		// This goroutine goes on serving the rest.
-		s.running.Add(1)
-		go ns.run(addr)
+		if len(ns.channels) == 0 {
+			// None left: the connection closes, as when Unsubscribe
+			// removes the last.
+			s.drop(ns)
+			done = true
+		} else {
+			// This goroutine goes on serving the rest.
+			s.running.Add(1)
+			go ns.run(addr)
+		}
 	}
 	s.mu.Unlock()
-	if moved == nil {
+	if done {
 		_ = ns.ps.Close()
 	}
 	s.resubscribe(again, retry)
@@ -444,7 +473,14 @@ func (ns *nodeSubscription) receive() (moved []string) {
 				continue
 			}
 			s.mu.Lock()
-			wanted := ns.channels[m.Channel] && !ns.closing
+			mine := ns.unsubs[m.Channel] > 0 // the reply to the client's own
+			if mine {
+				ns.unsubs[m.Channel]--
+				if ns.unsubs[m.Channel] == 0 {
+					delete(ns.unsubs, m.Channel)
+				}
+			}
+			wanted := !mine && ns.channels[m.Channel] && !ns.closing
 			s.mu.Unlock()
 			if wanted {
 				return []string{m.Channel}

@@ -399,3 +399,106 @@ func TestUnsubscribingChannelsOfSeveralSlotsKeepsTheConnection(t *testing.T) {
 		t.Errorf("still subscribed after the Unsubscribe: %q", chans)
 	}
 }
+
+// TestAChannelUnsubscribedAndSubscribedAgainStays: Unsubscribe and
+// Subscribe of one channel in a row, as the hub lets go of an idle channel
+// that a new wait wants back at once, while other messages keep the
+// connection's reader busy. The server's reply to the SUNSUBSCRIBE, read
+// after the channel is wanted again, is not taken for the server letting
+// it go (a slot that moved): that subscribed it anew, saying notices were
+// missed, and could drop it.
+func TestAChannelUnsubscribedAndSubscribedAgainStays(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	var missed atomic.Int64
+	got := make(chan string, 16)
+	sub, err := New(rdb).SubscribeSharded(ctx, func(ch, payload string) {
+		switch {
+		case ch == "" && payload == "":
+			missed.Add(1)
+		case payload != "busy":
+			got <- payload
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	p := c.Nodes[0]
+	x, busy := c.ChannelOn(t, p, "x"), c.ChannelOn(t, p, "busy")
+	if err := sub.Subscribe(ctx, x, busy); err != nil {
+		t.Fatal(err)
+	}
+	redistest.PublishUntilReceived(t, p, x, "subscribed", got)
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = prdb.Close() })
+	stop := make(chan struct{})
+	var publishing sync.WaitGroup
+	publishing.Add(1)
+	go func() {
+		defer publishing.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				prdb.SPublish(ctx, busy, "busy")
+			}
+		}
+	}()
+	for range 1000 {
+		if err := sub.Unsubscribe(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Subscribe(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	publishing.Wait()
+	// Received after every reply to the requests before it.
+	redistest.PublishUntilReceived(t, p, x, "last", got)
+	if n := missed.Load(); n != 0 {
+		t.Errorf("the channel was subscribed anew %d times, though no slot moved", n)
+	}
+	if n := p.Do(t, "PUBSUB", "SHARDNUMSUB", x); n != x+"\n1" && n != x+" 1" {
+		t.Errorf("PUBSUB SHARDNUMSUB at the end: %q, want 1", n)
+	}
+}
+
+// TestAConnectionWhoseChannelsAllMovedCloses: a primary's connection whose
+// last channel moved away with its slot closes, as one whose last channel
+// is unsubscribed does, instead of staying open, and pinged, until Close.
+func TestAConnectionWhoseChannelsAllMovedCloses(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 16)
+	sub, err := New(rdb).SubscribeSharded(ctx, func(_, payload string) {
+		if payload != "" {
+			got <- payload
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	from, to := c.Nodes[0], c.Nodes[1]
+	ch := c.ChannelOn(t, from, "moves")
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	redistest.PublishUntilReceived(t, from, ch, "before", got)
+	c.MoveEmptySlot(t, ch, to)
+	redistest.PublishUntilReceived(t, to, ch, "after", got)
+	s := sub.(*shardedSubscription)
+	awaitTrue(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.nodes) == 1 && s.nodes[from.Addr()] == nil
+	})
+	awaitTrue(t, func() bool { return !strings.Contains(from.Do(t, "CLIENT", "LIST"), "cmd=ssubscribe") })
+}
