@@ -24,7 +24,9 @@
 // loss notification, inspection, fenced writes, and acquires confirmed on
 // replicas; and all of those again with dlock.WithFunctions, by FCALL.
 //
-// A driver with shard channels (dlock.ShardedSubscriber) also runs
+// A driver with shard channels (dlock.ShardedSubscriber) is checked on a
+// cluster too for a channel let go and subscribed again at once (the reply
+// to its SUNSUBSCRIBE is no slot move), and also runs
 // RunShardedResilience, which fails over, moves slots and pauses primaries
 // under its subscriptions, and checks that the driver says when it has
 // subscribed a channel anew.

@@ -1,19 +1,24 @@
 package dlocktest
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 var shardedTests = []test{
 	{name: "Sharded", run: testSharded},
 	{name: "ShardedWake", run: testShardedWake},
+	{name: "ShardedSubscribedAgainAtOnce", run: testShardedSubscribedAgainAtOnce},
 }
 
 // testSharded: a driver that implements dlock.ShardedSubscriber delivers
@@ -83,6 +88,74 @@ func testSharded(t *testing.T, e *env) {
 		e.awaitShardNumsub(t, ch, 0)
 	}
 	rec.check(t)
+}
+
+// testShardedSubscribedAgainAtOnce: Unsubscribe and Subscribe of one shard
+// channel in a row, as dlock lets go of an idle channel that a new wait
+// wants back at once, while other messages keep the connection busy. The
+// server's reply to the SUNSUBSCRIBE, read after the channel is wanted
+// again, is not the server letting the channel go (a slot that moved):
+// taken for one, the channel was subscribed anew, with a notify("", "")
+// for notices it had not missed, and could be dropped.
+func testShardedSubscribedAgainAtOnce(t *testing.T, e *env) {
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok || e.dep.Topology != Cluster {
+		t.Skip("shard channels need a cluster and a ShardedSubscriber")
+	}
+	var missed atomic.Int64
+	got := make(chan string, 16)
+	ctx, cancel := opening()
+	sub, err := ss.SubscribeSharded(ctx, func(ch, payload string) {
+		switch {
+		case ch == "" && payload == "":
+			missed.Add(1)
+		case payload != "busy":
+			got <- payload
+		}
+	})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	tag := e.tagOn(t, e.primaries[0])
+	x, busy := prefix(t)+"{"+tag+"}:w:x", prefix(t)+"{"+tag+"}:w:busy"
+	ctx = timeout(t)
+	if err := sub.Subscribe(ctx, x, busy); err != nil {
+		t.Fatal(err)
+	}
+	redistest.PublishUntilReceived(t, e.primaries[0], x, "subscribed", got)
+	publish := dlock.NewScript("spublish", "return redis.call('SPUBLISH', KEYS[1], 'busy')")
+	drv, stop := e.driver(t), make(chan struct{})
+	var publishing sync.WaitGroup
+	publishing.Add(1)
+	go func() {
+		defer publishing.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				drv.Eval(context.Background(), &dlock.Call{Script: publish, Keys: []string{busy}})
+			}
+		}
+	}()
+	for range 1000 {
+		if err := sub.Unsubscribe(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Subscribe(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	publishing.Wait()
+	// Received after every reply to the requests before it.
+	redistest.PublishUntilReceived(t, e.primaries[0], x, "last", got)
+	if n := missed.Load(); n != 0 {
+		t.Errorf("the channel was subscribed anew %d times, though no slot moved", n)
+	}
+	e.awaitShardNumsub(t, x, 1)
 }
 
 // awaitShardNumsub waits until shard channel ch has want subscribers on

@@ -98,6 +98,12 @@ type conn struct {
 	lost    <-chan error // yields or closes once the hooks are no longer called
 	since   time.Time
 	primary string // Sentinel: the primary the client sent commands to when c was opened
+	// unsubs, guarded by the subscription's qmu, counts by shard channel
+	// the replies still due to the SUNSUBSCRIBEs sent on c: only a
+	// sunsubscribe beyond them is the server letting the channel go (its
+	// slot moved), and not one handled after the channel was subscribed
+	// again.
+	unsubs map[string]int
 }
 
 // followEvery is how often a subscription over a Sentinel client checks
@@ -109,10 +115,10 @@ const followEvery = 200 * time.Millisecond
 func (s *subscription) connect(ctx context.Context, channels []string) (*conn, error) {
 	primary := s.primary() // before Dedicate: a switch between is seen at the next check
 	dc, release := s.client.Dedicate()
-	c := &conn{dc: dc, release: release, since: time.Now(), primary: primary}
+	c := &conn{dc: dc, release: release, since: time.Now(), primary: primary, unsubs: map[string]int{}}
 	hooks := rueidis.PubSubHooks{OnMessage: s.push}
 	if s.reroute != nil {
-		hooks.OnSubscription = s.unsubscribed
+		hooks.OnSubscription = func(sub rueidis.PubSubSubscription) { s.unsubscribed(c, sub) }
 	}
 	c.lost = dc.SetPubSubHooks(hooks)
 	err := s.send(ctx, c, true, channels)
@@ -159,15 +165,25 @@ func (s *subscription) push(m rueidis.PubSubMessage) {
 	s.signal()
 }
 
-// unsubscribed queues a shard channel that the server unsubscribed: at
-// Unsubscribe, or by itself when its node stopped serving the slot (a slot
-// move, or a primary turned replica). It is called by rueidis, which waits
-// for it, possibly inside a send: it must not take s.sending.
-func (s *subscription) unsubscribed(sub rueidis.PubSubSubscription) {
+// unsubscribed queues a shard channel that the server unsubscribed on c
+// by itself, when its node stopped serving the slot (a slot move, or a
+// primary turned replica); the replies to c's own SUNSUBSCRIBEs, which
+// c.unsubs counts, are not. It is called by rueidis, which waits for it,
+// possibly inside a send: it must not take s.sending.
+func (s *subscription) unsubscribed(c *conn, sub rueidis.PubSubSubscription) {
 	if sub.Kind != "sunsubscribe" {
 		return
 	}
 	s.qmu.Lock()
+	if n := c.unsubs[sub.Channel]; n > 0 { // the reply to c's own
+		if n == 1 {
+			delete(c.unsubs, sub.Channel)
+		} else {
+			c.unsubs[sub.Channel] = n - 1
+		}
+		s.qmu.Unlock()
+		return
+	}
 	s.dropped = append(s.dropped, sub.Channel)
 	s.qmu.Unlock()
 	s.signal()
@@ -238,10 +254,9 @@ func (s *subscription) run(c *conn) {
 }
 
 // deliver passes the queued messages to notify, unless Close was called.
-// It returns the shard channels that the server unsubscribed while they
-// are still wanted, which means that the node no longer serves their slot.
-// (A channel unsubscribed and at once subscribed again can look so too:
-// it is then only subscribed again for nothing.)
+// It returns the shard channels that the server unsubscribed by itself
+// while they are still wanted, which means that the node no longer serves
+// their slot.
 func (s *subscription) deliver() (moved []string) {
 	s.qmu.Lock()
 	msgs, dropped := s.queue, s.dropped
@@ -332,16 +347,32 @@ func (s *subscription) list() []string {
 	return out
 }
 
-// send subscribes (or unsubscribes) c to channels.
+// send subscribes (or unsubscribes) c to channels. The replies that a
+// SUNSUBSCRIBE is due are counted in c.unsubs first; if it fails, some may
+// never come (a request not sent, or refused), and c is closed, so that a
+// count left over never hides the server letting a channel go: c's
+// goroutine then hands all its channels back.
 func (s *subscription) send(ctx context.Context, c *conn, subscribe bool, channels []string) error {
 	if len(channels) == 0 {
 		return nil
+	}
+	unsub := !subscribe && s.reroute != nil
+	if unsub {
+		s.qmu.Lock()
+		for _, ch := range channels {
+			c.unsubs[ch]++
+		}
+		s.qmu.Unlock()
 	}
 	var errs []error
 	for _, r := range c.dc.DoMulti(ctx, s.commands(c.dc, subscribe, channels)...) {
 		errs = append(errs, r.Error())
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err != nil && unsub {
+		c.dc.Close()
+	}
+	return err
 }
 
 // commands builds the SUBSCRIBE or UNSUBSCRIBE of channels, or for shard
