@@ -368,6 +368,13 @@ func (s *shardedSubscription) rehome(addr string, n *subscription, channels []st
 		n.mu.Unlock()
 	}
 	s.retry(s.detach(n, channels))
+	if !all && n.onlyAmong(nil) && s.nodes[addr] == n {
+		// No channels left (onlyAmong none), its last ones moved away: the
+		// connection closes, as when Unsubscribe removes the last.
+		delete(s.nodes, addr)
+		s.ended = append(running(s.ended), n)
+		n.cancel()
+	}
 }
 
 // running returns those of subs whose goroutines still run, in subs's
