@@ -28,6 +28,7 @@ var evalTests = []test{
 	{name: "FailedConnection", run: testFailedConnection, only: onStandalone},
 	{name: "KilledConnections", run: testKilledConnections},
 	{name: "DeadlineDuringCall", run: testDeadlineDuringCall, only: onStandalone},
+	{name: "DeadlineDuringCallOnAPrimary", run: testDeadlineDuringCallOnAPrimary, only: onCluster},
 	{name: "CrossSlot", run: testCrossSlot, only: onCluster},
 }
 
@@ -459,6 +460,43 @@ func testDeadlineDuringCall(t *testing.T, e *env) {
 	// and is short of that read timeout, which such a client always waits.
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Errorf("a call with a 300ms deadline returned after %v", took.Round(time.Millisecond))
+	}
+}
+
+// testDeadlineDuringCallOnAPrimary: as testDeadlineDuringCall, on a cluster,
+// whose client the suite cannot put behind a proxy: a call to a primary
+// that stops answering (paused, for less than the cluster's node timeout)
+// fails with context.DeadlineExceeded once its deadline has passed, while
+// the primary is still paused, not once the primary answers again.
+func testDeadlineDuringCallOnAPrimary(t *testing.T, e *env) {
+	drv := e.driver(t)
+	s := dlock.NewScript("silent", "return 1")
+	key := prefix(t) + "{silent}"
+	warm := &dlock.Call{Script: s, Keys: []string{key}}
+	drv.Eval(timeout(t), warm) // a connection is open and idle
+	checkReply(t, "before the pause", warm, int64(1))
+	resume := e.primaryOf(t, key).PauseAWhile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	call := &dlock.Call{Script: s, Keys: []string{key}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		drv.Eval(ctx, call)
+	}()
+	// 1.5s: a loaded machine's slack past the deadline, and short of the
+	// node timeout (2s), after which the cluster would fail the primary
+	// over.
+	select {
+	case <-done:
+	case <-time.After(1800 * time.Millisecond):
+		resume()
+		<-done
+		t.Fatalf("a call with a 300ms deadline to a paused primary returned only once it answered again: Val %#v, Err %v", call.Val, call.Err)
+	}
+	resume()
+	if !errors.Is(call.Err, context.DeadlineExceeded) || call.Val != nil {
+		t.Errorf("a call to a paused primary, 300ms deadline: Val %#v, Err %v; want context.DeadlineExceeded", call.Val, call.Err)
 	}
 }
 
