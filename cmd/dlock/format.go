@@ -174,7 +174,7 @@ func age(h dlock.Holder, now time.Time) time.Duration {
 	return max(now.Sub(h.Since), 0)
 }
 
-// fmtDur writes a duration for people: "450ms", "12s", "3m12s", "3m",
+// fmtDur writes a duration for people: "450ms", "1.6s", "12s", "3m12s", "3m",
 // "2h5m", "3h". From an hour up it counts minutes, and hours however many
 // (the longest duration is "2562047h47m").
 func fmtDur(d time.Duration) string {
@@ -183,6 +183,8 @@ func fmtDur(d time.Duration) string {
 		return "0s"
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second: // "1.6s", not "2s"
+		return d.Round(100 * time.Millisecond).String()
 	case d < time.Minute:
 		return d.Round(time.Second).String()
 	case d < time.Hour:

@@ -20,6 +20,9 @@ func TestFmtDur(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		-time.Second:                                  "0s",
 		450 * time.Millisecond:                        "450ms",
+		1600 * time.Millisecond:                       "1.6s",
+		2*time.Second + 30*time.Millisecond:           "2s",
+		9*time.Second + 960*time.Millisecond:          "10s",
 		12*time.Second + 400*time.Millisecond:         "12s",
 		3*time.Minute + 12*time.Second:                "3m12s",
 		3*time.Minute + 10*time.Second:                "3m10s",
