@@ -694,6 +694,10 @@ func lossReason(err error) string {
 	for _, p := range []string{"lock lost: ", "not held: "} {
 		msg = strings.TrimPrefix(msg, p)
 	}
+	if strings.HasSuffix(msg, " had expired or was taken") {
+		// The library knows nothing of the token run gave the command.
+		msg += ", or was released with its DLOCK_TOKEN"
+	}
 	return msg
 }
 

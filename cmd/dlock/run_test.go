@@ -415,6 +415,26 @@ func TestRunLockLost(t *testing.T) {
 		}
 	})
 
+	// A lock that the command (or another process it gave DLOCK_TOKEN)
+	// released: the message says that it may have been so.
+	t.Run("released with its token", func(t *testing.T) {
+		t.Parallel()
+		name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+		p := startDlock(t, nil, runArgs([]string{"--ttl", ttl.String()}, name, "signals", file, "0")...)
+		token := waitForLine(t, file, "ready ")[3]
+		l, err := libClient(t).Attach(context.Background(), name, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait(t)
+		if r.code != exitLost || !strings.Contains(r.stderr, "had expired or was taken, or was released with its DLOCK_TOKEN") {
+			t.Errorf("exit code %d (want %d), stderr:\n%s", r.code, exitLost, r.stderr)
+		}
+	})
+
 	// A command that exits 143 on SIGTERM was not killed by it: the
 	// message gives its exit code.
 	t.Run("exits 143", func(t *testing.T) {
