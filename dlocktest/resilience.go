@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func testShardedFailover(t *testing.T, newDriver NewDriver) {
 // testShardedSlotMove: when a channel's slot moves to another primary,
 // whose old node then unsubscribes the channel by itself, the channel is
 // subscribed there, and the channels of the old primary's other slots stay
-// on their connection.
+// on their connection, which closes once the last of them moved too.
 func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
 	c := redistest.StartCluster(t, 3, 0)
 	const moving = "dlock:{moving}:w:test"
@@ -210,6 +211,21 @@ func testShardedSlotMove(t *testing.T, newDriver NewDriver) {
 	}
 	if conns := old.PubSubConnections(t); conns != 1 {
 		t.Errorf("the old primary has %d pub/sub connections, want 1", conns)
+	}
+
+	// The old primary's last channel moves away too: its connection
+	// closes, as when the last one is unsubscribed.
+	var id string // of the connection subscribed to staying
+	for _, line := range strings.Split(old.Do(t, "CLIENT", "LIST"), "\n") {
+		if strings.Contains(line, " ssub=1 ") {
+			id = strings.Fields(line)[0] + " "
+		}
+	}
+	c.MoveEmptySlot(t, staying, next)
+	redistest.PublishUntilReceived(t, next, staying, "staying moved", got)
+	await(t, "the old primary's connection to close", func() bool { return id == "" || !strings.Contains(old.Do(t, "CLIENT", "LIST"), id) })
+	if id == "" {
+		t.Error("no connection of the old primary was subscribed")
 	}
 }
 

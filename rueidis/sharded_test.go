@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,50 +192,6 @@ func TestASubscribeToAStalledNewPrimaryEndsWithItsContext(t *testing.T) {
 		t.Errorf("Unsubscribe of the channel of a connection still opening took %v", took)
 	}
 	resume()
-}
-
-// TestAConnectionWhoseChannelsAllMovedCloses: a primary's connection whose
-// last channel moved away with its slot closes, as one whose last channel
-// is unsubscribed does, instead of staying open until Close.
-func TestAConnectionWhoseChannelsAllMovedCloses(t *testing.T) {
-	c := redistest.StartCluster(t, 3, 0)
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	got := make(chan string, 16)
-	sub, err := dlockrueidis.New(client).SubscribeSharded(context.Background(), func(_, payload string) {
-		if payload != "" {
-			got <- payload
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	from, to := c.Nodes[0], c.Nodes[1]
-	ch := c.ChannelOn(t, from, "moves")
-	if err := sub.Subscribe(context.Background(), ch); err != nil {
-		t.Fatal(err)
-	}
-	redistest.PublishUntilReceived(t, from, ch, "before", got)
-	var id string // of the old primary's connection: the one subscribed
-	for _, line := range strings.Split(from.Do(t, "CLIENT", "LIST"), "\n") {
-		if strings.Contains(line, " ssub=1 ") {
-			id = strings.Fields(line)[0] + " "
-		}
-	}
-	if id == "" {
-		t.Fatalf("no connection of the old primary is subscribed:\n%s", from.Do(t, "CLIENT", "LIST"))
-	}
-	c.MoveEmptySlot(t, ch, to)
-	redistest.PublishUntilReceived(t, to, ch, "after", got)
-	for end := time.Now().Add(10 * time.Second); strings.Contains(from.Do(t, "CLIENT", "LIST"), id); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("the old primary's connection (%s) is still open:\n%s", id, from.Do(t, "CLIENT", "LIST"))
-		}
-	}
 }
 
 // subscribeSharded opens a shard subscription over client, closed with the
