@@ -18,8 +18,8 @@ import (
 // stays subscribed through a failover of its slot's primary and through a
 // move of its slot to another primary (and the driver says so, calling
 // notify with an empty channel and payload, before the channel's first
-// notice), the other channels of the old
-// primary keep their connection, channels in many slots cost one
+// notice), the other channels of the old primary keep their connection
+// (closed once the last of them moved too), channels in many slots cost one
 // connection to each primary, none once all are unsubscribed, a channel
 // whose Subscribe failed is subscribed by asking again, and a primary that
 // does not answer holds up no Subscribe of another primary's channels. It
