@@ -665,6 +665,55 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		}
 	})
 
+	// A split lock of a client that takes a name where another caller of
+	// the client waits for that name alone takes the client out of its
+	// waiter set; giving the name back, or releasing it, wakes that caller,
+	// whom the release in Redis does not tell (another client is ahead in
+	// line). Its beat is an hour: a notice wakes it or nothing does.
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ASplitLockWakesTheClientsCallersWaitingForANameItFrees/held=%v", held), func(t *testing.T) {
+			holder, _ := e.newClient(t)
+			c, _ := e.newClient(t)
+			dlock.SetWaitBeat(c, time.Hour)
+			first, err := holder.TryLock(ctx, low, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var middle *dlock.Lock
+			if !held { // the split lock is refused there, and gives low back
+				if middle, err = holder.TryLock(ctx, mid, dlock.WithTTL(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			alone := e.lockAndRelease(t, c, low)
+			// Another client's waiter ahead of c, which the release tells.
+			waiters := dlock.DefaultPrefix + "{" + low + "}:waiters"
+			score := e.rdb.ZScore(ctx, waiters, dlock.Member(c)).Val()
+			if err := e.rdb.ZAdd(ctx, waiters, redis.Z{Score: score - 1, Member: "dlock:client:ahead"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer e.rdb.ZRem(ctx, waiters, "dlock:client:ahead")
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			split, err := c.LockMulti(ctx, []string{mid, low}, dlock.WithMaxWait(300*time.Millisecond))
+			if held {
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = split.Release(ctx)
+			} else if errors.Is(err, dlock.ErrNotObtained) {
+				err = middle.Release(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-alone; err != nil {
+				t.Errorf("the caller waiting for %q alone: %v", low, err)
+			}
+		})
+	}
+
 	// A refresh that finds one part lost gives back the parts it extended,
 	// rather than leave them taken, by nobody, for a TTL.
 	t.Run("ALostPartGivesBackTheRest", func(t *testing.T) {

@@ -1082,6 +1082,9 @@ func (l *Lock) release(ctx context.Context) error {
 	})
 	l.sendAgain(ctx, calls)
 	l.waitOutRefused(ctx, calls)
+	if l.parts != nil {
+		l.c.wakeAlone(l.keys[:len(l.names)]) // see takeParts
+	}
 	var err, failed error // not held; the outcome unknown
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)

@@ -238,6 +238,15 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	return token, fences, 0, nil
 }
 
+// partsKeys returns the lock keys of parts.
+func partsKeys(parts []part) []string {
+	var keys []string
+	for _, p := range parts {
+		keys = append(keys, p.held...)
+	}
+	return keys
+}
+
 // mayWaitAt records whether the waiting caller may be registered at part i
 // (see leaveStale).
 func (l *Lock) mayWaitAt(i int, may bool) {
@@ -407,6 +416,7 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
+	l.c.wakeAlone(partsKeys(parts))
 	// The error of a release that may have run comes first: see notRun.
 	var ran, first error
 	for i, call := range calls {

@@ -548,6 +548,31 @@ func (c *Client) wakeWaiters(key string) {
 	h.wakeLocked(key)
 }
 
+// wakeAlone wakes, as a notice would, the caller of c first in line for
+// the lock at each of keys among those waiting for it alone (not on several
+// names): a lock of c split by slot took those names, which took c out of
+// their waiter sets although these callers waited there (see takeParts),
+// and has given them back or released them, which tells the next waiter in
+// Redis, not c. Callers on several names are not woken: the split lock's
+// next attempt would take and give back again, and wake them, over and
+// over, while another name stays held.
+func (c *Client) wakeAlone(keys []string) {
+	h := c.hubIfAny()
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		for _, w := range h.queues[k] {
+			if !w.multi {
+				w.signal()
+				break
+			}
+		}
+	}
+}
+
 // wakeLocked wakes the callers first in line for the lock at key and those
 // waiting for a lock on several names of which key is one; h.mu must be
 // held.
