@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -357,20 +358,8 @@ func TestAStalledPrimaryDoesNotHoldUpASubscription(t *testing.T) {
 // notices; sent at once, the refusal closed the connection, and notices
 // were lost until it was subscribed anew.
 func TestUnsubscribingChannelsOfSeveralSlotsKeepsTheConnection(t *testing.T) {
-	c := redistest.StartCluster(t, 3, 0)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	c, sub, _ := shardedPayloads(t)
 	ctx := context.Background()
-	got := make(chan string, 16)
-	sub, err := New(rdb).SubscribeSharded(ctx, func(_, payload string) {
-		if payload != "" {
-			got <- payload
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	p := c.Nodes[0]
 	keep, a, b := c.ChannelOn(t, p, "keep"), c.ChannelOn(t, p, "a"), c.ChannelOn(t, p, "b")
 	if keyslot.Of(a) == keyslot.Of(b) {
@@ -404,20 +393,8 @@ func TestUnsubscribingChannelsOfSeveralSlotsKeepsTheConnection(t *testing.T) {
 // last channel moved away with its slot closes, as one whose last channel
 // is unsubscribed does, instead of staying open, and pinged, until Close.
 func TestAConnectionWhoseChannelsAllMovedCloses(t *testing.T) {
-	c := redistest.StartCluster(t, 3, 0)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	c, sub, got := shardedPayloads(t)
 	ctx := context.Background()
-	got := make(chan string, 16)
-	sub, err := New(rdb).SubscribeSharded(ctx, func(_, payload string) {
-		if payload != "" {
-			got <- payload
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	from, to := c.Nodes[0], c.Nodes[1]
 	ch := c.ChannelOn(t, from, "moves")
 	if err := sub.Subscribe(ctx, ch); err != nil {
@@ -433,4 +410,25 @@ func TestAConnectionWhoseChannelsAllMovedCloses(t *testing.T) {
 		return len(s.nodes) == 1 && s.nodes[from.Addr()] == nil
 	})
 	awaitTrue(t, func() bool { return !strings.Contains(from.Do(t, "CLIENT", "LIST"), "cmd=ssubscribe") })
+}
+
+// shardedPayloads starts a cluster and opens a shard subscription on it,
+// over a client with ContextTimeoutEnabled, whose notices pass their
+// payloads (not the empty ones) to got; both close with the test.
+func shardedPayloads(t *testing.T) (*redistest.Cluster, dlock.Subscription, <-chan string) {
+	t.Helper()
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	got := make(chan string, 16)
+	sub, err := New(rdb).SubscribeSharded(context.Background(), func(_, payload string) {
+		if payload != "" {
+			got <- payload
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return c, sub, got
 }
