@@ -96,6 +96,25 @@ func (e *clusterEnv) lockAndRelease(t *testing.T, c *dlock.Client, name string) 
 	return done
 }
 
+// waitMulti starts c waiting for a lock on names, until the stop it
+// returns is called, which checks that the wait ended refused.
+func waitMulti(t *testing.T, c *dlock.Client, names ...string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.LockMulti(ctx, names)
+		done <- err
+	}()
+	t.Cleanup(cancel)
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
+		}
+	}
+}
+
 // taken returns which of names have a lock key.
 func (e *clusterEnv) taken(t *testing.T, names ...string) []string {
 	t.Helper()
@@ -573,13 +592,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		multiDone := make(chan error, 1)
-		go func() {
-			_, err := multi.LockMulti(mctx, []string{low, high})
-			multiDone <- err
-		}()
+		stopMulti := waitMulti(t, multi, low, high)
 		awaitCond(t, 10*time.Second, func() bool { return e.waiting(multi, high) })
 		singleDone := e.lockAndRelease(t, single, high)
 		// The multi waiter's next attempt is refused at its first name.
@@ -593,10 +606,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		if err := <-singleDone; err != nil {
 			t.Errorf("the waiter for %q alone: %v", high, err)
 		}
-		cancel()
-		if err := <-multiDone; !errors.Is(err, dlock.ErrNotObtained) {
-			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
-		}
+		stopMulti()
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -631,13 +641,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		phase.Store(1)
-		mctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		multiDone := make(chan error, 1)
-		go func() {
-			_, err := multi.LockMulti(mctx, []string{low, mid, high})
-			multiDone <- err
-		}()
+		stopMulti := waitMulti(t, multi, low, mid, high)
 		<-lost // refused at mid, registered there, the reply lost
 		if !e.waiting(multi, mid) {
 			t.Fatal("the refusal whose reply was lost did not register the waiter")
@@ -656,10 +660,7 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		if err := <-singleDone; err != nil {
 			t.Errorf("the waiter for %q alone: %v", mid, err)
 		}
-		cancel()
-		if err := <-multiDone; !errors.Is(err, dlock.ErrNotObtained) {
-			t.Errorf("LockMulti: err = %v, want ErrNotObtained", err)
-		}
+		stopMulti()
 		if err := firstHold.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
