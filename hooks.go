@@ -37,7 +37,8 @@ import (
 // timer's) no caller could take it, and it would end the program with every
 // lock in it: dlock recovers it, logs it at level Error with its stack (see
 // WithLogger; without a logger it goes unseen), and goes on as if the hook
-// had returned.
+// had returned. So it does for the locks a Redlock Locker takes on its
+// nodes (package redlock), which it calls on goroutines of its own.
 type Hooks struct {
 	// AcquireStart is called when an acquisition begins. The context it
 	// returns (ctx, or one derived from it, such as one carrying a span) is
@@ -134,21 +135,18 @@ func outcome(err error) string {
 type hooked struct {
 	c    *Client
 	info HookInfo
+	// logged: the hooks' panics are logged, as on dlock's own goroutines,
+	// not raised; the acquisition's caller is a goroutine of package
+	// redlock's own (see friend.LogHookPanics).
+	logged bool
 }
 
 func (h *hooked) acquireStart(ctx context.Context) context.Context {
-	for _, k := range h.c.hooks {
-		if k.AcquireStart != nil {
-			if next := k.AcquireStart(ctx, h.info); next != nil {
-				ctx = next
-			}
-		}
-	}
-	return ctx
+	return h.starts("AcquireStart", ctx, func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.AcquireStart })
 }
 
 func (h *hooked) retry(ctx context.Context, failed int, err error) {
-	h.each(func(k *Hooks) {
+	h.each("Retry", func(k *Hooks) {
 		if k.Retry != nil {
 			k.Retry(ctx, h.info, failed, err)
 		}
@@ -156,7 +154,7 @@ func (h *hooked) retry(ctx context.Context, failed int, err error) {
 }
 
 func (h *hooked) acquireDone(ctx context.Context, r AcquireResult) {
-	h.each(func(k *Hooks) {
+	h.each("AcquireDone", func(k *Hooks) {
 		if k.AcquireDone != nil {
 			k.AcquireDone(ctx, h.info, r)
 		}
@@ -164,9 +162,7 @@ func (h *hooked) acquireDone(ctx context.Context, r AcquireResult) {
 }
 
 func (h *hooked) refresh(ctx context.Context, err error) {
-	if p := h.refreshed(ctx, err); p != nil {
-		panic(p.v)
-	}
+	h.raise("Refresh", h.refreshed(ctx, err))
 }
 
 // refreshed calls the Refresh hooks, and returns the first panic of one
@@ -180,18 +176,11 @@ func (h *hooked) refreshed(ctx context.Context, err error) *hookPanic {
 }
 
 func (h *hooked) releaseStart(ctx context.Context) context.Context {
-	for _, k := range h.c.hooks {
-		if k.ReleaseStart != nil {
-			if next := k.ReleaseStart(ctx, h.info); next != nil {
-				ctx = next
-			}
-		}
-	}
-	return ctx
+	return h.starts("ReleaseStart", ctx, func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.ReleaseStart })
 }
 
 func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error) {
-	h.each(func(k *Hooks) {
+	h.each("ReleaseDone", func(k *Hooks) {
 		if k.ReleaseDone != nil {
 			k.ReleaseDone(ctx, h.info, held, err)
 		}
@@ -209,6 +198,31 @@ func (h *hooked) end(held time.Duration, err error) *hookPanic {
 	})
 }
 
+// starts calls the start hooks (AcquireStart or ReleaseStart, named by
+// hook) that of picks from each set, each with the context the one before
+// returned, and returns the last context. A panic goes on at once, leaving
+// the later sets uncalled, unless the hooks' panics are logged: then the
+// set that panicked is passed over.
+func (h *hooked) starts(hook string, ctx context.Context, of func(k *Hooks) func(context.Context, HookInfo) context.Context) context.Context {
+	for i := range h.c.hooks {
+		start := of(&h.c.hooks[i])
+		if start == nil {
+			continue
+		}
+		call := func() {
+			if next := start(ctx, h.info); next != nil {
+				ctx = next
+			}
+		}
+		if !h.logged {
+			call()
+		} else if p := recovered(call); p != nil {
+			h.c.logHookPanic(hook, p)
+		}
+	}
+	return ctx
+}
+
 // hookPanic is a hook's panic: its value, and the stack it was raised on.
 type hookPanic struct {
 	v     any
@@ -222,12 +236,22 @@ func (c *Client) logHookPanic(hook string, p *hookPanic) {
 	c.log.Error("dlock: a hook panicked; dlock goes on as if it had returned", "hook", hook, "panic", p.v, "stack", string(p.stack))
 }
 
-// each calls f with every set of hooks in turn (see all), and then panics
-// again with the first panic.
-func (h *hooked) each(f func(k *Hooks)) {
-	if p := h.all(f); p != nil {
+// raise panics again with p, the first panic of the hooks named hook, or
+// logs it when the hooks' panics are logged; nothing for a nil p.
+func (h *hooked) raise(hook string, p *hookPanic) {
+	switch {
+	case p == nil:
+	case h.logged:
+		h.c.logHookPanic(hook, p)
+	default:
 		panic(p.v)
 	}
+}
+
+// each calls f with every set of hooks in turn (see all), and then raises
+// the first panic of the hooks named hook.
+func (h *hooked) each(hook string, f func(k *Hooks)) {
+	h.raise(hook, h.all(f))
 }
 
 // all calls f with every set of hooks in turn, all of them even when one
@@ -235,14 +259,20 @@ func (h *hooked) each(f func(k *Hooks)) {
 // and returns the first panic, nil for none.
 func (h *hooked) all(f func(k *Hooks)) (first *hookPanic) {
 	for i := range h.c.hooks {
-		func() {
-			defer func() {
-				if p := recover(); p != nil && first == nil {
-					first = &hookPanic{v: p, stack: debug.Stack()}
-				}
-			}()
-			f(&h.c.hooks[i])
-		}()
+		if p := recovered(func() { f(&h.c.hooks[i]) }); p != nil && first == nil {
+			first = p
+		}
 	}
 	return first
+}
+
+// recovered calls f, and returns its panic, nil for none.
+func recovered(f func()) (p *hookPanic) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &hookPanic{v: v, stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }

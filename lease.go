@@ -321,7 +321,8 @@ func (s *lease) endBy(err error, background bool) {
 	}
 	s.ending = true
 	var panicked *hookPanic // by an End hook: raised again once the lease ended
-	if s.hook != nil {
+	hook := s.hook
+	if hook != nil {
 		// Before Done closes, so that whoever waits on it finds the end
 		// counted; Err already says why. Not before AcquireDone said
 		// obtained: the hooks must hear of the lock before its end (see
@@ -330,7 +331,7 @@ func (s *lease) endBy(err error, background bool) {
 		held := time.Since(s.acquired)
 		if s.hooksTold {
 			s.mu.Unlock()
-			panicked = s.hook.end(held, err)
+			panicked = hook.end(held, err)
 			s.mu.Lock()
 		} else {
 			s.endLate, s.lateHeld = true, held
@@ -359,7 +360,7 @@ func (s *lease) endBy(err error, background bool) {
 	case panicked != nil && background:
 		s.c.logHookPanic("End", panicked)
 	case panicked != nil:
-		panic(panicked.v)
+		hook.raise("End", panicked)
 	}
 }
 
@@ -373,9 +374,7 @@ func (s *lease) told() {
 	s.endLate = false
 	s.mu.Unlock()
 	if late {
-		if p := s.hook.end(held, err); p != nil {
-			panic(p.v)
-		}
+		s.hook.raise("End", s.hook.end(held, err))
 	}
 }
 

@@ -427,7 +427,7 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	}
 	// Followed by hooks: count the attempts, time the wait, report the
 	// retries and the outcome.
-	h := &hooked{c: c, info: HookInfo{Mode: l.kind.mode, Names: l.names, Wait: wait}}
+	h := &hooked{c: c, info: HookInfo{Mode: l.kind.mode, Names: l.names, Wait: wait}, logged: o.logHooks}
 	l.hook = h
 	ctx = h.acquireStart(ctx)
 	start, attempts := time.Now(), 0

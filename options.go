@@ -42,6 +42,7 @@ type options struct {
 	metadata string
 	token    string
 	oneUse   bool // the token is used for this acquisition only (see friend.OneUseToken)
+	logHooks bool // the hooks' panics are logged, not raised (see friend.LogHookPanics)
 	owner    string
 	auto     bool          // refresh automatically
 	interval time.Duration // WithRefreshInterval; zero for the default
@@ -168,6 +169,7 @@ func init() {
 			o.oneUse = true
 		})
 	}
+	friend.LogHookPanics = func() any { return Option(func(o *options) { o.logHooks = true }) }
 }
 
 // given reports whether the caller gave the token, and may give it again:

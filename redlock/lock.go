@@ -308,7 +308,7 @@ func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration,
 	n := l.r.nodes[i]
 	// The token is this attempt's alone: its end is recorded on the node,
 	// so that a late copy of its request takes nothing there.
-	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), logHookPanics, dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
 	err = atDeadline(ctx, err)
 	var ended context.Context
 	if err == nil {
@@ -1206,6 +1206,11 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 // oneUse gives a node's acquire the attempt's token, used for that
 // attempt only (see friend.OneUseToken).
 func oneUse(token string) dlock.Option { return friend.OneUseToken(token).(dlock.Option) }
+
+// logHookPanics has the node client's hooks log their panics for the node
+// locks (see Node.Client): the Locker calls them on goroutines of its own,
+// where nobody could recover a panic.
+var logHookPanics = friend.LogHookPanics().(dlock.Option)
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {

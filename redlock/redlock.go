@@ -67,9 +67,10 @@ type Node struct {
 	Addr string
 	// Client reaches the master, made by dlock.New, such as
 	// dlock.New(goredis.New(rdb)). It stays the caller's: the Locker never
-	// closes it. The Locker calls it on goroutines of its own, where a
-	// panic of its hooks (dlock.WithHooks) is not recovered: they must not
-	// panic.
+	// closes it. The Locker calls it on goroutines of its own, where
+	// nobody could recover a panic of its hooks (dlock.WithHooks): the
+	// client logs such a panic (see dlock.WithLogger) and goes on as if the
+	// hook had returned, as on dlock's own goroutines.
 	Client *dlock.Client
 }
 

@@ -1,9 +1,11 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -1581,6 +1583,63 @@ func TestAnEndHookMayLookAtTheLock(t *testing.T) {
 	if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Err = %v, want ErrLost", err)
 	}
+}
+
+// TestANodeHookPanicIsLogged: the Locker calls its node clients on
+// goroutines of its own, where nobody could recover a panic of their
+// hooks: every hook's panic is logged through the node client's logger,
+// and the node's lock goes on as if the hook had returned.
+func TestANodeHookPanicIsLogged(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var logs syncBuffer
+	boom := func() { panic("boom") }
+	r := newLockerOf(t, srvs, func(_ int, d dlock.Driver) *dlock.Client {
+		return dlock.New(d, dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), dlock.WithHooks(dlock.Hooks{
+			AcquireStart: func(context.Context, dlock.HookInfo) context.Context { boom(); return nil },
+			AcquireDone:  func(context.Context, dlock.HookInfo, dlock.AcquireResult) { boom() },
+			Refresh:      func(context.Context, dlock.HookInfo, error) { boom() },
+			ReleaseStart: func(context.Context, dlock.HookInfo) context.Context { boom(); return nil },
+			ReleaseDone:  func(context.Context, dlock.HookInfo, time.Duration, error) { boom() },
+			End:          func(dlock.HookInfo, time.Duration, error) { boom() },
+		}))
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "boom", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, hook := range []string{"AcquireStart", "AcquireDone", "Refresh", "ReleaseStart", "ReleaseDone", "End"} {
+		if want := "hook=" + hook + " panic=boom"; strings.Count(logs.String(), want) != len(srvs) {
+			t.Errorf("the log has %d records with %q, want one a node:\n%s", strings.Count(logs.String(), want), want, logs.String())
+		}
+	}
+	if _, err := r.TryLock(ctx, "boom"); err != nil {
+		t.Errorf("TryLock after the release: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for loggers on several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestLockStopsAtClose: a Lock with WithAutoRefresh that is waiting when

@@ -19,3 +19,10 @@ var OneUseToken func(token string) any
 // its node locks with it: a node that stalls then does not keep its lock
 // until the TTL.
 var GiveBack func(ctx context.Context, l any) error
+
+// LogHookPanics, set by package dlock, returns a dlock.Option (as any)
+// that has the hooks of the acquisition, and of the Lock it obtains, log
+// their panics as they do on dlock's own goroutines, instead of raising
+// them: package redlock calls its node clients on goroutines of its own,
+// where nobody could recover a panic, and takes each node with it.
+var LogHookPanics func() any
