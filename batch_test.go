@@ -322,11 +322,11 @@ func TestGiveBacksPassStalledPipelines(t *testing.T) {
 	for _, l := range held {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := l.Release(rctx); err != nil {
-			t.Errorf("Release of %s behind stalled pipelines: %v", l.Key(), err)
+			t.Errorf("Release of %s behind stalled pipelines: %v", l.Name(), err)
 		}
 		cancel()
-		if e.locked(t, "dlock:{"+l.Key()+"}") {
-			t.Errorf("%s, released behind stalled pipelines, is still held", l.Key())
+		if e.locked(t, "dlock:{"+l.Name()+"}") {
+			t.Errorf("%s, released behind stalled pipelines, is still held", l.Name())
 		}
 	}
 	close(stall)

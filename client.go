@@ -203,7 +203,7 @@ func (c *Client) Prefix() string {
 // shares the name's hash tag, so it lives in one Redis Cluster slot: a name
 // that holds a hash tag of its own ("{order:42}:pay") keeps it, any other is
 // wrapped in braces ("dlock:{orders:42}"). So "{x}" and "x" name the same
-// lock. Every call that takes a name refuses (ErrInvalidKey) one that starts
+// lock. Every call that takes a name refuses (ErrInvalidName) one that starts
 // with '}' and has no tag of its own, and one with a tag that ends in a
 // suffix of the other keys of a lock (":fence", ":waiters", ":holds",
 // ":pending", ":queue" or ":released"): "{x}:fence" would be a key of the
@@ -242,15 +242,15 @@ var keySuffixes = [...]string{":fence", ":waiters", ":holds", ":pending", ":queu
 func checkName(name string) error {
 	switch {
 	case name == "":
-		return ErrEmptyKey
+		return ErrEmptyName
 	case name[0] == '}' && !hasHashTag(name):
-		return fmt.Errorf("%w: %q starts with '}' and has no hash tag of its own", ErrInvalidKey, name)
+		return fmt.Errorf("%w: %q starts with '}' and has no hash tag of its own", ErrInvalidName, name)
 	}
 	if hasHashTag(name) {
 		for _, s := range keySuffixes {
 			if strings.HasSuffix(name, s) {
 				return fmt.Errorf("%w: %q holds a hash tag and ends in %q, which names a key of the lock %q",
-					ErrInvalidKey, name, s, strings.TrimSuffix(name, s))
+					ErrInvalidName, name, s, strings.TrimSuffix(name, s))
 			}
 		}
 	}

@@ -243,8 +243,8 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 				t.Errorf("Fences()[%d] = %d, %q holds fence %s", i, fences[i], name, want)
 			}
 		}
-		if l.Fence() != fences[0] || !slices.Equal(l.Keys(), names) {
-			t.Errorf("Fence() = %d, Keys() = %q; want %d, %q", l.Fence(), l.Keys(), fences[0], names)
+		if l.Fence() != fences[0] || !slices.Equal(l.Names(), names) {
+			t.Errorf("Fence() = %d, Keys() = %q; want %d, %q", l.Fence(), l.Names(), fences[0], names)
 		}
 		if err := l.Refresh(ctx, time.Minute); err != nil {
 			t.Fatal(err)
@@ -469,11 +469,11 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := drv.trips.Load()
-		if _, err := c.LockMulti(ctx, nil); !errors.Is(err, dlock.ErrNoKeys) {
-			t.Errorf("no names: err = %v, want ErrNoKeys", err)
+		if _, err := c.LockMulti(ctx, nil); !errors.Is(err, dlock.ErrNoNames) {
+			t.Errorf("no names: err = %v, want ErrNoNames", err)
 		}
-		if _, err := c.TryLockMulti(ctx, []string{low, high, low}); !errors.Is(err, dlock.ErrDuplicateKey) {
-			t.Errorf("a name twice: err = %v, want ErrDuplicateKey", err)
+		if _, err := c.TryLockMulti(ctx, []string{low, high, low}); !errors.Is(err, dlock.ErrDuplicateName) {
+			t.Errorf("a name twice: err = %v, want ErrDuplicateName", err)
 		}
 		if got := drv.trips.Load() - before; got != 0 {
 			t.Errorf("%d round trips for bad input, want 0", got)
@@ -845,11 +845,11 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		for _, l := range []*dlock.Lock{short, long} {
 			select {
 			case <-l.Done():
-				t.Errorf("%s lost through the stall: %v", l.Key(), l.Err())
+				t.Errorf("%s lost through the stall: %v", l.Name(), l.Err())
 			default:
 			}
 			if err := l.Release(ctx); err != nil {
-				t.Errorf("Release %s: %v", l.Key(), err)
+				t.Errorf("Release %s: %v", l.Name(), err)
 			}
 		}
 	})

@@ -173,7 +173,7 @@
 //
 // Errors match the package's sentinels with errors.Is: ErrNotObtained,
 // ErrNotHeld, ErrWrongType, ErrKindMismatch, ErrModeMismatch, and for bad
-// arguments ErrInvalidArgument and its more specific children (ErrEmptyKey,
+// arguments ErrInvalidArgument and its more specific children (ErrEmptyName,
 // ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
 // is sent to Redis. Failures of Redis itself come as a
 // *ServerError. A waiting acquire retries them until its wait ends, as a

@@ -55,17 +55,19 @@ var (
 
 	// ErrNilContext means a nil context.Context was passed.
 	ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	// ErrEmptyKey means a lock name was empty.
-	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidArgument)
-	// ErrInvalidKey means a name that starts with '}' and holds no hash tag
+	// ErrEmptyName means a lock name was empty.
+	ErrEmptyName = fmt.Errorf("%w: empty name", ErrInvalidArgument)
+	// ErrInvalidName means a name that starts with '}' and holds no hash tag
 	// of its own (its keys could not share a Redis Cluster slot), or one
 	// with a tag that ends in a suffix of a lock's other keys, such as
 	// "{x}:fence", a key of the lock "{x}" (see Client.RedisKey).
-	ErrInvalidKey = fmt.Errorf("%w: key", ErrInvalidArgument)
-	// ErrNoKeys means a multi-key call was given no keys.
-	ErrNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)
-	// ErrDuplicateKey means a multi-key call named the same key twice.
-	ErrDuplicateKey = fmt.Errorf("%w: duplicate key", ErrInvalidArgument)
+	ErrInvalidName = fmt.Errorf("%w: name", ErrInvalidArgument)
+	// ErrNoNames means a call on several names (LockMulti, …) was given
+	// none.
+	ErrNoNames = fmt.Errorf("%w: no names", ErrInvalidArgument)
+	// ErrDuplicateName means a call on several names gave the same name
+	// twice.
+	ErrDuplicateName = fmt.Errorf("%w: duplicate name", ErrInvalidArgument)
 	// ErrInvalidTTL means a TTL was under 3ms, within its own allowance for
 	// clock drift, or given to Refresh of a lock refreshed automatically
 	// with a deadline (the TTL less that allowance) that does not come

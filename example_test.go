@@ -29,7 +29,7 @@ func Example() {
 	}
 	defer l.Release(ctx)
 
-	fmt.Println("running the report under", l.Key())
+	fmt.Println("running the report under", l.Name())
 	// Output: running the report under nightly-report
 }
 
@@ -115,7 +115,7 @@ func ExampleClient_TryLockMulti() {
 		return
 	}
 	defer l.Release(ctx)
-	fmt.Println(l.Keys())
+	fmt.Println(l.Names())
 	// Output: [account:1 account:2]
 }
 
@@ -373,7 +373,7 @@ func ExampleWithFunctions() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("held by FCALL:", l.Key())
+	fmt.Println("held by FCALL:", l.Name())
 	_ = l.Release(ctx)
 	// Output: held by FCALL: functions:example
 }

@@ -22,9 +22,9 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 // caller's data. On Redis Cluster it may live in any slot. A key that
 // holds other data (another type, or a hash with fields besides "value"
 // and "fence"), a lock's own key among them (its fence is the lock's), is
-// refused with ErrWrongType and left as it is. A fence of 0 is refused with
-// ErrInvalidArgument: no lock issues it, and a Lock without a fence (a
-// read hold, a semaphore's permit) reports it.
+// refused with ErrWrongType and left as it is. An empty key, and a fence of
+// 0, are refused with ErrInvalidArgument: no lock issues fence 0, and a
+// Lock without a fence (a read hold, a semaphore's permit) reports it.
 //
 // The same check protects any store that can compare and write at once; in
 // SQL, for example:
@@ -40,7 +40,7 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 		return ErrNilContext
 	}
 	if key == "" {
-		return fmt.Errorf("%w: SetFenced", ErrEmptyKey)
+		return fmt.Errorf("%w: SetFenced with an empty key", ErrInvalidArgument)
 	}
 	if fence == 0 {
 		return fmt.Errorf("%w: SetFenced with fence 0: a read hold or a permit has no fence", ErrInvalidArgument)

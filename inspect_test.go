@@ -47,7 +47,7 @@ func TestInspect(t *testing.T) {
 	if _, err := e.c.Inspect(ctx, "data"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("Inspect of other data: err = %v, want ErrWrongType", err)
 	}
-	if _, err := e.c.Inspect(ctx, ""); !errors.Is(err, dlock.ErrEmptyKey) {
+	if _, err := e.c.Inspect(ctx, ""); !errors.Is(err, dlock.ErrEmptyName) {
 		t.Errorf("empty name: err = %v", err)
 	}
 }

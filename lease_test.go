@@ -658,8 +658,8 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 func TestSetFencedInput(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if err := e.c.SetFenced(ctx, "", 1, "v"); !errors.Is(err, dlock.ErrEmptyKey) {
-		t.Errorf("empty key: err = %v", err)
+	if err := e.c.SetFenced(ctx, "", 1, "v"); !errors.Is(err, dlock.ErrInvalidArgument) || errors.Is(err, dlock.ErrEmptyName) {
+		t.Errorf("empty key: err = %v, want ErrInvalidArgument, not ErrEmptyName (a key is not a lock's name)", err)
 	}
 	// Fence 0 is what a Lock without a fence (a read hold, a permit)
 	// reports: it would protect nothing.

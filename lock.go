@@ -279,7 +279,7 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 // otherwise.
 func (c *Client) newLock(names []string, own bool, token string, o *options) (*Lock, error) {
 	if len(names) == 0 {
-		return nil, ErrNoKeys
+		return nil, ErrNoNames
 	}
 	n := len(names)
 	keys := make([]string, 3*n) // the lock keys first, see exclusiveKeys
@@ -295,7 +295,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		// "{x}"), not only when they are spelt the same.
 		key, waiters, fence := c.lockKeys(name)
 		if seen[key] || (seen == nil && slices.Contains(keys[:i], key)) {
-			return nil, fmt.Errorf("%w: %q (the same lock as another name given)", ErrDuplicateKey, name)
+			return nil, fmt.Errorf("%w: %q (the same lock as another name given)", ErrDuplicateName, name)
 		}
 		if seen != nil {
 			seen[key] = true
@@ -1354,12 +1354,12 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 // ModePermit.
 func (l *Lock) Mode() string { return l.kind.mode }
 
-// Key returns the name the lock was obtained on (the first, for a lock on
+// Name returns the name the lock was obtained on (the first, for a lock on
 // several names).
-func (l *Lock) Key() string { return l.names[0] }
+func (l *Lock) Name() string { return l.names[0] }
 
-// Keys returns every name the lock was obtained on.
-func (l *Lock) Keys() []string { return append([]string(nil), l.names...) }
+// Names returns every name the lock was obtained on.
+func (l *Lock) Names() []string { return append([]string(nil), l.names...) }
 
 // Token returns the lock's token: whoever knows it can refresh or release
 // the lock (see Client.Attach). An owner's lock on several names that

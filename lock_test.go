@@ -32,8 +32,8 @@ func TestTryLockExcludesOthersUntilReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Key() != "orders:42" {
-		t.Errorf("Key() = %q", l.Key())
+	if l.Name() != "orders:42" {
+		t.Errorf("Key() = %q", l.Name())
 	}
 	if _, err := other.TryLock(ctx, "orders:42"); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("second TryLock: err = %v, want ErrNotObtained", err)
@@ -626,7 +626,7 @@ func TestMultiKeyIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Keys(); len(got) != 3 || len(l.Fences()) != 3 {
+	if got := l.Names(); len(got) != 3 || len(l.Fences()) != 3 {
 		t.Errorf("Keys() = %v, Fences() = %v", got, l.Fences())
 	}
 	if _, err := e.c.TryLock(ctx, "c"); !errors.Is(err, dlock.ErrNotObtained) {
@@ -1107,25 +1107,25 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 	}{
 		{"nil context", func() error { _, err := e.c.TryLock(nilCtx, "k"); return err }, dlock.ErrNilContext},
 		{"nil context Lock", func() error { _, err := e.c.Lock(nilCtx, "k"); return err }, dlock.ErrNilContext},
-		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
-		{"name starting with }", func() error { _, err := e.c.TryLock(ctx, "}x"); return err }, dlock.ErrInvalidKey},
-		{"name of another lock's fence counter", func() error { _, err := e.c.TryLock(ctx, "{x}:fence"); return err }, dlock.ErrInvalidKey},
+		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyName},
+		{"name starting with }", func() error { _, err := e.c.TryLock(ctx, "}x"); return err }, dlock.ErrInvalidName},
+		{"name of another lock's fence counter", func() error { _, err := e.c.TryLock(ctx, "{x}:fence"); return err }, dlock.ErrInvalidName},
 		{"name of another lock's waiter set in multi", func() error {
 			_, err := e.c.TryLockMulti(ctx, []string{"a", "{a}:waiters"})
 			return err
-		}, dlock.ErrInvalidKey},
-		{"read/write lock on another's queue", func() error { _, err := e.c.RWMutex("{doc}:queue").TryLock(ctx); return err }, dlock.ErrInvalidKey},
-		{"semaphore on another's holds", func() error { _, err := e.c.Semaphore("{s}:holds", 2).TryAcquire(ctx); return err }, dlock.ErrInvalidKey},
-		{"inspect another's released marker", func() error { _, err := e.c.Inspect(ctx, "{s}:released"); return err }, dlock.ErrInvalidKey},
-		{"force-release another's pending acquires", func() error { _, err := e.c.ForceRelease(ctx, "{s}:pending"); return err }, dlock.ErrInvalidKey},
-		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyKey},
-		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoKeys},
-		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateKey},
-		{"names of one lock", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "{a}"}); return err }, dlock.ErrDuplicateKey},
+		}, dlock.ErrInvalidName},
+		{"read/write lock on another's queue", func() error { _, err := e.c.RWMutex("{doc}:queue").TryLock(ctx); return err }, dlock.ErrInvalidName},
+		{"semaphore on another's holds", func() error { _, err := e.c.Semaphore("{s}:holds", 2).TryAcquire(ctx); return err }, dlock.ErrInvalidName},
+		{"inspect another's released marker", func() error { _, err := e.c.Inspect(ctx, "{s}:released"); return err }, dlock.ErrInvalidName},
+		{"force-release another's pending acquires", func() error { _, err := e.c.ForceRelease(ctx, "{s}:pending"); return err }, dlock.ErrInvalidName},
+		{"empty name in multi", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", ""}); return err }, dlock.ErrEmptyName},
+		{"no names", func() error { _, err := e.c.LockMulti(ctx, nil); return err }, dlock.ErrNoNames},
+		{"duplicate names", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "a"}); return err }, dlock.ErrDuplicateName},
+		{"names of one lock", func() error { _, err := e.c.TryLockMulti(ctx, []string{"a", "{a}"}); return err }, dlock.ErrDuplicateName},
 		{"names of one lock among many", func() error {
 			_, err := e.c.TryLockMulti(ctx, []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "{e}"})
 			return err
-		}, dlock.ErrDuplicateKey},
+		}, dlock.ErrDuplicateName},
 		{"zero TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
 		{"negative TTL", func() error { _, err := e.c.TryLock(ctx, "k", dlock.WithTTL(-time.Second)); return err }, dlock.ErrInvalidTTL},
 		{"sub-millisecond TTL", func() error { _, err := e.c.Lock(ctx, "k", dlock.WithTTL(500*time.Microsecond)); return err }, dlock.ErrInvalidTTL},
@@ -1196,8 +1196,8 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 func TestANameCannotBeAnotherLocksKey(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.c.TryLock(ctx, "{doc}:queue"); !errors.Is(err, dlock.ErrInvalidKey) {
-		t.Fatalf("TryLock {doc}:queue: err = %v, want ErrInvalidKey", err)
+	if _, err := e.c.TryLock(ctx, "{doc}:queue"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Fatalf("TryLock {doc}:queue: err = %v, want ErrInvalidName", err)
 	}
 	w, err := e.c.RWMutex("{doc}").TryLock(ctx)
 	if err != nil {

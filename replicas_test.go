@@ -128,7 +128,7 @@ func checkLostInFailover(ctx context.Context, t *testing.T, second *dlock.Client
 	twice := func(locks []*dlock.Lock) int {
 		n := 0
 		for _, l := range locks {
-			if _, err := second.TryLock(ctx, l.Key()); err == nil {
+			if _, err := second.TryLock(ctx, l.Name()); err == nil {
 				n++
 			} else if !errors.Is(err, dlock.ErrNotObtained) {
 				t.Fatal(err)

@@ -28,8 +28,8 @@ func TestRWMutexReadersShareAWriterExcludes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second reader: %v", err)
 	}
-	if r1.Mode() != dlock.ModeRead || r1.Fence() != 0 || r1.Token() == r2.Token() || r1.Key() != "doc" {
-		t.Errorf("read hold: mode %q fence %d key %q", r1.Mode(), r1.Fence(), r1.Key())
+	if r1.Mode() != dlock.ModeRead || r1.Fence() != 0 || r1.Token() == r2.Token() || r1.Name() != "doc" {
+		t.Errorf("read hold: mode %q fence %d key %q", r1.Mode(), r1.Fence(), r1.Name())
 	}
 	if _, err := other.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("writer with readers in: err = %v, want ErrNotObtained", err)
@@ -768,9 +768,9 @@ func TestPrimitivesRefuseBadInputBeforeAnyRoundTrip(t *testing.T) {
 		{"nil context RLock", func() (*dlock.Lock, error) { return m.RLock(nilCtx) }, dlock.ErrNilContext},
 		{"nil context TryLock", func() (*dlock.Lock, error) { return m.TryLock(nilCtx) }, dlock.ErrNilContext},
 		{"nil context Acquire", func() (*dlock.Lock, error) { return s.Acquire(nilCtx) }, dlock.ErrNilContext},
-		{"empty name read", func() (*dlock.Lock, error) { return e.c.RWMutex("").TryRLock(ctx) }, dlock.ErrEmptyKey},
-		{"empty name write", func() (*dlock.Lock, error) { return e.c.RWMutex("").Lock(ctx) }, dlock.ErrEmptyKey},
-		{"empty name permit", func() (*dlock.Lock, error) { return e.c.Semaphore("", 1).TryAcquire(ctx) }, dlock.ErrEmptyKey},
+		{"empty name read", func() (*dlock.Lock, error) { return e.c.RWMutex("").TryRLock(ctx) }, dlock.ErrEmptyName},
+		{"empty name write", func() (*dlock.Lock, error) { return e.c.RWMutex("").Lock(ctx) }, dlock.ErrEmptyName},
+		{"empty name permit", func() (*dlock.Lock, error) { return e.c.Semaphore("", 1).TryAcquire(ctx) }, dlock.ErrEmptyName},
 		{"empty owner read", func() (*dlock.Lock, error) { return m.RLock(ctx, dlock.WithOwner("")) }, dlock.ErrInvalidOption},
 		{"empty owner write", func() (*dlock.Lock, error) { return m.TryLock(ctx, dlock.WithOwner("")) }, dlock.ErrInvalidOption},
 		{"empty owner permit", func() (*dlock.Lock, error) { return s.Acquire(ctx, dlock.WithOwner("")) }, dlock.ErrInvalidOption},

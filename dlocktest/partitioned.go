@@ -117,11 +117,11 @@ func testHeldUpRefresh(t *testing.T, e *env, unknown bool) {
 	for _, l := range []*dlock.Lock{short, long} {
 		select {
 		case <-l.Done():
-			t.Errorf("%s lost while a refresh was held up: %v", l.Key(), l.Err())
+			t.Errorf("%s lost while a refresh was held up: %v", l.Name(), l.Err())
 		default:
 		}
 		if err := l.Release(ctx); err != nil {
-			t.Errorf("Release %s: %v", l.Key(), err)
+			t.Errorf("Release %s: %v", l.Name(), err)
 		}
 	}
 }

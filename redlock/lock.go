@@ -1171,8 +1171,8 @@ func (l *Lock) Context(parent context.Context) context.Context {
 	return ctx
 }
 
-// Key returns the name the lock was obtained on.
-func (l *Lock) Key() string { return l.name }
+// Name returns the name the lock was obtained on.
+func (l *Lock) Name() string { return l.name }
 
 // Token returns the lock's token: 128 random bits, new for every attempt,
 // the same on every node that granted the attempt. A node that Refresh

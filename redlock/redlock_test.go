@@ -71,8 +71,8 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		want error
 	}{
 		{"nil context", func() error { _, err := r.TryLock(nil, "x"); return err }, dlock.ErrNilContext}, //nolint:staticcheck // on purpose
-		{"empty name", func() error { _, err := r.TryLock(ctx, ""); return err }, dlock.ErrEmptyKey},
-		{"empty name, waiting", func() error { _, err := r.Lock(ctx, ""); return err }, dlock.ErrEmptyKey},
+		{"empty name", func() error { _, err := r.TryLock(ctx, ""); return err }, dlock.ErrEmptyName},
+		{"empty name, waiting", func() error { _, err := r.Lock(ctx, ""); return err }, dlock.ErrEmptyName},
 		{"TTL 0", func() error { _, err := r.TryLock(ctx, "x", redlock.WithTTL(0)); return err }, dlock.ErrInvalidTTL},
 		{"TTL under dlock's minimum", func() error {
 			_, err := fast.TryLock(ctx, "x", redlock.WithTTL(dlock.MinTTL-time.Microsecond))
@@ -140,8 +140,8 @@ func TestObtainRefreshReleaseOnFiveNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Key() != "orders:42" || l.Metadata() != "worker 7" || len(l.Token()) != 22 {
-		t.Errorf("Key %q, Metadata %q, Token %q", l.Key(), l.Metadata(), l.Token())
+	if l.Name() != "orders:42" || l.Metadata() != "worker 7" || len(l.Token()) != 22 {
+		t.Errorf("Key %q, Metadata %q, Token %q", l.Name(), l.Metadata(), l.Token())
 	}
 	if got := l.Nodes(); len(got) != 5 {
 		t.Errorf("Nodes() = %v, want all 5", got)

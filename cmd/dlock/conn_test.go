@@ -619,7 +619,7 @@ func TestBadNameIsUsage(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{runArgs(nil, "}x", "exit", "0"), {"status", "}x"}, {"release", "--force", "}x"}} {
 		r := dlockRun(t, nil, args...)
-		checkOneLine(t, r, exitUsage, `invalid argument: key: "}x" starts with '}' and has no hash tag of its own (see 'dlock `+args[0]+` --help')`)
+		checkOneLine(t, r, exitUsage, `invalid argument: name: "}x" starts with '}' and has no hash tag of its own (see 'dlock `+args[0]+` --help')`)
 	}
 }
 
