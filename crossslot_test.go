@@ -668,23 +668,39 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 
 	// A split lock of a client that takes a name where another caller of
 	// the client waits for that name alone takes the client out of its
-	// waiter set; giving the name back, or releasing it, wakes that caller,
-	// whom the release in Redis does not tell (another client is ahead in
-	// line). Its beat is an hour: a notice wakes it or nothing does.
-	for _, held := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ASplitLockWakesTheClientsCallersWaitingForANameItFrees/held=%v", held), func(t *testing.T) {
+	// waiter set; giving the name back (refused at a later name), releasing
+	// it, or the clean-up after a give-back whose reply was lost wakes that
+	// caller, whom the release in Redis does not tell (another client is
+	// ahead in line). Its beat is an hour: a notice wakes it or nothing
+	// does.
+	for _, how := range []string{"refused", "released", "giveBackLost"} {
+		t.Run("ASplitLockWakesTheClientsCallersWaitingForANameItFrees/"+how, func(t *testing.T) {
 			holder, _ := e.newClient(t)
-			c, _ := e.newClient(t)
+			d := &callHookDriver{tapDriver: &tapDriver{Driver: goredis.New(e.newRedis(t))}}
+			c := dlock.New(d)
+			t.Cleanup(func() { _ = c.Close() })
 			dlock.SetWaitBeat(c, time.Hour)
 			first, err := holder.TryLock(ctx, low, dlock.WithTTL(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var middle *dlock.Lock
-			if !held { // the split lock is refused there, and gives low back
+			if how != "released" { // the split lock is refused there, and gives low back
 				if middle, err = holder.TryLock(ctx, mid, dlock.WithTTL(time.Minute)); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if how == "giveBackLost" {
+				// Not sent, its reply lost: the clean-up after the wait
+				// gives low back.
+				var once atomic.Bool
+				lose := func(call *dlock.Call) error {
+					if call.Script.Name == "release" && call.Keys[0] == dlock.DefaultPrefix+"{"+low+"}" && once.CompareAndSwap(false, true) {
+						return errLostReply
+					}
+					return nil
+				}
+				d.hook.Store(&lose)
 			}
 			alone := e.lockAndRelease(t, c, low)
 			// Another client's waiter ahead of c, which the release tells.
@@ -698,19 +714,34 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			split, err := c.LockMulti(ctx, []string{mid, low}, dlock.WithMaxWait(300*time.Millisecond))
-			if held {
+			switch how {
+			case "released":
 				if err != nil {
 					t.Fatal(err)
 				}
 				err = split.Release(ctx)
-			} else if errors.Is(err, dlock.ErrNotObtained) {
+			case "refused":
+				if !errors.Is(err, dlock.ErrNotObtained) {
+					t.Fatalf("LockMulti: err = %v, want ErrNotObtained", err)
+				}
+				err = middle.Release(ctx)
+			case "giveBackLost":
+				if err == nil || errors.Is(err, dlock.ErrNotObtained) {
+					t.Fatalf("LockMulti: err = %v, want the give-back's failure", err)
+				}
 				err = middle.Release(ctx)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := <-alone; err != nil {
-				t.Errorf("the caller waiting for %q alone: %v", low, err)
+			select {
+			case err := <-alone:
+				if err != nil {
+					t.Errorf("the caller waiting for %q alone: %v", low, err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Errorf("the caller waiting for %q alone still sleeps 2s after the split lock let it go", low)
+				<-alone // the lock lets it go at its TTL, or its wait ends
 			}
 		})
 	}

@@ -765,6 +765,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
 	l.sendAgain(ctx, calls)
+	l.wakeAlone()
 	// Refused by a moving slot's split keys, or a cluster down for a
 	// failover, or not answered in time (a server that stalls, or that
 	// the network cuts off): sent again in the background, so that the
@@ -776,11 +777,22 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (refusedUnrun(c.Err) || isTimeout(c.Err)) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls)
+			l.wakeAlone()
 			l.cleanedUp(ctx, calls, logFailure)
 		}) {
 		return
 	}
 	l.cleanedUp(ctx, calls, logFailure)
+}
+
+// wakeAlone wakes the client's callers first in line for the names of a
+// lock split by slot, which it may have freed (see Client.wakeAlone): the
+// attempts that took them slot by slot took the client out of their waiter
+// sets (see takeParts), so the release in Redis does not tell it.
+func (l *Lock) wakeAlone() {
+	if l.parts != nil {
+		l.c.wakeAlone(l.keys[:len(l.names)])
+	}
 }
 
 // cleanUpLate sends the calls of a clean-up again, a little later, and
@@ -1082,9 +1094,7 @@ func (l *Lock) release(ctx context.Context) error {
 	})
 	l.sendAgain(ctx, calls)
 	l.waitOutRefused(ctx, calls)
-	if l.parts != nil {
-		l.c.wakeAlone(l.keys[:len(l.names)]) // see takeParts
-	}
+	l.wakeAlone()
 	var err, failed error // not held; the outcome unknown
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)
