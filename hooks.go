@@ -77,7 +77,11 @@ type Hooks struct {
 	// when a panic in a hook ended the acquisition before its caller got
 	// the lock, which is given back then. held is how long it was held. A
 	// Release that comes after the lock was lost reports to ReleaseDone
-	// only.
+	// only. While the End hooks run, the lock has ended for every other
+	// call: a Release, Refresh or TTL on another goroutine returns what
+	// its end says (ErrNotHeld, or nil for a Release after a release) and
+	// may do so before Done closes, which comes once the hooks return. (A
+	// hook may call the Lock's methods, so they do not wait for it.)
 	End func(h HookInfo, held time.Duration, err error)
 }
 

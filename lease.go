@@ -133,8 +133,9 @@ func (s *lease) watch() {
 
 // takeTurn waits until no refresh of the lease is under way, or ctx ends,
 // and then marks one to ttl under way, for Refresh: it must call endTurn
-// when done. It returns why the lease cannot be refreshed if it ended
-// meanwhile, and ErrInvalidTTL if the lease is refreshed automatically and
+// when done. It returns ctx's error when ctx has ended (nothing is sent
+// then, and the deadline stays), why the lease cannot be refreshed if it
+// ended meanwhile, and ErrInvalidTTL if the lease is refreshed automatically and
 // the deadline ttl gives (ttl less the drift allowance) does not come after
 // the interval: the watchdog would come back only after the lock had run
 // out.
@@ -154,6 +155,9 @@ func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
 			return ctx.Err()
 		}
 		s.mu.Lock()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if err := s.aliveLocked(); err != nil {
 		return err
@@ -205,6 +209,14 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) error {
 		s.timer.Reset(time.Until(s.deadline))
 	}
 	return nil
+}
+
+// lateReply reports whether the reply to a refresh sent at sent with ttl
+// came back after the deadline that refresh sets: the lock may have
+// expired on the server before the refresh reached it, so it counts as
+// lost, as the deadline timer counts it (see Lock.Refresh).
+func lateReply(sent time.Time, ttl time.Duration) bool {
+	return !time.Now().Before(sent.Add(ttl - drift(ttl)))
 }
 
 // unsure records a refresh sent at sent with ttl whose outcome is unknown
@@ -448,6 +460,14 @@ func (s *lease) aliveLocked() error {
 		return notHeldFor(s.err)
 	}
 	return nil
+}
+
+// aliveErr returns nil while the lease runs, or why it does not (see
+// aliveLocked).
+func (s *lease) aliveErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aliveLocked()
 }
 
 // refreshing reports whether the watchdog should go on refreshing the

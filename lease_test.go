@@ -1016,6 +1016,77 @@ func TestARefreshToAShorterTTLMovesTheDeadlineBeforeItsReply(t *testing.T) {
 	}
 }
 
+// TestARefreshWhoseReplyComesAfterItsDeadlineReportsTheLoss: the reply to
+// a refresh comes back after the deadline that refresh sets (a slow
+// server): the lock may have expired there before the refresh reached it,
+// so Refresh returns the loss, whether or not anything armed the deadline
+// timer (Done, a hook, a logger). Unarmed, it returned nil, and Err the
+// loss right after.
+func TestARefreshWhoseReplyComesAfterItsDeadlineReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) {
+			time.Sleep(30 * time.Millisecond) // the reply comes late
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	for _, armed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("armed=%v", armed), func(t *testing.T) {
+			l, err := c.TryLock(ctx, "late-refresh", dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			if armed {
+				_ = l.Done()
+			}
+			// Its deadline: 10ms less 2.1ms for clock drift after it is sent.
+			if err := l.Refresh(ctx, 10*time.Millisecond); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Refresh: err = %v, want the loss (ErrNotHeld, ErrLost)", err)
+			}
+			select {
+			case <-l.Done():
+			default:
+				t.Error("Done is open after Refresh returned the loss")
+			}
+		})
+	}
+}
+
+// TestARefreshWithAnEndedContextSendsNothing: a Refresh called with a
+// context that has ended sends nothing and leaves the deadline as it is.
+// It cut the deadline to its TTL, as for a refresh whose outcome is
+// unknown, and the lock, still held on the server, ended as lost.
+func TestARefreshWithAnEndedContextSendsNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	drv := e.newDriver(t)
+	c := dlock.New(drv)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "ended-refresh", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	deadline, trips := l.Deadline(), drv.trips.Load()
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Refresh(ended, 5*time.Millisecond); !errors.Is(err, context.Canceled) {
+		t.Errorf("Refresh: err = %v, want context.Canceled", err)
+	}
+	if got := drv.trips.Load() - trips; got != 0 {
+		t.Errorf("Refresh with an ended context made %d round trips, want none", got)
+	}
+	if got := l.Deadline(); !got.Equal(deadline) {
+		t.Errorf("Deadline moved by %v", got.Sub(deadline))
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err = %v", err)
+	}
+}
+
 // TestAnIntervalJustShortOfTheDeadlineLeavesTheRefreshTime: an interval
 // that ends 78µs before the lock's deadline is valid, and the watchdog
 // refreshes a tenth of the TTL before the deadline all the same, so the

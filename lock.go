@@ -995,7 +995,8 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // minimum hold has passed, when the Release that frees it comes sooner (a
 // Release sent again after that time reports ErrNotHeld, the kept hold
 // having run out and taken the record of the first with it). Done is closed
-// once Release returns without a Redis error. Release stops the automatic
+// once Release returns without a Redis error (unless End hooks run on
+// another goroutine as the lock ends there: see Hooks.End). Release stops the automatic
 // refreshing first, so a lock whose Release failed runs out with its TTL, as
 // a crashed holder's would; calling Release again frees it sooner. A request
 // that fails (a connection the server closed under it) is sent once more at
@@ -1152,9 +1153,12 @@ func (l *Lock) release(ctx context.Context) error {
 // Lock of the same token. Either way the Deadline follows ttl, and the
 // automatic refresh comes as the new deadline calls for it (sooner, for a
 // shorter ttl). A refresh whose reply comes after the lock's deadline has
-// passed (Done closed then, the lock counted as lost) returns that loss,
-// an error that matches ErrNotHeld and ErrLost, though the server may have
-// run it: Release then frees the name sooner than its TTL would.
+// passed, or after the deadline the refresh itself sets (Done closed then,
+// the lock counted as lost), returns that loss, an error that matches
+// ErrNotHeld and ErrLost, though the server may have run it: Release then
+// frees the name sooner than its TTL would. A ctx that has already ended
+// when Refresh is called, or when its turn comes, sends nothing and leaves
+// the deadline as it is: the error is ctx.Err().
 //
 // Refreshes of one lock go one at a time: a Refresh called while another,
 // or the automatic refresh, is under way waits for it (or for ctx to end),
@@ -1185,6 +1189,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.unsure(start, ttl)
 	}
 	l.endTurn()
+	if err == nil && lateReply(start, ttl) {
+		// Its deadline passed before the reply came: lost, whether or not
+		// a deadline timer has ended the lock yet (none runs when nothing
+		// waits for the deadline).
+		l.expireIfDue()
+		err = l.aliveErr()
+	}
 	// The watchdog comes back as soon as the new deadline needs it: a
 	// shorter TTL brings its next refresh forward.
 	l.rescheduled()

@@ -337,12 +337,13 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		notHeld := errors.Is(err, ErrNotHeld)
 		quiet := abandoned && !notHeld && err != nil
 		var next time.Time
-		again := false
+		again, late := false, false
 		switch {
 		case err == nil:
 			// The Refresh hook hears of a loss told before the reply.
 			next, again, err = s.extendAuto(now, r.ttl)
-			if debug && err == nil {
+			late = err == nil && lateReply(now, r.ttl)
+			if debug && err == nil && !late {
 				w.c.log.Debug("dlock: refreshed", "names", s.holder.lockNames(), "ttl", r.ttl)
 			}
 		case !notHeld:
@@ -357,6 +358,15 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 			next, again = time.Now().Add(retryDelay(s)), true
 		}
 		s.endTurn()
+		if late {
+			// The reply came after the deadline it set: the lock counts
+			// as lost, as the deadline timer counts it, and the Refresh
+			// hook hears so. Not under the turn: an End hook may refresh.
+			s.expireAt(true)
+			if err = s.aliveErr(); err != nil {
+				again = false
+			}
+		}
 		// Hooks, and the end of a lost lock with its End hook, come after
 		// the turn: a hook may refresh the lock. The next refresh is
 		// scheduled after the hook, so that the watchdog never runs two
