@@ -92,6 +92,26 @@ func because(sentinel, cause error) error { return causes.Because(sentinel, caus
 // "not held".
 func notHeldFor(err error) error { return causes.Also(ErrNotHeld, err) }
 
+// refusal is the error of an attempt that a held name refused: it matches
+// ErrNotObtained, and says which name's lock key refused it, which a
+// waiting caller on several names records (see waitHub.refusedAt).
+type refusal struct {
+	error
+	key string
+}
+
+func (r *refusal) Unwrap() error { return r.error }
+
+// refusedKey returns the lock key that refused the attempt that failed
+// with err, or "" when none did or it is not known.
+func refusedKey(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.key
+	}
+	return ""
+}
+
 // forceReleased returns the error of a Lock whose hold on what (its names,
 // quoted) an operator ended: it matches ErrNotHeld and ErrForceReleased.
 func forceReleased(what string) error {

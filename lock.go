@@ -678,7 +678,8 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		}
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
-		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond, fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused)
+		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond,
+			&refusal{fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused), p.keys[p.at1(l.names, i)]}
 	}
 	token, _ = r[1].(string)
 	rest := r[2:]

@@ -54,10 +54,16 @@ func (p part) index(j int) int {
 // name returns the name at a script's 1-based key index i in p, or p's
 // first name for an index beyond its names.
 func (p part) name(names []string, i int64) string {
+	return names[p.index(p.at1(names, i))]
+}
+
+// at1 returns the index in p of its i-th name, counted from 1 as the
+// scripts count them (the first for an i out of range).
+func (p part) at1(names []string, i int64) int {
 	if i < 1 || int(i) > p.size(names) {
-		i = 1
+		return 0
 	}
-	return names[p.index(int(i-1))]
+	return int(i - 1)
 }
 
 // units returns what the lock's script calls are made on: its parts when

@@ -108,6 +108,7 @@ type waiter struct {
 	grant     grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant  bool
 	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
+	refused   string   // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
 	unheard   bool     // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
 }
 
@@ -550,12 +551,14 @@ func (c *Client) wakeWaiters(key string) {
 
 // wakeAlone wakes, as a notice would, the caller of c first in line for
 // the lock at each of keys among those waiting for it alone (not on several
-// names): a lock of c split by slot took those names, which took c out of
+// names), and the callers on several names whose last attempt that key
+// refused: a lock of c split by slot took those names, which took c out of
 // their waiter sets although these callers waited there (see takeParts),
 // and has given them back or released them, which tells the next waiter in
-// Redis, not c. Callers on several names are not woken: the split lock's
-// next attempt would take and give back again, and wake them, over and
-// over, while another name stays held.
+// Redis, not c. Other callers on several names are not woken: refused
+// elsewhere, they wait for that other name, and a split lock among them
+// would take and give back again, and wake them, over and over, while the
+// other name stays held.
 func (c *Client) wakeAlone(keys []string) {
 	h := c.hubIfAny()
 	if h == nil {
@@ -564,10 +567,16 @@ func (c *Client) wakeAlone(keys []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
-		for _, w := range h.queues[k] {
-			if !w.multi {
-				w.signal()
-				break
+		alone := false
+		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
+			for _, w := range ws {
+				switch {
+				case w.multi && w.refused == k:
+					w.signal()
+				case !w.multi && !alone:
+					alone = true
+					w.signal()
+				}
 			}
 		}
 	}
@@ -760,9 +769,15 @@ func isFirst(q []*waiter, w *waiter) bool {
 }
 
 // moreAt returns, for each of keys, '1' when callers of the client other
-// than w wait for it (first in line for it, or for a lock on several names
-// of which it is one), else '0': an attempt that obtains the lock registers
-// the client again at those names, for them.
+// than w wait for it, else '0': an attempt that obtains the lock registers
+// the client again at those names, for them, and one refused elsewhere
+// stays registered at those that are free (see acquire.lua's
+// leave_others). A caller on several names counts at the name that refused
+// its last attempt, or at every name when that is not known, and at none
+// once woken since (it tries again, and registers where it is refused):
+// refused elsewhere, it is registered where it was refused, and a client
+// kept first at a free name for it would keep that name's notice from the
+// other clients waiting for it, while that caller cannot take it.
 func (h *waitHub) moreAt(keys []string, w *waiter) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -770,12 +785,25 @@ func (h *waitHub) moreAt(keys []string, w *waiter) string {
 	for i, k := range keys {
 		b[i] = '0'
 		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
-			if slices.ContainsFunc(ws, func(x *waiter) bool { return x != w }) {
+			if slices.ContainsFunc(ws, func(x *waiter) bool { return x != w && (!x.multi || x.refused == "" || x.refused == k) }) {
 				b[i] = '1'
 			}
 		}
 	}
 	return string(b)
+}
+
+// refusedWoken is waiter.refused for a caller on several names that was
+// woken since its last attempt: its next attempt registers it where it is
+// refused, and it counts at no name (see moreAt).
+const refusedWoken = "\x00woken"
+
+// refusedAt records key as the lock key that refused w's last attempt, ""
+// for none or not known (see moreAt).
+func (h *waitHub) refusedAt(w *waiter, key string) {
+	h.mu.Lock()
+	w.refused = key
+	h.mu.Unlock()
 }
 
 // enroll records that an attempt for the lock whose keys are keys may
@@ -959,6 +987,11 @@ func (h *waitHub) close() {
 }
 
 func (w *waiter) signal() {
+	if w.multi {
+		// Under the hub's mu, as every signal is: woken, it tries again,
+		// and registers where it is refused then (see moreAt).
+		w.refused = refusedWoken
+	}
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -1133,6 +1166,9 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)
+		if w.multi {
+			hub.refusedAt(w, refusedKey(err))
+		}
 		if err == nil {
 			obtained, rejoined = true, strings.Contains(wa.more, "1")
 			hub.obtained(key, w, excludes)

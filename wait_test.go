@@ -959,6 +959,55 @@ func TestAMultiNameWaiterPassesOnANoticeItCannotUse(t *testing.T) {
 	_ = held[1].Release(ctx)
 }
 
+// TestTwoMultiNameWaitersPassOnANoticeNeitherCanUse: two callers of one
+// client wait for locks on two names each, x and one of their own, all
+// held; another client waits for x alone, behind it. x is released: its
+// notice goes to the first client, whose two callers are refused at their
+// other names. Each counted the other at x, and kept the client first
+// there, so the other client was never told while x stayed free; each now
+// counts the other only where its last attempt was refused, and not at
+// all once woken (it tries again, and registers where it is refused).
+func TestTwoMultiNameWaitersPassOnANoticeNeitherCanUse(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held := holdEach(t, ctx, e.c, "two-x", "two-y", "two-z")
+	multi, single := e.newClient(t), e.newClient(t)
+	for _, c := range []*dlock.Client{multi, single} {
+		dlock.SetWaitBeat(c, time.Hour)
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	var got []<-chan lockResult
+	for _, other := range []string{"two-y", "two-z"} {
+		got = append(got, whenRefused(t, "LockMulti", func(opts ...dlock.Option) (*dlock.Lock, error) {
+			return multi.LockMulti(mctx, []string{"two-x", other}, opts...)
+		}, dlock.WithTTL(time.Minute)))
+	}
+	awaitWaiting(t, multi, "two-x", 2)
+	singleGot := lockWhenRefused(t, ctx, single, "two-x", dlock.WithTTL(time.Minute))
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{two-x}:waiters") == "2" })
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-singleGot:
+		if r.err != nil {
+			t.Fatalf("the single-name waiter: %v", r.err)
+		}
+		_ = r.l.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("two-x is free, and the single-name waiter was not told in 5s")
+	}
+	mcancel()
+	for _, g := range got {
+		<-g
+	}
+	for _, l := range held[1:] {
+		_ = l.Release(ctx)
+	}
+}
+
 // TestAWaiterTriesAgainWhenItsSubscriptionIsBack: the waiting client's
 // subscription is cut (CLIENT KILL TYPE pubsub) and the lock released at
 // once, before go-redis connects again (it waits 100ms first): the
