@@ -185,9 +185,9 @@ func fmtDur(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	case d < 10*time.Second: // "1.6s", not "2s"
 		return d.Round(100 * time.Millisecond).String()
-	case d < time.Minute:
+	case d.Round(time.Second) < time.Minute: // 59.7s is "1m", not "1m0s"
 		return d.Round(time.Second).String()
-	case d < time.Hour:
+	case d.Round(time.Second) < time.Hour:
 		s := d.Round(time.Second).String() // "3m12s", "3m0s"
 		if strings.HasSuffix(s, "m0s") {
 			s = strings.TrimSuffix(s, "0s")

@@ -18,23 +18,25 @@ import (
 
 func TestFmtDur(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		-time.Second:                                  "0s",
-		450 * time.Millisecond:                        "450ms",
-		1600 * time.Millisecond:                       "1.6s",
-		2*time.Second + 30*time.Millisecond:           "2s",
-		9*time.Second + 960*time.Millisecond:          "10s",
-		12*time.Second + 400*time.Millisecond:         "12s",
-		3*time.Minute + 12*time.Second:                "3m12s",
-		3*time.Minute + 10*time.Second:                "3m10s",
-		3 * time.Minute:                               "3m",
-		2*time.Hour + 5*time.Minute:                   "2h5m",
-		2*time.Hour + 10*time.Minute:                  "2h10m",
-		3 * time.Hour:                                 "3h",
-		3*time.Hour + 20*time.Second:                  "3h",
-		3*time.Hour + 59*time.Minute + 45*time.Second: "4h",
-		1000 * time.Hour:                              "1000h",
-		2562047 * time.Hour:                           "2562047h", // run --ttl 2562047h
-		time.Duration(math.MaxInt64):                  "2562047h47m",
+		-time.Second:                                           "0s",
+		450 * time.Millisecond:                                 "450ms",
+		1600 * time.Millisecond:                                "1.6s",
+		2*time.Second + 30*time.Millisecond:                    "2s",
+		9*time.Second + 960*time.Millisecond:                   "10s",
+		12*time.Second + 400*time.Millisecond:                  "12s",
+		3*time.Minute + 12*time.Second:                         "3m12s",
+		3*time.Minute + 10*time.Second:                         "3m10s",
+		3 * time.Minute:                                        "3m",
+		59*time.Second + 700*time.Millisecond:                  "1m", // not "1m0s"
+		59*time.Minute + 59*time.Second + 700*time.Millisecond: "1h",
+		2*time.Hour + 5*time.Minute:                            "2h5m",
+		2*time.Hour + 10*time.Minute:                           "2h10m",
+		3 * time.Hour:                                          "3h",
+		3*time.Hour + 20*time.Second:                           "3h",
+		3*time.Hour + 59*time.Minute + 45*time.Second:          "4h",
+		1000 * time.Hour:                                       "1000h",
+		2562047 * time.Hour:                                    "2562047h", // run --ttl 2562047h
+		time.Duration(math.MaxInt64):                           "2562047h47m",
 	} {
 		if got := fmtDur(d); got != want {
 			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -76,8 +77,12 @@ func (a *app) status(ctx context.Context, name string, asJSON bool) error {
 		}
 		return writeJSON(a.stdout, out)
 	}
-	writeStatus(a.stdout, info, time.Now(), badFence)
-	return nil
+	// Written at once, so that a failed write (a full disk) fails the
+	// command, as the JSON does.
+	var b strings.Builder
+	writeStatus(&b, info, time.Now(), badFence)
+	_, err = io.WriteString(a.stdout, b.String())
+	return err
 }
 
 var lsCommand = new(command)
@@ -163,8 +168,8 @@ func (a *app) list(ctx context.Context, pattern string, asJSON, watch bool, inte
 		fmt.Fprintln(a.stderr, noLocks(pattern))
 		return nil
 	}
-	fmt.Fprintln(a.stdout, strings.Join(tableLines(infos, time.Now()), "\n"))
-	return nil
+	_, err = fmt.Fprintln(a.stdout, strings.Join(tableLines(infos, time.Now()), "\n"))
+	return err
 }
 
 // listHeld lists the locks held whose names match pattern: a read/write
@@ -300,6 +305,9 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 				lines = append(lines, tableLines(infos, now)...)
 			}
 			if tty {
+				for i, l := range lines {
+					lines[i] = fitWidth(a.stdout, l)
+				}
 				drawn = redraw(a.stdout, drawn, lines)
 			} else {
 				fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
@@ -374,21 +382,23 @@ func (a *app) forceRelease(ctx context.Context, name string, asJSON bool) error 
 	if asJSON {
 		return writeJSON(a.stdout, toJSON(info, now))
 	}
+	var b strings.Builder // written at once, as in status
 	if len(info.Holders) == 0 {
-		fmt.Fprintf(a.stdout, "%s was not held; nothing was removed\n", quote(info.Name))
-		return nil
+		fmt.Fprintf(&b, "%s was not held; nothing was removed\n", quote(info.Name))
+	} else {
+		fmt.Fprintf(&b, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
 	}
-	fmt.Fprintf(a.stdout, "released %s (%s, newest fence %d)\n", quote(info.Name), kindName(info), info.Fence)
 	for _, h := range info.Holders {
 		if released(info, h) {
-			fmt.Fprintf(a.stdout, "  removed the hold kept for its minimum hold after %s's run: started %s ago with %s left, fence %d, metadata %s\n",
+			fmt.Fprintf(&b, "  removed the hold kept for its minimum hold after %s's run: started %s ago with %s left, fence %d, metadata %s\n",
 				whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
 			continue
 		}
-		fmt.Fprintf(a.stdout, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
+		fmt.Fprintf(&b, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
 			whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
 	}
-	return nil
+	_, err = io.WriteString(a.stdout, b.String())
+	return err
 }
 
 func orDash(s string) string {

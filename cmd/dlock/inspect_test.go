@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"net"
 	"os"
@@ -340,6 +341,35 @@ func TestReleaseFree(t *testing.T) {
 		t.Errorf("--json: code %d, %q: %v", r.code, r.stdout, err)
 	}
 }
+
+// status, ls and release --force fail (70) when their report cannot be
+// written (a full disk), as their --json forms do: they exited 0 with
+// nothing written, which a script took for "no locks".
+func TestAReportThatCannotBeWrittenFails(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	c := libClient(t)
+	for _, args := range [][]string{{"status", name}, {"ls", name}, {"release", "--force", name}} {
+		if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		a := &app{stdout: fullWriter{}, stderr: &stderr, lookupEnv: func(k string) (string, bool) {
+			if k == "DLOCK_REDIS" {
+				return redisURL, true
+			}
+			return "", false
+		}}
+		if code := a.main(args); code != exitInternal || !strings.Contains(stderr.String(), "no space left on device") {
+			t.Errorf("%s: code %d, stderr %q; want %d and the write's error", args[0], code, stderr.String(), exitInternal)
+		}
+	}
+}
+
+// fullWriter fails every write, as a full disk does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
 // Every command has --help with its flags and examples, on stdout.
 func TestHelp(t *testing.T) {

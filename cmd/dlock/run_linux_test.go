@@ -224,3 +224,24 @@ shift 2; exec "$@"`
 		}
 	}
 }
+
+// A line for a terminal is cut to its width, so that it never wraps: ls
+// --watch redraws its frame in place, and a wrapped line (the error line
+// of a Redis it cannot reach, about 170 characters) piled frames up.
+func TestFitWidthCutsALineToTheTerminal(t *testing.T) {
+	_, pts := openPTY(t)
+	ws := struct{ row, col, x, y uint16 }{row: 24, col: 20}
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, pts.Fd(), syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
+		t.Fatalf("sizing the pseudo-terminal: %v", errno)
+	}
+	long := strings.Repeat("x", 30)
+	if got, want := fitWidth(pts, long), strings.Repeat("x", 18)+"…"; got != want {
+		t.Errorf("at a 20-column terminal: %q, want %q", got, want)
+	}
+	if got := fitWidth(pts, "short"); got != "short" {
+		t.Errorf("a short line: %q", got)
+	}
+	if got := fitWidth(new(strings.Builder), long); got != long {
+		t.Errorf("not a terminal: %q, want the line whole", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -248,15 +249,22 @@ func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
 	return fmt.Sprintf("waiting for %s — held by %s", quote(w.name), heldBy(info, time.Now())), key
 }
 
-// draw replaces the status line, cut to the terminal's width so that it
-// never wraps (a wrapped line could not be redrawn in place).
+// draw replaces the status line, cut to the terminal's width (see
+// fitWidth).
 func (w *waiter) draw(line string) {
-	if f, ok := w.a.stderr.(*os.File); ok {
+	fmt.Fprintf(w.a.stderr, "\r%s\x1b[K", fitWidth(w.a.stderr, line))
+}
+
+// fitWidth returns line cut to the width of the terminal out writes to, if
+// it is one, so that it never wraps: a wrapped line could not be redrawn in
+// place.
+func fitWidth(out io.Writer, line string) string {
+	if f, ok := out.(*os.File); ok {
 		if width := termWidth(f); width > 1 {
 			if r := []rune(line); len(r) > width-1 {
 				line = string(r[:width-2]) + "…"
 			}
 		}
 	}
-	fmt.Fprintf(w.a.stderr, "\r%s\x1b[K", line)
+	return line
 }
