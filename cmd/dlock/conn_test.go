@@ -156,7 +156,7 @@ func TestConnectErrors(t *testing.T) {
 	closed := "redis://" + l.Addr().String()
 	l.Close()
 	for _, args := range [][]string{
-		{"run", "job", "--", helperBin, "exit", "0"},
+		{"run", "--no-wait", "job", "--", helperBin, "exit", "0"}, // a run that waits retries: see TestRunWaitsForRedisToBeReachable
 		{"status", "job"},
 		{"ls"},
 		{"release", "--force", "job"},

@@ -372,7 +372,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		return nil
 	}
 
-	c, err := a.connect(ctx)
+	c, begin, err := a.connectToWait(ctx, name, o)
 	if err != nil {
 		if ierr := interrupted(); ierr != nil {
 			return nil, nil, ierr
@@ -395,12 +395,12 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		l, err = try(ctx, opts...)
 	} else {
 		wctx, wcancel := context.WithCancelCause(ctx)
-		w = a.newWaiter(c, name, meta, o.quiet, wcancel)
+		w = a.newWaiter(c, name, meta, o.quiet, wcancel, begin)
 		if o.wait > 0 {
 			// The waiter ends the wait at --wait once the first attempt
 			// has its answer; the deadline bounds an attempt under way.
 			var tcancel context.CancelFunc
-			wctx, tcancel = context.WithDeadlineCause(wctx, time.Now().Add(max(o.wait, firstTry)), errWaitedOut)
+			wctx, tcancel = context.WithDeadlineCause(wctx, later(begin.Add(o.wait), time.Now().Add(firstTry)), errWaitedOut)
 			defer tcancel()
 			w.giveUpAfter(o.wait)
 		}
@@ -680,6 +680,52 @@ func exitStatus(ps *os.ProcessState) int {
 		return exitSignal + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// connectToWait connects as connect does; a run that waits (not
+// --no-wait) retries a Redis it cannot reach, as its wait does once under
+// way, every second until unreachableWait has passed, or --wait has,
+// saying so on stderr unless --quiet. It returns when it began: the wait
+// counts both from there.
+func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*conn, time.Time, error) {
+	begin := time.Now()
+	limit := unreachableWait
+	if o.wait > 0 {
+		limit = min(limit, o.wait)
+	}
+	for said := false; ; said = true {
+		c, err := a.connect(ctx)
+		var ee *exitError
+		if err == nil || o.noWait || ctx.Err() != nil || !errors.As(err, &ee) || !ee.down {
+			return c, begin, err
+		}
+		left := limit - time.Since(begin)
+		if left <= 0 {
+			return nil, begin, err
+		}
+		if !said && !o.quiet {
+			fmt.Fprintf(a.stderr, "dlock: waiting for %s — Redis unreachable; retrying for up to %s\n", quote(name), fmtDur(limit))
+		}
+		t := time.NewTimer(min(connectRetry, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, begin, err
+		case <-t.C:
+		}
+	}
+}
+
+// connectRetry is how often a run that waits tries again to reach a Redis
+// it could not (see connectToWait).
+const connectRetry = time.Second
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // libMsg is the message of a library error without the "dlock: " of each

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -686,6 +687,35 @@ func TestRunWaitBoundsAFirstAttemptRedisHoldsBack(t *testing.T) {
 	r := dlockRun(t, env, runArgs([]string{"--wait", "1s"}, lockName(t), "exit", "0")...)
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no answer within 10s while waiting") {
 		t.Errorf("code %d, stderr %q; want %d, no answer within 10s", r.code, r.stderr, exitUnavailable)
+	}
+}
+
+// A run that waits, started while Redis cannot be reached, says so and
+// tries again, as its wait does once under way, and runs the command once
+// Redis answers; a --wait that runs out meanwhile is code 69. It gave up
+// at once (69), while one that lost Redis a moment later retried for 30s.
+func TestRunWaitsForRedisToBeReachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there, for now
+	env := []string{"DLOCK_REDIS=redis://" + addr}
+	r := dlockRun(t, env, runArgs([]string{"--wait", "1500ms"}, lockName(t), "exit", "0")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "Redis unreachable; retrying for up to 1.5s") || !strings.Contains(r.stderr, "connection refused") {
+		t.Errorf("--wait 1500ms: code %d, want %d; stderr:\n%s", r.code, exitUnavailable, r.stderr)
+	}
+	p := startDlock(t, env, runArgs(nil, lockName(t), "exit", "0")...)
+	waitFor(t, "the retrying line", func() bool { return strings.Contains(p.stderr.String(), "Redis unreachable; retrying for up to 30s") })
+	// Redis comes up at the address: a proxy to the shared server.
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the address was taken meanwhile: %v", err)
+	}
+	redistest.ServeCutProxy(t, ln, strings.TrimPrefix(redisURL, "redis://"))
+	if r := p.wait(t); r.code != 0 {
+		t.Errorf("code %d once Redis answered, want 0; stderr:\n%s", r.code, r.stderr)
 	}
 }
 

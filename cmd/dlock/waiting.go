@@ -86,11 +86,11 @@ type waiter struct {
 // is known to have found the lock held, or Redis failing.
 const firstTry = pingTimeout
 
-// giveUpAfter ends the wait with errWaitedOut once d has passed since now,
-// or once the first attempt has failed if that is later: until then the
-// wait's deadline, firstTry at least, bounds it (see obtain).
+// giveUpAfter ends the wait with errWaitedOut once d has passed since it
+// began, or once the first attempt has failed if that is later: until then
+// the wait's deadline, firstTry at least, bounds it (see obtain).
 func (w *waiter) giveUpAfter(d time.Duration) {
-	w.limit, w.started = d, time.Now()
+	w.limit = d
 }
 
 // outcome returns what the attempts found: the last one's error, nil if
@@ -101,12 +101,12 @@ func (w *waiter) outcome() (lastErr error, held bool) {
 	return w.lastErr, w.held
 }
 
-func (a *app) newWaiter(c *conn, name, self string, quiet bool, cancel context.CancelCauseFunc) *waiter {
+func (a *app) newWaiter(c *conn, name, self string, quiet bool, cancel context.CancelCauseFunc, begin time.Time) *waiter {
 	w := &waiter{
 		a: a, c: c, name: name, self: self, quiet: quiet, cancel: cancel,
 		tty:   !quiet && isTerminal(a.stderr),
 		begun: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}),
-		answered: time.Now(),
+		answered: begin, started: begin,
 	}
 	go w.report()
 	return w
