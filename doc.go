@@ -179,7 +179,8 @@
 // *ServerError. A waiting acquire retries them until its wait ends, as a
 // Redis restarting or failing over comes back, except a refusal that no
 // wait changes, which ends it at once: a missing or wrong password
-// (NOAUTH, WRONGPASS) or a missing ACL permission (NOPERM). No input makes dlock panic, except a nil Driver given to
+// (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a server that
+// does not know the script commands (ERR unknown command). No input makes dlock panic, except a nil Driver given to
 // New, a Client, RWMutex or Semaphore that New, Client.RWMutex or
 // Client.Semaphore did not make (a zero value, or a nil *Client),
 // calling methods on a nil *Lock, and a nil parent given to Lock.Context

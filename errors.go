@@ -225,7 +225,10 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return true, true
 	}
 	switch msg := err.Error(); {
-	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):
+	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "),
+		// Not a Redis that runs scripts (a sentinel, a proxy, EVALSHA
+		// renamed away): no retry gives it the command.
+		strings.HasPrefix(msg, "ERR unknown command "):
 		return true, false
 	case strings.HasPrefix(msg, "NOPERM "),
 		// A command inside a script: Redis 7.0, and 7.2 on.

@@ -165,7 +165,8 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // ctx ended. So a caller that skips its work while another holds the lock
 // does not skip it silently while Redis is down. A refusal that no wait
 // changes ends the wait at once with Redis's error: a missing or wrong
-// password (NOAUTH, WRONGPASS) or a missing ACL permission (NOPERM).
+// password (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a
+// server that does not know the script commands (ERR unknown command).
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }

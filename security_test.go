@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -318,11 +319,14 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // TestAWaitEndsAtOnceWhenRedisRefusesTheClient: a missing or wrong
-// password, or a missing permission, is not a Redis that is down for a
-// while: every waiting acquire ends at its first attempt with Redis's
-// refusal, not at the end of its wait with the refusal hidden behind it.
+// password, or a missing permission, or a server that does not know the
+// script commands (a sentinel's port, a proxy), is not a Redis that is
+// down for a while: every waiting acquire ends at its first attempt with
+// Redis's refusal, not at the end of its wait with the refusal hidden
+// behind it.
 func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 	srv := redistest.Start(t)
+	noScripts := redistest.Start(t, redistest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
 	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
 	srv.Do(t, "ACL", "SETUSER", "noexpiry", "on", ">s3cret", "~*", "&*", "+@all", "-pexpire")
 	srv.Do(t, "CONFIG", "SET", "requirepass", "pw") // last: srv.Do has no password
@@ -332,18 +336,20 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 		name string
 		opts redis.Options
 		want string
+		srv  *redistest.Server // srv when nil
 	}{
 		// A waiting acquire has more than 10 arguments, which Redis refuses
 		// from an unauthenticated client with a protocol error.
-		{"no password", redis.Options{}, "not authenticated (NOAUTH)"},
-		{"wrong password", redis.Options{Password: "wrong"}, "WRONGPASS"},
-		{"no permission", redis.Options{Username: "noscripts", Password: "s3cret"}, "NOPERM"},
+		{"no password", redis.Options{}, "not authenticated (NOAUTH)", nil},
+		{"wrong password", redis.Options{Password: "wrong"}, "WRONGPASS", nil},
+		{"no permission", redis.Options{Username: "noscripts", Password: "s3cret"}, "NOPERM", nil},
 		// A command inside the script: the script may have run in part.
-		{"no permission inside the script", redis.Options{Username: "noexpiry", Password: "s3cret"}, "can't run this command"},
+		{"no permission inside the script", redis.Options{Username: "noexpiry", Password: "s3cret"}, "can't run this command", nil},
+		{"no script commands", redis.Options{}, "unknown command", noScripts},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
-			opts.Addr, opts.MaxRetries = srv.Addr(), -1
+			opts.Addr, opts.MaxRetries = cmp.Or(tc.srv, srv).Addr(), -1
 			rdb := redis.NewClient(&opts)
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := dlock.New(goredis.New(rdb))

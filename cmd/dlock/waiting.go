@@ -31,10 +31,11 @@ func (r redisRefused) Error() string { return "Redis refused: " + r.err.Error() 
 
 // hopeless reports whether err is a Redis reply that no retry can turn
 // into the lock: the user lacks a permission, or its password is wrong or
-// missing. READONLY, LOADING, CLUSTERDOWN and the like pass with a
-// failover or a restart, and are retried.
+// missing, or the server does not know the script commands (a sentinel's
+// port given as Redis's). READONLY, LOADING, CLUSTERDOWN and the like pass
+// with a failover or a restart, and are retried.
 func hopeless(err error) bool {
-	for _, p := range []string{"NOPERM", "WRONGPASS", "NOAUTH"} {
+	for _, p := range []string{"NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
