@@ -14,7 +14,12 @@ func init() {
 		name:    "help",
 		summary: "show the help of a command",
 		usage:   "help [COMMAND]",
-		help:    "Shows the help of COMMAND, or the overview.\n",
+		help: `Shows the help of COMMAND, or the overview.
+
+Examples:
+  dlock help
+  dlock help run
+`,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			return func(a *app, args []string) error {
 				if err := wantArgs(helpCommand, args, 0, 1, "command"); err != nil {
