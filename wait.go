@@ -89,6 +89,7 @@ type waitHub struct {
 	end      context.CancelFunc       // ends life
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels; a sweep keeps half
 	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
+	refusals uint64                   // outcomes recorded by refusedAt (see rewake)
 	noticed  func()                   // tests: called after each notice is handled, nil otherwise
 }
 
@@ -99,17 +100,18 @@ const maxIdleShardChannels = 256
 
 // waiter is one caller waiting for a lock.
 type waiter struct {
-	wake      chan struct{} // a notice came, or it became first in line
-	listening bool          // sharded: counted in the hub's shards
-	late      []string      // sharded: channels its listen left to its next attempt (see listen)
-	req       string        // the caller's request token
-	multi     bool          // it waits for a lock on several names
-	permits   *atomic.Int64 // a semaphore's count, which the caller's attempts use; nil for a lock
-	grant     grantNotice   // a grant the caller was told of, when hasGrant
-	hasGrant  bool
-	found     keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
-	refused   string   // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
-	unheard   bool     // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
+	wake       chan struct{} // a notice came, or it became first in line
+	listening  bool          // sharded: counted in the hub's shards
+	late       []string      // sharded: channels its listen left to its next attempt (see listen)
+	req        string        // the caller's request token
+	multi      bool          // it waits for a lock on several names
+	permits    *atomic.Int64 // a semaphore's count, which the caller's attempts use; nil for a lock
+	grant      grantNotice   // a grant the caller was told of, when hasGrant
+	hasGrant   bool
+	found      keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
+	refused    string   // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
+	refusedSeq uint64   // the hub's refusals when refused was set
+	unheard    bool     // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -778,7 +780,10 @@ func isFirst(q []*waiter, w *waiter) bool {
 // refused elsewhere, it is registered where it was refused, and a client
 // kept first at a free name for it would keep that name's notice from the
 // other clients waiting for it, while that caller cannot take it.
-func (h *waitHub) moreAt(keys []string, w *waiter) string {
+//
+// seen is the count of outcomes refusedAt recorded when moreAt looked,
+// for rewake.
+func (h *waitHub) moreAt(keys []string, w *waiter) (more string, seen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := make([]byte, len(keys))
@@ -790,7 +795,35 @@ func (h *waitHub) moreAt(keys []string, w *waiter) string {
 			}
 		}
 	}
-	return string(b)
+	return string(b), h.refusals
+}
+
+// rewake wakes the callers on several names, other than w, whose attempt
+// came back refused at one of keys (but kept, the key that refused w), or
+// with its outcome unknown, since moreAt looked for w's attempt (seen):
+// that attempt may have registered the client there while w's, which did
+// not count it, took the client out (obtaining the lock, or refused
+// elsewhere at a free name; a lock split by slot always does), and no
+// release there would tell it. Woken, it tries again, and registers where
+// it is refused.
+func (h *waitHub) rewake(keys []string, seen uint64, w *waiter, kept string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refusals == seen {
+		return
+	}
+	for _, k := range keys {
+		if k == kept {
+			continue
+		}
+		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
+			for _, x := range ws {
+				if x != w && x.multi && x.refusedSeq > seen && (x.refused == k || x.refused == "") {
+					x.signal()
+				}
+			}
+		}
+	}
 }
 
 // refusedWoken is waiter.refused for a caller on several names that was
@@ -802,7 +835,8 @@ const refusedWoken = "\x00woken"
 // for none or not known (see moreAt).
 func (h *waitHub) refusedAt(w *waiter, key string) {
 	h.mu.Lock()
-	w.refused = key
+	h.refusals++
+	w.refused, w.refusedSeq = key, h.refusals
 	h.mu.Unlock()
 }
 
@@ -1155,6 +1189,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		w.drain() // a signal from before this attempt is answered by it
 		notices, opening := hub.subscribed(ctx, w)
 		wa := waitArgs{waiting: true, ahead: !first}
+		var seen uint64 // see rewake
 		if notices && first {
 			hub.listen(ctx, keys, w)
 			// The attempt may register the client even if its reply is
@@ -1162,12 +1197,16 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			// then leaves the sets all the same. (Before moreAt: a caller
 			// that joins while enroll waits is counted.)
 			hub.enroll(ctx, keys)
-			wa.more = hub.moreAt(keys, w)
+			wa.more, seen = hub.moreAt(keys, w)
 			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)
+		refusedBy := refusedKey(err)
 		if w.multi {
-			hub.refusedAt(w, refusedKey(err))
+			hub.refusedAt(w, refusedBy)
+		}
+		if wa.channel != "" {
+			hub.rewake(keys, seen, w, refusedBy)
 		}
 		if err == nil {
 			obtained, rejoined = true, strings.Contains(wa.more, "1")

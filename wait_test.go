@@ -1008,6 +1008,115 @@ func TestTwoMultiNameWaitersPassOnANoticeNeitherCanUse(t *testing.T) {
 	}
 }
 
+// gate is closed once.
+type gate struct {
+	ch   chan struct{}
+	done atomic.Bool
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{})} }
+func (g *gate) open() {
+	if g.done.CompareAndSwap(false, true) {
+		close(g.ch)
+	}
+}
+func (g *gate) wait() {
+	select {
+	case <-g.ch:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds: one notice (of
+// q-p) wakes W (q-p, q-x) and V (q-y, q-x, q-p), two LockMulti callers of
+// client A; both now count at no name (refusedWoken). W's attempt is
+// refused at q-x, held, and registers A there, behind client C. q-x is
+// released (C is told) before V's attempt runs; V's moreAt, computed while
+// W was woken, says '0' at q-x, so its refusal at q-y takes A out of the
+// now-free q-x's waiter set. C takes q-x and releases it: nobody tells A,
+// and W slept until its beat (an hour here, 500ms by default), although
+// only q-x kept it waiting. V's attempt now wakes, once it is back, the
+// callers whose attempts came back refused at its other names since its
+// moreAt looked (rewake): W tries again, and registers where it is refused.
+func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held := holdEach(t, ctx, e.c, "q-p", "q-x", "q-y")
+	var armed atomic.Bool
+	wRan, vEntered, vRan := newGate(), newGate(), newGate()
+	cd := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if c := calls[0]; armed.Load() && c.Script.Name == "acquire" && c.Keys[0] == "dlock:{q-x}" {
+			vRan.wait() // C takes q-x after V's attempt ran
+		}
+	}}
+	cc := dlock.New(cd)
+	t.Cleanup(func() { _ = cc.Close() })
+	// On several names: a release grants no such lock (it would take q-x
+	// at H's release).
+	cGot := whenRefused(t, "C", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return cc.LockMulti(ctx, []string{"q-x", "q-c"}, opts...)
+	}, dlock.WithTTL(time.Minute))
+
+	ad := &hookDriver{Driver: e.newDriver(t),
+		before: func(calls []*dlock.Call) {
+			if c := calls[0]; armed.Load() && c.Script.Name == "acquire" && c.Keys[0] == "dlock:{q-y}" {
+				vEntered.open()
+				wRan.wait()
+				if err := held[1].Release(ctx); err != nil { // q-x is free; C is told
+					t.Error(err)
+				}
+			}
+		},
+		after: func(calls []*dlock.Call) {
+			if c := calls[0]; armed.Load() && c.Script.Name == "acquire" {
+				switch c.Keys[0] {
+				case "dlock:{q-p}":
+					wRan.open()
+					vEntered.wait() // W's reply after V's moreAt
+				case "dlock:{q-y}":
+					vRan.open()
+				}
+			}
+		}}
+	a := dlock.New(ad)
+	t.Cleanup(func() { _ = a.Close() })
+	dlock.SetWaitBeat(a, time.Hour)
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	w := whenRefused(t, "W", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return a.LockMulti(mctx, []string{"q-p", "q-x"}, opts...)
+	}, dlock.WithTTL(time.Minute))
+	v := whenRefused(t, "V", func(opts ...dlock.Option) (*dlock.Lock, error) {
+		return a.LockMulti(mctx, []string{"q-y", "q-x", "q-p"}, opts...)
+	}, dlock.WithTTL(time.Minute))
+
+	armed.Store(true)
+	if err := held[0].Release(ctx); err != nil { // q-p: wakes W and V
+		t.Fatal(err)
+	}
+	r := <-cGot
+	if r.err != nil {
+		t.Fatalf("C: %v", r.err)
+	}
+	armed.Store(false)
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-w:
+		if r.err != nil {
+			t.Fatalf("W: %v", r.err)
+		}
+		_ = r.l.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Errorf("q-p and q-x are free, and W (q-p, q-x) was not told in 5s")
+	}
+	mcancel()
+	<-v
+	_ = held[2].Release(ctx)
+}
+
 // TestAWaiterTriesAgainWhenItsSubscriptionIsBack: the waiting client's
 // subscription is cut (CLIENT KILL TYPE pubsub) and the lock released at
 // once, before go-redis connects again (it waits 100ms first): the
