@@ -224,12 +224,19 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 	if errors.Is(err, ErrUnsupported) {
 		return true, true
 	}
-	switch msg := err.Error(); {
-	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "),
-		// Not a Redis that runs scripts (a sentinel, a proxy, EVALSHA
-		// renamed away): no retry gives it the command.
-		strings.HasPrefix(msg, "ERR unknown command "):
+	if errors.Is(err, ErrNoFunctions) {
+		// FCALL unknown (Redis 6) or refused: the script never ran.
 		return true, false
+	}
+	switch msg := err.Error(); {
+	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):
+		return true, false
+	case strings.HasPrefix(msg, "ERR unknown command "):
+		// Not a Redis that runs scripts (a sentinel, a proxy, EVALSHA
+		// renamed away): no retry gives it the command. The script may
+		// have run when the command is another of the pipeline's, after
+		// it (WAIT, for WithReplicas).
+		return true, !scriptCommandUnknown(msg)
 	case strings.HasPrefix(msg, "NOPERM "),
 		// A command inside a script: Redis 7.0, and 7.2 on.
 		strings.Contains(msg, "The user executing the script can't run this"),
@@ -237,6 +244,19 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return true, true
 	}
 	return false, false
+}
+
+// scriptCommandUnknown reports whether msg, an "ERR unknown command"
+// reply, names a command that runs a script (Redis 7 quotes it with ',
+// Redis 6 with `): then nothing ran.
+func scriptCommandUnknown(msg string) bool {
+	m := strings.ToLower(strings.TrimPrefix(msg, "ERR unknown command "))
+	for _, c := range []string{"evalsha", "eval", "fcall"} {
+		if strings.HasPrefix(m, "'"+c+"'") || strings.HasPrefix(m, "`"+c+"`") {
+			return true
+		}
+	}
+	return false
 }
 
 // unauthenticated is Redis's refusal of a request from a client that has

@@ -98,8 +98,16 @@ func TestFunctionsOnAServerWithoutThem(t *testing.T) {
 	if e.exists(t, "dlock:{old}") {
 		t.Error("a failed acquire left the lock behind")
 	}
+	// A waiting acquire ends at once: no wait gives the server FCALL.
+	retried := false
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, err := c.Lock(wctx, "old", dlock.WithOnRetry(func(int, error) { retried = true; cancel() }))
+	cancel()
+	if !errors.Is(err, dlock.ErrNoFunctions) || retried {
+		t.Errorf("Lock: retried %v, err = %v; want no retry, and ErrNoFunctions", retried, err)
+	}
 	// Without the option, the same server serves locks by EVALSHA.
-	c, err := dlock.Open(ctx, e.newDriver(t))
+	c, err = dlock.Open(ctx, e.newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,6 +254,47 @@ func (d *ackDriver) EvalWait(ctx context.Context, replicas int, timeout time.Dur
 // refresh that found the lock gone is a loss, not a transient error. A
 // successful acquire or refresh still fails with ErrNotReplicated, and a
 // call the driver could not send fails with its error.
+// TestAnUnknownWaitEndsTheWaitAndGivesBackTheLock: a server (or proxy)
+// that does not know WAIT refuses it after the acquire script, sent before
+// it in one pipeline, took the lock: a waiting acquire ends at once, as no
+// wait gives the server the command, and gives back what it took, as
+// TryLock does. It took the refusal for one before anything ran, and left
+// the name held, by nobody, for its TTL.
+func TestAnUnknownWaitEndsTheWaitAndGivesBackTheLock(t *testing.T) {
+	e := newEnv(t, redistest.WithArgs("--rename-command", "WAIT", ""))
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb)) // a Replicator
+	t.Cleanup(func() { _ = c.Close() })
+	// The scripts are loaded: the pipeline's EVALSHA runs (with WAIT
+	// failing, the driver would not load a script it found missing).
+	if l, err := c.TryLock(ctx, "load"); err != nil {
+		t.Fatal(err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		acquire func(ctx context.Context, name string, opts ...dlock.Option) (*dlock.Lock, error)
+	}{{"TryLock", c.TryLock}, {"Lock", c.Lock}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "no-wait-command-" + tc.name
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			retried := false
+			_, err := tc.acquire(wctx, name, dlock.WithTTL(time.Minute), dlock.WithReplicas(1, 50*time.Millisecond),
+				dlock.WithOnRetry(func(int, error) { retried = true; cancel() }))
+			cancel()
+			if err == nil || retried || !strings.Contains(err.Error(), "unknown command") {
+				t.Errorf("retried %v, err = %v; want no retry, and Redis's refusal", retried, err)
+			}
+			if e.locked(t, "dlock:{"+name+"}") {
+				t.Errorf("the failed acquire left %q held", name)
+			}
+		})
+	}
+}
+
 func TestARefusalIsNotMistakenForAnUnconfirmedWrite(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
