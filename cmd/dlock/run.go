@@ -693,12 +693,25 @@ func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*c
 	if o.wait > 0 {
 		limit = min(limit, o.wait)
 	}
+	var last error // the last try's failure, once one failed
 	for said := false; ; said = true {
-		c, err := a.connect(ctx)
+		// A try after the first ends with the time left: its ping's own
+		// timeout would outlast --wait, or the 30s.
+		tctx, cancel := ctx, context.CancelFunc(func() {})
+		if last != nil {
+			tctx, cancel = context.WithDeadline(ctx, begin.Add(limit))
+		}
+		c, err := a.connect(tctx)
+		cut := tctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err != nil && cut {
+			return nil, begin, last
+		}
 		var ee *exitError
 		if err == nil || o.noWait || ctx.Err() != nil || !errors.As(err, &ee) || !ee.down {
 			return c, begin, err
 		}
+		last = err
 		left := limit - time.Since(begin)
 		if left <= 0 {
 			return nil, begin, err

@@ -719,6 +719,40 @@ func TestRunWaitsForRedisToBeReachable(t *testing.T) {
 	}
 }
 
+// A run that retries a server that takes connections and never answers
+// gives up at --wait's end: a try begun just before it ran on for its own
+// timeout (3s more, each a read timeout). A bound, not a speed: the first
+// try ends at 3s, the second is begun at 3.5s, --wait's end.
+func TestRunGivesUpReachingRedisAtTheEndOfItsWait(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() { // read, never answer, until the client goes
+				defer conns.Done()
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	start := time.Now()
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis://" + ln.Addr().String()}, runArgs([]string{"--wait", "3500ms"}, lockName(t), "exit", "0")...)
+	if took := time.Since(start); r.code != exitUnavailable || took > 5500*time.Millisecond {
+		t.Errorf("code %d after %v, want %d by about 3.5s; stderr:\n%s", r.code, took, exitUnavailable, r.stderr)
+	}
+}
+
 // A --wait that ends while Redis fails is code 69, not a lock held.
 func TestRunWaitEndsWithRedisDown(t *testing.T) {
 	t.Parallel()
