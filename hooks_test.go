@@ -708,6 +708,39 @@ func TestTheRefreshHookHearsOfALossToldBeforeItsReply(t *testing.T) {
 	)
 }
 
+// TestTheRefreshHookHearsOfAReleaseBeforeItsReply: a watchdog refresh
+// whose reply comes after a Release ended the lock (and after the lock's
+// deadline) is no success for the Refresh hook, as Lock.Refresh in the
+// same race reports the release. It heard nil.
+func TestTheRefreshHookHearsOfAReleaseBeforeItsReply(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inFlight, proceed := make(chan struct{}, 1), make(chan struct{})
+	var first atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if isRefresh(calls) && first.CompareAndSwap(false, true) {
+			inFlight <- struct{}{}
+			<-proceed
+		}
+	}}
+	refreshed := make(chan error, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Refresh: func(_ context.Context, _ dlock.HookInfo, err error) { refreshed <- err }}))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "released-before-reply", dlock.WithTTL(300*time.Millisecond), dlock.WithRefreshInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight // the refresh ran on the server; its reply waits
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(l.Deadline()) + 20*time.Millisecond)
+	close(proceed)
+	if err := <-refreshed; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh hook: err = %v, want ErrNotHeld (released)", err)
+	}
+}
+
 // TestTheRefreshHookHearsOfALossWhileEndTellsIt: a watchdog refresh
 // whose reply comes while the End hook tells the loss (the deadline passed)
 // extends nothing either.

@@ -197,18 +197,23 @@ func (s *lease) endTurn() {
 // returns why the lease is not held when it ended first (its deadline
 // passed while the reply was on its way): the holder was told the lock
 // was lost, and the refresh counts for nothing.
-func (s *lease) extend(sent time.Time, ttl time.Duration) error {
+func (s *lease) extend(sent time.Time, ttl time.Duration) (due bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.aliveLocked(); err != nil {
-		return err
+		return false, err
+	}
+	if !time.Now().Before(s.deadline) {
+		// Its deadline passed while the reply was on its way (no timer
+		// ended it, or not yet): lost, as an armed timer counts it.
+		return true, nil
 	}
 	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
 	s.failing, s.failedWith = false, nil
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
 	}
-	return nil
+	return false, nil
 }
 
 // lateReply reports whether the reply to a refresh sent at sent with ttl
@@ -647,12 +652,13 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended() || s.ending && s.err != nil {
-		// Ending as lost: its End hook may be running.
-		if s.err != nil {
-			return time.Time{}, false, notHeldFor(s.err)
-		}
-		return time.Time{}, false, nil
+	// Released before the reply came (as Refresh reports it), or ending
+	// as lost: its End hook may be running.
+	if err := s.aliveLocked(); err != nil {
+		return time.Time{}, false, err
+	}
+	if s.ended() || s.ending {
+		return time.Time{}, false, nil // dropped: never handed out
 	}
 	s.deadline = sent.Add(ttl - drift(ttl))
 	s.failing, s.failedWith = false, nil

@@ -1055,6 +1055,56 @@ func TestARefreshWhoseReplyComesAfterItsDeadlineReportsTheLoss(t *testing.T) {
 	}
 }
 
+// TestARefreshAfterTheLocksDeadlineReportsTheLoss: a Refresh whose reply
+// comes after the lock's deadline (though before the one it sets), or one
+// sent once the deadline has passed (the server, whose TTL counts from
+// when it got the acquire, may still have the lock), returns the loss,
+// whether or not anything armed the deadline timer. Unarmed, both returned
+// nil and the lock lived on.
+func TestARefreshAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var slowReply, slowAcquire atomic.Bool
+	d := &hookDriver{Driver: e.newDriver(t),
+		before: func(calls []*dlock.Call) {
+			if calls[0].Script.Name == "acquire" && slowAcquire.Load() {
+				time.Sleep(40 * time.Millisecond) // the acquire reaches the server late
+			}
+		},
+		after: func(calls []*dlock.Call) {
+			if isRefresh(calls) && slowReply.Load() {
+				time.Sleep(150 * time.Millisecond)
+			}
+		}}
+	c := dlock.New(d)
+	defer c.Close()
+	for _, when := range []string{"reply", "sent"} {
+		for _, armed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s after/armed=%v", when, armed), func(t *testing.T) {
+				slowAcquire.Store(when == "sent")
+				l, err := c.TryLock(ctx, "refresh-past-deadline", dlock.WithTTL(100*time.Millisecond))
+				slowAcquire.Store(false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(ctx)
+				if armed {
+					_ = l.Done()
+				}
+				if when == "sent" {
+					time.Sleep(time.Until(l.Deadline()) + 10*time.Millisecond) // the server has about 30ms left
+				} else {
+					slowReply.Store(true) // past the deadline, about 97ms from the acquire
+					defer slowReply.Store(false)
+				}
+				if err := l.Refresh(ctx, 2*time.Second); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+					t.Errorf("Refresh: err = %v, want the loss (ErrNotHeld, ErrLost)", err)
+				}
+			})
+		}
+	}
+}
+
 // TestARefreshWithAnEndedContextSendsNothing: a Refresh called with a
 // context that has ended sends nothing and leaves the deadline as it is.
 // It cut the deadline to its TTL, as for a refresh whose outcome is

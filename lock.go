@@ -1172,6 +1172,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	// A deadline that passed with no timer to see it ends the lock now,
+	// as Err would: nothing is sent for a lock counted as lost.
+	l.expireIfDue()
 	if err := l.takeTurn(ctx, ttl); err != nil {
 		return err
 	}
@@ -1184,14 +1187,15 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.c.evalWith(ctx, l.repl, calls...)
 	err := l.refreshed(calls)
 	notHeld := errors.Is(err, ErrNotHeld)
+	due := false
 	switch {
 	case err == nil:
-		err = l.extend(start, ttl)
+		due, err = l.extend(start, ttl)
 	case !notHeld:
 		l.unsure(start, ttl)
 	}
 	l.endTurn()
-	if err == nil && lateReply(start, ttl) {
+	if err == nil && (due || lateReply(start, ttl)) {
 		// Its deadline passed before the reply came: lost, whether or not
 		// a deadline timer has ended the lock yet (none runs when nothing
 		// waits for the deadline).
