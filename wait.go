@@ -108,10 +108,12 @@ type waiter struct {
 	permits    *atomic.Int64 // a semaphore's count, which the caller's attempts use; nil for a lock
 	grant      grantNotice   // a grant the caller was told of, when hasGrant
 	hasGrant   bool
-	found      keyFound // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
-	refused    string   // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
-	refusedSeq uint64   // the hub's refusals when refused was set
-	unheard    bool     // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
+	found      keyFound        // what its attempts, and those of the callers ahead of it while it waited, found (see saw)
+	refused    string          // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
+	refusedSeq uint64          // the hub's refusals when refused was set
+	inflight   bool            // a caller on several names: an attempt of it is under way; under the hub's mu
+	heard      map[string]bool // a caller on several names: the keys notices named while its attempt was under way (see noticeLocked); under the hub's mu
+	unheard    bool            // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
 }
 
 func newWaitHub(c *Client) *waitHub {
@@ -573,9 +575,11 @@ func (c *Client) wakeAlone(keys []string) {
 		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
 			for _, w := range ws {
 				switch {
-				case w.multi && w.refused == k:
-					w.signal()
-				case !w.multi && !alone:
+				case w.multi:
+					if w.inflight || w.refused == k {
+						h.noticeLocked(w, k)
+					}
+				case !alone:
 					alone = true
 					w.signal()
 				}
@@ -588,8 +592,42 @@ func (c *Client) wakeAlone(keys []string) {
 // waiting for a lock on several names of which key is one; h.mu must be
 // held.
 func (h *waitHub) wakeLocked(key string) {
-	signalFront(h.queues[key])
+	seen, most := false, int64(0) // as in signalFront
+	for _, w := range h.queues[key] {
+		n := w.count()
+		if !seen || n > most {
+			h.noticeLocked(w, key)
+		}
+		if !w.multi {
+			if w.permits == nil {
+				break
+			}
+			seen, most = true, max(most, n)
+		}
+	}
 	for _, w := range h.others[key] {
+		h.noticeLocked(w, key)
+	}
+}
+
+// noticeLocked passes to w the notice that lock key may be free. A caller
+// on several names that another name refused waits for that name's
+// notice, not this one: woken, its attempt would take key (on a cluster,
+// for as long as the attempt takes its other slots) and refuse the other
+// callers waiting for it, whose notice would wake it again, over and over.
+// A caller whose attempt is under way takes the notice only if that
+// attempt is refused at key, or its outcome is unknown (see refusedAt).
+// h.mu must be held.
+func (h *waitHub) noticeLocked(w *waiter, key string) {
+	switch {
+	case !w.multi:
+		w.signal()
+	case w.inflight:
+		if w.heard == nil {
+			w.heard = map[string]bool{}
+		}
+		w.heard[key] = true
+	case w.refused == "" || w.refused == refusedWoken || w.refused == key:
 		w.signal()
 	}
 }
@@ -634,6 +672,15 @@ func (x *waiter) blocks(w *waiter) bool {
 // request token, by which the notice of a grant names it.
 func (h *waitHub) join(keys []string, req string, permits *atomic.Int64) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1), req: req, multi: len(keys) > 1, permits: permits}
+	if w.multi {
+		// Registered nowhere yet: its first attempt registers it where it
+		// is refused, and until then it counts at no name (see moreAt). One
+		// in line behind a caller waiting for its first name alone makes
+		// no attempt until that one leaves: counted at its other names, it
+		// would keep the client first at a free one, whose notice it
+		// cannot use.
+		w.refused = refusedWoken
+	}
 	h.mu.Lock()
 	for _, x := range h.queues[keys[0]] {
 		if x.blocks(w) {
@@ -833,11 +880,32 @@ const refusedWoken = "\x00woken"
 
 // refusedAt records key as the lock key that refused w's last attempt, ""
 // for none or not known (see moreAt).
+//
+// A notice of that key that came while the attempt was under way (or of
+// any key, when the outcome is not known) wakes w: the name may have been
+// freed since it was refused there.
 func (h *waitHub) refusedAt(w *waiter, key string) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.refusals++
 	w.refused, w.refusedSeq = key, h.refusals
-	h.mu.Unlock()
+	heard := w.heard[key] || (key == "" || key == refusedWoken) && len(w.heard) > 0
+	w.inflight, w.heard = false, nil
+	if heard {
+		w.signal()
+	}
+}
+
+// attempting forgets a pending signal of w, which the attempt it is about
+// to make answers, and, for a caller on several names, marks the attempt
+// under way (see noticeLocked) until refusedAt.
+func (h *waitHub) attempting(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.drain()
+	if w.multi {
+		w.inflight, w.heard = true, nil
+	}
 }
 
 // enroll records that an attempt for the lock whose keys are keys may
@@ -1186,7 +1254,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			hub.obtained(key, w, excludes)
 			return nil
 		}
-		w.drain() // a signal from before this attempt is answered by it
+		hub.attempting(w) // a signal from before this attempt is answered by it
 		notices, opening := hub.subscribed(ctx, w)
 		wa := waitArgs{waiting: true, ahead: !first}
 		var seen uint64 // see rewake
@@ -1203,7 +1271,13 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		holderTTL, err := try(ctx, wa)
 		refusedBy := refusedKey(err)
 		if w.multi {
-			hub.refusedAt(w, refusedBy)
+			if wa.channel == "" {
+				// Registered nowhere (ahead of its turn, or without
+				// notices yet): it counts at no name (see moreAt).
+				hub.refusedAt(w, refusedWoken)
+			} else {
+				hub.refusedAt(w, refusedBy)
+			}
 		}
 		if wa.channel != "" {
 			hub.rewake(keys, seen, w, refusedBy)

@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -906,16 +908,23 @@ func TestAMultiNameAttemptLeavesASiblingsGrantRequest(t *testing.T) {
 	if e.srv.Do(t, "HEXISTS", key, field) != "1" {
 		t.Fatal("the single-name caller left no request")
 	}
-	// A notice about the other name wakes the LockMulti alone; its attempt
-	// is refused at the first name again.
-	e.srv.Do(t, "PUBLISH", dlock.Member(e.c), "dlock:{sib-b}")
-	awaitCond(t, 5*time.Second, func() bool { return multiTries.Load() == 2 })
+	// Another LockMulti of the client, in line for the other name (a notice
+	// about a name that did not refuse the first wakes nobody): its first
+	// attempt is refused at sib-a and registers there.
+	var otherTries atomic.Int32
+	other := make(chan error, 1)
+	go func() {
+		_, err := e.c.LockMulti(wctx, []string{"sib-b", "sib-a"}, dlock.WithOnRetry(func(int, error) { otherTries.Add(1) }))
+		other <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return otherTries.Load() == 1 })
 	if e.srv.Do(t, "HEXISTS", key, field) != "1" {
 		t.Error("the LockMulti's attempt took away the other caller's request")
 	}
 	cancel()
 	<-multi
 	<-single
+	<-other
 }
 
 // TestAMultiNameWaiterPassesOnANoticeItCannotUse: a client waiting for a
@@ -1028,8 +1037,8 @@ func (g *gate) wait() {
 }
 
 // TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds: one notice (of
-// q-p) wakes W (q-p, q-x) and V (q-y, q-x, q-p), two LockMulti callers of
-// client A; both now count at no name (refusedWoken). W's attempt is
+// q-p) wakes W (q-p, q-x) and V (q-p, q-y, q-x), two LockMulti callers of
+// client A that q-p refused; both now count at no name (refusedWoken). W's attempt is
 // refused at q-x, held, and registers A there, behind client C. q-x is
 // released (C is told) before V's attempt runs; V's moreAt, computed while
 // W was woken, says '0' at q-x, so its refusal at q-y takes A out of the
@@ -1045,8 +1054,15 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 	held := holdEach(t, ctx, e.c, "q-p", "q-x", "q-y")
 	var armed atomic.Bool
 	wRan, vEntered, vRan := newGate(), newGate(), newGate()
+	// The attempts are told apart by their keys, three a name, in each
+	// call of a pipeline.
+	is := func(calls []*dlock.Call, first string, names int) bool {
+		return armed.Load() && slices.ContainsFunc(calls, func(c *dlock.Call) bool {
+			return c.Script.Name == "acquire" && c.Keys[0] == first && len(c.Keys) == 3*names
+		})
+	}
 	cd := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
-		if c := calls[0]; armed.Load() && c.Script.Name == "acquire" && c.Keys[0] == "dlock:{q-x}" {
+		if is(calls, "dlock:{q-x}", 2) {
 			vRan.wait() // C takes q-x after V's attempt ran
 		}
 	}}
@@ -1060,7 +1076,7 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 
 	ad := &hookDriver{Driver: e.newDriver(t),
 		before: func(calls []*dlock.Call) {
-			if c := calls[0]; armed.Load() && c.Script.Name == "acquire" && c.Keys[0] == "dlock:{q-y}" {
+			if is(calls, "dlock:{q-p}", 3) && !vEntered.done.Load() { // V's
 				vEntered.open()
 				wRan.wait()
 				if err := held[1].Release(ctx); err != nil { // q-x is free; C is told
@@ -1069,14 +1085,12 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 			}
 		},
 		after: func(calls []*dlock.Call) {
-			if c := calls[0]; armed.Load() && c.Script.Name == "acquire" {
-				switch c.Keys[0] {
-				case "dlock:{q-p}":
-					wRan.open()
-					vEntered.wait() // W's reply after V's moreAt
-				case "dlock:{q-y}":
-					vRan.open()
-				}
+			switch {
+			case is(calls, "dlock:{q-p}", 2): // W's
+				wRan.open()
+				vEntered.wait() // W's reply after V's moreAt
+			case is(calls, "dlock:{q-p}", 3):
+				vRan.open()
 			}
 		}}
 	a := dlock.New(ad)
@@ -1088,33 +1102,113 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 		return a.LockMulti(mctx, []string{"q-p", "q-x"}, opts...)
 	}, dlock.WithTTL(time.Minute))
 	v := whenRefused(t, "V", func(opts ...dlock.Option) (*dlock.Lock, error) {
-		return a.LockMulti(mctx, []string{"q-y", "q-x", "q-p"}, opts...)
+		return a.LockMulti(mctx, []string{"q-p", "q-y", "q-x"}, opts...)
 	}, dlock.WithTTL(time.Minute))
 
 	armed.Store(true)
 	if err := held[0].Release(ctx); err != nil { // q-p: wakes W and V
 		t.Fatal(err)
 	}
-	r := <-cGot
-	if r.err != nil {
-		t.Fatalf("C: %v", r.err)
+	// C and W each get q-x in turn (W may come first, woken again), and
+	// give it up at once.
+	limit := time.After(10 * time.Second)
+	for got := 0; got < 2; got++ {
+		var r lockResult
+		who := "C"
+		select {
+		case r = <-cGot:
+		case r = <-w:
+			who = "W (q-p, q-x)"
+		case <-limit:
+			t.Fatalf("q-x and q-p are free by turns, and not both C and W got them in 10s")
+		}
+		if r.err != nil {
+			t.Fatalf("%s: %v", who, r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	armed.Store(false)
-	if err := r.l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-w:
-		if r.err != nil {
-			t.Fatalf("W: %v", r.err)
-		}
-		_ = r.l.Release(ctx)
-	case <-time.After(5 * time.Second):
-		t.Errorf("q-p and q-x are free, and W (q-p, q-x) was not told in 5s")
-	}
 	mcancel()
 	<-v
 	_ = held[2].Release(ctx)
+}
+
+// TestAMultiNameCallerWaitingItsTurnDoesNotKeepItsClientFirst: a
+// LockMulti in line behind a Lock of the same client on its first name
+// makes no attempt until that one leaves (or made one ahead of its turn,
+// as an owner's does, which registers nowhere). It counted at its other
+// name as a caller whose outcome was not known, or at the name that
+// refused that first attempt, so a sibling's lock there re-registered the
+// client at its release, whose notice then went to a client that could not
+// use it, while another client waited for the name.
+func TestAMultiNameCallerWaitingItsTurnDoesNotKeepItsClientFirst(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ahead=%v", ahead), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			holder, a, b := e.newClient(t), e.newClient(t), e.newClient(t)
+			for _, c := range []*dlock.Client{a, b} {
+				dlock.SetWaitBeat(c, time.Hour)
+			}
+			ttl := dlock.WithTTL(30 * time.Second)
+			var owner []dlock.Option
+			if ahead {
+				owner = []dlock.Option{dlock.WithOwner("o")}
+			}
+			if _, err := holder.TryLock(ctx, "turn-q", append(owner, ttl)...); err != nil {
+				t.Fatal(err)
+			}
+			hx, err := holder.TryLock(ctx, "turn-x", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			first := lockWhenRefused(t, wctx, a, "turn-q", ttl)
+			tried := make(chan struct{}, 1)
+			queued := make(chan error, 1)
+			go func() {
+				_, err := a.LockMulti(wctx, []string{"turn-q", "turn-x"}, append(owner, ttl, dlock.WithOnRetry(func(int, error) {
+					select {
+					case tried <- struct{}{}:
+					default:
+					}
+				}))...)
+				queued <- err
+			}()
+			if ahead {
+				<-tried // refused at turn-x, ahead of its turn
+			} else {
+				awaitWaiting(t, a, "turn-q", 2)
+			}
+			if err := hx.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m, err := a.LockMulti(ctx, []string{"turn-x", "turn-y"}, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bGot := lockWhenRefused(t, wctx, b, "turn-x", ttl)
+			if err := m.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-bGot:
+				if r.err != nil {
+					t.Fatalf("the other client's Lock: %v", r.err)
+				}
+				_ = r.l.Release(ctx)
+			case <-time.After(5 * time.Second):
+				t.Error("turn-x is free, and the other client's Lock was not told in 5s")
+			}
+			wcancel()
+			<-first
+			<-queued
+		})
+	}
 }
 
 // TestAWaiterTriesAgainWhenItsSubscriptionIsBack: the waiting client's
