@@ -823,7 +823,8 @@ func isFirst(q []*waiter, w *waiter) bool {
 // stays registered at those that are free (see acquire.lua's
 // leave_others). A caller on several names counts at the name that refused
 // its last attempt, or at every name when that is not known, and at none
-// once woken since (it tries again, and registers where it is refused):
+// once woken since, before its first attempt, or after one that registered
+// nowhere (its next attempt registers it where it is refused):
 // refused elsewhere, it is registered where it was refused, and a client
 // kept first at a free name for it would keep that name's notice from the
 // other clients waiting for it, while that caller cannot take it.
@@ -874,8 +875,9 @@ func (h *waitHub) rewake(keys []string, seen uint64, w *waiter, kept string) {
 }
 
 // refusedWoken is waiter.refused for a caller on several names that was
-// woken since its last attempt: its next attempt registers it where it is
-// refused, and it counts at no name (see moreAt).
+// woken since its last attempt, has yet to make one, or made one that
+// registered nowhere: its next attempt registers it where it is refused,
+// and it counts at no name (see moreAt).
 const refusedWoken = "\x00woken"
 
 // refusedAt records key as the lock key that refused w's last attempt, ""
