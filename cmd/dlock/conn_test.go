@@ -149,12 +149,7 @@ func TestParseTarget(t *testing.T) {
 // for every command.
 func TestConnectErrors(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "redis://" + l.Addr().String()
-	l.Close()
+	closed := "redis://" + closedAddr(t)
 	for _, args := range [][]string{
 		{"run", "--no-wait", "job", "--", helperBin, "exit", "0"}, // a run that waits retries: see TestRunWaitsForRedisToBeReachable
 		{"status", "job"},

@@ -289,18 +289,13 @@ func TestListIntervalWithoutWatch(t *testing.T) {
 // answers; a refusal at the start ends it, as it ends a single ls.
 func TestListWatchWaitsForRedisToBeReachable(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there, for now
+	addr := closedAddr(t)
 	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + addr}, "ls", "--watch", "--json", "--interval", "100ms", lockName(t)+"*")
 	waitFor(t, "two failed listings", func() bool {
 		return strings.Count(p.stderr.String(), "connection refused; check --redis or DLOCK_REDIS, and that Redis is running (retrying)\n") >= 2
 	})
 	// Redis comes up at the address: a proxy to the shared server.
-	ln, err = net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("the address was taken meanwhile: %v", err)
 	}
@@ -313,12 +308,7 @@ func TestListWatchWaitsForRedisToBeReachable(t *testing.T) {
 	r := dlockRun(t, []string{"DLOCK_REDIS=redis://nobody:wrong@" + strings.TrimPrefix(redisURL, "redis://")}, "ls", "--watch", "--interval", "100ms")
 	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
 	// So do sentinels that cannot be reached.
-	ln, err = net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
-	p = startDlock(t, []string{"DLOCK_REDIS=redis-sentinel://" + ln.Addr().String() + "/mymaster"}, "ls", "--watch", "--interval", "100ms")
+	p = startDlock(t, []string{"DLOCK_REDIS=redis-sentinel://" + closedAddr(t) + "/mymaster"}, "ls", "--watch", "--interval", "100ms")
 	waitFor(t, "two failed listings", func() bool {
 		return strings.Count(p.stdout.String(), "all sentinels specified in configuration are unreachable") >= 2
 	})

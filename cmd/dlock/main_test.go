@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -275,6 +276,18 @@ func runArgs(flags []string, name string, helperArgs ...string) []string {
 	args := append([]string{"run"}, flags...)
 	args = append(args, name, "--")
 	return append(args, helper(helperArgs...)...)
+}
+
+// closedAddr returns a loopback address where nothing listens, for now.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
 
 // waitFor polls until cond holds, at most procTimeout.

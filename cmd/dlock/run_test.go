@@ -696,12 +696,7 @@ func TestRunWaitBoundsAFirstAttemptRedisHoldsBack(t *testing.T) {
 // at once (69), while one that lost Redis a moment later retried for 30s.
 func TestRunWaitsForRedisToBeReachable(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there, for now
+	addr := closedAddr(t)
 	env := []string{"DLOCK_REDIS=redis://" + addr}
 	r := dlockRun(t, env, runArgs([]string{"--wait", "1500ms"}, lockName(t), "exit", "0")...)
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "Redis unreachable; retrying for up to 1.5s") || !strings.Contains(r.stderr, "connection refused") {
@@ -710,7 +705,8 @@ func TestRunWaitsForRedisToBeReachable(t *testing.T) {
 	p := startDlock(t, env, runArgs(nil, lockName(t), "exit", "0")...)
 	waitFor(t, "the retrying line", func() bool { return strings.Contains(p.stderr.String(), "Redis unreachable; retrying for up to 30s") })
 	// Redis comes up at the address: a proxy to the shared server.
-	if ln, err = net.Listen("tcp", addr); err != nil {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
 		t.Skipf("the address was taken meanwhile: %v", err)
 	}
 	redistest.ServeCutProxy(t, ln, strings.TrimPrefix(redisURL, "redis://"))
