@@ -196,7 +196,9 @@ func (s *lease) endTurn() {
 // holds the refresh turn, so no later refresh can have been sent. It
 // returns why the lease is not held when it ended first (its deadline
 // passed while the reply was on its way): the holder was told the lock
-// was lost, and the refresh counts for nothing.
+// was lost, and the refresh counts for nothing. due reports, changing
+// nothing, a deadline that has passed with nothing to end the lease yet
+// (no timer): the caller ends it (see Lock.Refresh).
 func (s *lease) extend(sent time.Time, ttl time.Duration) (due bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
