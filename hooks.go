@@ -146,7 +146,7 @@ type hooked struct {
 }
 
 func (h *hooked) acquireStart(ctx context.Context) context.Context {
-	return h.starts("AcquireStart", ctx, func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.AcquireStart })
+	return h.starts(ctx, "AcquireStart", func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.AcquireStart })
 }
 
 func (h *hooked) retry(ctx context.Context, failed int, err error) {
@@ -180,7 +180,7 @@ func (h *hooked) refreshed(ctx context.Context, err error) *hookPanic {
 }
 
 func (h *hooked) releaseStart(ctx context.Context) context.Context {
-	return h.starts("ReleaseStart", ctx, func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.ReleaseStart })
+	return h.starts(ctx, "ReleaseStart", func(k *Hooks) func(context.Context, HookInfo) context.Context { return k.ReleaseStart })
 }
 
 func (h *hooked) releaseDone(ctx context.Context, held time.Duration, err error) {
@@ -207,7 +207,7 @@ func (h *hooked) end(held time.Duration, err error) *hookPanic {
 // returned, and returns the last context. A panic goes on at once, leaving
 // the later sets uncalled, unless the hooks' panics are logged: then the
 // set that panicked is passed over.
-func (h *hooked) starts(hook string, ctx context.Context, of func(k *Hooks) func(context.Context, HookInfo) context.Context) context.Context {
+func (h *hooked) starts(ctx context.Context, hook string, of func(k *Hooks) func(context.Context, HookInfo) context.Context) context.Context {
 	for i := range h.c.hooks {
 		start := of(&h.c.hooks[i])
 		if start == nil {
