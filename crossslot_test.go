@@ -79,37 +79,28 @@ func (e *clusterEnv) waiting(c *dlock.Client, name string) bool {
 	return e.rdb.ZScore(context.Background(), dlock.DefaultPrefix+"{"+name+"}:waiters", dlock.Member(c)).Err() == nil
 }
 
-// lockAndRelease starts c waiting for name (for up to 20s) and releasing
-// it once obtained; it returns when c has registered as a waiter, with the
+// lockAndRelease starts c waiting for a lock on names (Lock for one,
+// LockMulti for several; for up to 20s) and releasing it once obtained; it
+// returns when c has registered as a waiter at the first name, with the
 // channel the outcome comes on.
-func (e *clusterEnv) lockAndRelease(t *testing.T, c *dlock.Client, name string) <-chan error {
+func (e *clusterEnv) lockAndRelease(t *testing.T, c *dlock.Client, names ...string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		l, err := c.Lock(ctx, name, dlock.WithTTL(time.Minute))
+		var l *dlock.Lock
+		var err error
+		if len(names) == 1 {
+			l, err = c.Lock(ctx, names[0], dlock.WithTTL(time.Minute))
+		} else {
+			l, err = c.LockMulti(ctx, names, dlock.WithTTL(time.Minute))
+		}
 		if err == nil {
 			err = l.Release(context.Background())
 		}
 		done <- err
 	}()
-	awaitCond(t, 10*time.Second, func() bool { return e.waiting(c, name) })
-	return done
-}
-
-// waitMultiAndRelease starts c waiting for a lock on names (for up to
-// 20s) and releasing it once obtained; the channel gets the outcome.
-func waitMultiAndRelease(t *testing.T, c *dlock.Client, names ...string) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		l, err := c.LockMulti(ctx, names, dlock.WithTTL(time.Minute))
-		if err == nil {
-			err = l.Release(context.Background())
-		}
-		done <- err
-	}()
+	awaitCond(t, 10*time.Second, func() bool { return e.waiting(c, names[0]) })
 	return done
 }
 
@@ -723,13 +714,11 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 				}
 				d.hook.Store(&lose)
 			}
-			var alone <-chan error
-			if waiter == "alone" {
-				alone = e.lockAndRelease(t, c, low)
-			} else {
-				alone = waitMultiAndRelease(t, c, low, high) // refused at low
-				awaitCond(t, 10*time.Second, func() bool { return e.waiting(c, low) })
+			names := []string{low}
+			if waiter == "multi" {
+				names = append(names, high) // refused at low
 			}
+			alone := e.lockAndRelease(t, c, names...)
 			// Another client's waiter ahead of c, which the release tells.
 			// A whole score: not seen listening as it registered, so never
 			// taken for dead (see wake.lua), when nobody listens for it.

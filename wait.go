@@ -592,19 +592,7 @@ func (c *Client) wakeAlone(keys []string) {
 // waiting for a lock on several names of which key is one; h.mu must be
 // held.
 func (h *waitHub) wakeLocked(key string) {
-	seen, most := false, int64(0) // as in signalFront
-	for _, w := range h.queues[key] {
-		n := w.count()
-		if !seen || n > most {
-			h.noticeLocked(w, key)
-		}
-		if !w.multi {
-			if w.permits == nil {
-				break
-			}
-			seen, most = true, max(most, n)
-		}
-	}
+	eachFront(h.queues[key], func(w *waiter) { h.noticeLocked(w, key) })
 	for _, w := range h.others[key] {
 		h.noticeLocked(w, key)
 	}
@@ -632,16 +620,19 @@ func (h *waitHub) noticeLocked(w *waiter, key string) {
 	}
 }
 
-// signalFront wakes the callers first in line in queue q: the first, and
-// while it waits for a lock on several names, the next too; in a
+// signalFront wakes the callers first in line in queue q (see eachFront).
+func signalFront(q []*waiter) { eachFront(q, (*waiter).signal) }
+
+// eachFront calls f with each caller first in line in queue q: the first,
+// and while it waits for a lock on several names, the next too; in a
 // semaphore's line, each caller whose count is larger than those of every
 // caller ahead of it (see first).
-func signalFront(q []*waiter) {
+func eachFront(q []*waiter, f func(w *waiter)) {
 	seen, most := false, int64(0) // the largest count ahead
 	for _, w := range q {
 		n := w.count()
 		if !seen || n > most {
-			w.signal()
+			f(w)
 		}
 		if !w.multi {
 			if w.permits == nil {
