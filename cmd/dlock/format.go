@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -370,13 +371,11 @@ func tableLines(infos []*dlock.Info, now time.Time) []string {
 			showWaiters = true
 		}
 	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	header := "NAME\tKIND\tHELD BY\tRUNNING\tEXPIRES\tFENCE"
+	header := []string{"NAME", "KIND", "HELD BY", "RUNNING", "EXPIRES", "FENCE"}
 	if showWaiters {
-		header += "\tWAITERS"
+		header = append(header, "WAITERS")
 	}
-	fmt.Fprintln(tw, header)
+	rows := [][]string{header}
 	for _, info := range infos {
 		who, running, expires := "-", "-", "-"
 		if hs := info.Holders; len(hs) == 1 {
@@ -398,13 +397,12 @@ func tableLines(infos []*dlock.Info, now time.Time) []string {
 			}
 			running, expires = fmtDur(age(oldest, now)), fmtDur(soonest.TTL)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d", printable(info.Name), kindName(info), who, running, expires, info.Fence)
+		row := []string{printable(info.Name), kindName(info), who, running, expires, strconv.FormatUint(info.Fence, 10)}
 		if showWaiters {
 			n, _ := waiters(info)
-			line += fmt.Sprintf("\t%d", n)
+			row = append(row, strconv.Itoa(n))
 		}
-		fmt.Fprintln(tw, line)
+		rows = append(rows, row)
 	}
-	tw.Flush()
-	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	return columns(rows)
 }

@@ -100,8 +100,10 @@ walks the keys with SCAN (on every primary of a cluster), never KEYS.
 Flags:
   --json              print a JSON array of inspection records (as status --json)
   --watch             list again every --interval; on a terminal the table is
-                      redrawn in place, otherwise each listing follows the last
-                      (with --json, one array per line); stop it with Ctrl-C.
+                      redrawn in place, cut to the terminal's size (the last
+                      line then says how many lines it left out), otherwise
+                      each listing follows the last (with --json, one array
+                      per line); stop it with Ctrl-C.
                       A failure to reach Redis (or its sentinels), also at
                       the start, is shown and tried again each interval;
                       until Redis first answers, a refusal (a wrong password,
@@ -305,10 +307,7 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 				lines = append(lines, tableLines(infos, now)...)
 			}
 			if tty {
-				for i, l := range lines {
-					lines[i] = fitWidth(a.stdout, l)
-				}
-				drawn = redraw(a.stdout, drawn, lines)
+				drawn = redraw(a.stdout, drawn, fitFrame(a.stdout, lines))
 			} else {
 				fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
 			}

@@ -452,8 +452,37 @@ func TestStatusAndListEscapeControlCharacters(t *testing.T) {
 	}
 }
 
-// A name that is not UTF-8 keeps ls's columns (0xff is tabwriter's
-// escape), shows its bytes as escapes, and its JSON record carries its
+// A name of wide characters keeps ls's columns: they line up by the cells a
+// terminal draws, two for each of its characters.
+func TestNamesOfWideCharactersKeepTheColumns(t *testing.T) {
+	t.Parallel()
+	name := lockName(t) + ":日本語"
+	c := libClient(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute), dlock.WithMetadata(`{"host":"h","pid":"1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(context.Background(), lockName(t)+":a", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "ls", lockName(t)+"*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 3 {
+		t.Fatalf("ls: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// kindAt returns the cell at which line's second column starts.
+	kindAt := func(line, first string) int {
+		rest := strings.TrimLeft(strings.TrimPrefix(line, first), " ")
+		return displayWidth(line[:len(line)-len(rest)])
+	}
+	want := kindAt(lines[0], "NAME")
+	for i, n := range []string{lockName(t) + ":a", name} {
+		if !strings.HasPrefix(lines[i+1], n+" ") || kindAt(lines[i+1], n) != want {
+			t.Errorf("ls: the kind of %q does not start under KIND, at cell %d:\n%s", n, want, r.stdout)
+		}
+	}
+}
+
+// A name that is not UTF-8 keeps ls's columns, shows its bytes as escapes, and its JSON record carries its
 // bytes in name_base64, which release --force takes back.
 func TestNamesThatAreNotUTF8(t *testing.T) {
 	t.Parallel()

@@ -15,7 +15,7 @@ func stopsWait(os.Signal) bool                               { return true }
 func fromTerminal(os.Signal) bool                            { return false }
 func hasControllingTerminal() bool                           { return false }
 func inForeground() bool                                     { return false }
-func termWidth(*os.File) int                                 { return 0 }
+func termSize(*os.File) (cols, rows int)                     { return 0, 0 }
 func childAttr(bool) *syscall.SysProcAttr                    { return nil }
 func signalChild(p *os.Process, _ bool, sig os.Signal) error { return p.Signal(sig) }
 func groupAlive(int) bool                                    { return false }

@@ -24,11 +24,12 @@ func inForeground() bool {
 	return int(pgrp) == syscall.Getpgrp()
 }
 
-// termWidth returns the width of the terminal f, or 0 if unknown.
-func termWidth(f *os.File) int {
+// termSize returns the width and height of the terminal f, in cells and
+// lines, or zeros if unknown.
+func termSize(f *os.File) (cols, rows int) {
 	var ws struct{ row, col, x, y uint16 }
 	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TIOCGWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
-		return 0
+		return 0, 0
 	}
-	return int(ws.col)
+	return int(ws.col), int(ws.row)
 }

@@ -7,4 +7,4 @@ import "os"
 // inForeground cannot tell here; run then forwards every signal.
 func inForeground() bool { return false }
 
-func termWidth(*os.File) int { return 0 }
+func termSize(*os.File) (cols, rows int) { return 0, 0 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -243,5 +244,33 @@ func TestFitWidthCutsALineToTheTerminal(t *testing.T) {
 	}
 	if got := fitWidth(new(strings.Builder), long); got != long {
 		t.Errorf("not a terminal: %q, want the line whole", got)
+	}
+	if got, want := fitWidth(pts, "waiting for 日本語の名前の長いロック"), "waiting for 日本語…"; got != want {
+		t.Errorf("wide characters at a 20-column terminal: %q, want %q (19 cells)", got, want)
+	}
+}
+
+// ls --watch's frame keeps to the terminal's height, its last line saying
+// how many lines it left out: a frame that scrolled would be drawn again
+// below the last one rather than over it.
+func TestFitFrameKeepsToTheTerminalsHeight(t *testing.T) {
+	_, pts := openPTY(t)
+	ws := struct{ row, col, x, y uint16 }{row: 6, col: 40}
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, pts.Fd(), syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
+		t.Fatalf("sizing the pseudo-terminal: %v", errno)
+	}
+	var lines []string
+	for i := range 10 {
+		lines = append(lines, fmt.Sprintf("line %d", i))
+	}
+	got := fitFrame(pts, lines)
+	if len(got) != 5 || strings.Join(got[:4], ",") != "line 0,line 1,line 2,line 3" || !strings.HasPrefix(got[4], "… 6 more lines") {
+		t.Errorf("10 lines at a 6-line terminal: %q, want 4 lines and how many more", got)
+	}
+	if got := fitFrame(pts, lines[:5]); len(got) != 5 {
+		t.Errorf("5 lines at a 6-line terminal: %q, want them all", got)
+	}
+	if got := fitFrame(new(strings.Builder), lines); len(got) != 10 {
+		t.Errorf("not a terminal: %q, want every line", got)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -254,18 +252,4 @@ func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
 // fitWidth).
 func (w *waiter) draw(line string) {
 	fmt.Fprintf(w.a.stderr, "\r%s\x1b[K", fitWidth(w.a.stderr, line))
-}
-
-// fitWidth returns line cut to the width of the terminal out writes to, if
-// it is one, so that it never wraps: a wrapped line could not be redrawn in
-// place.
-func fitWidth(out io.Writer, line string) string {
-	if f, ok := out.(*os.File); ok {
-		if width := termWidth(f); width > 1 {
-			if r := []rune(line); len(r) > width-1 {
-				line = string(r[:width-2]) + "…"
-			}
-		}
-	}
-	return line
 }
