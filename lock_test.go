@@ -159,6 +159,22 @@ func TestAWaitOnAFailingRedisIsNotTakenForAHeldLock(t *testing.T) {
 			t.Errorf("err = %v, want Redis failing, with the connection's failure", err)
 		}
 	})
+	// A strategy of no wait still waits a millisecond after an attempt
+	// Redis did not answer: a Redis that is down answers at once, and the
+	// caller would otherwise try hundreds of thousands of times a second
+	// (about 200,000 before).
+	t.Run("refused, retried without a wait", func(t *testing.T) {
+		c, _ := refusing(t)
+		for _, s := range []dlock.RetryStrategy{dlock.ConstantBackoff(0), dlock.ExponentialBackoff(0, 0)} {
+			attempts := 0
+			_, err := c.Lock(context.Background(), "job", dlock.WithMaxWait(200*time.Millisecond), dlock.WithRetry(s),
+				dlock.WithOnRetry(func(failed int, _ error) { attempts = failed }))
+			check(t, err, "job", false)
+			if attempts < 2 || attempts > 201 {
+				t.Errorf("%d attempts in 200ms, want one at most every millisecond", attempts)
+			}
+		}
+	})
 	// Callers of one client queue behind the first, whose attempts fail:
 	// what they found is the queued callers' answer too.
 	t.Run("refused, queued", func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 // passes, whatever the strategy's wait: the strategy bounds how many
 // attempts are made, not how long they take (WithMaxWait and the context
 // bound that). The waits of the strategies below are meant in that sense.
+// A wait shorter than a millisecond counts as one (see minBackoff).
 // Strategies are stateless: one value may serve any number of calls and
 // goroutines at once.
 type RetryStrategy interface {
@@ -37,8 +38,16 @@ func NoRetry() RetryStrategy {
 	return RetryFunc(func(int) (time.Duration, bool) { return 0, false })
 }
 
-// ConstantBackoff waits d between attempts (see RetryStrategy); d may be
-// zero.
+// minBackoff is the least wait after a failed attempt, whatever the
+// strategy says: a Redis that is down, or that refuses every request (OOM,
+// READONLY), answers at once, and a strategy of no wait would make each
+// waiting caller retry hundreds of thousands of times a second, for as
+// long as its wait lasts. A waiter that a lock's holder refused and that
+// gets the release's notices is not held to it: it registers at once.
+const minBackoff = time.Millisecond
+
+// ConstantBackoff waits d between attempts (see RetryStrategy); a d under
+// a millisecond waits a millisecond (see minBackoff).
 func ConstantBackoff(d time.Duration) RetryStrategy {
 	d = max(d, 0)
 	return RetryFunc(func(int) (time.Duration, bool) { return d, true })
@@ -59,9 +68,11 @@ func LinearBackoff(step, limit time.Duration) RetryStrategy {
 
 // ExponentialBackoff waits min after the first failure and doubles the wait
 // after each further one, never more than limit (no cap when limit is zero).
-// Wrap it in Jitter to keep many waiters from retrying in step.
+// A min under a millisecond starts at a millisecond (see minBackoff), from
+// which the waits double. Wrap it in Jitter to keep many waiters from
+// retrying in step.
 func ExponentialBackoff(min, limit time.Duration) RetryStrategy {
-	min = max(min, 0)
+	min = max(min, minBackoff)
 	ceiling := limit
 	if ceiling <= 0 || ceiling > math.MaxInt64/2 {
 		ceiling = math.MaxInt64 / 2 // d doubles below it without overflow

@@ -38,6 +38,7 @@ func TestRetryStrategies(t *testing.T) {
 		{"linear uncapped", dlock.LinearBackoff(10*ms, 0), []time.Duration{10 * ms, 20 * ms, 30 * ms, 40 * ms}},
 		{"exponential", dlock.ExponentialBackoff(2*ms, 10*ms), []time.Duration{2 * ms, 4 * ms, 8 * ms, 10 * ms}},
 		{"exponential uncapped", dlock.ExponentialBackoff(ms, 0), []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms}},
+		{"exponential from zero", dlock.ExponentialBackoff(0, 5*ms), []time.Duration{ms, 2 * ms, 4 * ms, 5 * ms}},
 		{"intervals", dlock.Intervals(3*ms, ms, 7*ms), []time.Duration{3 * ms, ms, 7 * ms}},
 		{"limit", dlock.LimitRetry(dlock.ConstantBackoff(ms), 3), []time.Duration{ms, ms}},
 		{"limit of one", dlock.LimitRetry(dlock.ConstantBackoff(ms), 1), nil},

@@ -1311,6 +1311,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		}
 		c.log.DebugContext(ctx, "dlock: attempt failed", "names", names, "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
+		d = max(d, minBackoff)
 		if !ok {
 			if short {
 				// The wait ended with the attempt: what Redis said last
