@@ -1105,6 +1105,37 @@ func TestARefreshAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
 	}
 }
 
+// TestAReleaseAfterTheLocksDeadlineReportsTheLoss: a Release of a lock
+// whose deadline passed (Done closed, Err says it was lost) while the
+// server still had it, as the server's TTL counts from when it got the
+// acquire, frees the name and returns the loss, as Refresh does. It
+// returned nil: code that takes Release's error for whether the work
+// outlived the lock missed it.
+func TestAReleaseAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "acquire" {
+			time.Sleep(500 * time.Millisecond) // the acquire reaches the server late
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "released-past-deadline", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done() // about 500ms before the server's TTL runs out
+	err = l.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || l.Err() == nil {
+		t.Errorf("Release: err = %v, Err = %v; want the loss (ErrNotHeld, ErrLost)", err, l.Err())
+	}
+	checkNotHeldAfterLoss(t, err)
+	if e.locked(t, "dlock:{released-past-deadline}") {
+		t.Error("the name is still held after Release")
+	}
+}
+
 // TestARefreshWithAnEndedContextSendsNothing: a Refresh called with a
 // context that has ended sends nothing and leaves the deadline as it is.
 // It cut the deadline to its TTL, as for a refresh whose outcome is

@@ -986,12 +986,13 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 
 // Release gives the lock up. It returns ErrNotHeld if Redis no longer had
 // it: released already, expired or taken over; with several names, the names
-// still held are released all the same. A Lock ended by its local deadline
-// (Done closed: a refresh that did not come in time, WithMaxHold) may still
-// be on the server for the drift allowance (1% of the TTL, and 2ms): Release
-// then frees it and returns nil, and Err still says why it ended (a lock on
-// several names refreshed automatically gives its names back itself at its
-// deadline: Release may then find them gone, ErrNotHeld). A lock re-entered
+// still held are released all the same. It also returns ErrNotHeld, with
+// the loss Err reports (ErrLost), for a Lock that had ended as lost before
+// Release was called: one ended by its local deadline (Done closed: a
+// refresh that did not come in time, WithMaxHold) may still be on the
+// server for the drift allowance (1% of the TTL, and 2ms), which Release
+// frees all the same, but the work done under it may have outlived the
+// time it was safe. A lock re-entered
 // by its owner (WithOwner) is freed when every acquisition has been
 // released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
@@ -1048,6 +1049,10 @@ func (l *Lock) release(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 	}
+	// A lock already lost here (its deadline passed, say) may still be on
+	// the server, which the release frees: it returns the loss all the
+	// same, as work done under the lock may have outlived its safety.
+	lost := l.Err()
 	l.mu.Lock()
 	released, token := l.released, l.token
 	if released && !l.relReturned {
@@ -1119,6 +1124,9 @@ func (l *Lock) release(ctx context.Context) error {
 	if failed != nil {
 		l.releaseFailed(failed)
 		return failed
+	}
+	if err == nil && lost != nil {
+		err = notHeldFor(lost)
 	}
 	l.mu.Lock()
 	l.released, l.relOut = true, err
