@@ -299,6 +299,31 @@ func TestMaxHoldStopsRefreshing(t *testing.T) {
 	}
 }
 
+// The max hold bounds the automatic refreshing, not the holder's own
+// Refresh calls: they keep the lock past it, and once they stop, the lock
+// runs out at its deadline, for the max hold.
+func TestARefreshByHandIsNotBoundedByTheMaxHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const ttl, maxHold = 300 * time.Millisecond, 400 * time.Millisecond
+	l, err := e.c.TryLock(ctx, "by-hand", dlock.WithTTL(ttl), dlock.WithAutoRefresh(), dlock.WithMaxHold(maxHold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 2*maxHold; time.Sleep(ttl / 3) {
+		if err := l.Refresh(ctx, ttl); err != nil {
+			t.Fatalf("Refresh %v after the acquire: %v", time.Since(start), err)
+		}
+	}
+	if pttl := e.pttl(t, "by-hand"); pttl <= 0 || l.Err() != nil {
+		t.Fatalf("past the max hold, refreshed by hand: PTTL %v, Err %v", pttl, l.Err())
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
+	}
+}
+
 // A max hold given when the lock was obtained bounds the refreshing that a
 // later AutoRefresh without one starts.
 func TestAutoRefreshKeepsTheMaxHoldTheLockWasObtainedWith(t *testing.T) {

@@ -221,10 +221,12 @@ func WithRefreshInterval(d time.Duration) Option {
 }
 
 // WithMaxHold bounds how long automatic refreshing may keep the lock: d
-// after it was obtained the lock runs out, its Done channel closes and Err
-// matches ErrMaxHold. d must be at least the TTL. Given to an acquisition
-// without WithAutoRefresh, it bounds the refreshing that Lock.AutoRefresh
-// starts later.
+// after it was obtained the automatic refreshing stops, the lock runs out,
+// its Done channel closes and Err matches ErrMaxHold. d must be at least the
+// TTL. Given to an acquisition without WithAutoRefresh, it bounds the
+// refreshing that Lock.AutoRefresh starts later. It does not bound the
+// holder's own calls to Lock.Refresh, which extend the lock as asked, past
+// d too: a holder that refreshes by hand is not stuck.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
