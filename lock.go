@@ -243,8 +243,9 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if token == "" {
-		return nil, fmt.Errorf("%w: Attach with an empty token", ErrInvalidToken)
+	if why := badToken(token); why != "" {
+		// No lock holds it: WithToken refuses it.
+		return nil, fmt.Errorf("%w: Attach with a token that %s (%q)", ErrInvalidToken, why, token)
 	}
 	o := newOptions(opts)
 	if o.err != nil {

@@ -1188,6 +1188,7 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 			return err
 		}, dlock.ErrInvalidOption},
 		{"attach empty token", func() error { _, err := e.c.Attach(ctx, "k", ""); return err }, dlock.ErrInvalidToken},
+		{"attach token with a space", func() error { _, err := e.c.Attach(ctx, "k", "job 42"); return err }, dlock.ErrInvalidToken},
 		{"attach nil context", func() error { _, err := e.c.Attach(nilCtx, "k", "t"); return err }, dlock.ErrNilContext},
 	}
 	before := e.drv.trips.Load()

@@ -150,15 +150,24 @@ func WithMetadata(meta string) Option {
 // a refresh (or Done) has reported it lost.
 func WithToken(token string) Option {
 	return func(o *options) {
-		if token == "" {
-			o.fail(fmt.Errorf("%w: WithToken(\"\")", ErrInvalidToken))
-		} else if strings.IndexFunc(token, unicode.IsSpace) >= 0 {
-			// Redis keeps the tokens of ended holds in space-separated
-			// lists (see force_release.lua).
-			o.fail(fmt.Errorf("%w: WithToken(%q) holds white space", ErrInvalidToken, token))
+		if why := badToken(token); why != "" {
+			o.fail(fmt.Errorf("%w: WithToken(%q) %s", ErrInvalidToken, token, why))
 		}
 		o.token = token
 	}
+}
+
+// badToken says why token cannot be a lock's token, or "" when it can.
+func badToken(token string) string {
+	switch {
+	case token == "":
+		return "is empty"
+	case strings.IndexFunc(token, unicode.IsSpace) >= 0:
+		// Redis keeps the tokens of ended holds in space-separated lists
+		// (see force_release.lua).
+		return "holds white space"
+	}
+	return ""
 }
 
 func init() {
