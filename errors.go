@@ -124,12 +124,15 @@ func unprefixed(err error) string { return causes.Unprefixed(err) }
 // ServerError is an error reply from Redis to one of dlock's requests, or a
 // failure to reach Redis, together with the key it concerned.
 type ServerError struct {
-	Key string // the Redis key of the request, or the first of several
+	Key string // the Redis key of the request, or the first of several; "" for Client.Prepare's
 	Err error  // what the driver returned
 }
 
 // Error names the key and says what the driver returned.
 func (e *ServerError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("dlock: redis request failed: %v", e.Err)
+	}
 	return fmt.Sprintf("dlock: redis request for %q failed: %v", e.Key, e.Err)
 }
 

@@ -116,7 +116,8 @@ func (c *Client) Prepare(ctx context.Context) error {
 		if errors.Is(err, ErrNoFunctions) {
 			return err
 		}
-		return &ServerError{Key: key, Err: err}
+		// The key is dlock's own, which the caller never named.
+		return &ServerError{Err: err}
 	}
 	return nil
 }

@@ -62,7 +62,8 @@ const connHelp = `Connection flags (every command but version; also accepted bef
   --tls-ca FILE            PEM CA certificates to verify the server with ($DLOCK_TLS_CA)
   --tls-cert FILE          PEM client certificate, for servers that ask for one ($DLOCK_TLS_CERT)
   --tls-key FILE           PEM key of --tls-cert ($DLOCK_TLS_KEY)
-  --tls-server-name NAME   the name to verify the server's certificate against (default: its host)
+  --tls-server-name NAME   the name to verify the server's certificate against (default: the
+                           host of each address dialled)
 `
 
 const envHelp = `Environment:
