@@ -1784,9 +1784,10 @@ func TestARefreshAnsweredAfterTheDeadlineReportsTheLoss(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Refresh answered after the deadline: err = %v, want ErrNotHeld and ErrLost", err)
 	}
-	// The server ran it: Release frees the name all the same.
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release after the late refresh: %v", err)
+	// The server ran it: Release frees the name all the same, and reports
+	// the loss.
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release after the late refresh: err = %v, want the loss", err)
 	}
 	if e.locked(t, "dlock:{answered-late}") {
 		t.Error("the name is still held after Release")

@@ -660,7 +660,16 @@ func (r *modelRun) release() {
 		return
 	}
 	h, mis := r.m.held(v.token, v.req, v.mode)
-	r.wantHeld(what, err, h, mis)
+	if v.ended && h != nil && !mis {
+		// Lost here before (a refresh found it gone), though an acquire
+		// of its token took the name again since: Release frees that
+		// hold, and reports the loss it had.
+		if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+			r.t.Errorf("%s: err = %v, model: held again, lost here before", what, err)
+		}
+	} else {
+		r.wantHeld(what, err, h, mis)
+	}
 	if h != nil {
 		r.m.release(v.token, v.req)
 	}
