@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ var subscribeTests = []test{
 	{name: "CloseWaitsForNotify", run: testCloseWaitsForNotify},
 	{name: "SubscribeWhileNotifyBlocks", run: testSubscribeWhileNotifyBlocks},
 	{name: "Reconnects", run: testReconnects},
+	{name: "Refused", run: testRefused},
 }
 
 // message is one notice delivered to notify.
@@ -177,6 +179,27 @@ func testUnsubscribe(t *testing.T, e *env) {
 		t.Errorf("after subscribing again notify got %q", got)
 	}
 	rec.check(t)
+}
+
+// testRefused: the first Subscribe of a subscription returns the server's
+// refusal (NOPERM: a user who may not listen on those channels), which
+// dlock logs, its waiters polling then, rather than wait for notices that
+// never come. A later Subscribe, which may not wait for the answer (see
+// testSubscribeWhileNotifyBlocks), is not asked to report it.
+func testRefused(t *testing.T, e *env) {
+	rec := newRecorder()
+	sub := e.subscribe(t, rec.notify)
+	on := func(args ...string) {
+		for _, n := range e.nodes {
+			n.Do(t, append([]string{"ACL", "SETUSER", "default"}, args...)...)
+		}
+	}
+	on("resetchannels", "&"+prefix(t)+"allowed:*")
+	defer on("allchannels")
+	err := sub.Subscribe(timeout(t), prefix(t)+"refused")
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Subscribe to a channel the user may not listen on: err = %v, want the server's NOPERM", err)
+	}
 }
 
 func testConcurrentSubscribe(t *testing.T, e *env) {

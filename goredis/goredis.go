@@ -369,6 +369,19 @@ type subscription struct {
 	closed   bool
 	stop     chan struct{} // closed by Close, made by closing
 	err      error         // of Close
+	asked    bool          // a caller's Subscribe came: only the first waits (see Subscribe)
+	first    *pending      // the first SUBSCRIBE, written on ps, until answered
+}
+
+// pending is the first SUBSCRIBE written on a subscription's connection,
+// which the caller waits for: the server answers it with one confirmation
+// for each of its channels, or with one error. Nothing else that the
+// server sends before it is a confirmation: no channel was subscribed to
+// before.
+type pending struct {
+	channels []string
+	left     int        // confirmations still to come
+	answer   chan error // buffered
 }
 
 // subscribeRetry is how long receive waits before reading again after a
@@ -409,9 +422,21 @@ func (s *subscription) receive() {
 				lost = false
 				s.notify("", "")
 			}
-			if m, ok := msg.(*redis.Message); ok {
+			switch m := msg.(type) {
+			case *redis.Message:
 				s.notify(m.Channel, m.Payload)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					s.answer(ps, nil)
+				}
 			}
+			continue
+		}
+		if isReply(err) {
+			// A SUBSCRIBE the server refused (NOPERM): the connection
+			// goes on.
+			pinged = false
+			s.answer(ps, err)
 			continue
 		}
 		var ne net.Error
@@ -419,6 +444,7 @@ func (s *subscription) receive() {
 		case !errors.As(err, &ne) || !ne.Timeout():
 			// Failed, or closed: go-redis reconnects at the next read.
 			pinged, lost = false, true
+			s.answer(ps, errLostFirst)
 			s.pause(subscribeRetry)
 		case !pinged:
 			// Silent for a while: a PING tells a quiet connection from a
@@ -437,6 +463,37 @@ func (s *subscription) receive() {
 			s.replace(ps)
 		}
 	}
+}
+
+// errLostFirst is what answer is given when the connection failed before
+// the first SUBSCRIBE was answered: its caller is answered nil, as go-redis
+// subscribes its channels again on the next connection.
+var errLostFirst = errors.New("goredis: the connection failed before the answer")
+
+// answer counts a reply on ps to the first SUBSCRIBE, while it waits for
+// one: a confirmation of one of its channels (err nil), its refusal, whose
+// channels are then forgotten, or errLostFirst. Once answered, its caller
+// learns the answer.
+func (s *subscription) answer(ps *redis.PubSub, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.first
+	if s.ps != ps || p == nil {
+		return
+	}
+	if p.left--; err == nil && p.left > 0 {
+		return
+	}
+	s.first = nil
+	switch {
+	case err == errLostFirst:
+		err = nil
+	case err != nil:
+		for _, ch := range p.channels {
+			delete(s.channels, ch)
+		}
+	}
+	p.answer <- err
 }
 
 // pause waits d, or until Close.
@@ -472,6 +529,10 @@ func (s *subscription) replace(old *redis.PubSub) {
 	if s.closed || s.ps != old {
 		return
 	}
+	if s.first != nil { // its channels go to the new connection
+		s.first.answer <- nil
+		s.first = nil
+	}
 	_ = old.Close()
 	s.ps = s.rdb.Subscribe(context.Background())
 	if len(s.channels) == 0 {
@@ -488,13 +549,34 @@ func (s *subscription) replace(old *redis.PubSub) {
 	_ = s.ps.Subscribe(ctx, chans...)
 }
 
+// Subscribe adds channels. The first call waits, within ctx, for the
+// server's answer, and returns its refusal (NOPERM: an ACL user who may not
+// listen on those channels), which dlock logs, its waiting callers polling
+// then; the later calls do not wait, as the goroutine that reads the
+// answers may be calling notify, which may wait for their caller.
 func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, ch := range channels {
 		s.channels[ch] = true
 	}
-	return s.sent(s.ps.Subscribe(ctx, channels...))
+	first := !s.asked
+	s.asked = true
+	err := s.sent(s.ps.Subscribe(ctx, channels...))
+	if err != nil || !first || len(channels) == 0 || s.closed {
+		s.mu.Unlock()
+		return err
+	}
+	p := &pending{channels: channels, left: len(channels), answer: make(chan error, 1)}
+	s.first = p
+	s.mu.Unlock()
+	select {
+	case err := <-p.answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closing():
+		return redis.ErrClosed
+	}
 }
 
 func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {

@@ -76,6 +76,19 @@ type subscription struct {
 	mu       sync.Mutex
 	conn     redis.Conn // nil while dialing again, and once closed
 	channels map[string]bool
+	asked    bool     // a caller's Subscribe came: only the first waits (see Subscribe)
+	first    *pending // the first SUBSCRIBE, written on conn, until answered
+}
+
+// pending is the first SUBSCRIBE written on a subscription's connection,
+// which the caller waits for: the server answers it with one confirmation
+// for each of its channels, or with one error. Nothing else that the
+// server sends before it is a confirmation: no channel was subscribed to
+// before.
+type pending struct {
+	channels []string
+	left     int        // confirmations still to come
+	answer   chan error // buffered
 }
 
 // dial opens a connection with the pool's dial function, outside the pool.
@@ -137,14 +150,42 @@ func (s *subscription) receive(c redis.Conn, resumed bool) {
 				return
 			}
 			s.notify(m.Channel, string(m.Data))
+		case redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.answer(c, nil)
+			}
 		case error:
 			if c.Err() != nil {
 				return
 			}
 			// An error reply (a SUBSCRIBE the server refused): the
 			// connection goes on.
+			s.answer(c, m)
 		}
 	}
+}
+
+// answer counts a reply on c to the first SUBSCRIBE, while it waits for
+// one: a confirmation of one of its channels (err nil), or its refusal,
+// whose channels are then forgotten, so that a connection dialed again
+// does not ask for them. Once answered, its caller learns the answer.
+func (s *subscription) answer(c redis.Conn, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.first
+	if s.conn != c || p == nil {
+		return
+	}
+	if p.left--; err == nil && p.left > 0 {
+		return
+	}
+	s.first = nil
+	if err != nil {
+		for _, ch := range p.channels {
+			delete(s.channels, ch)
+		}
+	}
+	p.answer <- err
 }
 
 // ping sends c a PING every pingEvery until stop is closed, or a PING
@@ -170,11 +211,17 @@ func (s *subscription) ping(c redis.Conn, stop <-chan struct{}) {
 	}
 }
 
-// drop forgets and closes a connection that failed, or at Close.
+// drop forgets and closes a connection that failed, or at Close. A first
+// SUBSCRIBE not answered on it is answered nil: its channels are
+// subscribed to once connected again.
 func (s *subscription) drop(c redis.Conn) {
 	s.mu.Lock()
 	if s.conn == c {
 		s.conn = nil
+		if s.first != nil {
+			s.first.answer <- nil
+			s.first = nil
+		}
 	}
 	s.mu.Unlock()
 	_ = c.Close()
@@ -225,23 +272,41 @@ func (s *subscription) list() []any {
 	return out
 }
 
-// Subscribe adds channels. It writes SUBSCRIBE and does not wait for the
-// server's confirmation. While the subscription dials again, it only
-// records them: they are subscribed to once it is connected.
-func (s *subscription) Subscribe(_ context.Context, channels ...string) error {
-	return s.change(true, channels)
+// Subscribe adds channels. It writes SUBSCRIBE. The first call waits,
+// within ctx, for the server's answer, and returns its refusal (NOPERM: an
+// ACL user who may not listen on those channels), which dlock logs, its
+// waiting callers polling then; the later calls do not wait, as the
+// goroutine that reads the answers may be calling notify, which may wait
+// for their caller. While the subscription dials again, it only records
+// them: they are subscribed to once it is connected.
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	p, err := s.change(true, channels)
+	if p == nil || err != nil {
+		return err
+	}
+	select {
+	case err := <-p.answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return errClosed
+	}
 }
 
 // Unsubscribe removes channels, as Subscribe adds them.
 func (s *subscription) Unsubscribe(_ context.Context, channels ...string) error {
-	return s.change(false, channels)
+	_, err := s.change(false, channels)
+	return err
 }
 
-func (s *subscription) change(subscribe bool, channels []string) error {
+// change writes SUBSCRIBE or UNSUBSCRIBE for channels, and returns the
+// first SUBSCRIBE, whose answer its caller waits for.
+func (s *subscription) change(subscribe bool, channels []string) (*pending, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		return errClosed
+		return nil, errClosed
 	}
 	args := make([]any, len(channels))
 	for i, ch := range channels {
@@ -252,14 +317,20 @@ func (s *subscription) change(subscribe bool, channels []string) error {
 			delete(s.channels, ch)
 		}
 	}
+	first := subscribe && !s.asked
+	s.asked = s.asked || subscribe
 	if s.conn == nil || len(channels) == 0 {
-		return nil
+		return nil, nil
 	}
 	psc := redis.PubSubConn{Conn: s.conn}
-	if subscribe {
-		return psc.Subscribe(args...)
+	if !subscribe {
+		return nil, psc.Unsubscribe(args...)
 	}
-	return psc.Unsubscribe(args...)
+	if err := psc.Subscribe(args...); err != nil || !first {
+		return nil, err
+	}
+	s.first = &pending{channels: channels, left: len(channels), answer: make(chan error, 1)}
+	return s.first, nil
 }
 
 // Close closes the connection and waits for the goroutine that calls

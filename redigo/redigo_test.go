@@ -1,8 +1,10 @@
 package redigo_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -348,4 +350,80 @@ func evalOnHungServer(t *testing.T, srv *redistest.Server, drv *dlockredigo.Driv
 		t.Fatal("Eval still waited on the hung server after 20s: it ignores its context")
 	}
 	srv.Resume(t)
+}
+
+// TestARefusedSubscribeIsReported: the first Subscribe waits for the
+// server's answer, so that an ACL user who may not listen on dlock's
+// channels is told: dlock logs it, and its waiting callers poll by their
+// retry strategy. The refusal went unseen: the waiters slept for their
+// beat, half a second, at every hand-off, and nothing was logged.
+func TestARefusedSubscribeIsReported(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "locker", "on", ">s3cret", "resetkeys", "~dlock:*", "resetchannels", "&other:*", "+@all")
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", srv.Addr(), redis.DialUsername("locker"), redis.DialPassword("s3cret"))
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	sub, err := dlockredigo.New(pool).Subscribe(ctx, func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Subscribe(ctx, "dlock:client:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Subscribe to a channel the user may not listen on: err = %v, want NOPERM", err)
+	}
+	_ = sub.Close()
+
+	var logs syncBuffer
+	waiter := dlock.New(dlockredigo.New(pool), dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	defer waiter.Close()
+	holder := dlock.New(dlockredigo.New(pool))
+	defer holder.Close()
+	l, err := holder.TryLock(ctx, "x", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan struct{})
+	var once sync.Once
+	got := make(chan error, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, "x", dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	<-refused
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if log := logs.String(); !strings.Contains(log, "cannot subscribe") || !strings.Contains(log, "NOPERM") {
+		t.Errorf("the refused subscription was not logged: %q", log)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
