@@ -44,3 +44,39 @@ func newSingleClient(t *testing.T, srv *redistest.Server, opts ...dlock.ClientOp
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestCloseDoesNotWaitForAConnectionBeingMade: a subscription whose
+// connection the server closed connects again; Close, called while the new
+// connection's handshake waits for a server that does not answer, returns
+// at once. It waited for rueidis's dial timeout (5s by default), which its
+// handshake heeds rather than any context.
+func TestCloseDoesNotWaitForAConnectionBeingMade(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sub, err := dlockrueidis.New(client).Subscribe(ctx, func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Subscribe(ctx, "news"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	srv.Pause(t)
+	defer srv.Resume(t)
+	// Time for the subscription to see its connection closed and start
+	// another (after 10ms); Close returns at once whether or not it has.
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := sub.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v, waiting for a connection to a server that does not answer", took)
+	}
+}

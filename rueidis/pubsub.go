@@ -1,6 +1,7 @@
 package dlockrueidis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -34,6 +35,8 @@ var errClosed = errors.New("dlockrueidis: subscription closed")
 // alive or not (not with SentinelOption's SendToReplicas, whose client does
 // not tell which of its two nodes is the primary: the subscription then
 // moves only once the old primary drops it). Subscribe and Unsubscribe never wait for notify.
+// Close does not wait for a connection being made (whose handshake rueidis
+// bounds by its dial timeout only): it is closed once made.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
 	s := newSubscription(d.client, notify)
 	c, err := s.connect(ctx, nil)
@@ -111,8 +114,53 @@ type conn struct {
 // subscription's connection went to.
 const followEvery = 200 * time.Millisecond
 
-// connect opens a connection subscribed to channels.
+// connect opens a connection subscribed to channels, or gives up when ctx
+// ends or Close is called. rueidis's handshake on a new connection heeds no
+// context, only its dial timeout (5s by default): a server that does not
+// answer would hold up Close that long. The connection, if it comes after
+// connect gave up, is closed.
 func (s *subscription) connect(ctx context.Context, channels []string) (*conn, error) {
+	type result struct {
+		c   *conn
+		err error
+	}
+	got := make(chan result, 1)
+	var mu sync.Mutex
+	gaveUp := false
+	go func() {
+		c, err := s.open(ctx, channels)
+		mu.Lock()
+		defer mu.Unlock()
+		if gaveUp {
+			if err == nil {
+				c.close()
+			}
+			return
+		}
+		got <- result{c, err}
+	}()
+	select {
+	case r := <-got:
+		return r.c, r.err
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	}
+	mu.Lock()
+	gaveUp = true
+	mu.Unlock()
+	select {
+	case r := <-got: // came as connect gave up
+		if r.err != nil {
+			return nil, r.err
+		}
+		r.c.close()
+	default:
+	}
+	return nil, cmp.Or(ctx.Err(), errClosed)
+}
+
+// open opens a connection subscribed to channels (see connect).
+func (s *subscription) open(ctx context.Context, channels []string) (*conn, error) {
 	primary := s.primary() // before Dedicate: a switch between is seen at the next check
 	dc, release := s.client.Dedicate()
 	c := &conn{dc: dc, release: release, since: time.Now(), primary: primary, unsubs: map[string]int{}}
