@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +8,12 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -126,12 +125,6 @@ func TestNoRetryIsLoggedForALockThatEnded(t *testing.T) {
 // captureLogs returns a logger that writes JSON records at level and up,
 // and a function that returns what it wrote so far.
 func captureLogs(level slog.Level) (*slog.Logger, func() string) {
-	var mu sync.Mutex
-	var buf bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, &slog.HandlerOptions{Level: level}))
-	return logger, func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.String()
-	}
+	var buf redistest.Buffer
+	return slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level})), buf.String
 }

@@ -1,7 +1,6 @@
 package redigo_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -379,7 +378,7 @@ func TestARefusedSubscribeIsReported(t *testing.T) {
 	}
 	_ = sub.Close()
 
-	var logs syncBuffer
+	var logs redistest.Buffer
 	waiter := dlock.New(dlockredigo.New(pool), dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	defer waiter.Close()
 	holder := dlock.New(dlockredigo.New(pool))
@@ -408,22 +407,4 @@ func TestARefusedSubscribeIsReported(t *testing.T) {
 	if log := logs.String(); !strings.Contains(log, "cannot subscribe") || !strings.Contains(log, "NOPERM") {
 		t.Errorf("the refused subscription was not logged: %q", log)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

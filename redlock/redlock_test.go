@@ -1,7 +1,6 @@
 package redlock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1591,7 +1590,7 @@ func TestAnEndHookMayLookAtTheLock(t *testing.T) {
 // and the node's lock goes on as if the hook had returned.
 func TestANodeHookPanicIsLogged(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	var logs syncBuffer
+	var logs redistest.Buffer
 	boom := func() { panic("boom") }
 	r := newLockerOf(t, srvs, func(_ int, d dlock.Driver) *dlock.Client {
 		return dlock.New(d, dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), dlock.WithHooks(dlock.Hooks{
@@ -1622,24 +1621,6 @@ func TestANodeHookPanicIsLogged(t *testing.T) {
 	if _, err := r.TryLock(ctx, "boom"); err != nil {
 		t.Errorf("TryLock after the release: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for loggers on several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestLockStopsAtClose: a Lock with WithAutoRefresh that is waiting when

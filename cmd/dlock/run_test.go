@@ -838,7 +838,7 @@ func releaseOnceItWaits(t *testing.T, c *dlock.Client, l *dlock.Lock, name strin
 // process's handlers: seen has it, and Stop, which waits for the delivery
 // under way to end, returned.
 type signalOnObtained struct {
-	syncBuffer
+	redistest.Buffer
 	sig  syscall.Signal
 	seen chan os.Signal
 	once sync.Once
@@ -852,7 +852,7 @@ func (s *signalOnObtained) Write(p []byte) (int, error) {
 			signal.Stop(s.seen)
 		})
 	}
-	return s.syncBuffer.Write(p)
+	return s.Buffer.Write(p)
 }
 
 // A signal that comes as run obtains the lock, after its wait, is not
