@@ -228,6 +228,47 @@ func TestACLUserOnACluster(t *testing.T) {
 	}
 }
 
+// TestACLUserOnAClusterWithoutShardChannels: the README's user with the
+// cluster's additions but SSUBSCRIBE still takes and waits for locks, the
+// waiters woken by their timers, and dlock logs why. The refusal went
+// unseen over go-redis: the subscription took it for a failed connection
+// and subscribed anew, every 250ms, for as long as a waiter waited.
+func TestACLUserOnAClusterWithoutShardChannels(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	var rules []string
+	for _, r := range append(append([]string(nil), aclRules...), clusterACLRules...) {
+		if r != "+ssubscribe" {
+			rules = append(rules, r)
+		}
+	}
+	for _, n := range cluster.Nodes {
+		n.Do(t, append([]string{"ACL", "SETUSER", "locker"}, rules...)...)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: "locker", Password: "s3cret", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var buf redistest.Buffer
+	c := dlock.New(goredis.New(rdb), dlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.TryLock(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAndRelease(c, "job", 10*time.Second)
+	awaitWaiting(t, c, "job", 1)
+	awaitCond(t, 10*time.Second, func() bool {
+		logged := buf.String()
+		return strings.Contains(logged, "cannot subscribe to shard channels") && strings.Contains(logged, "NOPERM")
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("the waiter: %v", err)
+	}
+}
+
 // waitInBackground obtains a hold with acquire on a goroutine, within 10s,
 // and releases it; the channel gets the first error, or nil.
 func waitInBackground(acquire func(ctx context.Context) (*dlock.Lock, error)) <-chan error {

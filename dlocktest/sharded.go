@@ -19,6 +19,36 @@ var shardedTests = []test{
 	{name: "Sharded", run: testSharded},
 	{name: "ShardedWake", run: testShardedWake},
 	{name: "ShardedSubscribedAgainAtOnce", run: testShardedSubscribedAgainAtOnce},
+	{name: "ShardedRefused", run: testShardedRefused, only: onCluster},
+}
+
+// testShardedRefused: a Subscribe to shard channels that the server
+// refuses (NOPERM: a user who may not listen on them) returns the refusal,
+// which dlock logs, the waiters falling back to timers, rather than wait
+// for notices that never come.
+func testShardedRefused(t *testing.T, e *env) {
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
+	}
+	ctx := timeout(t)
+	sub, err := ss.SubscribeSharded(ctx, newRecorder().notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for _, n := range e.nodes {
+		n.Do(t, "ACL", "SETUSER", "default", "resetchannels", "&"+prefix(t)+"allowed:*")
+	}
+	defer func() {
+		for _, n := range e.nodes {
+			n.Do(t, "ACL", "SETUSER", "default", "allchannels")
+		}
+	}()
+	ch := prefix(t) + "{" + e.tagOn(t, e.primaries[0]) + "}:w:1"
+	if err := sub.Subscribe(ctx, ch); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Subscribe to a shard channel the user may not listen on: err = %v, want the server's NOPERM", err)
+	}
 }
 
 // testSharded: a driver that implements dlock.ShardedSubscriber delivers

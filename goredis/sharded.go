@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,6 +266,14 @@ func (s *shardedSubscription) subscribe(ctx context.Context, ch string, moving b
 	s.mu.Unlock()
 
 	err = ns.ps.SSubscribe(ctx, ch)
+	if fresh && err == nil {
+		// The first answer on a new connection is read here, before its
+		// goroutine starts: a refusal is the caller's to know (see
+		// confirm).
+		if err = ns.confirm(ctx, ch); errors.Is(err, errMoved) {
+			err = nil // the goroutine subscribes ch anew (see run)
+		}
+	}
 	if fresh {
 		go ns.run(addr)
 	}
@@ -430,11 +439,59 @@ func (ns *nodeSubscription) run(addr string) {
 	s.resubscribe(again, retry)
 }
 
+// errMoved is confirm's word that the connection's first answer was an
+// error reply other than a refusal (MOVED: the slot moved as the
+// connection was made); the connection is closed, and its goroutine
+// subscribes its channels anew.
+var errMoved = errors.New("goredis: the primary answered with another error")
+
+// confirm reads the first answer on ns's new connection, to the SSUBSCRIBE
+// of ch just sent, before ns's goroutine starts: on a connection that no
+// channel was subscribed on before, nothing can be waiting for notify
+// there. The server's refusal (NOPERM: a user who may not listen on the
+// channel, or run SSUBSCRIBE) is returned, and ch is forgotten (with the
+// connection, when ch was its only channel), so that dlock logs it and its
+// waiters fall back to their timers, rather than have the goroutine
+// subscribe ch anew for as long as it is wanted. Any other answer is
+// handled as the goroutine would have (another channel's, subscribed on
+// the connection meanwhile, may come first).
+func (ns *nodeSubscription) confirm(ctx context.Context, ch string) error {
+	msg, err := ns.ps.ReceiveTimeout(ctx, shardTimeout)
+	if err == nil {
+		if _, done := ns.handle(msg); done {
+			_ = ns.ps.Close()
+		}
+		return nil
+	}
+	if !isReply(err) {
+		_ = ns.ps.Close() // its goroutine subscribes its channels anew
+		return err
+	}
+	if !strings.HasPrefix(err.Error(), "NOPERM") {
+		_ = ns.ps.Close()
+		return errMoved
+	}
+	s := ns.s
+	s.mu.Lock()
+	idle := false
+	if s.where[ch] == ns {
+		delete(s.where, ch)
+		delete(ns.channels, ch)
+		if idle = len(ns.channels) == 0; idle {
+			s.drop(ns)
+		}
+	}
+	s.mu.Unlock()
+	if idle {
+		_ = ns.ps.Close() // its goroutine sees closing and returns
+	}
+	return err
+}
+
 // receive delivers messages until the connection fails (nil), or the
 // server unsubscribes channels still wanted: their slot moved (those
 // channels).
 func (ns *nodeSubscription) receive() (moved []string) {
-	s := ns.s
 	pinged := false
 	for {
 		msg, err := ns.ps.ReceiveTimeout(context.Background(), shardSilence)
@@ -451,42 +508,54 @@ func (ns *nodeSubscription) receive() (moved []string) {
 			return nil // a failed or silent connection, an error reply such as MOVED, or Close
 		}
 		pinged = false
-		switch m := msg.(type) {
-		case *redis.Message:
-			s.deliver.Lock()
-			s.notify(m.Channel, m.Payload)
-			s.deliver.Unlock()
-		case *redis.Subscription:
-			if m.Kind == "ssubscribe" {
-				s.mu.Lock()
-				resumed := s.resumed[m.Channel] && !ns.closing
-				delete(s.resumed, m.Channel)
-				ns.retry = 0 // the primary answers
-				s.mu.Unlock()
-				if resumed {
-					s.deliver.Lock()
-					s.notify("", "")
-					s.deliver.Unlock()
-				}
-			}
-			if m.Kind != "sunsubscribe" {
-				continue
-			}
-			s.mu.Lock()
-			mine := ns.unsubs[m.Channel] > 0 // the reply to the client's own
-			if mine {
-				ns.unsubs[m.Channel]--
-				if ns.unsubs[m.Channel] == 0 {
-					delete(ns.unsubs, m.Channel)
-				}
-			}
-			wanted := !mine && ns.channels[m.Channel] && !ns.closing
-			s.mu.Unlock()
-			if wanted {
-				return []string{m.Channel}
-			}
+		if moved, done := ns.handle(msg); done {
+			return moved
 		}
 	}
+}
+
+// handle acts on one message of ns's connection: it passes a notice to
+// notify, and a confirmation of a channel subscribed anew as an empty
+// channel and payload (see dlock.Subscription). done is set when the
+// server unsubscribed a channel still wanted (moved): its slot moved.
+func (ns *nodeSubscription) handle(msg any) (moved []string, done bool) {
+	s := ns.s
+	switch m := msg.(type) {
+	case *redis.Message:
+		s.deliver.Lock()
+		s.notify(m.Channel, m.Payload)
+		s.deliver.Unlock()
+	case *redis.Subscription:
+		if m.Kind == "ssubscribe" {
+			s.mu.Lock()
+			resumed := s.resumed[m.Channel] && !ns.closing
+			delete(s.resumed, m.Channel)
+			ns.retry = 0 // the primary answers
+			s.mu.Unlock()
+			if resumed {
+				s.deliver.Lock()
+				s.notify("", "")
+				s.deliver.Unlock()
+			}
+		}
+		if m.Kind != "sunsubscribe" {
+			return nil, false
+		}
+		s.mu.Lock()
+		mine := ns.unsubs[m.Channel] > 0 // the reply to the client's own
+		if mine {
+			ns.unsubs[m.Channel]--
+			if ns.unsubs[m.Channel] == 0 {
+				delete(ns.unsubs, m.Channel)
+			}
+		}
+		wanted := !mine && ns.channels[m.Channel] && !ns.closing
+		s.mu.Unlock()
+		if wanted {
+			return []string{m.Channel}, true
+		}
+	}
+	return nil, false
 }
 
 // resubscribe subscribes channels anew, once go-redis has read the
