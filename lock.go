@@ -951,7 +951,10 @@ const (
 // Whether it runs before the clean-up or after, the clean-up takes only
 // what the acquisition holds, if anything. See friend.GiveBack.
 func (l *Lock) giveBackNode(ctx context.Context) error {
-	err := l.Release(ctx)
+	// What the node's server did, not what its Lock's clock says: a lock
+	// whose deadline passed here while the node still had it counts as
+	// freed there (see redlock).
+	err := l.releaseReporting(ctx, false)
 	if err != nil && isTimeout(err) && l.ownReq {
 		l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false) })
 	}
@@ -1024,11 +1027,17 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		panic("dlock: Release of a nil *Lock")
 	}
+	return l.releaseReporting(ctx, true)
+}
+
+// releaseReporting is Release; with reportLoss unset, a lock lost here
+// before but still on the server, which it frees, returns nil.
+func (l *Lock) releaseReporting(ctx context.Context, reportLoss bool) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
 	if l.hook == nil {
-		return l.release(ctx)
+		return l.release(ctx, reportLoss)
 	}
 	ctx = l.hook.releaseStart(ctx)
 	returned := false
@@ -1038,13 +1047,13 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.hook.releaseDone(ctx, l.heldFor(), errors.New("dlock: a panic in a hook cut the release short"))
 		}
 	}()
-	err := l.release(ctx)
+	err := l.release(ctx, reportLoss)
 	returned = true
 	l.hook.releaseDone(ctx, l.heldFor(), err)
 	return err
 }
 
-func (l *Lock) release(ctx context.Context) error {
+func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -1053,7 +1062,10 @@ func (l *Lock) release(ctx context.Context) error {
 	// A lock already lost here (its deadline passed, say) may still be on
 	// the server, which the release frees: it returns the loss all the
 	// same, as work done under the lock may have outlived its safety.
-	lost := l.Err()
+	var lost error
+	if reportLoss {
+		lost = l.Err()
+	}
 	l.mu.Lock()
 	released, token := l.released, l.token
 	if released && !l.relReturned {

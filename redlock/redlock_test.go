@@ -1336,6 +1336,46 @@ func newReleaseBreakingLocker(t *testing.T, srvs []*redistest.Server) (*redlock.
 	}
 }
 
+// TestReleaseCountsANodeWhoseLockEndedOnlyByTheLocalClock: a node whose
+// refresh timed out, though it ran there, ends at its old deadline by the
+// node Lock's clock while the node still holds the lock. Release frees it
+// there and counts it as freed: with another node found empty (restarted),
+// the nodes that held the lock, a quorum, released it, and Release
+// returns nil. It reported the lock lost when a node's dlock Lock returned
+// its local loss from Release.
+func TestReleaseCountsANodeWhoseLockEndedOnlyByTheLocalClock(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "stale", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Pause(t)
+	err = l.Refresh(ctx, 5*time.Second)
+	srvs[0].Resume(t)
+	if err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	srvs[0].Do(t, "PEXPIRE", "dlock:{stale}", "5000") // as if the refresh that timed out ran there
+	time.Sleep(1200 * time.Millisecond)               // node 0's old deadline passes
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	if !holds(t, srvs[0], "stale") || !holds(t, srvs[1], "stale") {
+		t.Fatal("nodes 0 and 1 do not hold the lock")
+	}
+	srvs[2].Do(t, "DEL", "dlock:{stale}") // node 2 restarted empty
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v; want nil: nodes 0 and 1, a quorum, held the lock and released it", err)
+	}
+	if n := heldOn(t, srvs, "stale"); n != 0 {
+		t.Errorf("%d nodes hold the lock after Release", n)
+	}
+}
+
 // A Release that fewer than a quorum of nodes answered is of unknown
 // outcome, not "not held": it says so, and a second Release retries the
 // nodes that did not answer.
