@@ -74,7 +74,7 @@ var (
 	// after its refresh interval.
 	ErrInvalidTTL = fmt.Errorf("%w: ttl", ErrInvalidArgument)
 	// ErrInvalidToken means a token given with WithToken or Attach was
-	// empty, or one given with WithToken held white space.
+	// empty, or held white space.
 	ErrInvalidToken = fmt.Errorf("%w: token", ErrInvalidArgument)
 	// ErrInvalidOption means an option's value is out of range, or the
 	// option does not apply to the primitive; the message names the option.
@@ -263,25 +263,34 @@ func scriptCommandUnknown(msg string) bool {
 }
 
 // unauthenticated is Redis's refusal of a request from a client that has
-// not authenticated, in the form it takes for a request of more than 10
-// arguments (as a waiting acquire's is): "ERR Protocol error:
-// unauthenticated multibulk length", after which Redis closes the
-// connection. A smaller request gets "NOAUTH Authentication required";
-// both mean the driver's Redis client has no password, and the message
-// says so.
+// not authenticated: "NOAUTH Authentication required", or, for a request
+// of more than 10 arguments (as a waiting acquire's is), "ERR Protocol
+// error: unauthenticated multibulk length", after which Redis closes the
+// connection. Both mean the driver's Redis client has no password, and
+// the message says so.
 type unauthenticated struct{ err error }
 
 func (e *unauthenticated) Error() string {
-	return "not authenticated (NOAUTH): Redis refused the request of a client that has not authenticated, and closed its connection (" +
-		e.err.Error() + "); give the Redis client the server's user and password"
+	closed := ""
+	if isProtocolUnauthenticated(e.err) {
+		closed = ", and closed its connection"
+	}
+	return "not authenticated (NOAUTH): Redis refused the request of a client that has not authenticated" + closed +
+		" (" + e.err.Error() + "); give the Redis client the server's user and password"
 }
 
 func (e *unauthenticated) Unwrap() error { return e.err }
 
-// isUnauthenticated reports whether err is the protocol error by which
-// Redis refuses a large request of a client that has not authenticated
-// (see unauthenticated).
+// isUnauthenticated reports whether err is Redis's refusal of a request
+// from a client that has not authenticated (see unauthenticated).
 func isUnauthenticated(err error) bool {
+	return isProtocolUnauthenticated(err) || strings.Contains(err.Error(), "NOAUTH ")
+}
+
+// isProtocolUnauthenticated reports whether err is the protocol error by
+// which Redis refuses a large request of a client that has not
+// authenticated.
+func isProtocolUnauthenticated(err error) bool {
 	return strings.Contains(err.Error(), "Protocol error: unauthenticated ")
 }
 
