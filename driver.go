@@ -105,7 +105,11 @@ type Partitioned interface {
 // two calls for one channel at a time.
 type Subscription interface {
 	// Subscribe adds channels. It may return before the server confirmed
-	// them; it must not wait for a notify call under way.
+	// them; it must not wait for a notify call under way. The first call
+	// of a subscription may wait, within ctx, for the server's answer, so
+	// as to return its refusal (NOPERM: a user who may not listen on
+	// those channels), which dlock logs: dlock makes it before any notice
+	// can come, holding nothing notify needs.
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe removes channels.
 	Unsubscribe(ctx context.Context, channels ...string) error

@@ -270,6 +270,16 @@ func TestFitFrameKeepsToTheTerminalsHeight(t *testing.T) {
 	if got := fitFrame(pts, lines[:5]); len(got) != 5 {
 		t.Errorf("5 lines at a 6-line terminal: %q, want them all", got)
 	}
+	if got := fitFrame(pts, lines[:6]); len(got) != 5 || !strings.HasPrefix(got[4], "… 2 more lines") {
+		t.Errorf("6 lines at a 6-line terminal: %q, want 4 lines and how many more", got)
+	}
+	ws.row = 2
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, pts.Fd(), syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
+		t.Fatalf("sizing the pseudo-terminal: %v", errno)
+	}
+	if got := fitFrame(pts, lines[:3]); len(got) != 1 || !strings.HasPrefix(got[0], "… 3 more lines") {
+		t.Errorf("3 lines at a 2-line terminal: %q, want only how many there are", got)
+	}
 	if got := fitFrame(new(strings.Builder), lines); len(got) != 10 {
 		t.Errorf("not a terminal: %q, want every line", got)
 	}

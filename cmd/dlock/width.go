@@ -80,7 +80,7 @@ func cutWidth(s string, width int) string {
 func columns(rows [][]string) []string {
 	var widths []int
 	for _, row := range rows {
-		for i, cell := range row[:len(row)-1] {
+		for i, cell := range row[:max(len(row)-1, 0)] {
 			if i == len(widths) {
 				widths = append(widths, 0)
 			}
@@ -122,8 +122,8 @@ func fitFrame(out io.Writer, lines []string) []string {
 	if !ok {
 		return lines
 	}
-	if _, rows := termSize(f); rows > 2 && len(lines) > rows-1 {
-		left := len(lines) - (rows - 2)
+	if _, rows := termSize(f); rows >= 2 && len(lines) > rows-1 {
+		left := len(lines) - (rows - 2) // two at least
 		lines = append(lines[:rows-2:rows-2], fmt.Sprintf("… %d more lines (a taller terminal or a narrower pattern shows them)", left))
 	}
 	fitted := make([]string, len(lines))
