@@ -996,9 +996,9 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // refresh that did not come in time, WithMaxHold) may still be on the
 // server for the drift allowance (1% of the TTL, and 2ms), which Release
 // frees all the same, but the work done under it may have outlived the
-// time it was safe (its End hooks and log see the loss, not a release). A lock re-entered
-// by its owner (WithOwner) is freed when every acquisition has been
-// released. One obtained WithMinHold stays taken, by nobody, until its
+// time it was safe (its End hooks and log see the loss, not a release). A
+// lock re-entered by its owner (WithOwner) is freed when every acquisition
+// has been released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
 // Release sent again after that time reports ErrNotHeld, the kept hold
 // having run out and taken the record of the first with it). Done is closed

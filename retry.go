@@ -69,8 +69,8 @@ func LinearBackoff(step, limit time.Duration) RetryStrategy {
 // ExponentialBackoff waits min after the first failure and doubles the wait
 // after each further one, never more than limit (no cap when limit is zero;
 // a limit under a millisecond still waits one, see minBackoff). A min under
-// a millisecond starts at a millisecond, from which the waits double. Wrap it in Jitter to keep many waiters from
-// retrying in step.
+// a millisecond starts at a millisecond, from which the waits double. Wrap
+// it in Jitter to keep many waiters from retrying in step.
 func ExponentialBackoff(min, limit time.Duration) RetryStrategy {
 	min = max(min, minBackoff)
 	ceiling := limit

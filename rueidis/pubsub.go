@@ -124,20 +124,16 @@ func (s *subscription) connect(ctx context.Context, channels []string) (*conn, e
 		c   *conn
 		err error
 	}
-	got := make(chan result, 1)
-	var mu sync.Mutex
-	gaveUp := false
+	got, gaveUp := make(chan result), make(chan struct{})
 	go func() {
 		c, err := s.open(ctx, channels)
-		mu.Lock()
-		defer mu.Unlock()
-		if gaveUp {
+		select {
+		case got <- result{c, err}:
+		case <-gaveUp:
 			if err == nil {
 				c.close()
 			}
-			return
 		}
-		got <- result{c, err}
 	}()
 	select {
 	case r := <-got:
@@ -145,17 +141,7 @@ func (s *subscription) connect(ctx context.Context, channels []string) (*conn, e
 	case <-ctx.Done():
 	case <-s.ctx.Done():
 	}
-	mu.Lock()
-	gaveUp = true
-	mu.Unlock()
-	select {
-	case r := <-got: // came as connect gave up
-		if r.err != nil {
-			return nil, r.err
-		}
-		r.c.close()
-	default:
-	}
+	close(gaveUp)
 	return nil, cmp.Or(ctx.Err(), errClosed)
 }
 
