@@ -1518,12 +1518,14 @@ const describeNames = 8
 // describe names the lock in errors: its name, or its first names and how
 // many more it has.
 func (l *Lock) describe() string {
-	s := fmt.Sprintf("%q", l.names)
+	var s string
 	switch {
 	case len(l.names) == 1:
 		s = strconv.Quote(l.names[0])
 	case len(l.names) > describeNames:
 		s = fmt.Sprintf("%q and %d more", l.names[:describeNames], len(l.names)-describeNames)
+	default:
+		s = fmt.Sprintf("%q", l.names)
 	}
 	if l.kind != exclusiveHold {
 		s += " (" + l.kind.mode + ")"
