@@ -54,7 +54,8 @@ func ConstantBackoff(d time.Duration) RetryStrategy {
 }
 
 // LinearBackoff waits step after the first failure, 2×step after the second,
-// and so on, never more than limit (no cap when limit is zero).
+// and so on, never more than limit (no cap when limit is zero or
+// negative).
 func LinearBackoff(step, limit time.Duration) RetryStrategy {
 	step = max(step, 0)
 	return RetryFunc(func(failed int) (time.Duration, bool) {
@@ -67,8 +68,9 @@ func LinearBackoff(step, limit time.Duration) RetryStrategy {
 }
 
 // ExponentialBackoff waits min after the first failure and doubles the wait
-// after each further one, never more than limit (no cap when limit is zero;
-// a limit under a millisecond still waits one, see minBackoff). A min under
+// after each further one, never more than limit (no cap when limit is zero
+// or negative; a positive limit under a millisecond still waits one, see
+// minBackoff). A min under
 // a millisecond starts at a millisecond, from which the waits double. Wrap
 // it in Jitter to keep many waiters from retrying in step.
 func ExponentialBackoff(min, limit time.Duration) RetryStrategy {

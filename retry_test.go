@@ -39,6 +39,8 @@ func TestRetryStrategies(t *testing.T) {
 		{"exponential", dlock.ExponentialBackoff(2*ms, 10*ms), []time.Duration{2 * ms, 4 * ms, 8 * ms, 10 * ms}},
 		{"exponential uncapped", dlock.ExponentialBackoff(ms, 0), []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms}},
 		{"exponential from zero", dlock.ExponentialBackoff(0, 5*ms), []time.Duration{ms, 2 * ms, 4 * ms, 5 * ms}},
+		{"linear, negative limit", dlock.LinearBackoff(10*ms, -ms), []time.Duration{10 * ms, 20 * ms, 30 * ms, 40 * ms}},
+		{"exponential, negative limit", dlock.ExponentialBackoff(ms, -ms), []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms}},
 		{"intervals", dlock.Intervals(3*ms, ms, 7*ms), []time.Duration{3 * ms, ms, 7 * ms}},
 		{"limit", dlock.LimitRetry(dlock.ConstantBackoff(ms), 3), []time.Duration{ms, ms}},
 		{"limit of one", dlock.LimitRetry(dlock.ConstantBackoff(ms), 1), nil},
