@@ -109,7 +109,9 @@ type Subscription interface {
 	// of a subscription may wait, within ctx, for the server's answer, so
 	// as to return its refusal (NOPERM: a user who may not listen on
 	// those channels), which dlock logs: dlock makes it before any notice
-	// can come, holding nothing notify needs.
+	// can come, holding nothing notify needs. A later channel that the
+	// server refuses costs only that channel: the connection goes on
+	// delivering the others' notices (dlocktest's ShardedLaterRefused).
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe removes channels.
 	Unsubscribe(ctx context.Context, channels ...string) error

@@ -20,6 +20,55 @@ var shardedTests = []test{
 	{name: "ShardedWake", run: testShardedWake},
 	{name: "ShardedSubscribedAgainAtOnce", run: testShardedSubscribedAgainAtOnce},
 	{name: "ShardedRefused", run: testShardedRefused, only: onCluster},
+	{name: "ShardedLaterRefused", run: testShardedLaterRefused, only: onCluster},
+}
+
+// testShardedLaterRefused: a shard channel that the server refuses
+// (NOPERM) on a primary's connection where another channel is subscribed
+// costs only that channel: the connection goes on delivering the other's
+// messages, and is not taken for failed (which would lose them, make a
+// new connection and tell notify that notices may have been missed, again
+// and again for as long as the refused channel is wanted).
+func testShardedLaterRefused(t *testing.T, e *env) {
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
+	}
+	ctx := timeout(t)
+	rec := newRecorder()
+	sub, err := ss.SubscribeSharded(ctx, rec.notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for _, n := range e.nodes {
+		n.Do(t, "ACL", "SETUSER", "default", "resetchannels", "&"+prefix(t)+"allowed:*")
+	}
+	defer func() {
+		for _, n := range e.nodes {
+			n.Do(t, "ACL", "SETUSER", "default", "allchannels")
+		}
+	}()
+	tag := e.tagOn(t, e.primaries[0])
+	allowed, refused := prefix(t)+"allowed:{"+tag+"}:w:1", prefix(t)+"{"+tag+"}:w:1"
+	if err := sub.Subscribe(ctx, allowed); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitShardNumsub(t, allowed, 1)
+	// Refused or not, as the driver can tell: a later Subscribe need not
+	// wait for the answer.
+	if err := sub.Subscribe(ctx, refused); err != nil && !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Subscribe to a refused channel: %v", err)
+	}
+	// The server sends the refusal before this message, on the same
+	// connection.
+	e.do(t, allowed, "SPUBLISH", allowed, "after")
+	if got := rec.await(t, 1); got[0] != (message{allowed, "after"}) {
+		t.Errorf("after a refused channel, notify got %q first, want the message on the other channel (the connection was taken for failed)", got)
+	}
+	sub.Close()
+	rec.closed.Store(true)
+	rec.check(t)
 }
 
 // testShardedRefused: a Subscribe to shard channels that the server

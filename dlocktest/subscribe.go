@@ -23,6 +23,7 @@ var subscribeTests = []test{
 	{name: "SubscribeWhileNotifyBlocks", run: testSubscribeWhileNotifyBlocks},
 	{name: "Reconnects", run: testReconnects},
 	{name: "Refused", run: testRefused},
+	{name: "LaterRefused", run: testLaterRefused},
 }
 
 // message is one notice delivered to notify.
@@ -200,6 +201,37 @@ func testRefused(t *testing.T, e *env) {
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Subscribe to a channel the user may not listen on: err = %v, want the server's NOPERM", err)
 	}
+}
+
+// testLaterRefused: a channel that the server refuses after another was
+// subscribed costs only that channel: the connection goes on delivering
+// the other's messages, and is not taken for failed.
+func testLaterRefused(t *testing.T, e *env) {
+	rec := newRecorder()
+	sub := e.subscribe(t, rec.notify)
+	on := func(args ...string) {
+		for _, n := range e.nodes {
+			n.Do(t, append([]string{"ACL", "SETUSER", "default"}, args...)...)
+		}
+	}
+	on("resetchannels", "&"+prefix(t)+"allowed:*")
+	defer on("allchannels")
+	ctx := timeout(t)
+	allowed := prefix(t) + "allowed:1"
+	if err := sub.Subscribe(ctx, allowed); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitNumsub(t, allowed, 1)
+	if err := sub.Subscribe(ctx, prefix(t)+"refused"); err != nil && !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Subscribe to a refused channel: %v", err)
+	}
+	e.publish(t, allowed, "after")
+	if got := rec.await(t, 1); got[0] != (message{allowed, "after"}) {
+		t.Errorf("after a refused channel, notify got %q first, want the message on the other channel (the connection was taken for failed)", got)
+	}
+	sub.Close()
+	rec.closed.Store(true)
+	rec.check(t)
 }
 
 func testConcurrentSubscribe(t *testing.T, e *env) {

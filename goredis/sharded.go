@@ -467,7 +467,7 @@ func (ns *nodeSubscription) confirm(ctx context.Context, ch string) error {
 		_ = ns.ps.Close() // its goroutine subscribes its channels anew
 		return err
 	}
-	if !strings.HasPrefix(err.Error(), "NOPERM") {
+	if !refusal(err) {
 		_ = ns.ps.Close()
 		return errMoved
 	}
@@ -488,6 +488,12 @@ func (ns *nodeSubscription) confirm(ctx context.Context, ch string) error {
 	return err
 }
 
+// refusal reports whether err is the server's refusal of a channel
+// (NOPERM), which leaves the connection as it was.
+func refusal(err error) bool {
+	return isReply(err) && strings.HasPrefix(err.Error(), "NOPERM")
+}
+
 // receive delivers messages until the connection fails (nil), or the
 // server unsubscribes channels still wanted: their slot moved (those
 // channels).
@@ -495,6 +501,15 @@ func (ns *nodeSubscription) receive() (moved []string) {
 	pinged := false
 	for {
 		msg, err := ns.ps.ReceiveTimeout(context.Background(), shardSilence)
+		if err != nil && refusal(err) {
+			// A channel subscribed on the open connection that the server
+			// refused (a user who may listen on some channels only): the
+			// connection goes on, the others' notices with it, and the
+			// refused channel's waiters use their timers. The reply does
+			// not name the channel, which stays with the others.
+			pinged = false
+			continue
+		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !pinged {
