@@ -64,7 +64,10 @@ type ClientOption func(*Client)
 
 // WithPrefix sets the prefix of every key and channel the client uses. The
 // default is DefaultPrefix, "dlock:". Two clients see each other's locks only
-// if they use the same prefix.
+// if they use the same prefix. A prefix with a hash tag ("app{locks}:") puts
+// every lock in one Redis Cluster slot; one whose first '{' opens an empty
+// tag ("p{}:") has every name refused (ErrInvalidName), as the keys of a
+// lock could not share a slot.
 func WithPrefix(prefix string) ClientOption {
 	return func(c *Client) { c.prefix = prefix }
 }
@@ -253,6 +256,24 @@ func checkName(name string) error {
 					ErrInvalidName, name, s, strings.TrimSuffix(name, s))
 			}
 		}
+	}
+	return nil
+}
+
+// checkName is checkName for the client's prefix too: a prefix with a
+// '{' of its own opens the key's hash tag, and one whose first '{' is
+// followed by '}' ("p{}:"), or a name that closes the prefix's brace at
+// once ("}a{b}" after "p{"), leaves the key with an empty tag, and the
+// lock's keys in different slots of a Redis Cluster. Such a name is
+// refused on any deployment, so that it does not work on one and fail on
+// another.
+func (c *Client) checkName(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if key := c.RedisKey(name); !hasHashTag(key) {
+		return fmt.Errorf("%w: %q with the prefix %q makes the key %q, whose hash tag is empty: the lock's keys would fall in different Redis Cluster slots",
+			ErrInvalidName, name, c.prefix, key)
 	}
 	return nil
 }

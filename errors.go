@@ -58,9 +58,11 @@ var (
 	// ErrEmptyName means a lock name was empty.
 	ErrEmptyName = fmt.Errorf("%w: empty name", ErrInvalidArgument)
 	// ErrInvalidName means a name that starts with '}' and holds no hash tag
-	// of its own (its keys could not share a Redis Cluster slot), or one
-	// with a tag that ends in a suffix of a lock's other keys, such as
-	// "{x}:fence", a key of the lock "{x}" (see Client.RedisKey).
+	// of its own, or that gives a key whose hash tag is empty with the
+	// client's prefix ("p{}:", see WithPrefix): its keys could not share a
+	// Redis Cluster slot. Or one with a tag that ends in a suffix of a
+	// lock's other keys, such as "{x}:fence", a key of the lock "{x}" (see
+	// Client.RedisKey).
 	ErrInvalidName = fmt.Errorf("%w: name", ErrInvalidArgument)
 	// ErrNoNames means a call on several names (LockMulti, …) was given
 	// none.

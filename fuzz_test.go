@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"path"
 	"strings"
 	"testing"
@@ -158,4 +159,36 @@ func ascii(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestEveryPrefixKeepsALocksKeysInOneSlot: under any prefix, a name is
+// either refused (ErrInvalidName) or gets keys that share one non-empty
+// hash tag.
+func TestEveryPrefixKeepsALocksKeysInOneSlot(t *testing.T) {
+	prefixes := []string{"", "dlock:", "p{", "p}", "{t}:", "p{}", "p{}:", "{", "}", "{}", "dlock:{", "a{b", "s|"}
+	names := []string{"x", "{x}", "}x", "}a{b}", "a}b", "{}", "{}{x}", "a{}{b}", "{a{}", "x{y}z", "\x00{w}"}
+	for _, prefix := range prefixes {
+		c := New(sendsNothing{}, WithPrefix(prefix))
+		for _, name := range names {
+			key := c.RedisKey(name)
+			err := c.checkName(name)
+			if err != nil {
+				if !errors.Is(err, ErrInvalidName) {
+					t.Errorf("prefix %q, name %q: %v, want ErrInvalidName", prefix, name, err)
+				}
+				if hashTag(key) != "" && checkName(name) == nil {
+					t.Errorf("prefix %q, name %q refused, though its key %q has the tag %q", prefix, name, key, hashTag(key))
+				}
+				continue
+			}
+			if hashTag(key) == "" {
+				t.Errorf("prefix %q, name %q: key %q has no hash tag", prefix, name, key)
+			}
+			for _, k := range describeKeys(key) {
+				if hashTag(k) != hashTag(key) {
+					t.Errorf("prefix %q, name %q: keys %q and %q do not share a hash tag", prefix, name, key, k)
+				}
+			}
+		}
+	}
 }

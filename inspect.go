@@ -92,7 +92,7 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if err := checkName(name); err != nil {
+	if err := c.checkName(name); err != nil {
 		return nil, err
 	}
 	key := c.RedisKey(name)
@@ -249,12 +249,14 @@ func (c *Client) nameOf(key string) string {
 
 // escapeGlob quotes the glob characters of s for a Redis MATCH pattern.
 func escapeGlob(s string) string {
+	// Byte by byte, as Redis matches: a name that is not valid UTF-8 keeps
+	// its bytes (ranging over runes would write U+FFFD in their place).
 	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

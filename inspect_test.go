@@ -810,3 +810,26 @@ func TestForceReleaseLeavesAForeignHashWithAKindAlone(t *testing.T) {
 		t.Errorf("the hash was changed: kind %q", got)
 	}
 }
+
+// TestListUnderAPrefixThatIsNotUTF8: List finds the locks of a client
+// whose prefix (or a name's glob-free part) is not valid UTF-8: its
+// pattern keeps the prefix's bytes.
+func TestListUnderAPrefixThatIsNotUTF8(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, prefix := range []string{"caf\xe9:", "\xff:"} {
+		c := e.newClient(t, dlock.WithPrefix(prefix))
+		if _, err := c.TryLock(ctx, "x\xfe"); err != nil {
+			t.Fatal(err)
+		}
+		for _, pattern := range []string{"", "x\xfe", "x*"} {
+			infos, err := c.List(ctx, pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(infos) != 1 || infos[0].Name != "x\xfe" {
+				t.Errorf("prefix %q, List(%q) = %+v, want the lock %q", prefix, pattern, infos, "x\xfe")
+			}
+		}
+	}
+}

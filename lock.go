@@ -290,7 +290,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		seen = make(map[string]bool, len(names))
 	}
 	for i, name := range names {
-		if err := checkName(name); err != nil {
+		if err := c.checkName(name); err != nil {
 			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
 		}
 		// Two names are the same lock when they are the same key ("x" and

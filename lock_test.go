@@ -2497,3 +2497,30 @@ func (d *unsentDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.unsent.Store(0)
 	d.tapDriver.Eval(ctx, calls...)
 }
+
+// TestANameWhoseKeyHasAnEmptyHashTagIsRefused: a prefix whose first '{'
+// opens an empty hash tag, or a name that closes the prefix's brace at
+// once, gives keys that a Redis Cluster puts in different slots: every call
+// refuses it with ErrInvalidName, and nothing is written.
+func TestANameWhoseKeyHasAnEmptyHashTagIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ prefix, name string }{{"p{}:", "x"}, {"{}", "x"}, {"p{", "}a{b}"}} {
+		c := e.newClient(t, dlock.WithPrefix(tc.prefix))
+		calls := map[string]func() error{
+			"TryLock":              func() error { _, err := c.TryLock(ctx, tc.name); return err },
+			"RWMutex.TryLock":      func() error { _, err := c.RWMutex(tc.name).TryLock(ctx); return err },
+			"RWMutex.TryRLock":     func() error { _, err := c.RWMutex(tc.name).TryRLock(ctx); return err },
+			"Semaphore.TryAcquire": func() error { _, err := c.Semaphore(tc.name, 2).TryAcquire(ctx); return err },
+			"Inspect":              func() error { _, err := c.Inspect(ctx, tc.name); return err },
+		}
+		for what, call := range calls {
+			if err := call(); !errors.Is(err, dlock.ErrInvalidName) {
+				t.Errorf("prefix %q, name %q, %s: %v, want ErrInvalidName", tc.prefix, tc.name, what, err)
+			}
+		}
+	}
+	if n := e.srv.Do(t, "DBSIZE"); n != "0" {
+		t.Errorf("%s keys written", n)
+	}
+}

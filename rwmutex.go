@@ -128,7 +128,7 @@ var (
 // hold returns what obtain builds a hold of kind with.
 func (m *RWMutex) hold(kind *holdKind, wait bool) func(token string, o *options) (*Lock, error) {
 	return func(token string, o *options) (*Lock, error) {
-		if err := checkName(m.name); err != nil {
+		if err := m.c.checkName(m.name); err != nil {
 			return nil, err
 		}
 		if o.minHold > 0 {

@@ -105,7 +105,7 @@ var permitHold = &holdKind{mode: ModePermit, modeArg: true, refused: "has every 
 
 // hold builds the Lock an acquire fills in.
 func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
-	if err := checkName(s.name); err != nil {
+	if err := s.c.checkName(s.name); err != nil {
 		return nil, err
 	}
 	if o.minHold > 0 {

@@ -149,7 +149,9 @@ func (l *Lock) partOf(at []int) part {
 // Only the goroutine that builds the lock calls it, before the lock is
 // handed out: parts never change once other goroutines can see it.
 func (l *Lock) splitIfRefused(err error) bool {
-	if err == nil || l.parts != nil {
+	// Only an exclusive lock has several names; the keys of any other
+	// share a hash tag (see Client.checkName).
+	if err == nil || l.parts != nil || l.kind != exclusiveHold {
 		return false
 	}
 	var se *ServerError

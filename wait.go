@@ -482,6 +482,14 @@ func (h *waitHub) notify(channel, payload string) {
 		return
 	}
 	n, key, isGrant, ok := parseGrant(payload)
+	if isGrant && (!ok || h.queues[key] == nil && h.others[key] == nil) {
+		if _, waited := h.queues[payload]; waited || h.others[payload] != nil {
+			// Not a grant: the plain notice of a key that starts with a
+			// NUL byte (a name or prefix that does).
+			isGrant = false
+			key = payload
+		}
+	}
 	if isGrant {
 		if !ok {
 			return // not from a dlock script: the waiter's timers cover it

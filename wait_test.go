@@ -1466,3 +1466,34 @@ func TestCloseWaitsForAWaitItEndsOnAStalledServer(t *testing.T) {
 		t.Errorf("the wait Close ended: %v, want ErrClosed", r.err)
 	}
 }
+
+// TestOddPrefixesAndNamesAreWokenByNotices: the notices of a release reach
+// a waiting client whose prefix starts like a shard member's registration
+// ("s|"), and one waiting for a key that starts with a NUL byte, like a
+// grant's notice, as any other; not its timers.
+func TestOddPrefixesAndNamesAreWokenByNotices(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ prefix, name string }{{"s|", "x"}, {"s|locks:", "x"}, {"", "\x00{w}"}, {"\x00", "x"}} {
+		holder := e.newClient(t, dlock.WithPrefix(tc.prefix))
+		waiter := e.newClient(t, dlock.WithPrefix(tc.prefix))
+		held, err := holder.TryLock(ctx, tc.name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wokenByRelease(t, held, func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return waiter.Lock(ctx, tc.name, opts...)
+		}); err != nil {
+			t.Errorf("prefix %q, lock %q: the waiter was not woken by the release: %v", tc.prefix, tc.name, err)
+		}
+		w, err := holder.RWMutex(tc.name).TryLock(ctx, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wokenByRelease(t, w, func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return waiter.RWMutex(tc.name).RLock(ctx, opts...)
+		}); err != nil {
+			t.Errorf("prefix %q, read lock %q: the reader was not woken by the writer's release: %v", tc.prefix, tc.name, err)
+		}
+	}
+}

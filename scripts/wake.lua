@@ -8,6 +8,8 @@
 -- A client that listens on shard channels (on a Redis Cluster) registers as
 -- 's|' and its id: its channel for k is k .. ':w:' .. id, in k's own slot,
 -- and it is told by SPUBLISH, which reaches only the shard that owns it.
+-- An id holds no ':', and a client's own channel (the prefix, 'client:' and
+-- its id) does: one whose prefix starts with 's|' is no shard member.
 --
 -- A registration's score is a whole number of ms, plus a half when the
 -- server saw the client listening on its channel for k as it registered
@@ -33,9 +35,15 @@ local helpers
 local function waking()
   if helpers then return helpers end
 
+  -- sharded reports whether waiting client member listens on shard
+  -- channels.
+  local function sharded(member)
+    return string.sub(member, 1, 2) == 's|' and not string.find(member, ':', 3, true)
+  end
+
   -- channel_of returns the channel of waiting client member for lock k.
   local function channel_of(member, k)
-    if string.sub(member, 1, 2) == 's|' then return k .. ':w:' .. string.sub(member, 3) end
+    if sharded(member) then return k .. ':w:' .. string.sub(member, 3) end
     return member
   end
 
@@ -44,7 +52,7 @@ local function waking()
   -- it to, or nil when it could not be sent (a server without SPUBLISH): the
   -- waiter also wakes by its timers, and the release must not fail for it.
   local function tell(member, k, message)
-    if string.sub(member, 1, 2) == 's|' then
+    if sharded(member) then
       local n = redis.pcall('SPUBLISH', channel_of(member, k), message or k)
       if type(n) == 'number' then return n end
       return nil
@@ -57,7 +65,7 @@ local function waking()
   -- cannot tell, or the user may not ask).
   local function listeners(member, k)
     local r
-    if string.sub(member, 1, 2) == 's|' then
+    if sharded(member) then
       r = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel_of(member, k))
     else
       r = redis.pcall('PUBSUB', 'NUMSUB', member)

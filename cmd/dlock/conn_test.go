@@ -616,6 +616,11 @@ func TestBadNameIsUsage(t *testing.T) {
 		r := dlockRun(t, nil, args...)
 		checkOneLine(t, r, exitUsage, `invalid argument: name: "}x" starts with '}' and has no hash tag of its own (see 'dlock `+args[0]+` --help')`)
 	}
+	// A prefix whose hash tag is empty, for any kind of lock.
+	for _, args := range [][]string{runArgs([]string{"--shared"}, "x", "exit", "0"), runArgs([]string{"--semaphore", "2"}, "x", "exit", "0"), {"status", "x"}} {
+		r := dlockRun(t, nil, append([]string{"--prefix", "p{}:"}, args...)...)
+		checkOneLine(t, r, exitUsage, `invalid argument: name: "x" with the prefix "p{}:" makes the key "p{}:{x}", whose hash tag is empty: the lock's keys would fall in different Redis Cluster slots (see 'dlock `+args[0]+` --help')`)
+	}
 }
 
 // A name one of whose keys holds data dlock did not write is code 64, with
