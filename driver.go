@@ -94,6 +94,9 @@ type Partitioned interface {
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.
+// An error reply to that re-subscribe (BUSY: the server runs another
+// client's script) leaves the channels unsubscribed: the driver connects
+// again, a little later (dlocktest's BusyAtResubscribe).
 // Once the server has confirmed the channels again, the driver calls
 // notify once with an empty channel and payload, before any notice the new
 // connection delivers: dlock's waiting callers then try again at once,

@@ -200,12 +200,15 @@ func notRun(err error) bool {
 // refusedUnrun reports whether err is the server's refusal of a request
 // before running it: its slot moving or split between nodes (TRYAGAIN,
 // MOVED, ASK that the client library did not follow, or followed to no
-// avail), the cluster down, the server loading its data. The request may
-// run when sent again a little later.
+// avail), the cluster down, the server loading its data or busy with
+// another script (BUSY). Or before writing anything: a script's first
+// write refused, as all after it would be, by a replica (READONLY) or a
+// primary short of replicas (NOREPLICAS, min-replicas-to-write). The
+// request may run when sent again a little later.
 func refusedUnrun(err error) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		msg := e.Error()
-		for _, p := range []string{"TRYAGAIN ", "CLUSTERDOWN ", "MOVED ", "ASK ", "LOADING "} {
+		for _, p := range []string{"TRYAGAIN ", "CLUSTERDOWN ", "MOVED ", "ASK ", "LOADING ", "BUSY ", "READONLY ", "NOREPLICAS "} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

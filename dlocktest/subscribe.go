@@ -24,6 +24,38 @@ var subscribeTests = []test{
 	{name: "Reconnects", run: testReconnects},
 	{name: "Refused", run: testRefused},
 	{name: "LaterRefused", run: testLaterRefused},
+	{name: "BusyAtResubscribe", run: testBusyAtResubscribe},
+}
+
+// busyFor is how long testBusyAtResubscribe keeps the servers busy: long
+// enough for a driver to connect again meanwhile.
+const busyFor = 300 * time.Millisecond
+
+// testBusyAtResubscribe: a subscription whose connection the server closes
+// and that connects again while the server is busy with a script, which
+// answers its SUBSCRIBE with BUSY, subscribes its channels once the script
+// is over: it does not stay deaf for as long as that connection lasts.
+func testBusyAtResubscribe(t *testing.T, e *env) {
+	rec := newRecorder()
+	sub := e.subscribe(t, rec.notify)
+	ch := prefix(t) + "busy"
+	if err := sub.Subscribe(timeout(t), ch); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitNumsub(t, ch, 1)
+	var ends []func()
+	for _, n := range e.nodes {
+		ends = append(ends, n.Busy(t, "CLIENT", "KILL", "TYPE", "pubsub"))
+	}
+	time.Sleep(busyFor) // the fault's length: the driver connects again meanwhile
+	for _, end := range ends {
+		end()
+	}
+	e.awaitNumsub(t, ch, 1)
+	e.publish(t, ch, "after")
+	for n := 1; !slices.Contains(rec.await(t, n), message{ch, "after"}); n++ {
+		// The notice that the subscription connected again comes first.
+	}
 }
 
 // message is one notice delivered to notify.

@@ -433,10 +433,18 @@ func (s *subscription) receive() {
 			continue
 		}
 		if isReply(err) {
-			// A SUBSCRIBE the server refused (NOPERM): the connection
-			// goes on.
 			pinged = false
-			s.answer(ps, err)
+			if s.answer(ps, err) || refusal(err) {
+				// The first SUBSCRIBE's answer, or a channel the server
+				// refused (NOPERM): the connection goes on.
+				continue
+			}
+			// Any other (BUSY, LOADING) answered the SUBSCRIBE that
+			// go-redis sent as it connected anew: the channels are not
+			// subscribed, and go-redis takes the connection for sound.
+			lost = true
+			s.pause(subscribeRetry)
+			s.replace(ps)
 			continue
 		}
 		var ne net.Error
@@ -473,16 +481,17 @@ var errLostFirst = errors.New("goredis: the connection failed before the answer"
 // answer counts a reply on ps to the first SUBSCRIBE, while it waits for
 // one: a confirmation of one of its channels (err nil), its refusal, whose
 // channels are then forgotten, or errLostFirst. Once answered, its caller
-// learns the answer.
-func (s *subscription) answer(ps *redis.PubSub, err error) {
+// learns the answer. It reports whether the reply was the first
+// SUBSCRIBE's.
+func (s *subscription) answer(ps *redis.PubSub, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.first
 	if s.ps != ps || p == nil {
-		return
+		return false
 	}
 	if p.left--; err == nil && p.left > 0 {
-		return
+		return true
 	}
 	s.first = nil
 	switch {
@@ -494,6 +503,7 @@ func (s *subscription) answer(ps *redis.PubSub, err error) {
 		}
 	}
 	p.answer <- err
+	return true
 }
 
 // pause waits d, or until Close.

@@ -3,6 +3,7 @@ package redigo
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,9 +159,14 @@ func (s *subscription) receive(c redis.Conn, resumed bool) {
 			if c.Err() != nil {
 				return
 			}
-			// An error reply (a SUBSCRIBE the server refused): the
-			// connection goes on.
-			s.answer(c, m)
+			// An error reply to the first SUBSCRIBE, or a channel the
+			// server refused (NOPERM): the connection goes on. Any other
+			// (BUSY, LOADING) answered the SUBSCRIBE that resumed the
+			// channels on a connection dialed again: they are not
+			// subscribed, and the connection is dialed anew.
+			if !s.answer(c, m) && !refusal(m) {
+				return
+			}
 		}
 	}
 }
@@ -168,16 +174,17 @@ func (s *subscription) receive(c redis.Conn, resumed bool) {
 // answer counts a reply on c to the first SUBSCRIBE, while it waits for
 // one: a confirmation of one of its channels (err nil), or its refusal,
 // whose channels are then forgotten, so that a connection dialed again
-// does not ask for them. Once answered, its caller learns the answer.
-func (s *subscription) answer(c redis.Conn, err error) {
+// does not ask for them. Once answered, its caller learns the answer. It
+// reports whether the reply was the first SUBSCRIBE's.
+func (s *subscription) answer(c redis.Conn, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.first
 	if s.conn != c || p == nil {
-		return
+		return false
 	}
 	if p.left--; err == nil && p.left > 0 {
-		return
+		return true
 	}
 	s.first = nil
 	if err != nil {
@@ -186,6 +193,14 @@ func (s *subscription) answer(c redis.Conn, err error) {
 		}
 	}
 	p.answer <- err
+	return true
+}
+
+// refusal reports whether err is the server's refusal of a channel
+// (NOPERM: a user who may not listen on it), which leaves the connection
+// as it was.
+func refusal(err error) bool {
+	return strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 // ping sends c a PING every pingEvery until stop is closed, or a PING

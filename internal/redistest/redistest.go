@@ -454,6 +454,52 @@ func (s *Server) Resume(tb testing.TB) {
 	}
 }
 
+// Busy has the server run an endless script, on a connection of its own,
+// until it answers every other request with BUSY (at once: Busy sets
+// busy-reply-threshold to 10ms), and returns the function that ends it
+// (SCRIPT KILL) and waits for its connection's answer, once however often
+// it is called; the test's end calls it too. The command first, if any,
+// goes just before the script, with nothing of another client's in
+// between: "CLIENT", "KILL", "TYPE", "pubsub" has the subscribers connect
+// again to a busy server.
+func (s *Server) Busy(tb testing.TB, first ...string) (end func()) {
+	tb.Helper()
+	s.Do(tb, "CONFIG", "SET", "busy-reply-threshold", "10")
+	cmds := [][]string{{"EVAL", "while true do end", "0"}}
+	if len(first) > 0 {
+		cmds = append([][]string{first}, cmds...)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = pipeline(s.Addr(), s.tls, time.Hour, cmds...) // answered once killed
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.do("PING")
+		if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: %s not busy with a script after 10s: %v", s.Addr(), err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			// NOTBUSY: ended already (a sentinel kills a script that
+			// keeps its primary busy).
+			if _, err := s.command(doTimeout, "SCRIPT", "KILL"); err != nil && !strings.HasPrefix(err.Error(), "NOTBUSY") {
+				tb.Errorf("redistest: SCRIPT KILL on %s: %v", s.Addr(), err)
+			}
+			<-done
+		})
+	}
+	tb.Cleanup(end)
+	return end
+}
+
 // Do sends one command to the server over a new connection and returns the
 // reply as text: a simple or bulk string as is, an integer in decimal, a nil
 // reply as "(nil)", and an array as its elements one per line. It fails tb on

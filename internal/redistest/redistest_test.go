@@ -111,6 +111,23 @@ func TestRestartWithAOF(t *testing.T) {
 	}
 }
 
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	end := s.Busy(t, "SET", "before", "1")
+	if _, err := s.do("PING"); err == nil || !strings.HasPrefix(err.Error(), "BUSY") {
+		t.Errorf("PING while busy: err = %v, want BUSY", err)
+	}
+	end()
+	end()
+	if got := s.Do(t, "GET", "before"); got != "1" {
+		t.Errorf("the command sent first: GET = %q", got)
+	}
+	if got := s.Do(t, "PING"); got != "PONG" {
+		t.Errorf("PING after the script ended = %q", got)
+	}
+}
+
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	s := Start(t)

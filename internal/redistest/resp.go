@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,8 +57,20 @@ func (r reply) fields() map[string]string {
 // The whole exchange is bounded by timeout. An error reply is returned as an
 // errorReply error.
 func command(addr string, tlsConf *tls.Config, timeout time.Duration, args ...string) (reply, error) {
-	if len(args) == 0 {
-		return reply{}, errors.New("empty command")
+	r, err := pipeline(addr, tlsConf, timeout, args)
+	if len(r) == 0 {
+		return reply{}, err
+	}
+	return r[0], err
+}
+
+// pipeline is command for several commands, sent at once on one
+// connection: the server runs them one after the other, with nothing of
+// another client's in between. It returns the replies up to the first
+// error, with that error.
+func pipeline(addr string, tlsConf *tls.Config, timeout time.Duration, cmds ...[]string) ([]reply, error) {
+	if len(cmds) == 0 || slices.ContainsFunc(cmds, func(args []string) bool { return len(args) == 0 }) {
+		return nil, errors.New("empty command")
 	}
 	var conn net.Conn
 	var err error
@@ -67,23 +80,32 @@ func command(addr string, tlsConf *tls.Config, timeout time.Duration, args ...st
 		conn, err = net.DialTimeout("tcp", addr, timeout)
 	}
 	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
 	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return reply{}, err
+		return nil, err
 	}
-	if _, err := conn.Write(encodeCommand(args)); err != nil {
-		return reply{}, err
+	var out []byte
+	for _, args := range cmds {
+		out = append(out, encodeCommand(args)...)
 	}
-	r, err := readReply(bufio.NewReader(conn))
-	if err != nil {
-		return reply{}, err
+	if _, err := conn.Write(out); err != nil {
+		return nil, err
 	}
-	if r.kind == '-' || r.kind == '!' {
-		return r, errorReply(r.str)
+	br := bufio.NewReader(conn)
+	var replies []reply
+	for range cmds {
+		r, err := readReply(br)
+		if err != nil {
+			return replies, err
+		}
+		replies = append(replies, r)
+		if r.kind == '-' || r.kind == '!' {
+			return replies, errorReply(r.str)
+		}
 	}
-	return r, nil
+	return replies, nil
 }
 
 // encodeCommand encodes args as a RESP array of bulk strings.
