@@ -21,6 +21,41 @@ var shardedTests = []test{
 	{name: "ShardedSubscribedAgainAtOnce", run: testShardedSubscribedAgainAtOnce},
 	{name: "ShardedRefused", run: testShardedRefused, only: onCluster},
 	{name: "ShardedLaterRefused", run: testShardedLaterRefused, only: onCluster},
+	{name: "ShardedBusyAtResubscribe", run: testShardedBusyAtResubscribe, only: onCluster},
+}
+
+// testShardedBusyAtResubscribe: as testBusyAtResubscribe, for shard
+// channels: a primary's connection that the server closes, and whose
+// channels are subscribed anew while it is busy with a script, has them
+// subscribed once the script is over.
+func testShardedBusyAtResubscribe(t *testing.T, e *env) {
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
+	}
+	ctx := timeout(t)
+	rec := newRecorder()
+	sub, err := ss.SubscribeSharded(ctx, rec.notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch := prefix(t) + "{" + e.tagOn(t, e.primaries[0]) + "}:w:1"
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitShardNumsub(t, ch, 1)
+	end := e.primaries[0].Busy(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	time.Sleep(busyFor) // the fault's length: the driver connects again meanwhile
+	end()
+	e.awaitShardNumsub(t, ch, 1)
+	e.do(t, ch, "SPUBLISH", ch, "after")
+	for n := 1; !slices.Contains(rec.await(t, n), message{ch, "after"}); n++ {
+		// The notice that the channel was subscribed again comes first.
+	}
+	sub.Close()
+	rec.closed.Store(true)
+	rec.check(t)
 }
 
 // testShardedLaterRefused: a shard channel that the server refuses
