@@ -40,8 +40,9 @@ import (
 
 // Driver carries dlock's requests over a go-redis client.
 type Driver struct {
-	rdb  redis.UniversalClient
-	ring bool // rdb is a Ring: see refuseAcrossShards
+	rdb     redis.UniversalClient
+	ring    bool // rdb is a Ring: see refuseAcrossShards
+	cluster bool // rdb is a cluster client: see refuseAcrossSlots
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
 }
@@ -58,6 +59,7 @@ func New(rdb redis.UniversalClient) *Driver {
 		panic("goredis: New with a nil client")
 	}
 	d := &Driver{rdb: rdb}
+	_, d.cluster = rdb.(*redis.ClusterClient)
 	if r, ok := rdb.(*redis.Ring); ok {
 		d.ring, d.shardOf = true, shardOf(r.Options())
 	}
@@ -127,6 +129,50 @@ func refuseAcrossShards(calls []*dlock.Call) []*dlock.Call {
 	return ok
 }
 
+// refuseAcrossSlots fails the calls whose keys lie in several slots, on a
+// cluster client, as the server would (CROSSSLOT), and returns the others:
+// dlock then takes a lock on several names slot by slot. A cluster client
+// made with ClusterSlots over standalone servers, which never refuse a
+// request for keys of slots they do not own, would take them all on the
+// server of the first key's slot, while another client locks them on
+// their own servers: two holders at once.
+func refuseAcrossSlots(calls []*dlock.Call) []*dlock.Call {
+	ok := calls[:0:0]
+	for _, call := range calls {
+		if len(call.Keys) > 1 && !sameSlot(call.Keys) {
+			call.Val, call.Err = nil, errCrossSlot
+			continue
+		}
+		ok = append(ok, call)
+	}
+	return ok
+}
+
+// errCrossSlot is the server's refusal of a request for keys of several
+// slots, given by the driver before it sends one.
+var errCrossSlot error = crossSlot{}
+
+type crossSlot struct{}
+
+func (crossSlot) Error() string {
+	return "CROSSSLOT Keys in request don't hash to the same slot (refused by dlock's goredis driver before sending)"
+}
+
+// RedisError makes it a go-redis error reply (redis.Error): the
+// connection is sound.
+func (crossSlot) RedisError() {}
+
+// sameSlot reports whether keys lie in one Redis Cluster slot.
+func sameSlot(keys []string) bool {
+	slot := keyslot.Of(keys[0])
+	for _, k := range keys[1:] {
+		if keyslot.Of(k) != slot {
+			return false
+		}
+	}
+	return true
+}
+
 // sameTag reports whether keys share one hash tag.
 func sameTag(keys []string) bool {
 	tag := keyslot.Tag(keys[0])
@@ -147,6 +193,9 @@ func sameTag(keys []string) bool {
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.ring {
 		calls = refuseAcrossShards(calls)
+	}
+	if d.cluster {
+		calls = refuseAcrossSlots(calls)
 	}
 	d.run(ctx, calls, true)
 	defer d.reloadAfterFailure(calls)

@@ -14,6 +14,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -406,5 +407,60 @@ func TestARingLoadsTheLibraryOnShardsAddedLater(t *testing.T) {
 		if strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_evalsha:") {
 			t.Errorf("calls ran as scripts on the new shard: %s", line)
 		}
+	}
+}
+
+// TestClusterSlotsOverStandaloneServers: a cluster client made with
+// ClusterSlots over standalone servers, each given half of the slots,
+// takes a lock on names of both halves slot by slot, each on its own
+// server, as on a cluster: another client's lock on one of those names is
+// refused. (The servers never refuse keys of slots they do not own: taken
+// in one request, on the first name's server, the second name was locked
+// twice.)
+func TestClusterSlotsOverStandaloneServers(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t)}
+	newClient := func() *dlock.Client {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{
+			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{
+					{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: srvs[0].Addr()}}},
+					{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: srvs[1].Addr()}}},
+				}, nil
+			},
+			MaxRetries: -1,
+		})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b := newClient(), newClient()
+	// A name in each half.
+	var names [2]string
+	for i := 0; names[0] == "" || names[1] == ""; i++ {
+		name := "n" + strconv.Itoa(i)
+		half := 0
+		if keyslot.Of(a.RedisKey(name)) > 8191 {
+			half = 1
+		}
+		if names[half] == "" {
+			names[half] = name
+		}
+	}
+	ctx := context.Background()
+	held, err := a.TryLockMulti(ctx, names[:], dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range names {
+		if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%q, held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, err)
+		}
+		if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
+			t.Errorf("%q is not held on the server of its slot", name)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
