@@ -113,8 +113,9 @@ type Subscription interface {
 	// as to return its refusal (NOPERM: a user who may not listen on
 	// those channels), which dlock logs: dlock makes it before any notice
 	// can come, holding nothing notify needs. A later channel that the
-	// server refuses costs only that channel: the connection goes on
-	// delivering the others' notices (dlocktest's ShardedLaterRefused).
+	// server refuses costs only that channel, at least until the
+	// connection is made again: the connection goes on delivering the
+	// others' notices (dlocktest's LaterRefused and ShardedLaterRefused).
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe removes channels.
 	Unsubscribe(ctx context.Context, channels ...string) error

@@ -483,15 +483,17 @@ func (s *subscription) receive() {
 		}
 		if isReply(err) {
 			pinged = false
-			if s.answer(ps, err) || refusal(err) {
-				// The first SUBSCRIBE's answer, or a channel the server
-				// refused (NOPERM): the connection goes on.
+			if s.answer(ps, err) || refusal(err) || !lost {
+				// The first SUBSCRIBE's answer, a channel the server
+				// refused (NOPERM), or the answer to a PING or an
+				// UNSUBSCRIBE on a connection whose channels the server
+				// confirmed: the connection goes on.
 				continue
 			}
-			// Any other (BUSY, LOADING) answered the SUBSCRIBE that
-			// go-redis sent as it connected anew: the channels are not
-			// subscribed, and go-redis takes the connection for sound.
-			lost = true
+			// Any other (BUSY) before anything else on a connection made
+			// anew answered the SUBSCRIBE that go-redis sent as it
+			// connected: the channels are not subscribed, and go-redis
+			// takes the connection for sound.
 			s.pause(subscribeRetry)
 			s.replace(ps)
 			continue

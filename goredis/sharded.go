@@ -489,9 +489,11 @@ func (ns *nodeSubscription) confirm(ctx context.Context, ch string) error {
 }
 
 // refusal reports whether err is the server's refusal of a channel
-// (NOPERM), which leaves the connection as it was.
+// (NOPERM, "no permissions to access one of the channels"), which leaves
+// the connection as it was; not that of a command the connection's set-up
+// sends (CLIENT SETNAME), which leaves none.
 func refusal(err error) bool {
-	return isReply(err) && strings.HasPrefix(err.Error(), "NOPERM")
+	return isReply(err) && strings.HasPrefix(err.Error(), "NOPERM") && strings.Contains(err.Error(), "channel")
 }
 
 // receive delivers messages until the connection fails (nil), or the

@@ -432,3 +432,59 @@ func shardedPayloads(t *testing.T) (*redistest.Cluster, dlock.Subscription, <-ch
 	t.Cleanup(func() { _ = sub.Close() })
 	return c, sub, got
 }
+
+// TestAConnectionWhoseSetUpIsRefusedIsMadeWithTheBackoff: a primary that
+// refuses a command of a new connection's set-up (CLIENT SETNAME, for a
+// client with a ClientName, after an ACL change) makes the channels of
+// that primary be subscribed anew with the backoff, not a connection made
+// again at once, over and over: its NOPERM names a command, not a channel.
+func TestAConnectionWhoseSetUpIsRefusedIsMadeWithTheBackoff(t *testing.T) {
+	passes := make(chan struct{}, 64)
+	resubscribed = func() {
+		select {
+		case passes <- struct{}{}:
+		default:
+		}
+	}
+	defer func() { resubscribed = nil }()
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ClientName: "dlock-test"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	sub, err := New(rdb).SubscribeSharded(ctx, func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const ch = "dlock:{setup}:w:test"
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	srv := c.PrimaryOf(t, ch)
+	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
+	srv.Do(t, "ACL", "SETUSER", "default", "-client|setname")
+	defer srv.Do(t, "ACL", "SETUSER", "default", "+client|setname")
+	connections := func() int {
+		for _, line := range strings.Split(srv.Do(t, "INFO", "stats"), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatal("no total_connections_received in INFO stats")
+		return 0
+	}
+	before := connections()
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	// Three passes of the backoff (50, 100, 200ms): a few connections each.
+	for range 3 {
+		select {
+		case <-passes:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the channel was not subscribed anew within 10s")
+		}
+	}
+	if n := connections() - before; n > 50 {
+		t.Errorf("%d connections made to the primary in three passes of the backoff", n)
+	}
+}

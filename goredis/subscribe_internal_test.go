@@ -206,3 +206,42 @@ func TestASubscriptionClosesWhileItConnectsToAStalledServer(t *testing.T) {
 		t.Errorf("Close took %v while the subscription connected to a stalled server, want about pubsubConnect", took)
 	}
 }
+
+// TestAnErrorReplyOnAConfirmedSubscriptionKeepsIt: an UNSUBSCRIBE answered
+// BUSY (another client's script runs) on a connection whose channels the
+// server confirmed leaves the connection as it is: it is not replaced, and
+// the other channel's messages go on with no notice that some were lost.
+func TestAnErrorReplyOnAConfirmedSubscriptionKeepsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	got := make(chan string, 16)
+	sub, err := New(rdb).Subscribe(ctx, func(ch, p string) { got <- ch + " " + p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(ctx, "kept", "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "NUMSUB", "kept", "dropped") == "kept\n1\ndropped\n1" })
+	first := sub.(*subscription).current()
+	end := srv.Busy(t)
+	if err := sub.Unsubscribe(ctx, "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	srv.Do(t, "PUBLISH", "kept", "after")
+	select {
+	case m := <-got:
+		if m != "kept after" {
+			t.Errorf("after an UNSUBSCRIBE answered BUSY, notify got %q first, want the message", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message within 10s")
+	}
+	if sub.(*subscription).current() != first {
+		t.Error("the connection was replaced")
+	}
+}

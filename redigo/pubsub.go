@@ -159,12 +159,14 @@ func (s *subscription) receive(c redis.Conn, resumed bool) {
 			if c.Err() != nil {
 				return
 			}
-			// An error reply to the first SUBSCRIBE, or a channel the
-			// server refused (NOPERM): the connection goes on. Any other
-			// (BUSY, LOADING) answered the SUBSCRIBE that resumed the
-			// channels on a connection dialed again: they are not
+			// An error reply to the first SUBSCRIBE, a channel the
+			// server refused (NOPERM), or the answer to a PING or an
+			// UNSUBSCRIBE on a connection whose channels the server
+			// confirmed: the connection goes on. Any other (BUSY) before
+			// anything else on a connection dialed again answered the
+			// SUBSCRIBE that resumed the channels: they are not
 			// subscribed, and the connection is dialed anew.
-			if !s.answer(c, m) && !refusal(m) {
+			if !s.answer(c, m) && !refusal(m) && resumed {
 				return
 			}
 		}
@@ -197,10 +199,10 @@ func (s *subscription) answer(c redis.Conn, err error) bool {
 }
 
 // refusal reports whether err is the server's refusal of a channel
-// (NOPERM: a user who may not listen on it), which leaves the connection
-// as it was.
+// (NOPERM: a user who may not listen on it, "no permissions to access one
+// of the channels"), which leaves the connection as it was.
 func refusal(err error) bool {
-	return strings.HasPrefix(err.Error(), "NOPERM")
+	return strings.HasPrefix(err.Error(), "NOPERM") && strings.Contains(err.Error(), "channel")
 }
 
 // ping sends c a PING every pingEvery until stop is closed, or a PING

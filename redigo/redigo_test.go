@@ -408,3 +408,54 @@ func TestARefusedSubscribeIsReported(t *testing.T) {
 		t.Errorf("the refused subscription was not logged: %q", log)
 	}
 }
+
+// TestAnErrorReplyOnAConfirmedSubscriptionKeepsIt: an UNSUBSCRIBE answered
+// BUSY (another client's script runs) on a connection whose channels the
+// server confirmed leaves the connection as it is: no new one is dialed,
+// and the other channel's messages go on with no notice that some were
+// lost.
+func TestAnErrorReplyOnAConfirmedSubscriptionKeepsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	var dials atomic.Int32
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			dials.Add(1)
+			return redis.DialContext(ctx, "tcp", srv.Addr())
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	got := make(chan string, 16)
+	sub, err := dlockredigo.New(pool).Subscribe(ctx, func(ch, p string) { got <- ch + " " + p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe(ctx, "kept", "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); srv.Do(t, "PUBSUB", "NUMSUB", "kept", "dropped") != "kept\n1\ndropped\n1"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the channels were not subscribed within 5s")
+		}
+	}
+	before := dials.Load()
+	end := srv.Busy(t)
+	if err := sub.Unsubscribe(ctx, "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	srv.Do(t, "PUBLISH", "kept", "after")
+	select {
+	case m := <-got:
+		if m != "kept after" {
+			t.Errorf("after an UNSUBSCRIBE answered BUSY, notify got %q first, want the message", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message within 10s")
+	}
+	if n := dials.Load() - before; n != 0 {
+		t.Errorf("%d connections dialed after an error reply on a sound one", n)
+	}
+}

@@ -457,13 +457,14 @@ func (s *Server) Resume(tb testing.TB) {
 // Busy has the server run an endless script, on a connection of its own,
 // until it answers every other request with BUSY (at once: Busy sets
 // busy-reply-threshold to 10ms), and returns the function that ends it
-// (SCRIPT KILL) and waits for its connection's answer, once however often
-// it is called; the test's end calls it too. The command first, if any,
+// (SCRIPT KILL), waits for its connection's answer and sets the threshold
+// back, once however often it is called; the test's end calls it too. The command first, if any,
 // goes just before the script, with nothing of another client's in
 // between: "CLIENT", "KILL", "TYPE", "pubsub" has the subscribers connect
 // again to a busy server.
 func (s *Server) Busy(tb testing.TB, first ...string) (end func()) {
 	tb.Helper()
+	was := strings.TrimPrefix(s.Do(tb, "CONFIG", "GET", "busy-reply-threshold"), "busy-reply-threshold\n")
 	s.Do(tb, "CONFIG", "SET", "busy-reply-threshold", "10")
 	cmds := [][]string{{"EVAL", "while true do end", "0"}}
 	if len(first) > 0 {
@@ -494,6 +495,7 @@ func (s *Server) Busy(tb testing.TB, first ...string) (end func()) {
 				tb.Errorf("redistest: SCRIPT KILL on %s: %v", s.Addr(), err)
 			}
 			<-done
+			s.Do(tb, "CONFIG", "SET", "busy-reply-threshold", was)
 		})
 	}
 	tb.Cleanup(end)

@@ -126,6 +126,9 @@ func TestBusy(t *testing.T) {
 	if got := s.Do(t, "PING"); got != "PONG" {
 		t.Errorf("PING after the script ended = %q", got)
 	}
+	if got := s.Do(t, "CONFIG", "GET", "busy-reply-threshold"); got != "busy-reply-threshold\n5000" {
+		t.Errorf("busy-reply-threshold after the script ended: %q", got)
+	}
 }
 
 func TestPauseResume(t *testing.T) {
