@@ -187,14 +187,29 @@ func refusedForGood(err error) (refused, ranInPart bool) {
 }
 
 // notRun reports whether err says that a request never ran: the driver
-// could not connect to send it, or the server refused it before running it
-// (its slot moving or split between nodes, the cluster down, the server
-// loading its data). Such a request cannot run late.
+// could not connect to send it, or had no connection for it (see unsent),
+// or the server refused it before running it (see refusedUnrun). Such a
+// request cannot run late.
 func notRun(err error) bool {
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return refusedUnrun(err)
+	return refusedUnrun(err) || unsent(err)
+}
+
+// unsent reports whether err says that the driver never sent the request:
+// its client library had no connection for it (a pool at its limit), as
+// an error of the driver's with a NotSent method that returns true says
+// (see Driver). The request may go a little later.
+func unsent(err error) bool {
+	var ns interface{ NotSent() bool }
+	return errors.As(err, &ns) && ns.NotSent()
+}
+
+// sendLater reports whether err is a refusal, or a failure to send, that a
+// request may meet no more a little later (see refusedUnrun and unsent).
+func sendLater(err error) bool {
+	return refusedUnrun(err) || unsent(err)
 }
 
 // refusedUnrun reports whether err is the server's refusal of a request

@@ -777,7 +777,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	// down: what it had not run is lost with it.) Only a request token of
 	// dlock's own, which no later acquisition uses: a late clean-up of a
 	// given token could take the hold of its next acquire.
-	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (refusedUnrun(c.Err) || isTimeout(c.Err)) }) &&
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (sendLater(c.Err) || isTimeout(c.Err)) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls)
 			l.wakeAlone()
@@ -818,7 +818,7 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 		again = again[:0:0]
 		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
 		for _, call := range calls {
-			if call.Err != nil && (refusedUnrun(call.Err) || isTimeout(call.Err)) {
+			if call.Err != nil && (sendLater(call.Err) || isTimeout(call.Err)) {
 				again = append(again, call)
 			}
 			if call.Err != nil && isTimeout(call.Err) {
@@ -899,7 +899,7 @@ func (l *Lock) waitOutRefused(ctx context.Context, calls []*Call) {
 	for wait := refusedBackoff; ; wait = min(2*wait, refusedMaxBackoff) {
 		again = again[:0:0]
 		for _, call := range calls {
-			if call.Err != nil && refusedUnrun(call.Err) {
+			if call.Err != nil && sendLater(call.Err) {
 				again = append(again, call)
 			}
 		}

@@ -346,7 +346,7 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
 func storeAll(calls []*dlock.Call, cmds []*redis.Cmd, err error) {
 	for i, call := range calls {
 		if unsent(cmds[i]) {
-			call.Val, call.Err = nil, noReply(err)
+			call.Val, call.Err = nil, notSent(noReply(err))
 			continue
 		}
 		store(call, cmds[i])
@@ -368,11 +368,31 @@ func noReply(err error) error {
 var errNoReply = errors.New("goredis: the pipeline returned no reply")
 
 func store(call *dlock.Call, cmd *redis.Cmd) {
-	call.Val, call.Err = cmd.Val(), cmd.Err()
+	call.Val, call.Err = cmd.Val(), notSent(cmd.Err())
 	if errors.Is(call.Err, redis.Nil) {
 		call.Val, call.Err = nil, nil
 	}
 }
+
+// notSent marks err as a certain failure to send (see dlock.Driver) when
+// go-redis had no connection for the request: its pool at MaxActiveConns
+// (ErrPoolExhausted) or none freed within PoolTimeout (ErrPoolTimeout),
+// which go-redis v9.7 does not export, and which are known here by their
+// text.
+func notSent(err error) error {
+	if err != nil && (err.Error() == "redis: connection pool exhausted" || err.Error() == "redis: connection pool timeout") {
+		return unsentError{err}
+	}
+	return err
+}
+
+// unsentError is an error of a request that was never sent.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
+// NotSent says that the request was never sent (see dlock.Driver).
+func (unsentError) NotSent() bool { return true }
 
 // Subscribe opens a go-redis PubSub, read by a goroutine of its own.
 // go-redis reconnects it and re-subscribes its channels after a connection

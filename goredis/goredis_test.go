@@ -464,3 +464,58 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// tapped is a driver that runs a function armed for it once its next Eval
+// has returned.
+type tapped struct {
+	dlock.Driver
+	mu   sync.Mutex
+	then func()
+}
+
+func (d *tapped) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	d.mu.Lock()
+	f := d.then
+	d.then = nil
+	d.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (d *tapped) afterNext(f func()) {
+	d.mu.Lock()
+	d.then = f
+	d.mu.Unlock()
+}
+
+// TestAReleaseWithNoConnectionFreeIsSentAgain: a Release that go-redis
+// could not send, its pool at MaxActiveConns, goes again a little later,
+// once a connection is free, and frees the name.
+func TestAReleaseWithNoConnectionFreeIsSentAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, MaxActiveConns: 1, PoolTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	d := &tapped{Driver: goredis.New(rdb)}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "pool", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool's only connection, taken until the Release and the copy
+	// sent at once after it failed.
+	held := rdb.Conn()
+	if err := held.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d.afterNext(func() { d.afterNext(func() { _ = held.Close() }) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with no connection free, then sent again: %v", err)
+	}
+	if got := srv.Do(t, "HGET", c.RedisKey("pool"), "token"); got != "" {
+		t.Errorf("the name is still held after Release (token %q)", got)
+	}
+}

@@ -183,7 +183,8 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	if wait <= 0 {
 		return 0, context.DeadlineExceeded
 	}
-	return redis.Int(redis.DoWithTimeout(conn, wait, "WAIT", replicas, timeout.Milliseconds()))
+	v, err := redis.DoWithTimeout(conn, wait, "WAIT", replicas, timeout.Milliseconds())
+	return redis.Int(v, unbounded(err))
 }
 
 // conn takes a connection from the pool, unless ctx has ended (the pool
@@ -194,8 +195,21 @@ func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
 	}
 	ctx, cancel := d.timed(ctx)
 	defer cancel()
-	return d.pool.GetContext(ctx)
+	c, err := d.pool.GetContext(ctx)
+	if errors.Is(err, redis.ErrPoolExhausted) {
+		err = unsentError{err}
+	}
+	return c, err
 }
+
+// unsentError is the error of a request that was never sent: the pool had
+// no connection for it (MaxActive reached, without Wait).
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
+// NotSent says that the request was never sent (see dlock.Driver).
+func (unsentError) NotSent() bool { return true }
 
 // timed returns ctx for taking a connection, bounded by the driver's
 // timeout when ctx never ends: a pool that waits for a free connection, or
@@ -332,10 +346,23 @@ func failAll(calls []*dlock.Call, err error) {
 // do runs one command, bounded by ctx, or by limit when ctx never ends.
 func do(ctx context.Context, limit time.Duration, conn redis.Conn, name string, args ...any) (any, error) {
 	if ctx.Done() == nil {
-		return redis.DoWithTimeout(conn, limit, name, args...)
+		v, err := redis.DoWithTimeout(conn, limit, name, args...)
+		return v, unbounded(err)
 	}
 	v, err := redis.DoContext(conn, ctx, name, args...)
-	return v, bounded(ctx, err)
+	return v, unbounded(bounded(ctx, err))
+}
+
+// unbounded turns redigo's refusal of a connection that cannot bound a
+// request (a wrapper type, made by the pool's Dial, that embeds only
+// redis.Conn) into an error matching dlock.ErrUnsupported: every request
+// would fail so, and a wait ends at once instead of trying for as long
+// as it may.
+func unbounded(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "redis: connection does not support ConnWith") {
+		return fmt.Errorf("%w: the pool's connections implement neither redis.ConnWithContext nor redis.ConnWithTimeout, by which dlock bounds each request (a wrapper made by Dial must pass them on): %w", dlock.ErrUnsupported, err)
+	}
+	return err
 }
 
 // do runs one command, bounded by ctx or, without a deadline, by the

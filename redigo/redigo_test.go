@@ -459,3 +459,87 @@ func TestAnErrorReplyOnAConfirmedSubscriptionKeepsIt(t *testing.T) {
 		t.Errorf("%d connections dialed after an error reply on a sound one", n)
 	}
 }
+
+// tapped is a driver that runs a function armed for it once its next Eval
+// has returned.
+type tapped struct {
+	dlock.Driver
+	mu   sync.Mutex
+	then func()
+}
+
+func (d *tapped) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	d.mu.Lock()
+	f := d.then
+	d.then = nil
+	d.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (d *tapped) afterNext(f func()) {
+	d.mu.Lock()
+	d.then = f
+	d.mu.Unlock()
+}
+
+// TestAReleaseWithNoConnectionFreeIsSentAgain: a Release that the pool had
+// no connection for (MaxActive reached, without Wait) goes again a little
+// later, once one is free, and frees the name.
+func TestAReleaseWithNoConnectionFreeIsSentAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := newPool(t, srv.Addr())
+	pool.MaxActive = 1
+	ctx := context.Background()
+	d := &tapped{Driver: dlockredigo.New(pool)}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "pool", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool's only connection, taken until the Release and the copy
+	// sent at once after it failed.
+	held := pool.Get()
+	if err := held.Err(); err != nil {
+		t.Fatal(err)
+	}
+	d.afterNext(func() { d.afterNext(func() { _ = held.Close() }) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with no connection free, then sent again: %v", err)
+	}
+	if got := srv.Do(t, "HGET", c.RedisKey("pool"), "token"); got != "" {
+		t.Errorf("the name is still held after Release (token %q)", got)
+	}
+}
+
+// plainConn is a connection wrapper that passes on only redis.Conn, as
+// instrumentation may.
+type plainConn struct{ redis.Conn }
+
+// TestAConnectionThatCannotBeBoundedIsUnsupported: a pool whose Dial wraps
+// its connections in a type without DoContext and DoWithTimeout, by which
+// dlock bounds each request, gets ErrUnsupported, and a wait ends at once.
+func TestAConnectionThatCannotBeBoundedIsUnsupported(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := &redis.Pool{
+		Dial: func() (redis.Conn, error) {
+			c, err := redis.Dial("tcp", srv.Addr())
+			return plainConn{c}, err
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	c := dlock.New(dlockredigo.New(pool))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.TryLock(ctx, "plain"); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("TryLock: %v, want ErrUnsupported", err)
+	}
+	if _, err := c.Lock(ctx, "plain"); !errors.Is(err, dlock.ErrUnsupported) || ctx.Err() != nil {
+		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
+	}
+}
