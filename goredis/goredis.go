@@ -204,6 +204,23 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 			return d.load(ctx, lib, calls)
 		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 	}
+	if !d.cluster {
+		for _, call := range calls {
+			call.Err = redirected(call.Err)
+		}
+	}
+}
+
+// redirected turns a MOVED or ASK reply to a client that is not a cluster
+// client (a Client or a Ring given a Redis Cluster node's address), which
+// follows none, into an error matching dlock.ErrUnsupported: no attempt
+// would do better, and a wait ends at once.
+func redirected(err error) error {
+	if err != nil && isReply(err) && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")) {
+		return fmt.Errorf("%w: a Redis Cluster node through a go-redis client that follows no redirection (the node answered %q): use a ClusterClient: %w",
+			dlock.ErrUnsupported, err.Error(), err)
+	}
+	return err
 }
 
 // reloadAfterFailure has a cluster client read the cluster's slot map

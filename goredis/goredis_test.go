@@ -519,3 +519,30 @@ func TestAReleaseWithNoConnectionFreeIsSentAgain(t *testing.T) {
 		t.Errorf("the name is still held after Release (token %q)", got)
 	}
 }
+
+// TestAClientOnAClusterNodeIsUnsupported: a go-redis Client (not a
+// ClusterClient) given a Redis Cluster node's address gets ErrUnsupported
+// for a name another node serves, at once, where it waited out its max
+// wait on MOVED.
+func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	node := cluster.Nodes[0]
+	rdb := redis.NewClient(&redis.Options{Addr: node.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	defer c.Close()
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := "elsewhere" + strconv.Itoa(i); cluster.PrimaryOf(t, c.RedisKey(n)) != node {
+			name = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.TryLock(ctx, name); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("TryLock: %v, want ErrUnsupported", err)
+	}
+	if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrUnsupported) || ctx.Err() != nil {
+		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
+	}
+}

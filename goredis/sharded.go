@@ -488,12 +488,14 @@ func (ns *nodeSubscription) confirm(ctx context.Context, ch string) error {
 	return err
 }
 
-// refusal reports whether err is the server's refusal of a channel
-// (NOPERM, "no permissions to access one of the channels"), which leaves
-// the connection as it was; not that of a command the connection's set-up
-// sends (CLIENT SETNAME), which leaves none.
+// refusal reports whether err is the server's refusal of a channel, or of
+// the command that subscribes it (NOPERM: "no permissions to access one of
+// the channels", or to run 'ssubscribe'), which leaves the connection as
+// it was; not that of a command the connection's set-up sends (CLIENT
+// SETNAME), which leaves none.
 func refusal(err error) bool {
-	return isReply(err) && strings.HasPrefix(err.Error(), "NOPERM") && strings.Contains(err.Error(), "channel")
+	msg := err.Error()
+	return isReply(err) && strings.HasPrefix(msg, "NOPERM") && (strings.Contains(msg, "channel") || strings.Contains(msg, "subscribe'"))
 }
 
 // receive delivers messages until the connection fails (nil), or the

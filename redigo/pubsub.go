@@ -202,7 +202,8 @@ func (s *subscription) answer(c redis.Conn, err error) bool {
 // (NOPERM: a user who may not listen on it, "no permissions to access one
 // of the channels"), which leaves the connection as it was.
 func refusal(err error) bool {
-	return strings.HasPrefix(err.Error(), "NOPERM") && strings.Contains(err.Error(), "channel")
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") && (strings.Contains(msg, "channel") || strings.Contains(msg, "subscribe'"))
 }
 
 // ping sends c a PING every pingEvery until stop is closed, or a PING

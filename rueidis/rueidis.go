@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -89,6 +90,13 @@ func (d *Driver) Server(ctx context.Context, key string) string {
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
+	}
+	if d.client.Mode() != rueidis.ClientModeCluster {
+		defer func() {
+			for _, c := range calls {
+				c.Err = redirected(c.Err)
+			}
+		}()
 	}
 	d.eval(ctx, calls)
 	// rueidis learns that the server closed a connection (CLIENT KILL, its
@@ -317,6 +325,18 @@ func arg(v any) string {
 }
 
 // store converts a result into the call's reply or error.
+// redirected turns a MOVED or ASK reply to a client that is not a cluster
+// client (ForceSingleClient given a Redis Cluster node's address), which
+// follows none, into an error matching dlock.ErrUnsupported: no attempt
+// would do better, and a wait ends at once.
+func redirected(err error) error {
+	if err != nil && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")) {
+		return fmt.Errorf("%w: a Redis Cluster node through a rueidis client that follows no redirection (the node answered %q): %w",
+			dlock.ErrUnsupported, err.Error(), err)
+	}
+	return err
+}
+
 func store(call *dlock.Call, r rueidis.RedisResult) {
 	call.Val, call.Err = nil, nil
 	if err := r.NonRedisError(); err != nil {
