@@ -28,11 +28,11 @@ type Driver interface {
 	// is stored in Call.Err. An error reply inside an array reply is an
 	// error value in the []any. The text of an error reply is the server's:
 	// dlock learns that it talks to Redis Cluster from a reply that starts
-	// with "CROSSSLOT". A failure to send that is certain (the client
-	// library had no connection for the call: a pool at its limit) may be
-	// an error with a method NotSent() bool that returns true: dlock then
-	// sends a release or a clean-up again a little later, as after the
-	// server's refusal of a request before it ran.
+	// with "CROSSSLOT". A failure to find a connection for the call (a
+	// client library's pool at its limit) may be an error with a method
+	// NotSent() bool that returns true: dlock then sends a release or a
+	// clean-up again a little later, as after the server's refusal of a
+	// request before it ran.
 	Eval(ctx context.Context, calls ...*Call)
 
 	// Subscribe opens a pub/sub connection that calls notify with the

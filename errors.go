@@ -187,20 +187,24 @@ func refusedForGood(err error) (refused, ranInPart bool) {
 }
 
 // notRun reports whether err says that a request never ran: the driver
-// could not connect to send it, or had no connection for it (see unsent),
-// or the server refused it before running it (see refusedUnrun). Such a
-// request cannot run late.
+// could not connect to send it, or the server refused it before running it
+// (see refusedUnrun). Such a request cannot run late. (Not a request the
+// client library found no connection for, see unsent: go-redis may have
+// sent it once before it tried again.)
 func notRun(err error) bool {
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return refusedUnrun(err) || unsent(err)
+	return refusedUnrun(err)
 }
 
-// unsent reports whether err says that the driver never sent the request:
-// its client library had no connection for it (a pool at its limit), as
-// an error of the driver's with a NotSent method that returns true says
-// (see Driver). The request may go a little later.
+// unsent reports whether err says that the client library found no
+// connection for the request (a pool at its limit), as an error of the
+// driver's with a NotSent method that returns true says (see Driver). The
+// request may go a little later. It may have been sent before, by a
+// library that tries again after a connection failed: a release or a
+// clean-up, which may run twice, is sent again, but nothing counts the
+// request as not run.
 func unsent(err error) bool {
 	var ns interface{ NotSent() bool }
 	return errors.As(err, &ns) && ns.NotSent()

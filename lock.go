@@ -821,8 +821,8 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 			if call.Err != nil && (sendLater(call.Err) || isTimeout(call.Err)) {
 				again = append(again, call)
 			}
-			if call.Err != nil && isTimeout(call.Err) {
-				most = lateCleanupBackoff
+			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err)) {
+				most = lateCleanupBackoff // a stalled server, or a full pool: no hurry
 			}
 		}
 		if len(again) == 0 || !sleep(ctx, wait) {

@@ -391,8 +391,9 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 	}
 }
 
-// notSent marks err as a certain failure to send (see dlock.Driver) when
-// go-redis had no connection for the request: its pool at MaxActiveConns
+// notSent marks err as a failure to find a connection (see dlock.Driver)
+// when go-redis had none for the request (it may have sent it once before,
+// and tried again after a connection failed): its pool at MaxActiveConns
 // (ErrPoolExhausted) or none freed within PoolTimeout (ErrPoolTimeout),
 // which go-redis v9.7 does not export, and which are known here by their
 // text.
@@ -403,12 +404,14 @@ func notSent(err error) error {
 	return err
 }
 
-// unsentError is an error of a request that was never sent.
+// unsentError is the error of a request that go-redis found no connection
+// for.
 type unsentError struct{ error }
 
 func (e unsentError) Unwrap() error { return e.error }
 
-// NotSent says that the request was never sent (see dlock.Driver).
+// NotSent says that go-redis found no connection for the request (see
+// dlock.Driver).
 func (unsentError) NotSent() bool { return true }
 
 // Subscribe opens a go-redis PubSub, read by a goroutine of its own.
@@ -779,11 +782,15 @@ var _ dlock.Replicator = (*Driver)(nil)
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	switch c := d.rdb.(type) {
 	case *redis.Client:
-		return evalWait(ctx, c, replicas, timeout, calls)
+		acked, err := evalWait(ctx, c, replicas, timeout, calls)
+		for _, call := range calls {
+			call.Err = redirected(call.Err)
+		}
+		return acked, err
 	case *redis.ClusterClient:
 		defer d.reloadAfterFailure(calls)
 		groups := map[*redis.Client][]*dlock.Call{}
-		for _, call := range calls {
+		for _, call := range refuseAcrossSlots(calls) {
 			if len(call.Keys) == 0 {
 				call.Val, call.Err = nil, fmt.Errorf("%w: a call without keys through WAIT on a cluster", dlock.ErrUnsupported)
 				continue

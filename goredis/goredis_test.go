@@ -416,15 +416,16 @@ func TestARingLoadsTheLibraryOnShardsAddedLater(t *testing.T) {
 // server, as on a cluster: another client's lock on one of those names is
 // refused. (The servers never refuse keys of slots they do not own: taken
 // in one request, on the first name's server, the second name was locked
-// twice.)
+// twice.) So does one WithReplicas, each server with a replica.
 func TestClusterSlotsOverStandaloneServers(t *testing.T) {
-	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t)}
+	sets := []*redistest.Replicated{redistest.StartReplicated(t, 1, 0), redistest.StartReplicated(t, 1, 0)}
+	srvs := []*redistest.Server{sets[0].Primary, sets[1].Primary}
 	newClient := func() *dlock.Client {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{
 			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
 				return []redis.ClusterSlot{
-					{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: srvs[0].Addr()}}},
-					{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: srvs[1].Addr()}}},
+					{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: srvs[0].Addr()}, {Addr: sets[0].Replicas[0].Addr()}}},
+					{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: srvs[1].Addr()}, {Addr: sets[1].Replicas[0].Addr()}}},
 				}, nil
 			},
 			MaxRetries: -1,
@@ -434,8 +435,8 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	a, b := newClient(), newClient()
 	// A name in each half.
+	a := newClient()
 	var names [2]string
 	for i := 0; names[0] == "" || names[1] == ""; i++ {
 		name := "n" + strconv.Itoa(i)
@@ -448,20 +449,25 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	held, err := a.TryLockMulti(ctx, names[:], dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, name := range names {
-		if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
-			t.Errorf("%q, held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, err)
+	for _, opts := range [][]dlock.Option{nil, {dlock.WithReplicas(1, time.Second)}} {
+		// New clients: one that has met a cluster's refusal splits every
+		// lock by slot before it sends it.
+		a, b := newClient(), newClient()
+		held, err := a.TryLockMulti(ctx, names[:], append(opts, dlock.WithTTL(time.Minute))...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
-			t.Errorf("%q is not held on the server of its slot", name)
+		for i, name := range names {
+			if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("%q (%d options), held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, len(opts), err)
+			}
+			if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
+				t.Errorf("%q (%d options) is not held on the server of its slot", name, len(opts))
+			}
 		}
-	}
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

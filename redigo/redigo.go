@@ -208,7 +208,8 @@ type unsentError struct{ error }
 
 func (e unsentError) Unwrap() error { return e.error }
 
-// NotSent says that the request was never sent (see dlock.Driver).
+// NotSent says that the pool had no connection for the request (see
+// dlock.Driver).
 func (unsentError) NotSent() bool { return true }
 
 // timed returns ctx for taking a connection, bounded by the driver's

@@ -324,7 +324,6 @@ func arg(v any) string {
 	}
 }
 
-// store converts a result into the call's reply or error.
 // redirected turns a MOVED or ASK reply to a client that is not a cluster
 // client (ForceSingleClient given a Redis Cluster node's address), which
 // follows none, into an error matching dlock.ErrUnsupported: no attempt
@@ -337,6 +336,7 @@ func redirected(err error) error {
 	return err
 }
 
+// store converts a result into the call's reply or error.
 func store(call *dlock.Call, r rueidis.RedisResult) {
 	call.Val, call.Err = nil, nil
 	if err := r.NonRedisError(); err != nil {

@@ -32,7 +32,11 @@ var _ dlock.Replicator = (*Driver)(nil)
 // again whenever a primary answers MOVED or ASK, or cannot be reached.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
-		return evalWait(ctx, d.client, replicas, timeout, calls)
+		acked, err := evalWait(ctx, d.client, replicas, timeout, calls)
+		for _, c := range calls {
+			c.Err = redirected(c.Err)
+		}
+		return acked, err
 	}
 	groups, err := d.byPrimary(ctx, calls)
 	if err != nil {
