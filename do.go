@@ -15,10 +15,13 @@ import (
 // lost (at its local deadline, or at the refresh that finds it gone; its
 // context.Cause says why), and releases the lock when fn returns. It
 // returns fn's error, with the loss (matching ErrLost) if the lock was lost
-// while fn ran: an error that matches both, and reads as both on one line.
+// while fn ran: an error that matches both, and reads as both on one line
+// (once, when fn returns the loss itself, context.Cause of its context).
 // If fn panics, Do releases the lock and lets the panic go on.
 //
-// opts are those of Lock; WithAutoRefresh is implied.
+// opts are those of Lock; WithAutoRefresh is implied. A Do inside fn on
+// the same name waits for fn's own hold unless both have one owner
+// (WithOwner): see Lock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.Lock(ctx, name, opts...) })
 }
@@ -79,7 +82,8 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	switch {
 	case lost == nil:
 		return err
-	case err == nil:
+	case err == nil, err == lost:
+		// fn returned the loss itself (context.Cause of its context).
 		return lost
 	}
 	// Both, on one line (errors.Join's message takes two).

@@ -183,6 +183,7 @@
 // does not know the script commands (ERR unknown command). No input makes dlock panic, except a nil Driver given to
 // New, a Client, RWMutex or Semaphore that New, Client.RWMutex or
 // Client.Semaphore did not make (a zero value, or a nil *Client),
-// calling methods on a nil *Lock, and a nil parent given to Lock.Context
-// (as context.WithCancel panics).
+// calling methods on a nil *Lock or on a Lock no acquire returned (the
+// zero Lock, whose methods fail as Go does on a nil pointer), and a nil
+// parent given to Lock.Context (as context.WithCancel panics).
 package dlock

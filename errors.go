@@ -146,7 +146,9 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 
 // ErrClosed is returned by every acquire after Client.Close, and by
 // AutoRefresh and Attach WithAutoRefresh; a wait that Close ended returns
-// an error that matches it (see Client.Close).
+// an error that matches it (see Client.Close). A driver's error matches it
+// too when the Redis client under the driver was closed (goredis, redigo):
+// no request can go any more, and a wait ends at once.
 var ErrClosed = errors.New("dlock: client closed")
 
 // refusedForGood reports whether err is Redis refusing the client's
@@ -253,6 +255,10 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 	}
 	if errors.Is(err, ErrNoFunctions) {
 		// FCALL unknown (Redis 6) or refused: the script never ran.
+		return true, false
+	}
+	if errors.Is(err, ErrClosed) {
+		// The Redis client under the driver was closed: nothing was sent.
 		return true, false
 	}
 	switch msg := err.Error(); {

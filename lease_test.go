@@ -490,6 +490,24 @@ func TestADoThatCloseOvertakesIsToldWhy(t *testing.T) {
 	}
 }
 
+// TestADoWhoseFunctionReturnsTheLossSaysItOnce: a function that returns
+// the cause of its context's end, the loss itself, gets it back from Do
+// once, not joined to itself.
+func TestADoWhoseFunctionReturnsTheLossSaysItOnce(t *testing.T) {
+	e := newEnv(t)
+	err := e.c.Do(context.Background(), "cause", func(ctx context.Context) error {
+		e.srv.Do(t, "DEL", "dlock:{cause}") // lost at the next refresh
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, dlock.WithTTL(300*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Do = %v, want ErrLost", err)
+	}
+	if msg := err.Error(); strings.Count(msg, "lock lost") != 1 {
+		t.Errorf("Do's error says the loss %d times: %s", strings.Count(msg, "lock lost"), msg)
+	}
+}
+
 // TestALockWhoseRefreshesFailedBeforeCloseIsNotLostToIt: a lock whose
 // refreshes were failing when Close came would have been lost anyway: its
 // loss does not blame Close.

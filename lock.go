@@ -166,7 +166,13 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // does not skip it silently while Redis is down. A refusal that no wait
 // changes ends the wait at once with Redis's error: a missing or wrong
 // password (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a
-// server that does not know the script commands (ERR unknown command).
+// server that does not know the script commands (ERR unknown command); so
+// does the Redis client under the driver being closed (ErrClosed).
+//
+// The lock is not reentrant by default: a caller that already holds it (a
+// Do inside a Do on the same name, say) waits for itself until its wait
+// ends, with ErrNotObtained. Give both acquisitions one owner
+// (WithOwner) to have the second join the first's hold.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
 }

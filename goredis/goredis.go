@@ -398,8 +398,14 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 // which go-redis v9.7 does not export, and which are known here by their
 // text.
 func notSent(err error) error {
-	if err != nil && (err.Error() == "redis: connection pool exhausted" || err.Error() == "redis: connection pool timeout") {
+	switch {
+	case err == nil:
+	case err.Error() == "redis: connection pool exhausted" || err.Error() == "redis: connection pool timeout":
 		return unsentError{err}
+	case errors.Is(err, redis.ErrClosed):
+		// No request can go any more: the caller's own shutdown, most
+		// likely, which a wait must not hold up.
+		return fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, err)
 	}
 	return err
 }

@@ -552,3 +552,43 @@ func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
 		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
 	}
 }
+
+// TestAClosedRedisClientEndsAWaitAtOnce: once the go-redis client under
+// the driver is closed (a shutdown that closes it first), an acquire fails
+// with an error matching dlock.ErrClosed, and a wait under way ends then,
+// rather than trying for its whole max wait.
+func TestAClosedRedisClientEndsAWaitAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	holder := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = holder.Close() })
+	h := dlock.New(goredis.New(holder))
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := h.TryLock(ctx, "held", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	c := dlock.New(goredis.New(rdb))
+	defer c.Close()
+	got := make(chan error, 1)
+	refused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := c.Lock(ctx, "held", dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		got <- err
+	}()
+	<-refused
+	_ = rdb.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("a wait when its Redis client closed: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait went on for 5s after its Redis client closed")
+	}
+	if _, err := c.Lock(ctx, "held"); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
+		t.Errorf("a wait after its Redis client closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+	}
+}

@@ -196,8 +196,13 @@ func (d *Driver) conn(ctx context.Context) (redis.Conn, error) {
 	ctx, cancel := d.timed(ctx)
 	defer cancel()
 	c, err := d.pool.GetContext(ctx)
-	if errors.Is(err, redis.ErrPoolExhausted) {
+	switch {
+	case errors.Is(err, redis.ErrPoolExhausted):
 		err = unsentError{err}
+	case err != nil && err.Error() == "redigo: get on closed pool":
+		// No request can go any more: the caller's own shutdown, most
+		// likely, which a wait must not hold up.
+		err = fmt.Errorf("%w (the redigo pool under the driver): %w", dlock.ErrClosed, err)
 	}
 	return c, err
 }

@@ -543,3 +543,19 @@ func TestAConnectionThatCannotBeBoundedIsUnsupported(t *testing.T) {
 		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
 	}
 }
+
+// TestAClosedPoolEndsAWaitAtOnce: once the pool under the driver is closed
+// (a shutdown that closes it first), a wait fails at once with an error
+// matching dlock.ErrClosed, rather than trying for its whole max wait.
+func TestAClosedPoolEndsAWaitAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := newPool(t, srv.Addr())
+	c := dlock.New(dlockredigo.New(pool))
+	defer c.Close()
+	_ = pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Lock(ctx, "closed"); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
+		t.Errorf("a wait after its pool closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+	}
+}
