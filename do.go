@@ -16,7 +16,7 @@ import (
 // context.Cause says why), and releases the lock when fn returns. It
 // returns fn's error, with the loss (matching ErrLost) if the lock was lost
 // while fn ran: an error that matches both, and reads as both on one line
-// (once, when fn returns the loss itself, context.Cause of its context).
+// (once, when fn's error holds the loss, context.Cause of its context).
 // If fn panics, Do releases the lock and lets the panic go on.
 //
 // opts are those of Lock; WithAutoRefresh is implied. A Do inside fn on
@@ -82,9 +82,12 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	switch {
 	case lost == nil:
 		return err
-	case err == nil, err == lost:
-		// fn returned the loss itself (context.Cause of its context).
+	case err == nil:
 		return lost
+	case errors.Is(err, lost):
+		// fn returned the loss (context.Cause of its context), in its
+		// own words.
+		return err
 	}
 	// Both, on one line (errors.Join's message takes two).
 	return &causes.Error{Msg: err.Error() + "; " + lost.Error(), Errs: []error{err, lost}}

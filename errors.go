@@ -147,8 +147,9 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 // ErrClosed is returned by every acquire after Client.Close, and by
 // AutoRefresh and Attach WithAutoRefresh; a wait that Close ended returns
 // an error that matches it (see Client.Close). A driver's error matches it
-// too when the Redis client under the driver was closed (goredis, redigo):
-// no request can go any more, and a wait ends at once.
+// too when the Redis client under the driver was closed (goredis over a
+// go-redis Client, redigo): no request can go any more, and a wait ends at
+// once.
 var ErrClosed = errors.New("dlock: client closed")
 
 // refusedForGood reports whether err is Redis refusing the client's
@@ -258,8 +259,10 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return true, false
 	}
 	if errors.Is(err, ErrClosed) {
-		// The Redis client under the driver was closed: nothing was sent.
-		return true, false
+		// The Redis client under the driver was closed: a request under
+		// way as it closed may have run (go-redis sends it again, to be
+		// refused so).
+		return true, true
 	}
 	switch msg := err.Error(); {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):

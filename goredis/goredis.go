@@ -209,6 +209,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 			call.Err = redirected(call.Err)
 		}
 	}
+	d.closedUnder(calls)
 }
 
 // redirected turns a MOVED or ASK reply to a client that is not a cluster
@@ -398,16 +399,26 @@ func store(call *dlock.Call, cmd *redis.Cmd) {
 // which go-redis v9.7 does not export, and which are known here by their
 // text.
 func notSent(err error) error {
-	switch {
-	case err == nil:
-	case err.Error() == "redis: connection pool exhausted" || err.Error() == "redis: connection pool timeout":
+	if err != nil && (err.Error() == "redis: connection pool exhausted" || err.Error() == "redis: connection pool timeout") {
 		return unsentError{err}
-	case errors.Is(err, redis.ErrClosed):
-		// No request can go any more: the caller's own shutdown, most
-		// likely, which a wait must not hold up.
-		return fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, err)
 	}
 	return err
+}
+
+// closedUnder turns go-redis's ErrClosed, from a Client (not a Ring or a
+// cluster client, which close a node's client when their map of nodes
+// changes, and send to another), into an error matching dlock.ErrClosed:
+// the caller closed the client, and no request can go any more, which a
+// wait must not outlast.
+func (d *Driver) closedUnder(calls []*dlock.Call) {
+	if _, plain := d.rdb.(*redis.Client); !plain {
+		return
+	}
+	for _, call := range calls {
+		if call.Err != nil && errors.Is(call.Err, redis.ErrClosed) {
+			call.Err = fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, call.Err)
+		}
+	}
 }
 
 // unsentError is the error of a request that go-redis found no connection
@@ -792,6 +803,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		for _, call := range calls {
 			call.Err = redirected(call.Err)
 		}
+		d.closedUnder(calls)
 		return acked, err
 	case *redis.ClusterClient:
 		defer d.reloadAfterFailure(calls)
