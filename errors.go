@@ -149,7 +149,9 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 // an error that matches it (see Client.Close). A driver's error matches it
 // too when the Redis client under the driver was closed (goredis over a
 // go-redis Client, redigo): no request can go any more, and a wait ends at
-// once.
+// its next attempt (within half a second) instead of trying on. (A lock
+// whose automatic refresh fails so is lost at its deadline, as after any
+// failed refresh: its Err says why in words, and matches ErrLost only.)
 var ErrClosed = errors.New("dlock: client closed")
 
 // refusedForGood reports whether err is Redis refusing the client's

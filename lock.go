@@ -167,7 +167,8 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // changes ends the wait at once with Redis's error: a missing or wrong
 // password (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a
 // server that does not know the script commands (ERR unknown command); so
-// does the Redis client under the driver being closed (ErrClosed).
+// does, at the next attempt, the Redis client under the driver being
+// closed (ErrClosed).
 //
 // The lock is not reentrant by default: a caller that already holds it (a
 // Do inside a Do on the same name, say) waits for itself until its wait
