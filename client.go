@@ -271,6 +271,11 @@ func (c *Client) checkName(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
+	// A prefix without '{' (the default's) leaves the tag to the name,
+	// which checkName has checked: no key need be made.
+	if strings.IndexByte(c.prefix, '{') < 0 {
+		return nil
+	}
 	if key := c.RedisKey(name); !hasHashTag(key) {
 		return fmt.Errorf("%w: %q with the prefix %q makes the key %q, whose hash tag is empty: the lock's keys would fall in different Redis Cluster slots",
 			ErrInvalidName, name, c.prefix, key)
