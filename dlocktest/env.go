@@ -179,6 +179,20 @@ func (e *env) onPrimaries(t testing.TB, args ...string) {
 	}
 }
 
+// allowOnlyChannels lets the default user listen only on the channels
+// under prefix(t)+"allowed:", on every node, until the test ends.
+func (e *env) allowOnlyChannels(t testing.TB) {
+	t.Helper()
+	for _, n := range e.nodes {
+		n.Do(t, "ACL", "SETUSER", "default", "resetchannels", "&"+prefix(t)+"allowed:*")
+	}
+	t.Cleanup(func() {
+		for _, n := range e.nodes {
+			n.Do(t, "ACL", "SETUSER", "default", "allchannels")
+		}
+	})
+}
+
 // calls returns how many times the primaries ran cmd since the last CONFIG
 // RESETSTAT.
 func (e *env) calls(t testing.TB, cmd string) int {

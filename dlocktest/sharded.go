@@ -76,14 +76,7 @@ func testShardedLaterRefused(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	for _, n := range e.nodes {
-		n.Do(t, "ACL", "SETUSER", "default", "resetchannels", "&"+prefix(t)+"allowed:*")
-	}
-	defer func() {
-		for _, n := range e.nodes {
-			n.Do(t, "ACL", "SETUSER", "default", "allchannels")
-		}
-	}()
+	e.allowOnlyChannels(t)
 	tag := e.tagOn(t, e.primaries[0])
 	allowed, refused := prefix(t)+"allowed:{"+tag+"}:w:1", prefix(t)+"{"+tag+"}:w:1"
 	if err := sub.Subscribe(ctx, allowed); err != nil {
@@ -121,14 +114,7 @@ func testShardedRefused(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	for _, n := range e.nodes {
-		n.Do(t, "ACL", "SETUSER", "default", "resetchannels", "&"+prefix(t)+"allowed:*")
-	}
-	defer func() {
-		for _, n := range e.nodes {
-			n.Do(t, "ACL", "SETUSER", "default", "allchannels")
-		}
-	}()
+	e.allowOnlyChannels(t)
 	ch := prefix(t) + "{" + e.tagOn(t, e.primaries[0]) + "}:w:1"
 	if err := sub.Subscribe(ctx, ch); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Subscribe to a shard channel the user may not listen on: err = %v, want the server's NOPERM", err)

@@ -222,13 +222,7 @@ func testUnsubscribe(t *testing.T, e *env) {
 func testRefused(t *testing.T, e *env) {
 	rec := newRecorder()
 	sub := e.subscribe(t, rec.notify)
-	on := func(args ...string) {
-		for _, n := range e.nodes {
-			n.Do(t, append([]string{"ACL", "SETUSER", "default"}, args...)...)
-		}
-	}
-	on("resetchannels", "&"+prefix(t)+"allowed:*")
-	defer on("allchannels")
+	e.allowOnlyChannels(t)
 	err := sub.Subscribe(timeout(t), prefix(t)+"refused")
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Subscribe to a channel the user may not listen on: err = %v, want the server's NOPERM", err)
@@ -241,13 +235,7 @@ func testRefused(t *testing.T, e *env) {
 func testLaterRefused(t *testing.T, e *env) {
 	rec := newRecorder()
 	sub := e.subscribe(t, rec.notify)
-	on := func(args ...string) {
-		for _, n := range e.nodes {
-			n.Do(t, append([]string{"ACL", "SETUSER", "default"}, args...)...)
-		}
-	}
-	on("resetchannels", "&"+prefix(t)+"allowed:*")
-	defer on("allchannels")
+	e.allowOnlyChannels(t)
 	ctx := timeout(t)
 	allowed := prefix(t) + "allowed:1"
 	if err := sub.Subscribe(ctx, allowed); err != nil {

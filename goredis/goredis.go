@@ -43,6 +43,7 @@ type Driver struct {
 	rdb     redis.UniversalClient
 	ring    bool // rdb is a Ring: see refuseAcrossShards
 	cluster bool // rdb is a cluster client: see refuseAcrossSlots
+	plain   bool // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
 }
@@ -60,6 +61,7 @@ func New(rdb redis.UniversalClient) *Driver {
 	}
 	d := &Driver{rdb: rdb}
 	_, d.cluster = rdb.(*redis.ClusterClient)
+	_, d.plain = rdb.(*redis.Client)
 	if r, ok := rdb.(*redis.Ring); ok {
 		d.ring, d.shardOf = true, shardOf(r.Options())
 	}
@@ -204,12 +206,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 			return d.load(ctx, lib, calls)
 		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 	}
-	if !d.cluster {
-		for _, call := range calls {
-			call.Err = redirected(call.Err)
-		}
-	}
-	d.closedUnder(calls)
+	d.settle(calls)
 }
 
 // redirected turns a MOVED or ASK reply to a client that is not a cluster
@@ -405,18 +402,24 @@ func notSent(err error) error {
 	return err
 }
 
-// closedUnder turns go-redis's ErrClosed, from a Client (not a Ring or a
-// cluster client, which close a node's client when their map of nodes
-// changes, and send to another), into an error matching dlock.ErrClosed:
+// settle gives the calls' errors the meaning dlock reads, once their
+// replies are in. Off a cluster client, a MOVED or ASK reply becomes an
+// error matching dlock.ErrUnsupported (see redirected). From a Client (not
+// a Ring, which closes a shard's client when its shards change and sends
+// to another), go-redis's ErrClosed becomes one matching dlock.ErrClosed:
 // the caller closed the client, and no request can go any more, which a
 // wait must not outlast.
-func (d *Driver) closedUnder(calls []*dlock.Call) {
-	if _, plain := d.rdb.(*redis.Client); !plain {
+func (d *Driver) settle(calls []*dlock.Call) {
+	if d.cluster {
 		return
 	}
 	for _, call := range calls {
-		if call.Err != nil && errors.Is(call.Err, redis.ErrClosed) {
-			call.Err = fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, call.Err)
+		switch err := call.Err; {
+		case err == nil:
+		case d.plain && errors.Is(err, redis.ErrClosed):
+			call.Err = fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, err)
+		default:
+			call.Err = redirected(err)
 		}
 	}
 }
@@ -800,10 +803,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	switch c := d.rdb.(type) {
 	case *redis.Client:
 		acked, err := evalWait(ctx, c, replicas, timeout, calls)
-		for _, call := range calls {
-			call.Err = redirected(call.Err)
-		}
-		d.closedUnder(calls)
+		d.settle(calls)
 		return acked, err
 	case *redis.ClusterClient:
 		defer d.reloadAfterFailure(calls)

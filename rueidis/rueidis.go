@@ -91,13 +91,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	if d.client.Mode() != rueidis.ClientModeCluster {
-		defer func() {
-			for _, c := range calls {
-				c.Err = redirected(c.Err)
-			}
-		}()
-	}
+	defer d.redirectedAll(calls)
 	d.eval(ctx, calls)
 	// rueidis learns that the server closed a connection (CLIENT KILL, its
 	// timeout) only from the requests it sends there, one failing on each
@@ -321,6 +315,17 @@ func arg(v any) string {
 		return strconv.FormatUint(v, 10)
 	default: // the other integer types
 		return fmt.Sprint(v)
+	}
+}
+
+// redirectedAll applies redirected to the calls' errors, off a cluster
+// client.
+func (d *Driver) redirectedAll(calls []*dlock.Call) {
+	if d.client.Mode() == rueidis.ClientModeCluster {
+		return
+	}
+	for _, c := range calls {
+		c.Err = redirected(c.Err)
 	}
 }
 

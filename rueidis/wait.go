@@ -33,9 +33,7 @@ var _ dlock.Replicator = (*Driver)(nil)
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		acked, err := evalWait(ctx, d.client, replicas, timeout, calls)
-		for _, c := range calls {
-			c.Err = redirected(c.Err)
-		}
+		d.redirectedAll(calls)
 		return acked, err
 	}
 	groups, err := d.byPrimary(ctx, calls)
