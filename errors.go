@@ -254,7 +254,9 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return false, false
 	}
 	if errors.Is(err, ErrUnsupported) {
-		return true, true
+		// A driver may find it cannot do a part after the scripts ran;
+		// a redirection its client follows not came before anything did.
+		return true, !redirection(err)
 	}
 	if errors.Is(err, ErrNoFunctions) {
 		// FCALL unknown (Redis 6) or refused: the script never ran.
@@ -282,6 +284,27 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return true, true
 	}
 	return false, false
+}
+
+// redirection reports whether err, or an error it wraps, is a MOVED or
+// ASK reply: a cluster node's refusal of a request for a slot it does not
+// serve, before running it.
+func redirection(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case interface{ Unwrap() []error }:
+		for _, e := range e.Unwrap() {
+			if redirection(e) {
+				return true
+			}
+		}
+		return false
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") {
+		return true
+	}
+	return redirection(errors.Unwrap(err))
 }
 
 // scriptCommandUnknown reports whether msg, an "ERR unknown command"

@@ -535,7 +535,8 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	}
 	if !wait {
 		if _, err := try(ctx, waitArgs{}); err != nil {
-			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err), err)
+			refused, ranInPart := refusedForGood(err)
+			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), err)
 		}
 	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)

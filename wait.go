@@ -1589,7 +1589,10 @@ func (c *Client) unwaitKeys(ctx context.Context, keys []string) {
 	}
 	c.evalWith(ctx, replication{}, calls...)
 	for i, call := range calls {
-		if call.Err != nil {
+		// A node that redirects a client that follows no redirection
+		// serves no waiter set of the name: the client's attempts were
+		// redirected too.
+		if call.Err != nil && !(errors.Is(call.Err, ErrUnsupported) && redirection(call.Err)) {
 			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{c.nameOf(keys[i])}, "err", call.Err)
 		}
 	}

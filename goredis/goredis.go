@@ -206,7 +206,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 			return d.load(ctx, lib, calls)
 		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
 	}
-	d.settle(calls)
+	d.settle(ctx, calls)
 }
 
 // redirected turns a MOVED or ASK reply to a client that is not a cluster
@@ -404,24 +404,47 @@ func notSent(err error) error {
 
 // settle gives the calls' errors the meaning dlock reads, once their
 // replies are in. Off a cluster client, a MOVED or ASK reply becomes an
-// error matching dlock.ErrUnsupported (see redirected). From a Client (not
-// a Ring, which closes a shard's client when its shards change and sends
-// to another), go-redis's ErrClosed becomes one matching dlock.ErrClosed:
-// the caller closed the client, and no request can go any more, which a
-// wait must not outlast.
-func (d *Driver) settle(calls []*dlock.Call) {
-	if d.cluster {
-		return
-	}
+// error matching dlock.ErrUnsupported (see redirected). go-redis's
+// ErrClosed becomes one matching dlock.ErrClosed when the go-redis client
+// itself was closed (see closedUnder): the caller closed it, and no
+// request can go any more, which a wait must not outlast.
+func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) {
+	asked, closed := false, false
 	for _, call := range calls {
 		switch err := call.Err; {
 		case err == nil:
-		case d.plain && errors.Is(err, redis.ErrClosed):
-			call.Err = fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, err)
-		default:
+		case errors.Is(err, redis.ErrClosed):
+			if !asked {
+				asked, closed = true, d.closedUnder(ctx)
+			}
+			if closed {
+				call.Err = closedError(err)
+			}
+		case !d.cluster:
 			call.Err = redirected(err)
 		}
 	}
+}
+
+// closedUnder reports whether the go-redis client under the driver was
+// closed, after a request failed with go-redis's ErrClosed. From a Client,
+// it was. A Ring or a cluster client also closes a node's client when its
+// nodes change, and sends elsewhere: it is asked (PING), which a closed
+// one refuses at once, with ErrClosed, sending nothing; one still open is
+// given a moment to answer, not the request's whole time.
+func (d *Driver) closedUnder(ctx context.Context) bool {
+	if d.plain {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+	defer cancel()
+	return errors.Is(d.rdb.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// closedError is the error matching dlock.ErrClosed for err, go-redis's
+// ErrClosed from a client closed under the driver.
+func closedError(err error) error {
+	return fmt.Errorf("%w (the go-redis client under the driver): %w", dlock.ErrClosed, err)
 }
 
 // unsentError is the error of a request that go-redis found no connection
@@ -803,7 +826,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 	switch c := d.rdb.(type) {
 	case *redis.Client:
 		acked, err := evalWait(ctx, c, replicas, timeout, calls)
-		d.settle(calls)
+		d.settle(ctx, calls)
 		return acked, err
 	case *redis.ClusterClient:
 		defer d.reloadAfterFailure(calls)
@@ -815,6 +838,9 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 			}
 			node, err := c.MasterForKey(ctx, call.Keys[0])
 			if err != nil {
+				if errors.Is(err, redis.ErrClosed) && d.closedUnder(ctx) {
+					err = closedError(err)
+				}
 				return 0, err
 			}
 			groups[node] = append(groups[node], call)

@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -535,7 +536,8 @@ func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
 	node := cluster.Nodes[0]
 	rdb := redis.NewClient(&redis.Options{Addr: node.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb))
+	var logged redistest.Buffer
+	c := dlock.New(goredis.New(rdb), dlock.WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	defer c.Close()
 	name := ""
 	for i := 0; name == ""; i++ {
@@ -551,44 +553,70 @@ func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
 	if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrUnsupported) || ctx.Err() != nil {
 		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
 	}
+	// The node ran nothing: no clean-up goes, and no warning says that a
+	// lock may stay held until its TTL.
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	if s := logged.String(); s != "" {
+		t.Errorf("logged:\n%s", s)
+	}
 }
 
 // TestAClosedRedisClientEndsAWaitAtOnce: once the go-redis client under
 // the driver is closed (a shutdown that closes it first), an acquire fails
 // with an error matching dlock.ErrClosed, and a wait under way ends then,
-// rather than trying for its whole max wait.
+// rather than trying for its whole max wait: a Client, a Ring or a cluster
+// client.
 func TestAClosedRedisClientEndsAWaitAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
-	holder := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = holder.Close() })
-	h := dlock.New(goredis.New(holder))
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := h.TryLock(ctx, "held", dlock.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	c := dlock.New(goredis.New(rdb))
-	defer c.Close()
-	got := make(chan error, 1)
-	refused := make(chan struct{})
-	var once sync.Once
-	go func() {
-		_, err := c.Lock(ctx, "held", dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
-		got <- err
-	}()
-	<-refused
-	_ = rdb.Close()
-	select {
-	case err := <-got:
-		if !errors.Is(err, dlock.ErrClosed) {
-			t.Errorf("a wait when its Redis client closed: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the wait went on for 5s after its Redis client closed")
-	}
-	if _, err := c.Lock(ctx, "held"); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
-		t.Errorf("a wait after its Redis client closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+	cluster := redistest.StartCluster(t, 3, 0)
+	for _, tc := range []struct {
+		kind string
+		make func() redis.UniversalClient
+	}{
+		{"Client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr()}) }},
+		{"Ring", func() redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
+		}},
+		{"ClusterClient", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+		}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			name := "held-" + tc.kind
+			holder := tc.make()
+			t.Cleanup(func() { _ = holder.Close() })
+			h := dlock.New(goredis.New(holder))
+			defer h.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := h.TryLock(ctx, name, dlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			rdb := tc.make()
+			c := dlock.New(goredis.New(rdb))
+			defer c.Close()
+			got := make(chan error, 1)
+			refused := make(chan struct{})
+			var once sync.Once
+			go func() {
+				_, err := c.Lock(ctx, name, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+				got <- err
+			}()
+			<-refused
+			_ = rdb.Close()
+			select {
+			case err := <-got:
+				if !errors.Is(err, dlock.ErrClosed) {
+					t.Errorf("a wait when its Redis client closed: %v, want ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the wait went on for 5s after its Redis client closed")
+			}
+			if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
+				t.Errorf("a wait after its Redis client closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+			}
+		})
 	}
 }

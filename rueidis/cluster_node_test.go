@@ -3,6 +3,7 @@ package dlockrueidis_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	c := dlock.New(dlockrueidis.New(client))
+	var logged redistest.Buffer
+	c := dlock.New(dlockrueidis.New(client), dlock.WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	defer c.Close()
 	name := ""
 	for i := 0; name == ""; i++ {
@@ -40,5 +42,13 @@ func TestAClientOnAClusterNodeIsUnsupported(t *testing.T) {
 	}
 	if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrUnsupported) || ctx.Err() != nil {
 		t.Errorf("Lock: %v (its context: %v), want ErrUnsupported at once", err, ctx.Err())
+	}
+	// The node ran nothing: no clean-up goes, and no warning says that a
+	// lock may stay held until its TTL.
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	if s := logged.String(); s != "" {
+		t.Errorf("logged:\n%s", s)
 	}
 }
