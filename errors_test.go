@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -100,6 +101,20 @@ func TestCutShortKnowsADeadlineBeforeItsTimerFires(t *testing.T) {
 	} {
 		if got := cutShort(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("%s: cutShort = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The end of a wait at the default max wait says how to wait longer; one
+// the caller gave does not. Both match context.DeadlineExceeded.
+func TestMaxWaitPassedSaysHowToWaitLonger(t *testing.T) {
+	for _, given := range []bool{false, true} {
+		err := maxWaitPassed(time.Minute, given)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("given %v: %v does not match context.DeadlineExceeded", given, err)
+		}
+		if says := strings.Contains(err.Error(), "WithMaxWait"); says == given {
+			t.Errorf("given %v: %q", given, err)
 		}
 	}
 }

@@ -1179,6 +1179,40 @@ func TestAReleaseAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
 	}
 }
 
+// TestAReleaseAfterTheLockRanOutReportsTheLoss: a Release of a lock whose
+// deadline passed and that the server has let go of since returns the
+// loss (ErrLost), as Release's doc says, not only that the name was not
+// held: "had expired or was taken" hid why. So does one of a lock that
+// was force-released after its deadline.
+func TestAReleaseAfterTheLockRanOutReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, force := range []bool{false, true} {
+		name := "ran-out-" + strconv.FormatBool(force)
+		l, err := e.c.TryLock(ctx, name, dlock.WithTTL(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.Done()
+		if force {
+			if _, err := e.c.ForceRelease(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); e.locked(t, "dlock:{"+name+"}"); {
+			if time.Now().After(deadline) {
+				t.Fatal("the server kept the lock 5s past its TTL")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		err = l.Release(ctx)
+		checkNotHeldAfterLoss(t, err)
+		if force && !errors.Is(err, dlock.ErrForceReleased) {
+			t.Errorf("Release after a force release: %v, want ErrForceReleased too", err)
+		}
+	}
+}
+
 // TestARefreshWithAnEndedContextSendsNothing: a Refresh called with a
 // context that has ended sends nothing and leaves the deadline as it is.
 // It cut the deadline to its TTL, as for a refresh whose outcome is

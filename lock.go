@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // Lock is a hold on one or more names: an exclusive lock obtained with
@@ -1146,8 +1148,13 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		l.releaseFailed(failed)
 		return failed
 	}
-	if err == nil && lost != nil {
+	switch {
+	case lost == nil:
+	case err == nil, !errors.Is(err, ErrForceReleased):
+		// Freed, or let go of since: the loss says why.
 		err = notHeldFor(lost)
+	case !errors.Is(err, ErrLost):
+		err = causes.Also(ErrLost, err)
 	}
 	l.mu.Lock()
 	l.released, l.relOut = true, err
@@ -1354,6 +1361,9 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		}
 		pttl, _ := r[0].(int64)
 		if pttl == -2 {
+			if attaching {
+				return 0, fmt.Errorf("%w: %s is not held with that token", ErrNotHeld, l.describe())
+			}
 			return 0, fmt.Errorf("%w: %s", ErrNotHeld, l.describe())
 		}
 		if pttl == -3 {

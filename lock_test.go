@@ -514,8 +514,8 @@ func TestExpiredHolderCannotReleaseOrRefreshTheNewHolders(t *testing.T) {
 	if _, err := cur.TTL(ctx); err != nil {
 		t.Errorf("new holder lost its lock: %v", err)
 	}
-	if _, err := e.c.Attach(ctx, "shared", "guessed-token"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Attach with a wrong token: err = %v, want ErrNotHeld", err)
+	if _, err := e.c.Attach(ctx, "shared", "guessed-token"); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "not held with that token") {
+		t.Errorf("Attach with a wrong token: err = %v, want ErrNotHeld, saying the token does not hold it", err)
 	}
 	if err := cur.Release(ctx); err != nil {
 		t.Fatal(err)

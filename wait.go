@@ -1208,7 +1208,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	}
 	if bound := maxWait(ctx, o.maxWait); bound > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound))
+		ctx, cancel = context.WithTimeoutCause(ctx, bound, maxWaitPassed(bound, o.maxWait > 0))
 		defer cancel()
 	}
 	hub := c.hub()
@@ -1432,6 +1432,16 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 		return DefaultMaxWait
 	}
 	return 0
+}
+
+// maxWaitPassed is the cause of a wait's end at its max wait, bound: given
+// (WithMaxWait), or DefaultMaxWait for a context without a deadline,
+// which the message says how to lengthen.
+func maxWaitPassed(bound time.Duration, given bool) error {
+	if given {
+		return fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound)
+	}
+	return fmt.Errorf("%w (the max wait, %v by default for a context without a deadline: WithMaxWait or a deadline waits longer)", context.DeadlineExceeded, bound)
 }
 
 // waitEnded is the error of a wait for the lock what that ended (ctx did)
