@@ -23,6 +23,7 @@
 //		return err
 //	}
 //	work() // within the TTL; for longer work see Do and WithAutoRefresh
+//	       // (Do waits for a held lock, then runs too, unless WithRetry(NoRetry()))
 //	return l.Release(ctx) // ErrNotHeld: the lock ran out during the work
 //
 // A lock lives for its TTL unless refreshed: Refresh extends it while it is

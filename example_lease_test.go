@@ -23,14 +23,18 @@ func ExampleClient_Do() {
 	defer locks.Close()
 
 	// Obtain, keep refreshed, run, release. ctx is cancelled if the lock is
-	// lost while the function runs.
-	err := locks.Do(ctx, "cache-rebuild", func(ctx context.Context) error {
-		fmt.Println("rebuilding the cache")
+	// lost while the function runs. Without NoRetry, a Do that finds the
+	// lock held waits for it, then runs the function too.
+	err := locks.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		fmt.Println("building the report")
 		return nil
-	}, dlock.WithTTL(5*time.Second))
+	}, dlock.WithTTL(5*time.Second), dlock.WithRetry(dlock.NoRetry()))
+	if errors.Is(err, dlock.ErrNotObtained) {
+		err = nil // another process is building it
+	}
 	fmt.Println("err:", err)
 	// Output:
-	// rebuilding the cache
+	// building the report
 	// err: <nil>
 }
 

@@ -64,11 +64,9 @@ func ExampleClient_Lock() {
 	// A holder that crashed: its lock expires after 50ms.
 	_, _ = locks.TryLock(ctx, "migration", dlock.WithTTL(50*time.Millisecond))
 
-	// Lock waits, waking up when the holder's lock expires. The retry
-	// strategy only paces attempts after Redis errors: waits for a held
-	// lock end when Redis says it is free, or when it expires.
-	l, err := locks.Lock(ctx, "migration",
-		dlock.WithRetry(dlock.Jitter(dlock.ExponentialBackoff(2*time.Millisecond, 500*time.Millisecond), 0.5)))
+	// Lock waits, woken when Redis says the lock is free or when the
+	// holder's lock expires.
+	l, err := locks.Lock(ctx, "migration")
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -215,8 +215,9 @@ func WithAutoRefresh() Option {
 	return func(o *options) { o.auto = true }
 }
 
-// WithRefreshInterval refreshes the lock automatically (as WithAutoRefresh)
-// every d instead of every third of its TTL. d must be at least 1ms, and
+// WithRefreshInterval refreshes the lock automatically (it implies
+// WithAutoRefresh: the lock no longer runs out by itself, but lives until
+// released or lost) every d instead of every third of its TTL. d must be at least 1ms, and
 // shorter than the TTL less the drift allowance (1% of it and 2ms), the
 // lock's deadline; whatever d, each refresh is sent at least a tenth of
 // that before the deadline, so that it has time to be answered.

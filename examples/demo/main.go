@@ -195,10 +195,7 @@ func runWorker(addr string, id, runs int, start time.Time) error {
 	for range runs {
 		l, err := locks.Lock(ctx, job,
 			dlock.WithTTL(5*time.Second),
-			dlock.WithMetadata(fmt.Sprintf("worker=%d pid=%d", id, os.Getpid())),
-			// Backoff after Redis errors only: a held lock is waited for
-			// until Redis says it is free.
-			dlock.WithRetry(dlock.Jitter(dlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond), 0.5)))
+			dlock.WithMetadata(fmt.Sprintf("worker=%d pid=%d", id, os.Getpid())))
 		if err != nil {
 			return err
 		}
