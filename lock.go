@@ -954,7 +954,9 @@ const (
 )
 
 // giveBackNode releases l as Release does. When Redis does not answer in
-// time, and the request token is dlock's own, the acquisition's clean-up
+// time, or refuses the release before running it for longer than ctx
+// allows (BUSY, NOREPLICAS; see sendLater), and the request token is
+// dlock's own, the acquisition's clean-up
 // is sent in the background, again until Redis answers it (see
 // cleanupWithin), so that the hold does not stay until its TTL: the
 // release may not have run.
@@ -965,7 +967,7 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	// whose deadline passed here while the node still had it counts as
 	// freed there (see redlock).
 	err := l.releaseReporting(ctx, false)
-	if err != nil && isTimeout(err) && l.ownReq {
+	if err != nil && (isTimeout(err) || sendLater(err)) && l.ownReq {
 		l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false) })
 	}
 	return err

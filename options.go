@@ -179,6 +179,10 @@ func init() {
 		})
 	}
 	friend.LogHookPanics = func() any { return Option(func(o *options) { o.logHooks = true }) }
+	friend.RefusedForGood = func(err error) bool {
+		refused, _ := refusedForGood(err)
+		return refused
+	}
 }
 
 // given reports whether the caller gave the token, and may give it again:

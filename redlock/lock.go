@@ -159,7 +159,12 @@ func (r *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 
 // Lock obtains the lock called name as TryLock does, trying again after a
 // random delay (WithRetry) while it is held by another or a quorum cannot
-// be reached. It gives up when the retry strategy stops, when ctx ends, or
+// be reached. It gives up at once when so many nodes refuse for good that
+// no quorum is left: they hold other data under the lock's key, or their
+// dlock Client was closed, or their server refuses the client for good (a
+// missing password or permission, NOPERM; a cluster node through a client
+// that follows no redirection, dlock.ErrUnsupported). It gives up when the
+// retry strategy stops, when ctx ends, or
 // after the WithMaxWait bound (dlock.DefaultMaxWait when ctx has no
 // deadline); the error is then the last attempt's (see TryLock), joined
 // with ctx.Err() when ctx ended, or, when the end of the wait cut the last
@@ -622,8 +627,11 @@ func (r *Locker) final(err error) bool {
 	n := 0
 	for _, e := range joined(err) {
 		// A node whose dlock Client was closed refuses every acquire for
-		// good too.
-		if errors.Is(e, dlock.ErrWrongType) || errors.Is(e, dlock.ErrKindMismatch) || errors.Is(e, dlock.ErrClosed) {
+		// good too, as does one whose server refuses the client for good
+		// (NOPERM, NOAUTH; a cluster node through a client that follows no
+		// redirection: ErrUnsupported).
+		if errors.Is(e, dlock.ErrWrongType) || errors.Is(e, dlock.ErrKindMismatch) || errors.Is(e, dlock.ErrClosed) ||
+			friend.RefusedForGood(e) {
 			n++
 		}
 	}
@@ -680,8 +688,11 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // outcome is unknown: Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
 // that, or the lock had been lost before (its nodes that still hold it are
-// given back all the same). A node that did not answer in time is given
-// the lock back in the background once it answers (for up to a minute, or
+// given back all the same). A node that did not answer in time, or that
+// refused the release before running it for all that time (BUSY with
+// another client's script, NOREPLICAS; or its client library had no
+// connection free), is given the lock back in the background once it
+// answers (for up to a minute, or
 // until the node's client is closed), or keeps it until its TTL runs out
 // there. A release that comes back after the node timeout
 // counts for the next Release. Done is closed once the first Release

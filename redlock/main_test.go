@@ -213,11 +213,25 @@ func newWrappedLocker(t testing.TB, srvs []*redistest.Server, wrap func(i int, d
 // made by mk over its go-redis driver.
 func newLockerOf(t testing.TB, srvs []*redistest.Server, mk func(i int, d dlock.Driver) *dlock.Client) *redlock.Locker {
 	t.Helper()
+	return newLockerOfOptions(t, srvs, func(int, *redis.Options) {}, mk)
+}
+
+// newLockerOfOptions is newLockerOf with the go-redis options of each node
+// set by set (and dlock clients made by dlock.New unless mk is given).
+func newLockerOfOptions(t testing.TB, srvs []*redistest.Server, set func(i int, o *redis.Options), mk ...func(i int, d dlock.Driver) *dlock.Client) *redlock.Locker {
+	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		o := &redis.Options{Addr: srv.Addr(), MaxRetries: -1}
+		set(i, o)
+		rdb := redis.NewClient(o)
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := mk(i, goredis.New(rdb))
+		var c *dlock.Client
+		if len(mk) > 0 {
+			c = mk[0](i, goredis.New(rdb))
+		} else {
+			c = dlock.New(goredis.New(rdb))
+		}
 		t.Cleanup(func() { _ = c.Close() })
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
 	}

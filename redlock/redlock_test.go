@@ -2254,6 +2254,69 @@ func TestANodeThatDoesNotAnswerItsReleaseIsGivenBackLater(t *testing.T) {
 	})
 }
 
+// TestANodeThatRefusesItsReleaseForAWhileIsGivenBackLater: a node that
+// refuses a release before running it (BUSY with another client's script,
+// NOREPLICAS) for longer than the node timeout is given the lock back in
+// the background once it takes requests again, as one that did not answer
+// is: it kept the lock for its whole TTL, and with two of three such
+// nodes nobody could take the name for that long.
+func TestANodeThatRefusesItsReleaseForAWhileIsGivenBackLater(t *testing.T) {
+	for _, refusal := range []string{"BUSY", "NOREPLICAS"} {
+		t.Run(refusal, func(t *testing.T) {
+			srvs := redistest.StartMasters(t, 3)
+			r := newLocker(t, srvs)
+			ctx := context.Background()
+			name := "refused-release-" + refusal
+			l, err := r.TryLock(ctx, name, redlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ends []func()
+			for _, srv := range srvs[:2] {
+				if refusal == "BUSY" {
+					ends = append(ends, srv.Busy(t))
+				} else {
+					srv.Do(t, "CONFIG", "SET", "min-replicas-to-write", "1")
+					ends = append(ends, func() { srv.Do(t, "CONFIG", "SET", "min-replicas-to-write", "0") })
+				}
+			}
+			if err := l.Release(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Errorf("Release refused by two of three nodes: %v, want ErrNoQuorum", err)
+			}
+			for _, end := range ends {
+				end()
+			}
+			eventually(t, 5*time.Second, "the nodes that refused the release given back", func() bool {
+				return heldOn(t, srvs, name) == 0
+			})
+		})
+	}
+}
+
+// TestAMajorityOfNodesRefusingForGoodEndsTheWait: when a majority of the
+// nodes refuse for a reason no retry changes (an ACL user without EVALSHA,
+// NOPERM), Lock ends at once with that refusal, as a dlock Client's Lock
+// does, rather than trying until its max wait.
+func TestAMajorityOfNodesRefusingForGoodEndsTheWait(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	for _, srv := range srvs[:2] {
+		srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval")
+	}
+	r := newLockerOfOptions(t, srvs, func(i int, o *redis.Options) {
+		if i < 2 {
+			o.Username, o.Password = "noscripts", "pw"
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.Lock(ctx, "refused-for-good", redlock.WithMaxWait(time.Minute)); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Lock refused by two of three nodes for good: %v, want their NOPERM", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("the wait went on to its max wait")
+	}
+}
+
 // A Locker not made by New has no nodes: with a quorum of zero it counted
 // a lock none of them held as held, so two callers held one name at once.
 // Its methods panic instead, with a message that says so, as a nil

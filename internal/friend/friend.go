@@ -26,3 +26,10 @@ var GiveBack func(ctx context.Context, l any) error
 // them: package redlock calls its node clients on goroutines of its own,
 // where nobody could recover a panic, and takes each node with it.
 var LogHookPanics func() any
+
+// RefusedForGood, set by package dlock, reports whether err is a refusal
+// that no retry changes (a missing password or permission, a driver that
+// cannot do what was asked: ErrUnsupported), which ends a dlock Client's
+// wait at once. Package redlock ends a wait when a majority of its nodes
+// refuse so.
+var RefusedForGood func(err error) bool
