@@ -215,13 +215,29 @@ func unreachable(display string, err error) error {
 		hint = "check the sentinel addresses and the master name they monitor"
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):
 		hint = "check the address, and whether the server expects TLS (rediss://)"
+	case passing(err):
+		hint = "Redis is busy or not ready (a long script, loading its data, a failover); a run that waits (no --no-wait) waits for it"
 	}
 	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
 	// Down, not refusing us: no answer, with no sign of a setting to fix.
 	// A connection closed at once is not: it hints at a server expecting
 	// TLS. (For sentinels, see sentinelError.)
-	e.down = hint == unknown && isNetError(err)
+	// So is one busy or not ready for a while, which passes by itself.
+	e.down = hint == unknown && isNetError(err) || passing(err)
 	return e
+}
+
+// passing reports whether err is a server's refusal that passes by itself:
+// busy with another client's script (BUSY), loading its data (LOADING), a
+// replica without its primary (MASTERDOWN), a cluster not serving (CLUSTERDOWN,
+// TRYAGAIN).
+func passing(err error) bool {
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // redisError turns an error of a Redis request into an exit: ServerErrors

@@ -715,6 +715,27 @@ func TestRunWaitsForRedisToBeReachable(t *testing.T) {
 	}
 }
 
+// TestRunWaitsForABusyRedis: a run that waits and finds Redis busy with
+// another client's script (BUSY) as it starts waits for it, as for a
+// Redis it cannot reach, and runs once the script ends: it exited 69 at
+// once, where a wait under way waits through the same refusal. With
+// --no-wait it says that Redis is busy.
+func TestRunWaitsForABusyRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+	end := srv.Busy(t)
+	r := dlockRun(t, env, runArgs([]string{"--no-wait"}, lockName(t), "exit", "0")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "BUSY") || !strings.Contains(r.stderr, "busy or not ready") {
+		t.Errorf("--no-wait on a busy Redis: code %d, want %d saying it is busy; stderr:\n%s", r.code, exitUnavailable, r.stderr)
+	}
+	p := startDlock(t, env, runArgs(nil, lockName(t), "exit", "0")...)
+	waitFor(t, "the retrying line", func() bool { return strings.Contains(p.stderr.String(), "retrying for up to 30s") })
+	end()
+	if r := p.wait(t); r.code != 0 {
+		t.Errorf("code %d once the script ended, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+}
+
 // A run that retries a server that takes connections and never answers
 // gives up at --wait's end: a try begun just before it ran on for its own
 // timeout (3s more, each a read timeout). A bound, not a speed: the first
