@@ -91,7 +91,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	defer d.redirectedAll(calls)
+	defer d.settle(calls)
 	d.eval(ctx, calls)
 	// rueidis learns that the server closed a connection (CLIENT KILL, its
 	// timeout) only from the requests it sends there, one failing on each
@@ -318,13 +318,24 @@ func arg(v any) string {
 	}
 }
 
-// redirectedAll applies redirected to the calls' errors, off a cluster
-// client.
-func (d *Driver) redirectedAll(calls []*dlock.Call) {
-	if d.client.Mode() == rueidis.ClientModeCluster {
+// settle gives the calls' errors the meaning dlock reads, off a cluster
+// client: a MOVED or ASK reply becomes an error matching
+// dlock.ErrUnsupported (see redirected). From a client of one server (not
+// a Sentinel's, which closes its connection to a primary that turned
+// replica and answers ErrClosing until it has another), rueidis's
+// ErrClosing becomes one matching dlock.ErrClosed: the caller closed the
+// client (a server that cannot be reached fails with the dial's error),
+// and no request can go any more, which a wait must not outlast.
+func (d *Driver) settle(calls []*dlock.Call) {
+	mode := d.client.Mode()
+	if mode == rueidis.ClientModeCluster {
 		return
 	}
 	for _, c := range calls {
+		if mode == rueidis.ClientModeStandalone && errors.Is(c.Err, rueidis.ErrClosing) {
+			c.Err = fmt.Errorf("%w (the rueidis client under the driver): %w", dlock.ErrClosed, c.Err)
+			continue
+		}
 		c.Err = redirected(c.Err)
 	}
 }
