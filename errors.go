@@ -159,7 +159,8 @@ var ErrClosed = errors.New("dlock: client closed")
 // authenticated (NOAUTH, or a request refused as unauthenticated), its
 // user name or password is wrong (WRONGPASS), or its ACL user lacks a
 // permission (NOPERM, or a command inside a script refused by the ACL);
-// or the driver cannot do what was asked (ErrUnsupported). A waiting
+// or the driver cannot do what was asked (ErrUnsupported), or the
+// client's database is not one the server has. A waiting
 // acquire ends at once with such an error. ranInPart reports
 // whether the request may have run in part: a permission may be missing
 // for a command inside a script, after the script's earlier writes, where
@@ -269,7 +270,10 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		return true, true
 	}
 	switch msg := err.Error(); {
-	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "):
+	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "),
+		// The client's database (go-redis DB, redigo DialDatabase) is not
+		// one of the server's: its SELECT is refused on every connection.
+		strings.HasPrefix(msg, "ERR DB index is out of range"):
 		return true, false
 	case strings.HasPrefix(msg, "ERR unknown command "):
 		// Not a Redis that runs scripts (a sentinel, a proxy, EVALSHA

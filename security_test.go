@@ -346,7 +346,8 @@ func TestTokensNeverLogged(t *testing.T) {
 
 // TestAWaitEndsAtOnceWhenRedisRefusesTheClient: a missing or wrong
 // password, or a missing permission, or a server that does not know the
-// script commands (a sentinel's port, a proxy), is not a Redis that is
+// script commands (a sentinel's port, a proxy), or a database it does not
+// have, is not a Redis that is
 // down for a while: every waiting acquire ends at its first attempt with
 // Redis's refusal, not at the end of its wait with the refusal hidden
 // behind it.
@@ -372,6 +373,9 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 		// A command inside the script: the script may have run in part.
 		{"no permission inside the script", redis.Options{Username: "noexpiry", Password: "s3cret"}, "can't run this command", nil},
 		{"no script commands", redis.Options{}, "unknown command", noScripts},
+		// A database the server does not have: every connection's SELECT
+		// is refused.
+		{"no such database", redis.Options{Password: "pw", DB: 99}, "DB index is out of range", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
