@@ -1152,11 +1152,18 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	}
 	switch {
 	case lost == nil:
-	case err == nil, !errors.Is(err, ErrForceReleased):
-		// Freed, or let go of since: the loss says why.
+	case err == nil:
+		// Freed: the loss says why it came too late.
 		err = notHeldFor(lost)
-	case !errors.Is(err, ErrLost):
-		err = causes.Also(ErrLost, err)
+	case errors.Is(err, ErrForceReleased), errors.Is(err, ErrModeMismatch), errors.Is(lost, ErrModeMismatch):
+		// What the server found says what is so now (a loss to the other
+		// mode's hold of the token is over once the name is not held).
+		if !errors.Is(err, ErrLost) {
+			err = causes.Also(ErrLost, err)
+		}
+	default:
+		// Let go of since: the loss says why.
+		err = notHeldFor(lost)
 	}
 	l.mu.Lock()
 	l.released, l.relOut = true, err
