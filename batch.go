@@ -26,6 +26,10 @@ type batcher struct {
 	driver Driver
 	max    int
 	lib    *Library // set by WithFunctions
+	// closedUnder is called when a call fails with an error matching
+	// ErrClosed: the Redis client under the driver was closed (see
+	// Client.closedUnder).
+	closedUnder func()
 
 	mu       sync.Mutex
 	inflight int
@@ -137,7 +141,7 @@ func (c *Client) lane(ctx context.Context, call *Call) *batcher {
 	c.lanes.mu.Lock()
 	defer c.lanes.mu.Unlock()
 	if b = c.lanes.m[k]; b == nil {
-		b = &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib}
+		b = &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib, closedUnder: c.batch.closedUnder}
 		c.lanes.m[k] = b
 	}
 	return b
@@ -218,14 +222,20 @@ func (b *batcher) mark(calls []*Call) {
 // client that has not authenticated into one that says so (see
 // unauthenticated).
 func (b *batcher) check(calls []*Call) {
+	closed := false
 	for _, c := range calls {
 		switch {
 		case c.Err == nil:
 		case isUnauthenticated(c.Err):
 			c.Err = &unauthenticated{c.Err}
+		case errors.Is(c.Err, ErrClosed):
+			closed = true
 		case b.lib != nil:
 			c.Err = functionsError(c.Err)
 		}
+	}
+	if closed && b.closedUnder != nil {
+		b.closedUnder()
 	}
 }
 

@@ -170,7 +170,7 @@ func New(d Driver, opts ...ClientOption) *Client {
 		panic("dlock: New with a nil Driver")
 	}
 	c := &Client{driver: d, prefix: DefaultPrefix, log: slog.New(slog.DiscardHandler)}
-	c.batch = batcher{driver: d, max: DefaultPipelines}
+	c.batch = batcher{driver: d, max: DefaultPipelines, closedUnder: c.closedUnder}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -499,6 +499,23 @@ func (c *Client) unwatch(s *lease) {
 }
 
 // isClosed reports whether Close was called.
+// closedUnder is told that a request failed because the Redis client
+// under the driver was closed (the application closed it before this
+// client): no request can go any more, and the client stops listening
+// for notices, for good. Its subscription may be a connection of its own,
+// which the Redis client's Close leaves open (redigo dials it apart from
+// the pool; rueidis keeps it): a release would grant the lock to a waiter
+// that gave up, which nothing could give back, and the name would stay
+// held, by nobody, for that waiter's TTL.
+func (c *Client) closedUnder() {
+	c.mu.Lock()
+	h, closed := c.waits, c.closed
+	c.mu.Unlock()
+	if h != nil && !closed {
+		h.deafen()
+	}
+}
+
 func (c *Client) isClosed() bool {
 	c.made()
 	c.mu.Lock()

@@ -1075,6 +1075,18 @@ func without(ws []*waiter, w *waiter) []*waiter {
 	return ws
 }
 
+// deafen closes the subscription, for good: waits go on without notices
+// (see Client.closedUnder).
+func (h *waitHub) deafen() {
+	h.mu.Lock()
+	sub := h.sub
+	h.sub, h.failed = nil, true
+	h.mu.Unlock()
+	if sub != nil {
+		_ = sub.Close()
+	}
+}
+
 func (h *waitHub) close() {
 	h.mu.Lock()
 	sub := h.sub

@@ -559,3 +559,50 @@ func TestAClosedPoolEndsAWaitAtOnce(t *testing.T) {
 		t.Errorf("a wait after its pool closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
 	}
 }
+
+// TestAWaiterWhosePoolClosedIsNotGrantedTheLock: a Lock that waits with its
+// request for a grant when the application closes the pool under the
+// driver ends with ErrClosed, and the client stops listening for notices:
+// the release that follows passes over it. Its subscription, dialed apart
+// from the pool, stayed open, so the release granted it the lock, which
+// nobody could give back through the closed pool: the name stayed held,
+// by nobody, for the waiter's TTL.
+func TestAWaiterWhosePoolClosedIsNotGrantedTheLock(t *testing.T) {
+	srv := redistest.Start(t)
+	h := dlock.New(dlockredigo.New(newPool(t, srv.Addr())))
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := h.TryLock(ctx, "job", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.Addr())
+	c := dlock.New(dlockredigo.New(pool))
+	defer c.Close()
+	got := make(chan error, 1)
+	refused := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := c.Lock(ctx, "job", dlock.WithTTL(20*time.Second), dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		got <- err
+	}()
+	<-refused // it waits, with its request for a grant
+	_ = pool.Close()
+	if err := <-got; !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("the wait: %v, want ErrClosed", err)
+	}
+	// The server has seen its subscription go (or, before, never did; the
+	// release comes within its registration's lease all the same).
+	for end := time.Now().Add(200 * time.Millisecond); srv.PubSubConnections(t) > 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.TryLock(ctx, "job")
+	if err != nil {
+		t.Fatalf("after the only holder released: %v (PTTL %s)", err, srv.Do(t, "PTTL", "dlock:{job}"))
+	}
+	_ = l.Release(ctx)
+}
