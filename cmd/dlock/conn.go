@@ -94,7 +94,7 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 		// As one server it would see one node's share of the locks, and
 		// be refused the others with MOVED.
 		_ = rdb.Close()
-		return nil, usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", t.display)
+		return nil, a.clusterNodeError(&conn{display: t.display})
 	}
 	locks := dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix), dlock.WithFenceRetention(t.fenceRetention))
 	return &conn{rdb: rdb, locks: locks, display: t.display}, nil
@@ -185,6 +185,21 @@ func (t *target) pingError(cmd *command, err error) error {
 	return unreachable(t.display, err)
 }
 
+// redirected reports whether err is a cluster node's MOVED or ASK, which
+// the driver turns into dlock.ErrUnsupported for a client that follows no
+// redirection: a cluster node given as one server, which connect did not
+// tell (its Redis user may not run INFO).
+func redirected(err error) bool {
+	msg := err.Error()
+	return errors.Is(err, dlock.ErrUnsupported) && (strings.Contains(msg, "MOVED ") || strings.Contains(msg, "ASK "))
+}
+
+// clusterNodeError is the usage error of a cluster node given as one
+// server.
+func (a *app) clusterNodeError(c *conn) error {
+	return usage(a.cmd, "%s is a node of a Redis Cluster: add --cluster, or list several of its nodes in the URL", c.display)
+}
+
 // isClusterNode reports whether the server rdb reaches has cluster mode
 // on; false when it cannot tell (INFO is not allowed, say).
 func isClusterNode(ctx context.Context, rdb redis.UniversalClient) bool {
@@ -245,6 +260,8 @@ func passing(err error) bool {
 func (a *app) redisError(c *conn, err error) error {
 	var se *dlock.ServerError
 	switch {
+	case redirected(err):
+		return a.clusterNodeError(c)
 	case errors.Is(err, dlock.ErrWrongType):
 		return a.wrongTypeError(c, err)
 	case errors.Is(err, dlock.ErrKindMismatch) && a.cmd == runCommand:

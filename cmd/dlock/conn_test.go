@@ -332,6 +332,27 @@ func TestConnectCluster(t *testing.T) {
 	}
 }
 
+// TestAClusterNodeThatMayNotRunINFOIsAUsageError: a cluster node given as
+// one server, to a Redis user that may not run INFO (by which dlock tells
+// a cluster node as it connects), is a usage error with the --cluster hint
+// once a lock's node answers MOVED: it was reported as Redis unreachable
+// (69), with a hint to use a go-redis ClusterClient.
+func TestAClusterNodeThatMayNotRunINFOIsAUsageError(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	for _, n := range c.Nodes {
+		n.Do(t, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")
+	}
+	name := "n"
+	for c.PrimaryOf(t, "dlock:{"+name+"}") == c.Nodes[0] {
+		name += "x"
+	}
+	env := []string{"DLOCK_REDIS=redis://noinfo:pw@" + c.Nodes[0].Addr()}
+	for _, args := range [][]string{runArgs([]string{"--no-wait"}, name, "exit", "0"), runArgs(nil, name, "exit", "0"), {"status", name}, {"release", "--force", name}} {
+		r := dlockRun(t, env, args...)
+		checkOneLine(t, r, exitUsage, "is a node of a Redis Cluster: add --cluster")
+	}
+}
+
 func TestConnectSentinel(t *testing.T) {
 	t.Parallel()
 	rs := redistest.StartReplicated(t, 0, 1)

@@ -445,6 +445,8 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 	var down redisDown
 	var refused redisRefused
 	switch {
+	case errors.As(cause, &refused) && redirected(refused.err):
+		return a.clusterNodeError(c)
 	case errors.As(cause, &refused):
 		return unreachable(c.display, refused.err)
 	case errors.As(cause, &down):
