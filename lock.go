@@ -121,7 +121,10 @@ func (k *holdKind) args(common ...any) []any {
 }
 
 // TryLock obtains the exclusive lock called name if it is free, in one round
-// trip, and returns ErrNotObtained at once if it is not.
+// trip, and returns ErrNotObtained at once if it is not. The options that
+// shape a wait (WithMaxWait, WithRetry, WithOnRetry) do nothing here, so
+// that one list of options serves TryLock and Lock alike (so for
+// TryLockMulti, RWMutex.TryLock and TryRLock, and Semaphore.TryAcquire).
 //
 // An attempt that gets no reply (ctx ended, or the connection failed) may
 // have taken the lock on the server: before returning its error, TryLock
