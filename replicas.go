@@ -95,7 +95,9 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	}
 	c.batch.mark(calls)
 	acked, err := rep.EvalWait(ctx, r.replicas, timeout, calls...)
-	c.batch.check(calls)
+	// The calls' errors are read once they include the WAIT's (see
+	// batcher.check).
+	defer c.batch.check(calls)
 	if err == nil && acked < r.replicas {
 		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, timeout)
 	}

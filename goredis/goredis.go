@@ -430,14 +430,20 @@ func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) {
 // closed, after a request failed with go-redis's ErrClosed. From a Client,
 // it was. A Ring or a cluster client also closes a node's client when its
 // nodes change, and sends elsewhere: it is asked (PING), which a closed
-// one refuses at once, with ErrClosed, sending nothing; one still open is
-// given a moment to answer, not the request's whole time.
+// one refuses at once, with ErrClosed, sending nothing; an open one is
+// given a moment to answer, not the request's whole time. A cluster
+// client's primaries are asked one by one (through their clients, not the
+// cluster client, which would try another node after each ErrClosed,
+// pausing between tries, up to MaxRedirects times).
 func (d *Driver) closedUnder(ctx context.Context) bool {
 	if d.plain {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 	defer cancel()
+	if c, ok := d.rdb.(*redis.ClusterClient); ok {
+		return errors.Is(c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }), redis.ErrClosed)
+	}
 	return errors.Is(d.rdb.Ping(ctx).Err(), redis.ErrClosed)
 }
 
@@ -874,7 +880,11 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 			// MasterForKey must not keep choosing that node.
 			c.ReloadState(context.Background())
 		}
+		d.settle(ctx, calls)
 		if err != nil {
+			if errors.Is(err, redis.ErrClosed) && d.closedUnder(ctx) {
+				err = closedError(err)
+			}
 			return 0, err
 		}
 		return max(least, 0), nil

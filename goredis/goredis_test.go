@@ -572,16 +572,22 @@ func TestAClosedRedisClientEndsAWaitAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	cluster := redistest.StartCluster(t, 3, 0)
 	for _, tc := range []struct {
-		kind string
-		make func() redis.UniversalClient
+		kind     string
+		make     func() redis.UniversalClient
+		replicas bool // it can WithReplicas
 	}{
-		{"Client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr()}) }},
+		{"Client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr()}) }, true},
 		{"Ring", func() redis.UniversalClient {
 			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
-		}},
+		}, false},
 		{"ClusterClient", func() redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
-		}},
+		}, true},
+		// A cluster client tries another node after each ErrClosed, pausing
+		// in between, up to MaxRedirects times.
+		{"ClusterClientWithManyRedirects", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRedirects: 8})
+		}, true},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			name := "held-" + tc.kind
@@ -616,6 +622,11 @@ func TestAClosedRedisClientEndsAWaitAtOnce(t *testing.T) {
 			}
 			if _, err := c.Lock(ctx, name); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
 				t.Errorf("a wait after its Redis client closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+			}
+			if tc.replicas {
+				if _, err := c.TryLock(ctx, name+"-replicas", dlock.WithReplicas(1, 50*time.Millisecond)); !errors.Is(err, dlock.ErrClosed) {
+					t.Errorf("TryLock WithReplicas after its Redis client closed: %v, want ErrClosed", err)
+				}
 			}
 		})
 	}
