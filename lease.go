@@ -44,6 +44,8 @@ type lease struct {
 	letGo       bool          // Release was called: no longer refreshed, even if it failed
 	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed   error         // why the last Release failed, if it did
+	givenBack   bool          // the clean-up after a give-back that failed was answered (see giveBackNode)
+	givingBack  chan struct{} // closed once that clean-up has its outcome
 	started     bool          // obtained: acquired and deadline are set
 	ending      bool          // end was called; the lease is over once the hooks have run
 	hooksTold   bool          // the AcquireDone hooks said obtained: End may reach the hooks

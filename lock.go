@@ -754,11 +754,18 @@ func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
 func (l *Lock) cleanupBy(ctx context.Context, by time.Time, logFailure bool) {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
-	l.cleanupWithin(ctx, logFailure)
+	l.cleanupWithin(ctx, logFailure, nil)
 }
 
-// cleanupWithin is cleanup within ctx as it is.
-func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
+// cleanupWithin is cleanup within ctx as it is. done, unless nil, is told
+// whether every request of the clean-up was answered without an error,
+// once they were (in the background when they went on there).
+func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(ok bool)) {
+	answered := func(calls []*Call) {
+		if done != nil {
+			done(!slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil }))
+		}
+	}
 	var args []any
 	if l.kind.modeArg {
 		// The request token, no owner, the mode, no release id (only a
@@ -775,6 +782,9 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 	}
 	units := l.ownUnits()
 	if len(units) == 0 {
+		if done != nil {
+			done(false)
+		}
 		return // every name is another Lock's of its token
 	}
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
@@ -795,10 +805,12 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool) {
 			l.cleanUpLate(ctx, calls)
 			l.wakeAlone()
 			l.cleanedUp(ctx, calls, logFailure)
+			answered(calls)
 		}) {
 		return
 	}
 	l.cleanedUp(ctx, calls, logFailure)
+	answered(calls)
 }
 
 // wakeAlone wakes the client's callers first in line for the names of a
@@ -964,14 +976,46 @@ const (
 // cleanupWithin), so that the hold does not stay until its TTL: the
 // release may not have run.
 // Whether it runs before the clean-up or after, the clean-up takes only
-// what the acquisition holds, if anything. See friend.GiveBack.
+// what the acquisition holds, if anything. Once the clean-up was answered,
+// a give-back called again (a Redlock Release called again, as its error
+// says to) succeeds at once: the lock was given back. See friend.GiveBack.
 func (l *Lock) giveBackNode(ctx context.Context) error {
+	l.mu.Lock()
+	giving := l.givingBack
+	l.mu.Unlock()
+	if giving != nil {
+		// The clean-up of the last give-back may be answered any moment:
+		// its outcome, within ctx, decides.
+		select {
+		case <-giving:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		back := l.givenBack
+		l.mu.Unlock()
+		if back {
+			return nil
+		}
+	}
 	// What the node's server did, not what its Lock's clock says: a lock
 	// whose deadline passed here while the node still had it counts as
 	// freed there (see redlock).
 	err := l.releaseReporting(ctx, false)
 	if err != nil && (isTimeout(err) || sendLater(err)) && l.ownReq {
-		l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false) })
+		giving := make(chan struct{})
+		l.mu.Lock()
+		l.givingBack = giving
+		l.mu.Unlock()
+		if !l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
+			l.cleanupWithin(ctx, false, func(ok bool) {
+				l.mu.Lock()
+				l.givenBack = l.givenBack || ok
+				l.mu.Unlock()
+				close(giving)
+			})
+		}) {
+			close(giving)
+		}
 	}
 	return err
 }
@@ -986,7 +1030,7 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 // keep until then: those run out with their TTL.
 func (l *Lock) giveBackRest(ctx context.Context) {
 	if len(l.names) > 1 && l.ownReq && l.minHold == 0 {
-		l.cleanupWithin(ctx, false)
+		l.cleanupWithin(ctx, false, nil)
 	}
 }
 

@@ -2289,6 +2289,11 @@ func TestANodeThatRefusesItsReleaseForAWhileIsGivenBackLater(t *testing.T) {
 			eventually(t, 5*time.Second, "the nodes that refused the release given back", func() bool {
 				return heldOn(t, srvs, name) == 0
 			})
+			// Release again, as its error says to: the nodes were given
+			// back, by this Lock.
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release again once the nodes were given back: %v", err)
+			}
 		})
 	}
 }
