@@ -498,7 +498,6 @@ func (c *Client) unwatch(s *lease) {
 	}
 }
 
-// isClosed reports whether Close was called.
 // closedUnder is told that a request failed because the Redis client
 // under the driver was closed (the application closed it before this
 // client): no request can go any more, and the client stops listening
@@ -516,6 +515,7 @@ func (c *Client) closedUnder() {
 	}
 }
 
+// isClosed reports whether Close was called.
 func (c *Client) isClosed() bool {
 	c.made()
 	c.mu.Lock()

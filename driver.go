@@ -32,7 +32,10 @@ type Driver interface {
 	// client library's pool at its limit) may be an error with a method
 	// NotSent() bool that returns true: dlock then sends a release or a
 	// clean-up again a little later, as after the server's refusal of a
-	// request before it ran.
+	// request before it ran. An error that matches ErrClosed says that the
+	// client library under the driver was closed, for good: waits end, and
+	// the Client stops listening for notices (it closes its Subscription);
+	// a driver returns one only when it knows its client was closed.
 	Eval(ctx context.Context, calls ...*Call)
 
 	// Subscribe opens a pub/sub connection that calls notify with the

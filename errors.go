@@ -148,8 +148,11 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 // AutoRefresh and Attach WithAutoRefresh; a wait that Close ended returns
 // an error that matches it (see Client.Close). A driver's error matches it
 // too when the Redis client under the driver was closed (goredis over a
-// go-redis Client, redigo): no request can go any more, and a wait ends at
-// its next attempt (within half a second) instead of trying on. (A lock
+// go-redis Client, Ring or cluster client; rueidis over a client of one
+// server; redigo): no request can go any more, a wait ends at its next
+// attempt (within half a second) instead of trying on, and the client
+// stops listening for notices, for good, so that no release grants a lock
+// to its waiters (close the Client before the Redis client). (A lock
 // whose automatic refresh fails so is lost at its deadline, as after any
 // failed refresh: its Err says why in words, and matches ErrLost only.)
 var ErrClosed = errors.New("dlock: client closed")

@@ -91,7 +91,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	defer d.settle(calls)
+	defer d.settle(ctx, calls)
 	d.eval(ctx, calls)
 	// rueidis learns that the server closed a connection (CLIENT KILL, its
 	// timeout) only from the requests it sends there, one failing on each
@@ -323,21 +323,41 @@ func arg(v any) string {
 // dlock.ErrUnsupported (see redirected). From a client of one server (not
 // a Sentinel's, which closes its connection to a primary that turned
 // replica and answers ErrClosing until it has another), rueidis's
-// ErrClosing becomes one matching dlock.ErrClosed: the caller closed the
-// client (a server that cannot be reached fails with the dial's error),
-// and no request can go any more, which a wait must not outlast.
-func (d *Driver) settle(calls []*dlock.Call) {
+// ErrClosing becomes one matching dlock.ErrClosed when the client was
+// closed (see closedUnder): no request can go any more, which a wait must
+// not outlast.
+func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) {
 	mode := d.client.Mode()
 	if mode == rueidis.ClientModeCluster {
 		return
 	}
+	asked, closed := false, false
 	for _, c := range calls {
 		if mode == rueidis.ClientModeStandalone && errors.Is(c.Err, rueidis.ErrClosing) {
-			c.Err = fmt.Errorf("%w (the rueidis client under the driver): %w", dlock.ErrClosed, c.Err)
-			continue
+			if !asked {
+				asked, closed = true, d.closedUnder(ctx)
+			}
+			if closed {
+				c.Err = fmt.Errorf("%w (the rueidis client under the driver): %w", dlock.ErrClosed, c.Err)
+				continue
+			}
 		}
 		c.Err = redirected(c.Err)
 	}
+}
+
+// closedUnder reports whether the rueidis client under the driver was
+// closed, after a request failed with ErrClosing: it is asked (PING),
+// which a closed client refuses at once, with ErrClosing, sending nothing.
+// (One that follows a redirection to a new primary (EnableRedirect) closes
+// its client of the old one a few seconds later, failing what that one
+// still had under way so, and sends elsewhere.) An open one is given a
+// moment to answer, not the request's whole time. A client closed after
+// its dial had failed answers with that dial's error, and is not told.
+func (d *Driver) closedUnder(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+	defer cancel()
+	return errors.Is(d.client.Do(ctx, d.client.B().Ping().Build()).Error(), rueidis.ErrClosing)
 }
 
 // redirected turns a MOVED or ASK reply to a client that is not a cluster

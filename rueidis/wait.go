@@ -33,7 +33,7 @@ var _ dlock.Replicator = (*Driver)(nil)
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	if d.client.Mode() != rueidis.ClientModeCluster {
 		acked, err := evalWait(ctx, d.client, replicas, timeout, calls)
-		d.settle(calls)
+		d.settle(ctx, calls)
 		return acked, err
 	}
 	groups, err := d.byPrimary(ctx, calls)
