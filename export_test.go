@@ -119,3 +119,17 @@ func NextRefresh(c *Client, l *Lock) (next time.Time, ok bool) {
 	defer w.mu.Unlock()
 	return l.next, l.index >= 0
 }
+
+// LibraryWithFlags builds the function library as FunctionLibrary does,
+// over copies of the scripts, with these flags for their functions.
+func LibraryWithFlags(flags map[string]string) *Library {
+	var scripts []*Script
+	for _, s := range Scripts() {
+		c := *s
+		scripts = append(scripts, &c)
+	}
+	return newLibrary(scripts, flags)
+}
+
+// FunctionFlags returns the flags of the functions of FunctionLibrary.
+func FunctionFlags() map[string]string { return functionFlags }

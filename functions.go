@@ -16,8 +16,9 @@ import (
 // WithFunctions.
 type Library struct {
 	// Name is the library's name: "dlock_" and a version drawn from the
-	// scripts' code, so that dlock builds with different scripts never
-	// replace each other's functions on a shared server.
+	// library's code (the scripts, and the flags of their functions), so
+	// that dlock builds with different functions never replace, or use,
+	// each other's on a shared server.
 	Name string
 	// Src is the library's code, for FUNCTION LOAD REPLACE.
 	Src string
@@ -33,7 +34,7 @@ var ErrNoFunctions = errors.New("dlock: server has no Redis Functions (FCALL nee
 // which is the script's Function.
 func FunctionLibrary() *Library { return library }
 
-var library = newLibrary(Scripts())
+var library = newLibrary(Scripts(), functionFlags)
 
 // functionFlags are the flags of the functions that need some: inspect
 // only reads, so it runs on a server at its maxmemory (and on a replica);
@@ -55,23 +56,25 @@ var functionFlags = map[string]string{
 	"holds_ttl":     "'allow-oom'",
 }
 
-// newLibrary builds the library of scripts and names each script's
-// function.
-func newLibrary(scripts []*Script) *Library {
-	h := sha1.New()
-	for _, s := range scripts {
-		h.Write([]byte(s.Name + "\x00" + s.Src + "\x00"))
-	}
-	name := "dlock_" + hex.EncodeToString(h.Sum(nil))[:10]
+// newLibrary builds the library of scripts, their functions with flags,
+// and names each script's function. The name is drawn from the whole
+// library but for the name itself: a build that changes only a function's
+// flags has a library of its own too.
+func newLibrary(scripts []*Script, flags map[string]string) *Library {
+	const unnamed = "\x00name\x00" // where the name goes
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!lua name=%s\n", name)
+	fmt.Fprintf(&b, "#!lua name=%s\n", unnamed)
+	for _, s := range scripts {
+		// A script's body is the body of a function of KEYS and ARGV.
+		fmt.Fprintf(&b, "redis.register_function{function_name='%s_%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n",
+			unnamed, s.Name, flags[s.Name], s.Src)
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	name := "dlock_" + hex.EncodeToString(sum[:])[:10]
 	for _, s := range scripts {
 		s.Function = name + "_" + s.Name
-		// A script's body is the body of a function of KEYS and ARGV.
-		fmt.Fprintf(&b, "redis.register_function{function_name='%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n",
-			s.Function, functionFlags[s.Name], s.Src)
 	}
-	return &Library{Name: name, Src: b.String()}
+	return &Library{Name: name, Src: strings.ReplaceAll(b.String(), unnamed, name)}
 }
 
 // WithFunctions makes the client run its scripts as Redis Functions, by

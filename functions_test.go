@@ -239,3 +239,22 @@ func TestResendKeepsTheErrorsOfCallsNotSent(t *testing.T) {
 		t.Error("the call not sent ended with no error and no reply")
 	}
 }
+
+// TestTheLibraryNameCoversTheFunctionsFlags: a build whose functions have
+// other flags (allow-oom, no-writes) has a library of another name, which
+// it loads beside an older build's: it took the name from the scripts
+// alone, so a newer build ran an older build's functions for good, and a
+// release refused on a full server (no allow-oom) kept the lock.
+func TestTheLibraryNameCoversTheFunctionsFlags(t *testing.T) {
+	lib := dlock.FunctionLibrary()
+	if same := dlock.LibraryWithFlags(dlock.FunctionFlags()); same.Name != lib.Name || same.Src != lib.Src {
+		t.Errorf("the library built again is %s, want %s as it was", same.Name, lib.Name)
+	}
+	noFlags := dlock.LibraryWithFlags(nil)
+	if noFlags.Name == lib.Name {
+		t.Errorf("a library without the functions' flags has the same name, %s", lib.Name)
+	}
+	if strings.Contains(lib.Src, "\x00") {
+		t.Error("the library's code holds a NUL byte")
+	}
+}
