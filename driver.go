@@ -205,13 +205,16 @@ func ConnectionClosed(err error) bool {
 // and answered err. The calls that run by EVAL (no Lib) are returned as
 // again, to send again, whatever err; so are the others when err is nil. A
 // refusal for want of memory (a server at its maxmemory refuses FUNCTION
-// LOAD, where the scripts that give locks up still run by EVAL) returns
-// them as scripts, to run by AsScripts; any other error is stored in them.
+// LOAD, where the scripts that give locks up still run by EVAL), or of the
+// permission to load functions (an ACL user that may FCALL but not
+// FUNCTION LOAD, whose library was deleted), returns them as scripts, to
+// run by AsScripts; any other error is stored in them.
 func Loaded(calls []*Call, err error) (again, scripts []*Call) {
 	if err == nil {
 		return calls, nil
 	}
-	oom := strings.HasPrefix(err.Error(), "OOM ")
+	msg := err.Error()
+	oom := strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOPERM ") && strings.Contains(msg, "'function|load'")
 	for _, c := range calls {
 		switch {
 		case c.Lib == nil:

@@ -258,3 +258,37 @@ func TestTheLibraryNameCoversTheFunctionsFlags(t *testing.T) {
 		t.Error("the library's code holds a NUL byte")
 	}
 }
+
+// TestFunctionsOfAUserThatMayNotLoadThemRunByEVAL: an ACL user that may
+// FCALL (and EVAL) but not FUNCTION LOAD, whose library an operator loaded
+// and someone deleted since, has its calls run by EVAL, as on a full
+// server: its Release failed with ErrNoFunctions and left the lock held
+// for its TTL, and its waiter's wait ended.
+func TestFunctionsOfAUserThatMayNotLoadThemRunByEVAL(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := append(append([]string(nil), aclRules...), "+fcall")
+	srv.Do(t, append([]string{"ACL", "SETUSER", "noload"}, rules...)...)
+	lib := dlock.FunctionLibrary()
+	srv.Do(t, "FUNCTION", "LOAD", lib.Src)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noload", Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, "noload", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAndRelease(c, "noload", 10*time.Second)
+	awaitWaiting(t, c, "noload", 1)
+	srv.Do(t, "FUNCTION", "DELETE", lib.Name)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release once the library was deleted: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("the waiter: %v", err)
+	}
+}
