@@ -981,26 +981,36 @@ const (
 // says to) succeeds at once: the lock was given back. See friend.GiveBack.
 func (l *Lock) giveBackNode(ctx context.Context) error {
 	l.mu.Lock()
-	giving := l.givingBack
+	back, giving := l.givenBack, l.givingBack
 	l.mu.Unlock()
-	if giving != nil {
-		// The clean-up of the last give-back may be answered any moment:
-		// its outcome, within ctx, decides.
-		select {
-		case <-giving:
-		case <-ctx.Done():
-		}
-		l.mu.Lock()
-		back := l.givenBack
-		l.mu.Unlock()
-		if back {
-			return nil
-		}
+	if back {
+		return nil
 	}
 	// What the node's server did, not what its Lock's clock says: a lock
 	// whose deadline passed here while the node still had it counts as
 	// freed there (see redlock).
 	err := l.releaseReporting(ctx, false)
+	if giving != nil && errors.Is(err, ErrNotHeld) {
+		// The clean-up of the last give-back may have freed it, and be
+		// answered any moment: its outcome, within ctx, decides.
+		select {
+		case <-giving:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		back = l.givenBack
+		l.mu.Unlock()
+		if back {
+			return nil
+		}
+	}
+	if giving != nil {
+		select {
+		case <-giving:
+		default:
+			return err // its clean-up is under way still
+		}
+	}
 	if err != nil && (isTimeout(err) || sendLater(err)) && l.ownReq {
 		giving := make(chan struct{})
 		l.mu.Lock()

@@ -2298,6 +2298,39 @@ func TestANodeThatRefusesItsReleaseForAWhileIsGivenBackLater(t *testing.T) {
 	}
 }
 
+// TestAReleaseCalledAgainOnceTheNodesAnswerReleases: a Release called
+// again, as its error says to, once the nodes that refused the first
+// (BUSY) answer again, releases there at once, while their background
+// clean-up sleeps between two tries: it waited for the clean-up's next
+// try, past the node timeout, and failed again.
+func TestAReleaseCalledAgainOnceTheNodesAnswerReleases(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "again", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []func()
+	for _, srv := range srvs[:2] {
+		ends = append(ends, srv.Busy(t))
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Release refused by two of three nodes: %v, want ErrNoQuorum", err)
+	}
+	// The clean-up's tries, refused, come further apart (up to 200ms).
+	time.Sleep(600 * time.Millisecond)
+	for _, end := range ends {
+		end()
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release called again once the nodes answer: %v", err)
+	}
+	if n := heldOn(t, srvs, "again"); n != 0 {
+		t.Errorf("held on %d nodes after the Release", n)
+	}
+}
+
 // TestAMajorityOfNodesRefusingForGoodEndsTheWait: when a majority of the
 // nodes refuse for a reason no retry changes (an ACL user without EVALSHA,
 // NOPERM), Lock ends at once with that refusal, as a dlock Client's Lock
