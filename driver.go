@@ -205,21 +205,26 @@ func ConnectionClosed(err error) bool {
 // and answered err. The calls that run by EVAL (no Lib) are returned as
 // again, to send again, whatever err; so are the others when err is nil. A
 // refusal for want of memory (a server at its maxmemory refuses FUNCTION
-// LOAD, where the scripts that give locks up still run by EVAL), or of the
+// LOAD, where the scripts that give locks up still run by EVAL) returns
+// them as scripts, to run by AsScripts. So does a refusal of the
 // permission to load functions (an ACL user that may FCALL but not
-// FUNCTION LOAD, whose library was deleted), returns them as scripts, to
-// run by AsScripts; any other error is stored in them.
+// FUNCTION LOAD, whose library an operator loaded and someone deleted
+// since) for the calls that give locks up or keep them (a release, a
+// refresh: the scripts a full server runs too), so that they are not left
+// held; the others get the refusal, which tells that the library is
+// missing. Any other error is stored in them.
 func Loaded(calls []*Call, err error) (again, scripts []*Call) {
 	if err == nil {
 		return calls, nil
 	}
 	msg := err.Error()
-	oom := strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOPERM ") && strings.Contains(msg, "'function|load'")
+	oom := strings.HasPrefix(msg, "OOM ")
+	noLoad := strings.HasPrefix(msg, "NOPERM ") && strings.Contains(msg, "'function|load'")
 	for _, c := range calls {
 		switch {
 		case c.Lib == nil:
 			again = append(again, c)
-		case oom:
+		case oom, noLoad && strings.Contains(functionFlags[c.Script.Name], "allow-oom"):
 			scripts = append(scripts, c)
 		default:
 			c.Val, c.Err = nil, err

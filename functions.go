@@ -82,9 +82,10 @@ func newLibrary(scripts []*Script, flags map[string]string) *Library {
 // LOAD REPLACE) on a server (a primary of a cluster; every shard of a Ring
 // that is up) the first time it answers that a function is missing, and Redis then
 // persists and replicates it. A server that cannot load it for want of
-// memory (at its maxmemory), or refuses the load to the client's ACL user,
-// or whose library is deleted again before the calls are sent again, has
-// those calls run by EVAL instead. Lock traffic then shows by function name. It needs Redis 7;
+// memory (at its maxmemory), or whose library is deleted again before the
+// calls are sent again, has those calls run by EVAL instead; one that
+// refuses the load to the client's ACL user, the releases and refreshes
+// (the acquires get ErrNoFunctions). Lock traffic then shows by function name. It needs Redis 7;
 // on an older server every request fails with ErrNoFunctions. Open (or
 // Prepare) finds that out at once.
 func WithFunctions() ClientOption {

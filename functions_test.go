@@ -259,20 +259,24 @@ func TestTheLibraryNameCoversTheFunctionsFlags(t *testing.T) {
 	}
 }
 
-// TestFunctionsOfAUserThatMayNotLoadThemRunByEVAL: an ACL user that may
-// FCALL (and EVAL) but not FUNCTION LOAD, whose library an operator loaded
-// and someone deleted since, has its calls run by EVAL, as on a full
-// server: its Release failed with ErrNoFunctions and left the lock held
-// for its TTL, and its waiter's wait ended.
-func TestFunctionsOfAUserThatMayNotLoadThemRunByEVAL(t *testing.T) {
+// TestFunctionsOfAUserThatMayNotLoadThemGiveLocksUpByEVAL: an ACL user
+// that may FCALL (and EVAL) but not FUNCTION LOAD, whose library an
+// operator loaded and someone deleted since, releases by EVAL, as on a
+// full server: its Release failed with ErrNoFunctions and left the lock
+// held for its TTL. Its acquires, and Open where the library is missing,
+// report ErrNoFunctions: the library must be loaded.
+func TestFunctionsOfAUserThatMayNotLoadThemGiveLocksUpByEVAL(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := append(append([]string(nil), aclRules...), "+fcall")
 	srv.Do(t, append([]string{"ACL", "SETUSER", "noload"}, rules...)...)
-	lib := dlock.FunctionLibrary()
-	srv.Do(t, "FUNCTION", "LOAD", lib.Src)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noload", Password: "s3cret"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
+	if _, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) || !strings.Contains(err.Error(), "function|load") {
+		t.Errorf("Open without the library: %v, want ErrNoFunctions naming function|load", err)
+	}
+	lib := dlock.FunctionLibrary()
+	srv.Do(t, "FUNCTION", "LOAD", lib.Src)
 	c, err := dlock.Open(ctx, goredis.New(rdb), dlock.WithFunctions())
 	if err != nil {
 		t.Fatal(err)
@@ -282,13 +286,18 @@ func TestFunctionsOfAUserThatMayNotLoadThemRunByEVAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := lockAndRelease(c, "noload", 10*time.Second)
-	awaitWaiting(t, c, "noload", 1)
 	srv.Do(t, "FUNCTION", "DELETE", lib.Name)
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release once the library was deleted: %v", err)
 	}
-	if err := <-got; err != nil {
-		t.Errorf("the waiter: %v", err)
+	if _, err := c.TryLock(ctx, "noload"); !errors.Is(err, dlock.ErrNoFunctions) {
+		t.Errorf("TryLock once the library was deleted: %v, want ErrNoFunctions", err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	other := dlock.New(goredis.New(admin))
+	defer other.Close()
+	if _, err := other.TryLock(ctx, "noload"); err != nil {
+		t.Errorf("the name after the Release: %v", err)
 	}
 }
