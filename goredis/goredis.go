@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -882,7 +883,8 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		}
 		d.settle(ctx, calls)
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) && d.closedUnder(ctx) {
+			if errors.Is(err, redis.ErrClosed) && (slices.ContainsFunc(calls, func(c *dlock.Call) bool { return errors.Is(c.Err, dlock.ErrClosed) }) ||
+				d.closedUnder(ctx)) {
 				err = closedError(err)
 			}
 			return 0, err
