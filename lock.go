@@ -757,13 +757,13 @@ func (l *Lock) cleanupBy(ctx context.Context, by time.Time, logFailure bool) {
 	l.cleanupWithin(ctx, logFailure, nil)
 }
 
-// cleanupWithin is cleanup within ctx as it is. done, unless nil, is told
-// whether every request of the clean-up was answered without an error,
-// once they were (in the background when they went on there).
-func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(ok bool)) {
+// cleanupWithin is cleanup within ctx as it is. done, unless nil, is
+// given the clean-up's calls once they have their outcomes (in the
+// background when they went on there), none when it sent nothing.
+func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(calls []*Call)) {
 	answered := func(calls []*Call) {
 		if done != nil {
-			done(!slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil }))
+			done(calls)
 		}
 	}
 	var args []any
@@ -782,9 +782,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(ok 
 	}
 	units := l.ownUnits()
 	if len(units) == 0 {
-		if done != nil {
-			done(false)
-		}
+		answered(nil)
 		return // every name is another Lock's of its token
 	}
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
@@ -976,9 +974,10 @@ const (
 // cleanupWithin), so that the hold does not stay until its TTL: the
 // release may not have run.
 // Whether it runs before the clean-up or after, the clean-up takes only
-// what the acquisition holds, if anything. Once the clean-up was answered,
-// a give-back called again (a Redlock Release called again, as its error
-// says to) succeeds at once: the lock was given back. See friend.GiveBack.
+// what the acquisition holds, if anything. Once the clean-up has freed
+// every name it held (not found them gone), a give-back called again (a
+// Redlock Release called again, as its error says to) succeeds at once:
+// the lock was given back. See friend.GiveBack.
 func (l *Lock) giveBackNode(ctx context.Context) error {
 	l.mu.Lock()
 	back, giving := l.givenBack, l.givingBack
@@ -992,10 +991,12 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	err := l.releaseReporting(ctx, false)
 	if giving != nil && errors.Is(err, ErrNotHeld) {
 		// The clean-up of the last give-back may have freed it, and be
-		// answered any moment: its outcome, within ctx, decides.
+		// answered any moment: its outcome, within ctx, decides, and
+		// none within ctx leaves the outcome unknown.
 		select {
 		case <-giving:
 		case <-ctx.Done():
+			return fmt.Errorf("dlock: %s: its give-back is under way: %w", l.describe(), context.Cause(ctx))
 		}
 		l.mu.Lock()
 		back = l.givenBack
@@ -1011,15 +1012,21 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 			return err // its clean-up is under way still
 		}
 	}
+	l.mu.Lock()
+	back = l.givenBack // by a clean-up answered meanwhile
+	l.mu.Unlock()
+	if back {
+		return nil
+	}
 	if err != nil && (isTimeout(err) || sendLater(err)) && l.ownReq {
 		giving := make(chan struct{})
 		l.mu.Lock()
 		l.givingBack = giving
 		l.mu.Unlock()
 		if !l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
-			l.cleanupWithin(ctx, false, func(ok bool) {
+			l.cleanupWithin(ctx, false, func(calls []*Call) {
 				l.mu.Lock()
-				l.givenBack = l.givenBack || ok
+				l.givenBack = l.givenBack || freedAll(calls)
 				l.mu.Unlock()
 				close(giving)
 			})
@@ -1028,6 +1035,17 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// freedAll reports whether the calls of a release or a clean-up freed
+// every name they were sent for: each answered that it missed none.
+func freedAll(calls []*Call) bool {
+	for _, c := range calls {
+		if n, ok := c.Val.(int64); c.Err != nil || !ok || n != 0 {
+			return false
+		}
+	}
+	return len(calls) > 0
 }
 
 // giveBackRest releases, within ctx, the names of a lock on several that

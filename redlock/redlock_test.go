@@ -2331,6 +2331,42 @@ func TestAReleaseCalledAgainOnceTheNodesAnswerReleases(t *testing.T) {
 	}
 }
 
+// TestAReleaseCalledAgainOfALockGoneFromEveryNodeIsNotHeld: the clean-ups
+// that follow a Release refused by two of three nodes (BUSY) find nothing
+// there, where the lock is gone (deleted here, as a force release or a
+// lost write would): a Release called again says the lock was not held,
+// as one without the refusal does. It said nil: a clean-up answered
+// without an error counted as given back, whatever it found.
+func TestAReleaseCalledAgainOfALockGoneFromEveryNodeIsNotHeld(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "gone", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range srvs {
+		srv.Do(t, "DEL", "dlock:{gone}")
+	}
+	var ends []func()
+	for _, srv := range srvs[:2] {
+		ends = append(ends, srv.Busy(t))
+	}
+	if err := l.Release(ctx); err == nil {
+		t.Fatal("Release refused by two of three nodes: nil")
+	}
+	for _, end := range ends {
+		end()
+	}
+	// The clean-ups ran: each leaves its record in a free lock hash.
+	eventually(t, 5*time.Second, "the clean-ups run", func() bool {
+		return srvs[0].Do(t, "EXISTS", "dlock:{gone}") == "1" && srvs[1].Do(t, "EXISTS", "dlock:{gone}") == "1"
+	})
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release called again of a lock held on no node: %v, want ErrNotHeld", err)
+	}
+}
+
 // TestAMajorityOfNodesRefusingForGoodEndsTheWait: when a majority of the
 // nodes refuse for a reason no retry changes (an ACL user without EVALSHA,
 // NOPERM), Lock ends at once with that refusal, as a dlock Client's Lock
