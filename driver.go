@@ -224,7 +224,7 @@ func Loaded(calls []*Call, err error) (again, scripts []*Call) {
 		switch {
 		case c.Lib == nil:
 			again = append(again, c)
-		case oom, noLoad && strings.Contains(functionFlags[c.Script.Name], "allow-oom"):
+		case oom, noLoad && givesUp[c.Script]:
 			scripts = append(scripts, c)
 		default:
 			c.Val, c.Err = nil, err

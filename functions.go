@@ -56,6 +56,19 @@ var functionFlags = map[string]string{
 	"holds_ttl":     "'allow-oom'",
 }
 
+// givesUp holds the scripts whose functions give locks up or keep them
+// (flagged allow-oom): those run by EVAL where the library cannot be
+// loaded for want of memory or of the permission (see Loaded).
+var givesUp = func() map[*Script]bool {
+	m := map[*Script]bool{}
+	for _, s := range Scripts() {
+		if strings.Contains(functionFlags[s.Name], "allow-oom") {
+			m[s] = true
+		}
+	}
+	return m
+}()
+
 // newLibrary builds the library of scripts, their functions with flags,
 // and names each script's function. The name is drawn from the whole
 // library but for the name itself: a build that changes only a function's
@@ -84,8 +97,9 @@ func newLibrary(scripts []*Script, flags map[string]string) *Library {
 // persists and replicates it. A server that cannot load it for want of
 // memory (at its maxmemory), or whose library is deleted again before the
 // calls are sent again, has those calls run by EVAL instead; one that
-// refuses the load to the client's ACL user, the releases and refreshes
-// (the acquires get ErrNoFunctions). Lock traffic then shows by function name. It needs Redis 7;
+// refuses the load to the client's ACL user, those that give locks up or
+// keep them (releases, refreshes, TTL, ForceRelease; the others, acquires
+// among them, get ErrNoFunctions). Lock traffic then shows by function name. It needs Redis 7;
 // on an older server every request fails with ErrNoFunctions. Open (or
 // Prepare) finds that out at once.
 func WithFunctions() ClientOption {

@@ -301,3 +301,26 @@ func TestFunctionsOfAUserThatMayNotLoadThemGiveLocksUpByEVAL(t *testing.T) {
 		t.Errorf("the name after the Release: %v", err)
 	}
 }
+
+// Loaded sorts a call by its script, dlock's own: one of another script
+// of the same name, or of none, gets the refusal to load the library.
+func TestLoadedKnowsDlocksOwnScripts(t *testing.T) {
+	noLoad := errors.New("NOPERM User u has no permissions to run the 'function|load' command")
+	var release *dlock.Script
+	for _, s := range dlock.Scripts() {
+		if s.Name == "release" {
+			release = s
+		}
+	}
+	lib := dlock.FunctionLibrary()
+	own := &dlock.Call{Script: release, Lib: lib}
+	other := &dlock.Call{Script: dlock.NewScript("release", "return 1"), Lib: lib}
+	none := &dlock.Call{Lib: lib}
+	again, scripts := dlock.Loaded([]*dlock.Call{own, other, none}, noLoad)
+	if len(again) != 0 || len(scripts) != 1 || scripts[0] != own {
+		t.Errorf("Loaded: again %d, scripts %v; want dlock's release alone to run as a script", len(again), scripts)
+	}
+	if other.Err != noLoad || none.Err != noLoad {
+		t.Errorf("the others: %v, %v; want the refusal", other.Err, none.Err)
+	}
+}
