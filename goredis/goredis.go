@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -408,9 +407,9 @@ func notSent(err error) error {
 // error matching dlock.ErrUnsupported (see redirected). go-redis's
 // ErrClosed becomes one matching dlock.ErrClosed when the go-redis client
 // itself was closed (see closedUnder): the caller closed it, and no
-// request can go any more, which a wait must not outlast.
-func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) {
-	asked, closed := false, false
+// request can go any more, which a wait must not outlast. It returns
+// whether it asked closedUnder, and the answer.
+func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) (asked, closed bool) {
 	for _, call := range calls {
 		switch err := call.Err; {
 		case err == nil:
@@ -425,6 +424,7 @@ func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) {
 			call.Err = redirected(err)
 		}
 	}
+	return asked, closed
 }
 
 // closedUnder reports whether the go-redis client under the driver was
@@ -881,10 +881,9 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 			// MasterForKey must not keep choosing that node.
 			c.ReloadState(context.Background())
 		}
-		d.settle(ctx, calls)
+		asked, closed := d.settle(ctx, calls)
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) && (slices.ContainsFunc(calls, func(c *dlock.Call) bool { return errors.Is(c.Err, dlock.ErrClosed) }) ||
-				d.closedUnder(ctx)) {
+			if errors.Is(err, redis.ErrClosed) && (closed || !asked && d.closedUnder(ctx)) {
 				err = closedError(err)
 			}
 			return 0, err
