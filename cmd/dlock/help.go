@@ -88,8 +88,9 @@ const exitHelp = `Exit codes:
            or before the command started); status, ls, release: signal N
            (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stopped it before Redis answered
   64       bad usage: a flag, argument, URL or name is wrong (also a name whose key
-           holds other data or that another kind of lock uses, and a database or
-           cluster the server does not have); the message says which
+           holds other data or that another kind of lock uses, a database or
+           cluster the server does not have, and a Redis Cluster node given as
+           one server, without --cluster); the message says which
   69       Redis could not be used: unreachable (also when --wait ran out while it
            failed), a TLS failure, a wrong password, a missing permission (NOPERM)
   70       an unexpected failure
