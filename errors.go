@@ -94,6 +94,25 @@ func because(sentinel, cause error) error { return causes.Because(sentinel, caus
 // "not held".
 func notHeldFor(err error) error { return causes.Also(ErrNotHeld, err) }
 
+// lostNotHeld is the error of a Release of a Lock lost before it was
+// called, once the server no longer has it: the loss's words, matching
+// ErrNotHeld and ErrLost, and what ended it (a force release, the max
+// hold), but none of what failed on the way (a refresh's or an earlier
+// Release's *ServerError, a deadline): this request did not fail.
+func lostNotHeld(lost error) error {
+	errs := []error{ErrNotHeld, ErrLost}
+	for _, s := range []error{ErrForceReleased, ErrMaxHold} {
+		if errors.Is(lost, s) {
+			errs = append(errs, s)
+		}
+	}
+	msg := lost.Error()
+	if !errors.Is(lost, ErrNotHeld) {
+		msg = ErrNotHeld.Error() + ": " + unprefixed(lost)
+	}
+	return &causes.Error{Msg: msg, Errs: errs}
+}
+
 // refusal is the error of an attempt that a held name refused: it matches
 // ErrNotObtained, and says which name's lock key refused it, which a
 // waiting caller on several names records (see waitHub.refusedAt).

@@ -1213,6 +1213,80 @@ func TestAReleaseAfterTheLockRanOutReportsTheLoss(t *testing.T) {
 	}
 }
 
+// TestASecondReleaseOfALostLockReportsTheLoss: a Release called again
+// after one that reported the loss says the loss again, not only that
+// the lock "was already released".
+func TestASecondReleaseOfALostLockReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "twice", dlock.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	checkNotHeldAfterLoss(t, l.Release(ctx))
+	checkNotHeldAfterLoss(t, l.Release(ctx))
+}
+
+// TestAReleaseAnsweredAfterAFailedOneReportsNoOldFailure: a Release the
+// server answers (not held) of a lock that was lost while an earlier
+// Release failed (its reply lost, as a refresh found the lock gone)
+// reports the loss, but not the earlier Release's failure: it matched
+// that *ServerError and context.DeadlineExceeded, as if this request had
+// failed too.
+func TestAReleaseAnsweredAfterAFailedOneReportsNoOldFailure(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var armed, loseRelease atomic.Bool
+	loseRelease.Store(true)
+	var once, relOnce sync.Once
+	refreshHeld, letRefresh, releasing := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t)}
+	d.before = func(calls []*dlock.Call) {
+		switch {
+		case !armed.Load():
+		case isRefresh(calls):
+			once.Do(func() { close(refreshHeld); <-letRefresh })
+		case calls[0].Script.Name == "release":
+			relOnce.Do(func() { close(releasing) })
+		}
+	}
+	d.after = func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "release" && loseRelease.Load() {
+			for _, c := range calls {
+				c.Val, c.Err = nil, context.DeadlineExceeded // the reply is lost
+			}
+		}
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "failed-then-answered", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	e.srv.Do(t, "DEL", "dlock:{failed-then-answered}")
+	other, err := e.newClient(t).TryLock(ctx, "failed-then-answered", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	<-refreshHeld
+	relErr := make(chan error, 1)
+	go func() { relErr <- l.Release(ctx) }()
+	<-releasing
+	close(letRefresh)
+	<-relErr
+	<-l.Done()
+	loseRelease.Store(false)
+	again := l.Release(ctx)
+	checkNotHeldAfterLoss(t, again)
+	var se *dlock.ServerError
+	if errors.As(again, &se) || errors.Is(again, context.DeadlineExceeded) {
+		t.Errorf("a Release the server answered matches the earlier Release's failure: %v", again)
+	}
+}
+
 // TestARefreshWithAnEndedContextSendsNothing: a Refresh called with a
 // context that has ended sends nothing and leaves the deadline as it is.
 // It cut the deadline to its TTL, as for a refresh whose outcome is

@@ -1170,6 +1170,9 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	id := l.relID
 	l.mu.Unlock()
 	if released {
+		if lost != nil {
+			return lostNotHeld(lost)
+		}
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
 	l.ended()
@@ -1238,7 +1241,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		}
 	default:
 		// Let go of since: the loss says why.
-		err = notHeldFor(lost)
+		err = lostNotHeld(lost)
 	}
 	l.mu.Lock()
 	l.released, l.relOut = true, err
