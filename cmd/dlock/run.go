@@ -752,7 +752,9 @@ func libMsg(err error) string {
 // lossReason says why a lock was lost, without the sentinels' prefixes.
 func lossReason(err error) string {
 	msg := libMsg(err)
-	for _, p := range []string{"lock lost: ", "not held: "} {
+	// In either order: a Release of a lock lost before it says "not held:
+	// lock lost: …".
+	for _, p := range []string{"lock lost: ", "not held: ", "lock lost: "} {
 		msg = strings.TrimPrefix(msg, p)
 	}
 	if strings.HasSuffix(msg, " had expired or was taken") {

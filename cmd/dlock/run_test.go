@@ -941,3 +941,13 @@ func TestRunWaitsForAPermit(t *testing.T) {
 		t.Errorf("stderr does not say the permit was obtained, without a fence: %q", r.stderr)
 	}
 }
+
+// lossReason drops the library's "lock lost: " and "not held: " in either
+// order: a Release of a lock lost before it says "not held: lock lost: …".
+func TestLossReasonDropsTheSentinelsInEitherOrder(t *testing.T) {
+	for _, msg := range []string{`dlock: lock lost: not held: "x" was force-released`, `dlock: not held: lock lost: "x" was force-released`} {
+		if got := lossReason(errors.New(msg)); got != `"x" was force-released` {
+			t.Errorf("lossReason(%q) = %q", msg, got)
+		}
+	}
+}
