@@ -1228,6 +1228,95 @@ func TestASecondReleaseOfALostLockReportsTheLoss(t *testing.T) {
 	checkNotHeldAfterLoss(t, l.Release(ctx))
 }
 
+// TestAReleaseAnsweredDoneAfterAFailedOneReportsNoOldFailure: the first
+// Release ran on the server but its reply was lost, and a refresh sent
+// before it reached the server after it and found the lock gone (the lock
+// is lost, with the failed Release among its causes): a second Release,
+// which the server answers done (it knows its id), reports the loss but
+// not the first's failure, for every kind of hold; and a third says what
+// the second did.
+func TestAReleaseAnsweredDoneAfterAFailedOneReportsNoOldFailure(t *testing.T) {
+	for _, kind := range []string{"lock", "rw-write", "rw-read", "sem", "multi"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			var armed, loseRelease atomic.Bool
+			loseRelease.Store(true)
+			var once, relOnce sync.Once
+			refreshHeld, letRefresh := make(chan struct{}), make(chan struct{})
+			d := &hookDriver{Driver: e.newDriver(t)}
+			d.before = func(calls []*dlock.Call) {
+				if armed.Load() && strings.HasSuffix(calls[0].Script.Name, "refresh") {
+					once.Do(func() { close(refreshHeld); <-letRefresh })
+				}
+			}
+			d.after = func(calls []*dlock.Call) {
+				if strings.HasSuffix(calls[0].Script.Name, "release") && loseRelease.Load() {
+					for _, c := range calls {
+						c.Val, c.Err = nil, context.DeadlineExceeded // ran, its reply lost
+					}
+					relOnce.Do(func() { close(letRefresh) }) // the refresh reaches the server after it
+				}
+			}
+			c := dlock.New(d)
+			defer c.Close()
+			opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20 * time.Millisecond)}
+			var l *dlock.Lock
+			var err error
+			switch kind {
+			case "lock":
+				l, err = c.TryLock(ctx, "n", opts...)
+			case "rw-write":
+				l, err = c.RWMutex("n").TryLock(ctx, opts...)
+			case "rw-read":
+				l, err = c.RWMutex("n").TryRLock(ctx, opts...)
+			case "sem":
+				l, err = c.Semaphore("n", 2).TryAcquire(ctx, opts...)
+			case "multi":
+				l, err = c.TryLockMulti(ctx, []string{"n", "m", "{n}x"}, opts...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			<-refreshHeld
+			_ = l.Release(ctx) // its reply lost
+			waitDone(t, l, 5*time.Second)
+			loseRelease.Store(false)
+			again := l.Release(ctx)
+			checkNotHeldAfterLoss(t, again)
+			var se *dlock.ServerError
+			if errors.As(again, &se) || errors.Is(again, context.DeadlineExceeded) {
+				t.Errorf("a Release the server answered matches the earlier Release's failure: %v", again)
+			}
+			if third := l.Release(ctx); third.Error() != again.Error() || errors.As(third, &se) {
+				t.Errorf("a third Release: %v, after %v", third, again)
+			}
+		})
+	}
+}
+
+// TestASecondReleaseSaysWhatTheFirstFound: a lock force-released by an
+// operator, then lost at its own deadline (its Err does not know of the
+// force release): the first Release is answered force-released, and a
+// second says so again, not only the loss.
+func TestASecondReleaseSaysWhatTheFirstFound(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "force-then-twice", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.newClient(t).ForceRelease(ctx, "force-then-twice"); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	first, second := l.Release(ctx), l.Release(ctx)
+	if !errors.Is(first, dlock.ErrForceReleased) || !errors.Is(second, dlock.ErrForceReleased) || !errors.Is(second, dlock.ErrLost) {
+		t.Errorf("Releases of a lock force-released, then lost: %v, then %v; want both ErrForceReleased (and ErrLost)", first, second)
+	}
+}
+
 // TestAReleaseAnsweredAfterAFailedOneReportsNoOldFailure: a Release the
 // server answers (not held) of a lock that was lost while an earlier
 // Release failed (its reply lost, as a refresh found the lock gone)

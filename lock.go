@@ -1154,7 +1154,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		lost = l.Err()
 	}
 	l.mu.Lock()
-	released, token := l.released, l.token
+	released, token, relOut := l.released, l.token, l.relOut
 	if released && !l.relReturned {
 		// Called before the Release that succeeded returned: the same
 		// request, the same outcome.
@@ -1170,6 +1170,9 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	id := l.relID
 	l.mu.Unlock()
 	if released {
+		if errors.Is(relOut, ErrLost) {
+			return relOut // the first reported the loss: it says so again
+		}
 		if lost != nil {
 			return lostNotHeld(lost)
 		}
@@ -1232,7 +1235,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	case lost == nil:
 	case err == nil:
 		// Freed: the loss says why it came too late.
-		err = notHeldFor(lost)
+		err = lostNotHeld(lost)
 	case errors.Is(err, ErrForceReleased), errors.Is(err, ErrModeMismatch), errors.Is(lost, ErrModeMismatch):
 		// What the server found says what is so now (a loss to the other
 		// mode's hold of the token is over once the name is not held).
