@@ -1325,50 +1325,9 @@ func TestASecondReleaseSaysWhatTheFirstFound(t *testing.T) {
 // failed too.
 func TestAReleaseAnsweredAfterAFailedOneReportsNoOldFailure(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	var armed, loseRelease atomic.Bool
-	loseRelease.Store(true)
-	var once, relOnce sync.Once
-	refreshHeld, letRefresh, releasing := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	d := &hookDriver{Driver: e.newDriver(t)}
-	d.before = func(calls []*dlock.Call) {
-		switch {
-		case !armed.Load():
-		case isRefresh(calls):
-			once.Do(func() { close(refreshHeld); <-letRefresh })
-		case calls[0].Script.Name == "release":
-			relOnce.Do(func() { close(releasing) })
-		}
-	}
-	d.after = func(calls []*dlock.Call) {
-		if calls[0].Script.Name == "release" && loseRelease.Load() {
-			for _, c := range calls {
-				c.Val, c.Err = nil, context.DeadlineExceeded // the reply is lost
-			}
-		}
-	}
-	c := dlock.New(d)
-	defer c.Close()
-	l, err := c.TryLock(ctx, "failed-then-answered", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	e.srv.Do(t, "DEL", "dlock:{failed-then-answered}")
-	other, err := e.newClient(t).TryLock(ctx, "failed-then-answered", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release(ctx)
-	<-refreshHeld
-	relErr := make(chan error, 1)
-	go func() { relErr <- l.Release(ctx) }()
-	<-releasing
-	close(letRefresh)
-	<-relErr
-	<-l.Done()
-	loseRelease.Store(false)
-	again := l.Release(ctx)
+	l, _, answer := lostWhileReleasing(t, e, "failed-then-answered", context.DeadlineExceeded)
+	answer()
+	again := l.Release(context.Background())
 	checkNotHeldAfterLoss(t, again)
 	var se *dlock.ServerError
 	if errors.As(again, &se) || errors.Is(again, context.DeadlineExceeded) {
@@ -1802,8 +1761,25 @@ func TestTheContextOfALockPastItsDeadlineIsDone(t *testing.T) {
 // deadline a minute later.
 func TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt(t *testing.T) {
 	e := newEnv(t)
+	l, released, _ := lostWhileReleasing(t, e, "gonewhilereleased", errors.New("i/o timeout"))
+	if released == nil {
+		t.Fatal("Release succeeded although its reply was lost")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+// lostWhileReleasing has a client of its own take name, then another take
+// it from under it while its next refresh is held back; the first's
+// Release is called, and once it is sent the refresh goes on and finds the
+// lock not held, while the release's reply is lost (as lostReply), until
+// answer is called. It returns the Lock, ended, and that Release's error.
+func lostWhileReleasing(t *testing.T, e *env, name string, lostReply error) (l *dlock.Lock, released error, answer func()) {
+	t.Helper()
 	ctx := context.Background()
-	var armed atomic.Bool
+	var armed, lose atomic.Bool
+	lose.Store(true)
 	var once, relOnce sync.Once
 	refreshHeld, letRefresh, releasing := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	d := &hookDriver{Driver: e.newDriver(t)}
@@ -1817,27 +1793,27 @@ func TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt(t *testing.T) {
 		}
 	}
 	d.after = func(calls []*dlock.Call) {
-		if calls[0].Script.Name == "release" {
+		if calls[0].Script.Name == "release" && lose.Load() {
 			for _, c := range calls {
-				c.Val, c.Err = nil, errors.New("i/o timeout") // the reply is lost
+				c.Val, c.Err = nil, lostReply // the reply is lost
 			}
 		}
 	}
 	c := dlock.New(d)
-	defer c.Close()
-	l, err := c.TryLock(ctx, "gonewhilereleased", dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Armed first: the next refresh is held back whether it comes before
 	// or after the lock is taken away, so none finds it gone unheld.
 	armed.Store(true)
-	e.srv.Do(t, "DEL", "dlock:{gonewhilereleased}")
-	other, err := e.newClient(t).TryLock(ctx, "gonewhilereleased", dlock.WithTTL(time.Minute))
+	e.srv.Do(t, "DEL", "dlock:{"+name+"}")
+	other, err := e.newClient(t).TryLock(ctx, name, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Release(ctx)
+	t.Cleanup(func() { _ = other.Release(ctx) })
 	select {
 	case <-refreshHeld:
 	case <-time.After(10 * time.Second):
@@ -1847,13 +1823,9 @@ func TestAFailedReleaseAfterARefreshFoundTheLockGoneEndsIt(t *testing.T) {
 	go func() { relErr <- l.Release(ctx) }()
 	<-releasing
 	close(letRefresh)
-	if err := <-relErr; err == nil {
-		t.Fatal("Release succeeded although its reply was lost")
-	}
+	released = <-relErr
 	waitDone(t, l, 5*time.Second)
-	if !errors.Is(l.Err(), dlock.ErrLost) {
-		t.Errorf("Err = %v, want ErrLost", l.Err())
-	}
+	return l, released, func() { lose.Store(false) }
 }
 
 // TestAnEndedLockLeavesTheWatchdog: locks refreshed automatically leave the

@@ -1078,20 +1078,23 @@ func without(ws []*waiter, w *waiter) []*waiter {
 // deafen closes the subscription, for good: waits go on without notices
 // (see Client.closedUnder).
 func (h *waitHub) deafen() {
-	h.mu.Lock()
-	sub := h.sub
-	h.sub, h.failed = nil, true
-	h.mu.Unlock()
-	if sub != nil {
+	if sub := h.unsubscribed(); sub != nil {
 		_ = sub.Close()
 	}
 }
 
-func (h *waitHub) close() {
+// unsubscribed takes the subscription away, for good (none is opened
+// again), and returns it, or nil, for the caller to close.
+func (h *waitHub) unsubscribed() Subscription {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	sub := h.sub
 	h.sub, h.failed = nil, true
-	h.mu.Unlock()
+	return sub
+}
+
+func (h *waitHub) close() {
+	sub := h.unsubscribed()
 	h.end()
 	if sub != nil {
 		_ = sub.Close()

@@ -29,17 +29,9 @@ var shardedTests = []test{
 // channels are subscribed anew while it is busy with a script, has them
 // subscribed once the script is over.
 func testShardedBusyAtResubscribe(t *testing.T, e *env) {
-	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
-	if !ok {
-		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
-	}
 	ctx := timeout(t)
 	rec := newRecorder()
-	sub, err := ss.SubscribeSharded(ctx, rec.notify)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := e.subscribeSharded(t, ctx, rec.notify)
 	ch := prefix(t) + "{" + e.tagOn(t, e.primaries[0]) + "}:w:1"
 	if err := sub.Subscribe(ctx, ch); err != nil {
 		t.Fatal(err)
@@ -65,17 +57,9 @@ func testShardedBusyAtResubscribe(t *testing.T, e *env) {
 // new connection and tell notify that notices may have been missed, again
 // and again for as long as the refused channel is wanted).
 func testShardedLaterRefused(t *testing.T, e *env) {
-	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
-	if !ok {
-		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
-	}
 	ctx := timeout(t)
 	rec := newRecorder()
-	sub, err := ss.SubscribeSharded(ctx, rec.notify)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := e.subscribeSharded(t, ctx, rec.notify)
 	e.allowOnlyChannels(t)
 	tag := e.tagOn(t, e.primaries[0])
 	allowed, refused := prefix(t)+"allowed:{"+tag+"}:w:1", prefix(t)+"{"+tag+"}:w:1"
@@ -104,21 +88,30 @@ func testShardedLaterRefused(t *testing.T, e *env) {
 // which dlock logs, the waiters falling back to timers, rather than wait
 // for notices that never come.
 func testShardedRefused(t *testing.T, e *env) {
-	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
-	if !ok {
-		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
-	}
 	ctx := timeout(t)
-	sub, err := ss.SubscribeSharded(ctx, newRecorder().notify)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := e.subscribeSharded(t, ctx, newRecorder().notify)
 	e.allowOnlyChannels(t)
 	ch := prefix(t) + "{" + e.tagOn(t, e.primaries[0]) + "}:w:1"
 	if err := sub.Subscribe(ctx, ch); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Subscribe to a shard channel the user may not listen on: err = %v, want the server's NOPERM", err)
 	}
+}
+
+// subscribeSharded opens a sharded subscription of a new driver with
+// notify, within ctx, closed with the test; it skips the test if the
+// driver has no ShardedSubscriber.
+func (e *env) subscribeSharded(t *testing.T, ctx context.Context, notify func(channel, payload string)) dlock.Subscription {
+	t.Helper()
+	ss, ok := e.driver(t).(dlock.ShardedSubscriber)
+	if !ok {
+		t.Skip("the driver has no ShardedSubscriber: notices go by PUBLISH")
+	}
+	sub, err := ss.SubscribeSharded(ctx, notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub
 }
 
 // testSharded: a driver that implements dlock.ShardedSubscriber delivers

@@ -147,11 +147,7 @@ func TestAPrimaryDownCostsOneRetryLoop(t *testing.T) {
 	}
 	defer sub.Close()
 	const ch = "dlock:{down}:w:test"
-	if err := sub.Subscribe(ctx, ch); err != nil {
-		t.Fatal(err)
-	}
-	srv := c.PrimaryOf(t, ch)
-	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
+	srv := subscribedOn(t, ctx, c, sub, ch)
 	before := runtime.NumGoroutine()
 	srv.Kill(t)
 	// The first pass waits shardRetryMin; each later one, the step of
@@ -457,11 +453,7 @@ func TestAConnectionWhoseSetUpIsRefusedIsMadeWithTheBackoff(t *testing.T) {
 	}
 	defer sub.Close()
 	const ch = "dlock:{setup}:w:test"
-	if err := sub.Subscribe(ctx, ch); err != nil {
-		t.Fatal(err)
-	}
-	srv := c.PrimaryOf(t, ch)
-	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
+	srv := subscribedOn(t, ctx, c, sub, ch)
 	srv.Do(t, "ACL", "SETUSER", "default", "-client|setname")
 	defer srv.Do(t, "ACL", "SETUSER", "default", "+client|setname")
 	connections := func() int {
@@ -487,4 +479,16 @@ func TestAConnectionWhoseSetUpIsRefusedIsMadeWithTheBackoff(t *testing.T) {
 	if n := connections() - before; n > 50 {
 		t.Errorf("%d connections made to the primary in three passes of the backoff", n)
 	}
+}
+
+// subscribedOn subscribes sub to the shard channel ch and returns the
+// primary of its slot once that counts the subscriber.
+func subscribedOn(t *testing.T, ctx context.Context, c *redistest.Cluster, sub dlock.Subscription, ch string) *redistest.Server {
+	t.Helper()
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	srv := c.PrimaryOf(t, ch)
+	awaitTrue(t, func() bool { return srv.Do(t, "PUBSUB", "SHARDNUMSUB", ch) == ch+"\n1" })
+	return srv
 }
