@@ -178,6 +178,7 @@ func init() {
 			o.oneUse = true
 		})
 	}
+	friend.LostNotHeld = lostNotHeld
 	friend.LogHookPanics = func() any { return Option(func(o *options) { o.logHooks = true }) }
 	friend.RefusedForGood = func(err error) bool {
 		refused, _ := refusedForGood(err)

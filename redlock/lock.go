@@ -50,6 +50,7 @@ type Lock struct {
 	released  bool          // Release was called
 	settled   bool          // a Release ended with a quorum released, or with nothing left to retry
 	relFailed bool          // the lock ended with a Release that did not reach a quorum (err is its error)
+	relOut    error         // what the Release that settled it returned
 	ttl       time.Duration // of the last acquisition or refresh
 	acquired  time.Time
 	maxHold   time.Duration
@@ -687,22 +688,27 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // of them did not answer and, with those released, a quorum would be (their
 // outcome is unknown: Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
-// that, or the lock had been lost before (its nodes that still hold it are
-// given back all the same). A node that did not answer in time, or that
-// refused the release before running it for all that time (BUSY with
-// another client's script, NOREPLICAS; or its client library had no
-// connection free), is given the lock back in the background once it
-// answers (for up to a minute, or
-// until the node's client is closed), or keeps it until its TTL runs out
-// there. A release that comes back after the node timeout
-// counts for the next Release. Done is closed once the first Release
-// returns; Err is then nil if that call released a quorum, else its error
-// (see Err). Once Release has returned nil or dlock.ErrNotHeld, later calls
-// return dlock.ErrNotHeld, also those called at once with it: Releases of
-// one Lock run one after the other. A ctx that has already ended when
-// Release is called (that of a request a deferred Release belongs to, say)
-// does not stop it: Release then keeps ctx's values, each node's request
-// bounded by the node timeout.
+// that. A Lock that had ended as lost before Release was called (Done
+// closed: its deadline passed without a refresh, a refresh found it gone,
+// WithMaxHold ended it) returns the loss Err reports, matching
+// dlock.ErrNotHeld and dlock.ErrLost (and dlock.ErrMaxHold when the max hold
+// ended it), whatever its nodes answer: those that still hold it (for the
+// drift allowance, say) give it back all the same, but the work done under
+// it may have outlived the time it was safe. A node that did not answer in
+// time, or that refused the release before running it for all that time
+// (BUSY with another client's script, NOREPLICAS; or its client library had
+// no connection free), is given the lock back in the background once it
+// answers (for up to a minute, or until the node's client is closed), or
+// keeps it until its TTL runs out there. A release that comes back after the
+// node timeout counts for the next Release. Done is closed once the first
+// Release returns; Err is then nil if that call released a quorum, else its
+// error (see Err), or the loss for a Lock lost before. Once Release has
+// returned nil or dlock.ErrNotHeld, later calls return dlock.ErrNotHeld (the
+// loss again, when that is what it returned), also those called at once with
+// it: Releases of one Lock run one after the other. A ctx that has already
+// ended when Release is called (that of a request a deferred Release belongs
+// to, say) does not stop it: Release then keeps ctx's values, each node's
+// request bounded by the node timeout.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -716,10 +722,18 @@ func (l *Lock) Release(ctx context.Context) error {
 	defer l.op.Unlock()
 	l.mu.Lock()
 	if l.settled {
+		out := l.relOut
 		l.mu.Unlock()
+		if errors.Is(out, dlock.ErrLost) {
+			return out // the first found it lost before: it says so again
+		}
 		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
 	}
-	lost := l.stopped && !l.released // lost before: gives back what is left
+	var lostErr error // lost before: Release gives back what is left, and says so
+	if l.stopped && !l.released {
+		lostErr = l.err
+	}
+	lost := lostErr != nil
 	if !l.released {
 		l.relAt = time.Now()
 		d := l.deadlineLocked()
@@ -756,13 +770,19 @@ func (l *Lock) Release(ctx context.Context) error {
 	var err error
 	retry := false // of unknown outcome: Release again retries
 	switch {
+	case lost:
+		// Whatever its nodes hold now, the work done under the lock may
+		// have outlived the time it was safe: the loss is the answer.
+		// The nodes that did not answer are given back in the background.
+		l.settled = true
+		err = friend.LostNotHeld(lostErr)
 	case freed >= l.r.quorum:
 		l.settled = true
 		if l.relFailed {
 			// An earlier Release did not reach a quorum; this one did.
 			l.err, l.relFailed = nil, false
 		}
-	case unknown > 0 && freed+unknown >= l.r.quorum && !lost:
+	case unknown > 0 && freed+unknown >= l.r.quorum:
 		// A quorum may still be released: Release again retries.
 		retry = true
 		hideNotHeld(rd.errs)
@@ -776,6 +796,9 @@ func (l *Lock) Release(ctx context.Context) error {
 			// Given up by an earlier Release: nothing is left to retry.
 			l.err, l.relFailed = err, false
 		}
+	}
+	if l.settled {
+		l.relOut = err
 	}
 	l.mu.Unlock()
 	switch {

@@ -883,6 +883,11 @@ func checkMaxHoldBlamed(t *testing.T, l *redlock.Lock, want bool) {
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || strings.Count(first, "dlock: ") != 1 {
 		t.Errorf("Refresh after the loss: %v; want ErrNotHeld and ErrLost, its first line saying \"dlock: \" once", err)
 	}
+	// So does a Release.
+	err = l.Release(context.Background())
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrMaxHold) != want {
+		t.Errorf("Release after the loss: %v; want ErrNotHeld, ErrLost, and ErrMaxHold %v", err, want)
+	}
 }
 
 // TestAMaxHoldThatAllowsNoLastRefreshIsBlamed: the refresh due at 200ms
@@ -1764,6 +1769,48 @@ func TestALossFoundByReleaseSaysDlockOnce(t *testing.T) {
 	first, _, _ := strings.Cut(fmt.Sprint(err), "\n")
 	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrNotHeld) || !strings.HasPrefix(first, "dlock: lock lost: not held: ") || strings.Count(first, "dlock: ") != 1 {
 		t.Errorf("Err = %v; want ErrLost and ErrNotHeld, its first line saying \"dlock: \" once", err)
+	}
+}
+
+// A Release of a lock lost before it (its deadline passed without a
+// refresh) reports the loss, whether its nodes still held it (their TTL
+// outlasted the local deadline: the release frees them all the same) or
+// had let it go; and a second Release says so again. It returned nil in
+// the first case and ErrNotHeld without ErrLost in the second.
+func TestAReleaseOfALockLostBeforeReportsTheLoss(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	for _, stillHeld := range []bool{true, false} {
+		t.Run(fmt.Sprintf("still held %v", stillHeld), func(t *testing.T) {
+			name := fmt.Sprintf("lost-%v", stillHeld)
+			l, err := r.TryLock(ctx, name, redlock.WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stillHeld {
+				for _, srv := range srvs {
+					srv.Do(t, "PEXPIRE", "dlock:{"+name+"}", "60000") // a slower clock there, say
+				}
+			}
+			waitDone(t, l, 5*time.Second)
+			if !stillHeld {
+				eventually(t, 5*time.Second, "the lock expired on the nodes", func() bool { return heldOn(t, srvs, name) == 0 })
+			}
+			for _, call := range []string{"Release", "Release again"} {
+				err := l.Release(ctx)
+				first, _, _ := strings.Cut(fmt.Sprint(err), "\n")
+				if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || strings.Count(first, "dlock: ") != 1 {
+					t.Errorf("%s: %v; want ErrNotHeld and ErrLost, its first line saying \"dlock: \" once", call, err)
+				}
+			}
+			if n := heldOn(t, srvs, name); n != 0 {
+				t.Errorf("%d nodes hold the lock after Release", n)
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Err = %v, want the loss", err)
+			}
+		})
 	}
 }
 

@@ -33,3 +33,10 @@ var LogHookPanics func() any
 // wait at once. Package redlock ends a wait when a majority of its nodes
 // refuse so.
 var RefusedForGood func(err error) bool
+
+// LostNotHeld, set by package dlock, returns the error of a Release of a
+// lock lost before it: it matches dlock.ErrNotHeld and dlock.ErrLost, and
+// dlock.ErrForceReleased or dlock.ErrMaxHold where lost matches them, and
+// reads as lost does. Package redlock's Release returns it as a dlock
+// Lock's does.
+var LostNotHeld func(lost error) error
