@@ -1179,6 +1179,71 @@ func TestAReleaseAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
 	}
 }
 
+// TestAReleaseWhoseReplyComesAfterTheDeadlineReleases: a Release called
+// before the lock's deadline, whose reply comes after it, released the
+// lock: it returns nil, and Err, Done and the End hook say released,
+// whether something watched the deadline (Done, Context, hooks arm a
+// timer) or not. With a timer, the deadline ended the lock as lost while
+// the Release was under way: Release returned nil and Err the loss. A
+// Release that fails so ends the lock as lost once it returns.
+func TestAReleaseWhoseReplyComesAfterTheDeadlineReleases(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name           string
+		watched, fails bool
+	}{{"unwatched", false, false}, {"watched", true, false}, {"failing", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l *dlock.Lock
+			d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+				if calls[0].Script.Name != "release" {
+					return
+				}
+				time.Sleep(time.Until(l.Deadline()) + 20*time.Millisecond) // the reply comes late
+				if tc.fails {
+					calls[0].Val, calls[0].Err = nil, errors.New("connection reset")
+				}
+			}}
+			var mu sync.Mutex
+			var ended []error
+			var opts []dlock.ClientOption
+			if tc.watched { // hooks arm the deadline timer
+				opts = append(opts, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					ended = append(ended, err)
+				}}))
+			}
+			c := dlock.New(d, opts...)
+			defer c.Close()
+			var err error
+			if l, err = c.TryLock(ctx, "late-reply-"+tc.name, dlock.WithTTL(200*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.watched {
+				_ = l.Done() // so do Done and Context
+			}
+			err = l.Release(ctx)
+			select {
+			case <-l.Done():
+			default:
+				t.Fatal("Done not closed when Release returned")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.fails {
+				if err == nil || !errors.Is(l.Err(), dlock.ErrLost) || len(ended) != 1 || !errors.Is(ended[0], dlock.ErrLost) {
+					t.Errorf("failed Release: %v, Err = %v, End hook %v; want a failure, then the loss", err, l.Err(), ended)
+				}
+				return
+			}
+			if err != nil || l.Err() != nil || tc.watched && (len(ended) != 1 || ended[0] != nil) {
+				t.Errorf("Release = %v, Err = %v, End hook %v; want released (nil) everywhere", err, l.Err(), ended)
+			}
+		})
+	}
+}
+
 // TestAReleaseAfterTheLockRanOutReportsTheLoss: a Release of a lock whose
 // deadline passed and that the server has let go of since returns the
 // loss (ErrLost), as Release's doc says, not only that the name was not
@@ -1226,6 +1291,56 @@ func TestASecondReleaseOfALostLockReportsTheLoss(t *testing.T) {
 	<-l.Done()
 	checkNotHeldAfterLoss(t, l.Release(ctx))
 	checkNotHeldAfterLoss(t, l.Release(ctx))
+}
+
+// TestAReleaseThatFindsTheLockGoneReportsTheLoss: a Release that finds
+// the lock force-released, or gone (expired, taken), ends it as lost, as
+// Err then says: its error matches ErrLost too, for every kind of hold, and
+// a second Release says so again. It matched ErrNotHeld only.
+func TestAReleaseThatFindsTheLockGoneReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, kind := range []string{"lock", "rw-write", "rw-read", "sem", "multi"} {
+		for _, force := range []bool{true, false} {
+			if !force && kind != "lock" && kind != "multi" {
+				continue // a read/write lock's or a semaphore's holds are in keys of their own
+			}
+			name := fmt.Sprintf("gone-%s-%v", kind, force)
+			var l *dlock.Lock
+			var err error
+			switch kind {
+			case "lock":
+				l, err = e.c.TryLock(ctx, name)
+			case "rw-write":
+				l, err = e.c.RWMutex(name).TryLock(ctx)
+			case "rw-read":
+				l, err = e.c.RWMutex(name).TryRLock(ctx)
+			case "sem":
+				l, err = e.c.Semaphore(name, 2).TryAcquire(ctx)
+			case "multi":
+				l, err = e.c.TryLockMulti(ctx, []string{"other-" + name, name})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if force {
+				if _, err := e.c.ForceRelease(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				e.srv.Do(t, "DEL", "dlock:{"+name+"}") // expired there, say
+			}
+			for _, call := range []string{"Release", "Release again"} {
+				err := l.Release(ctx)
+				if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrForceReleased) != force {
+					t.Errorf("%s, %s: %v; want ErrNotHeld and ErrLost (ErrForceReleased %v)", name, call, err, force)
+				}
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("%s: Err = %v, want the loss", name, err)
+			}
+		}
+	}
 }
 
 // TestAReleaseAnsweredDoneAfterAFailedOneReportsNoOldFailure: the first

@@ -1077,13 +1077,18 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 
 // Release gives the lock up. It returns ErrNotHeld if Redis no longer had
 // it: released already, expired or taken over; with several names, the names
-// still held are released all the same. It also returns ErrNotHeld, with
+// still held are released all the same. Such a Release ends the lock as
+// lost, and its error matches ErrLost too, as Err then does. It also returns ErrNotHeld, with
 // the loss Err reports (ErrLost), for a Lock that had ended as lost before
 // Release was called: one ended by its local deadline (Done closed: a
 // refresh that did not come in time, WithMaxHold) may still be on the
 // server for the drift allowance (1% of the TTL, and 2ms), which Release
 // frees all the same, but the work done under it may have outlived the
-// time it was safe (its End hooks and log see the loss, not a release). A
+// time it was safe (its End hooks and log see the loss, not a release).
+// A Release called before the deadline decides how the lock ends: the
+// deadline passing while its request is under way is no loss (Done, Err
+// and the End hooks wait for its outcome), and if it fails, the lock ends
+// as lost when it returns, its deadline having passed. A
 // lock re-entered by its owner (WithOwner) is freed when every acquisition
 // has been released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
@@ -1118,7 +1123,8 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // releaseReporting is Release; with reportLoss unset, a lock lost here
-// before but still on the server, which it frees, returns nil.
+// before but still on the server, which it frees, returns nil, and one
+// found gone returns ErrNotHeld alone (not ErrLost).
 func (l *Lock) releaseReporting(ctx context.Context, reportLoss bool) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -1164,6 +1170,13 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	}
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.relFailed = nil
+	// Given up before its deadline: the deadline passing while the request
+	// is under way is not a loss, whether or not a timer watches it; the
+	// outcome says whether the lock was released.
+	timely := !released && l.started && !l.ending && time.Now().Before(l.deadline)
+	if timely {
+		l.releasing++
+	}
 	if l.relID == nil {
 		l.relID = newReleaseID()
 	}
@@ -1228,11 +1241,22 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		}
 	}
 	if failed != nil {
-		l.releaseFailed(failed)
+		l.releaseFailed(failed, timely)
 		return failed
+	}
+	if lost == nil && reportLoss {
+		// Ended as lost since it was called (its deadline passed just
+		// before the request went out): the loss is the answer then too.
+		lost = l.Err()
 	}
 	switch {
 	case lost == nil:
+		if err != nil && reportLoss && !errors.Is(err, ErrLost) {
+			// Found gone: this Release ends the lock as lost, as Err
+			// then says, and says so too (not a Redlock node's give-back:
+			// Redlock says what the nodes' answers mean).
+			err = &causes.Error{Msg: err.Error(), Errs: []error{err, ErrLost}}
+		}
 	case err == nil:
 		// Freed: the loss says why it came too late.
 		err = lostNotHeld(lost)

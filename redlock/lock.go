@@ -688,7 +688,8 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // of them did not answer and, with those released, a quorum would be (their
 // outcome is unknown: Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
-// that. A Lock that had ended as lost before Release was called (Done
+// that (and dlock.ErrLost: it was lost before its release, as Err then
+// says, unless an earlier Release had given it up). A Lock that had ended as lost before Release was called (Done
 // closed: its deadline passed without a refresh, a refresh found it gone,
 // WithMaxHold ended it) returns the loss Err reports, matching
 // dlock.ErrNotHeld and dlock.ErrLost (and dlock.ErrMaxHold when the max hold
@@ -795,6 +796,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		if l.relFailed {
 			// Given up by an earlier Release: nothing is left to retry.
 			l.err, l.relFailed = err, false
+		} else {
+			// Found gone: this Release ends the lock as lost, as Err then
+			// says, and says so too.
+			err = &causes.Error{Msg: err.Error(), Errs: []error{err, dlock.ErrLost}}
 		}
 	}
 	if l.settled {

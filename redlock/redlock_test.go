@@ -1751,7 +1751,7 @@ func TestTheClockCheckFollowsAShorterRefreshOfUnknownOutcome(t *testing.T) {
 
 // TestALossFoundByReleaseSaysDlockOnce: a Release that finds the lock gone
 // on every node ends it as lost, with a first line that says "dlock: "
-// once.
+// once, and its error says the loss too (it matched ErrNotHeld only).
 func TestALossFoundByReleaseSaysDlockOnce(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	ctx := context.Background()
@@ -1762,8 +1762,8 @@ func TestALossFoundByReleaseSaysDlockOnce(t *testing.T) {
 	for _, srv := range srvs {
 		srv.Do(t, "DEL", "dlock:{gone}")
 	}
-	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Release: %v, want ErrNotHeld", err)
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release: %v, want ErrNotHeld and ErrLost", err)
 	}
 	err = l.Err()
 	first, _, _ := strings.Cut(fmt.Sprint(err), "\n")
