@@ -1244,6 +1244,32 @@ func TestAReleaseWhoseReplyComesAfterTheDeadlineReleases(t *testing.T) {
 	}
 }
 
+// TestAFailedReleaseOfALostLockReportsTheLoss: a Release of a lock lost
+// before it whose request fails returns the loss (ErrNotHeld, ErrLost) and
+// the failure (a *ServerError: the server may still have the name). It
+// returned the failure alone, hiding the loss.
+func TestAFailedReleaseOfALostLockReportsTheLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "release" {
+			calls[0].Val, calls[0].Err = nil, errors.New("connection reset")
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "failed-after-loss", dlock.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	err = l.Release(ctx)
+	var se *dlock.ServerError
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || !errors.As(err, &se) || strings.Count(err.Error(), "dlock: ") != 1 {
+		t.Errorf("Release: %v; want the loss (ErrNotHeld, ErrLost) and the *ServerError, saying \"dlock: \" once", err)
+	}
+}
+
 // TestAReleaseAfterTheLockRanOutReportsTheLoss: a Release of a lock whose
 // deadline passed and that the server has let go of since returns the
 // loss (ErrLost), as Release's doc says, not only that the name was not

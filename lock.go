@@ -1078,41 +1078,42 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // Release gives the lock up. It returns ErrNotHeld if Redis no longer had
 // it: released already, expired or taken over; with several names, the names
 // still held are released all the same. Such a Release ends the lock as
-// lost, and its error matches ErrLost too, as Err then does. It also returns ErrNotHeld, with
-// the loss Err reports (ErrLost), for a Lock that had ended as lost before
-// Release was called: one ended by its local deadline (Done closed: a
-// refresh that did not come in time, WithMaxHold) may still be on the
-// server for the drift allowance (1% of the TTL, and 2ms), which Release
-// frees all the same, but the work done under it may have outlived the
-// time it was safe (its End hooks and log see the loss, not a release).
-// A Release called before the deadline decides how the lock ends: the
-// deadline passing while its request is under way is no loss (Done, Err
-// and the End hooks wait for its outcome), and if it fails, the lock ends
-// as lost when it returns, its deadline having passed. A
-// lock re-entered by its owner (WithOwner) is freed when every acquisition
-// has been released. One obtained WithMinHold stays taken, by nobody, until its
+// lost, and its error matches ErrLost too, as Err then does. It also returns
+// ErrNotHeld, with the loss Err reports (ErrLost), for a Lock that had ended
+// as lost before Release was called: one ended by its local deadline (Done
+// closed: a refresh that did not come in time, WithMaxHold) may still be on
+// the server for the drift allowance (1% of the TTL, and 2ms), which Release
+// frees all the same, but the work done under it may have outlived the time
+// it was safe (its End hooks and log see the loss, not a release); when the
+// request fails, its error is joined to the loss (the server may then keep
+// the name until its TTL). A Release called before the deadline decides how
+// the lock ends: the deadline passing while its request is under way is no
+// loss (Done, Err and the End hooks wait for its outcome), and if it fails,
+// the lock ends as lost when it returns, its deadline having passed. A lock
+// re-entered by its owner (WithOwner) is freed when every acquisition has
+// been released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
 // Release sent again after that time reports ErrNotHeld, the kept hold
 // having run out and taken the record of the first with it). Done is closed
 // once Release returns without a Redis error (unless End hooks run on
-// another goroutine as the lock ends there: see Hooks.End). Release stops the automatic
-// refreshing first, so a lock whose Release failed runs out with its TTL, as
-// a crashed holder's would; calling Release again frees it sooner. A request
-// that fails (a connection the server closed under it) is sent once more at
-// once before Release gives up; one that timed out (a server that stalled)
-// is not. Every Release of one Lock is the same request: one whose first
-// call ran on the server but whose reply was lost counts as done (while the
-// name keeps its record: an exclusive lock's last eight releases or more, a
-// read/write lock's or semaphore's last 64 or two seconds'; after more
-// releases of others came between, it reports ErrNotHeld, the lock freed
-// all the same), and so do
-// Releases called at once from several goroutines (each returns nil when the
-// lock was freed); only a Release called after one has returned reports
-// ErrNotHeld for a lock already released. A ctx that has already ended when
-// Release is called (that of a request a deferred Release belongs to, say)
-// does not stop it: Release then keeps ctx's values and gives itself up to 2
-// seconds, since a lock given back is never wrong and one left behind blocks
-// others for its TTL.
+// another goroutine as the lock ends there: see Hooks.End). Release stops
+// the automatic refreshing first, so a lock whose Release failed runs out
+// with its TTL, as a crashed holder's would; calling Release again frees it
+// sooner. A request that fails (a connection the server closed under it) is
+// sent once more at once before Release gives up; one that timed out (a
+// server that stalled) is not. Every Release of one Lock is the same
+// request: one whose first call ran on the server but whose reply was lost
+// counts as done (while the name keeps its record: an exclusive lock's last
+// eight releases or more, a read/write lock's or semaphore's last 64 or two
+// seconds'; after more releases of others came between, it reports
+// ErrNotHeld, the lock freed all the same), and so do Releases called at
+// once from several goroutines (each returns nil when the lock was freed);
+// only a Release called after one has returned reports ErrNotHeld for a lock
+// already released. A ctx that has already ended when Release is called
+// (that of a request a deferred Release belongs to, say) does not stop it:
+// Release then keeps ctx's values and gives itself up to 2 seconds, since a
+// lock given back is never wrong and one left behind blocks others for its
+// TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -1242,6 +1243,12 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	}
 	if failed != nil {
 		l.releaseFailed(failed, timely)
+		if lost != nil {
+			// The loss is the answer; the failure says the server may
+			// still have the name, until its TTL.
+			return &causes.Error{Msg: lostNotHeld(lost).Error() + " (and Release failed: " + unprefixed(failed) + ")",
+				Errs: []error{lostNotHeld(lost), failed}}
+		}
 		return failed
 	}
 	if lost == nil && reportLoss {
