@@ -135,7 +135,7 @@ func refusedKey(err error) string {
 
 // forceReleased returns the error of a Lock whose hold on what (its names,
 // quoted) an operator ended: it matches ErrNotHeld and ErrForceReleased.
-func forceReleased(what string) error {
+func forceReleased(what string) *causes.Error {
 	return &causes.Error{Msg: fmt.Sprintf("%s: %s was force-released", ErrNotHeld, what), Errs: []error{ErrNotHeld, ErrForceReleased}}
 }
 

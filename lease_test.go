@@ -1322,7 +1322,8 @@ func TestASecondReleaseOfALostLockReportsTheLoss(t *testing.T) {
 // TestAReleaseThatFindsTheLockGoneReportsTheLoss: a Release that finds
 // the lock force-released, or gone (expired, taken), ends it as lost, as
 // Err then says: its error matches ErrLost too, for every kind of hold, and
-// a second Release says so again. It matched ErrNotHeld only.
+// a second Release says so again. It matched ErrNotHeld only. With one of
+// two names gone, it says so.
 func TestAReleaseThatFindsTheLockGoneReportsTheLoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -1360,6 +1361,10 @@ func TestAReleaseThatFindsTheLockGoneReportsTheLoss(t *testing.T) {
 				err := l.Release(ctx)
 				if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrForceReleased) != force {
 					t.Errorf("%s, %s: %v; want ErrNotHeld and ErrLost (ErrForceReleased %v)", name, call, err, force)
+				}
+				if kind == "multi" && !strings.Contains(fmt.Sprint(err), "(1 of its 2 names)") {
+					// It said both names had gone.
+					t.Errorf("%s, %s: %v; want it to say that 1 of its 2 names had gone", name, call, err)
 				}
 			}
 			if err := l.Err(); !errors.Is(err, dlock.ErrLost) {

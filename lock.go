@@ -396,9 +396,9 @@ func (l *Lock) refreshedPart(p part, call *Call) error {
 	case !ok:
 		return l.badReply(call.Val)
 	case i > 0:
-		return fmt.Errorf("%w: %q %s", ErrNotHeld, p.name(l.names, i), l.gone())
+		return fmt.Errorf("%w: %s %s", ErrNotHeld, l.describeName(p.name(l.names, i)), l.gone())
 	case i < 0:
-		return forceReleased(strconv.Quote(p.name(l.names, -i)))
+		return forceReleased(l.describeName(p.name(l.names, -i)))
 	}
 	return nil
 }
@@ -1224,6 +1224,8 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	l.waitOutRefused(ctx, calls)
 	l.wakeAlone()
 	var err, failed error // not held; the outcome unknown
+	var gone int64        // names not held
+	forced := false       // some of them force-released
 	for i, call := range calls {
 		missing, ok := call.Val.(int64)
 		switch {
@@ -1236,9 +1238,22 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		case !ok:
 			failed = cmp.Or(failed, l.badReply(call.Val))
 		case missing > 0:
-			err = cmp.Or(err, fmt.Errorf("%w: %s %s", ErrNotHeld, l.describe(), l.gone()))
+			gone += missing
 		case missing < 0:
-			err = forceReleased(l.describe())
+			gone, forced = gone-missing, true
+		}
+	}
+	if gone > 0 {
+		var some string // how many of several names, when not all
+		if n := int64(len(l.names)); n > 1 && gone < n {
+			some = fmt.Sprintf(" (%d of its %d names)", gone, n)
+		}
+		if forced {
+			e := forceReleased(l.describe())
+			e.Msg += some
+			err = e
+		} else {
+			err = cmp.Or(err, fmt.Errorf("%w: %s %s%s", ErrNotHeld, l.describe(), l.gone(), some))
 		}
 	}
 	if failed != nil {
@@ -1666,10 +1681,20 @@ func (l *Lock) describe() string {
 	default:
 		s = fmt.Sprintf("%q", l.names)
 	}
+	return s + l.modeSuffix()
+}
+
+// describeName names one of the lock's names in messages, as describe
+// names the lock.
+func (l *Lock) describeName(name string) string { return strconv.Quote(name) + l.modeSuffix() }
+
+// modeSuffix is what messages add to the names of a hold that is not an
+// exclusive lock's: its mode.
+func (l *Lock) modeSuffix() string {
 	if l.kind != exclusiveHold {
-		s += " (" + l.kind.mode + ")"
+		return " (" + l.kind.mode + ")"
 	}
-	return s
+	return ""
 }
 
 // replyError turns a failed script call on part p of the lock into a dlock
