@@ -359,6 +359,8 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 	if s != "" {
 		d, err := time.ParseDuration(s)
 		switch {
+		case err != nil && durationSyntax.MatchString(s):
+			return nil, fmt.Errorf("bad fence retention %q (from %s): out of range (%s)", s, from, maxDurationText)
 		case err != nil:
 			return nil, fmt.Errorf("bad fence retention %q (from %s): not a duration; write one such as 1h or 24h, or 0 to keep no fence counters", s, from)
 		case d < 0:

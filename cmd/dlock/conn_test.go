@@ -205,6 +205,7 @@ func TestFenceRetentionFlag(t *testing.T) {
 		{[]string{"--fence-retention", "soon"}, nil, `bad fence retention "soon" (from --fence-retention): not a duration`},
 		{[]string{"--fence-retention", "-1h"}, nil, `bad fence retention "-1h" (from --fence-retention): negative; write 0 to keep no fence counters`},
 		{nil, []string{"DLOCK_FENCE_RETENTION=1 day"}, `bad fence retention "1 day" (from DLOCK_FENCE_RETENTION): not a duration`},
+		{nil, []string{"DLOCK_FENCE_RETENTION=9999999h"}, `bad fence retention "9999999h" (from DLOCK_FENCE_RETENTION): out of range (at most 2562047h, about 292 years)`},
 	} {
 		r := dlockRun(t, tc.env, runArgs(tc.flags, lockName(t), "job", ran, "0")...)
 		checkOneLine(t, r, exitUsage, tc.want)

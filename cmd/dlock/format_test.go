@@ -84,6 +84,26 @@ func TestParseInterleaved(t *testing.T) {
 	}
 }
 
+// durationSyntax matches what time.ParseDuration reads as a duration
+// (badDuration calls that out of range when it fails), and nothing else.
+func TestDurationSyntax(t *testing.T) {
+	for _, s := range []string{"1h", "+3s", "-1.5m", ".5s", "5.s", "1h2m3.4s", "1µs", "1μs", "1us", "10ns", "2562047h"} {
+		if _, err := time.ParseDuration(s); err != nil || !durationSyntax.MatchString(s) {
+			t.Errorf("%q: ParseDuration error %v, matched %v; want a duration that matches", s, err, durationSyntax.MatchString(s))
+		}
+	}
+	for _, s := range []string{"9999999h", "-9999999h", "2562048h", "9223372036854775808ns", "2562047h48m"} {
+		if _, err := time.ParseDuration(s); err == nil || !durationSyntax.MatchString(s) {
+			t.Errorf("%q: ParseDuration error %v, matched %v; want one out of range that matches", s, err, durationSyntax.MatchString(s))
+		}
+	}
+	for _, s := range []string{"1.5", "3", "1e3s", "1 h", "h", ".s", "", "1hh", "--1s", "1d", "soon"} {
+		if _, err := time.ParseDuration(s); err == nil || durationSyntax.MatchString(s) {
+			t.Errorf("%q: ParseDuration error %v, matched %v; want no duration, unmatched", s, err, durationSyntax.MatchString(s))
+		}
+	}
+}
+
 // flagError writes a flag as the user typed it, and as --name when it
 // cannot tell.
 func TestFlagError(t *testing.T) {

@@ -341,12 +341,30 @@ func durationFlag(fs *flag.FlagSet, p *time.Duration, name string) {
 	fs.Func(name, "", func(s string) error {
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration; write one such as 500ms, 30s, 5m or 1h", s)
+			return badDuration(s, "500ms, 30s, 5m or 1h")
 		}
 		*p = d
 		return nil
 	})
 }
+
+// badDuration is the error of s, which time.ParseDuration refused: one
+// written as a duration is out of range, anything else is not a duration,
+// and examples show how to write one.
+func badDuration(s, examples string) error {
+	if durationSyntax.MatchString(s) {
+		return fmt.Errorf("%q is out of range (%s)", s, maxDurationText)
+	}
+	return fmt.Errorf("%q is not a duration; write one such as %s", s, examples)
+}
+
+// maxDurationText says how long a duration can be: time.Duration's
+// largest, 2562047h47m16.854775807s.
+const maxDurationText = "at most 2562047h, about 292 years"
+
+// durationSyntax matches what time.ParseDuration reads as a duration,
+// whether or not it fits in one.
+var durationSyntax = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
 
 // usage returns a bad-usage error that says where to find help.
 func usage(c *command, format string, args ...any) error {

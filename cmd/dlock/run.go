@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -143,7 +144,7 @@ Examples:
 				d, err := time.ParseDuration(s)
 				switch {
 				case err != nil:
-					return fmt.Errorf("%q is not a duration; write one such as 30s or 5m", s)
+					return badDuration(s, "30s or 5m")
 				case d <= 0:
 					return fmt.Errorf("%v is not positive; to not wait at all, write --no-wait", d)
 				}
@@ -167,7 +168,12 @@ Examples:
 			fs.BoolVar(&o.kind.fair, "fair", false, "")
 			fs.Func("semaphore", "", func(s string) error {
 				n, err := strconv.Atoi(s)
-				if err != nil {
+				switch {
+				case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
+					return fmt.Errorf("%s must be a positive number of permits", s)
+				case errors.Is(err, strconv.ErrRange):
+					return fmt.Errorf("%q is out of range (at most %d permits)", s, math.MaxInt)
+				case err != nil:
 					return fmt.Errorf("%q is not a whole number of permits", s)
 				}
 				o.kind.permits, o.semaphore = n, true
