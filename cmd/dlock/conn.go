@@ -605,7 +605,9 @@ const maxConns = 1 << 16
 // checkOptions refuses the values go-redis takes from a URL without a
 // word and then panics on (a negative pool_size), sends nothing with
 // (max_retries below -1), fails every dial with (a dial_timeout of 0 or
-// less) or ignores (a negative database), and a client_name the server
+// less), waits forever with (a read_timeout or write_timeout of 0 or
+// less: none, so a server that stalls is waited for as long as it
+// stalls) or ignores (a negative database), and a client_name the server
 // refuses at every connection. -1 is go-redis's "none" for
 // max_retries and the backoffs; a duration written as a plain 0 or
 // negative number reads as -1ns, that none.
@@ -626,6 +628,10 @@ func checkOptions(o *redis.Options) error {
 		return fmt.Errorf("max_retries=%d is out of range: write -1 for no retries, or a count", o.MaxRetries)
 	case o.DialTimeout < 0:
 		return errors.New("dial_timeout must be a positive duration: with none, every dial fails at once (leave it out for go-redis's default, 5s)")
+	case o.ReadTimeout < 0:
+		return errors.New("read_timeout must be a positive duration: with none, a request to a server that stalls waits as long as it stalls (leave it out for go-redis's default, 3s)")
+	case o.WriteTimeout < 0:
+		return errors.New("write_timeout must be a positive duration: with none, a request to a server that stalls waits as long as it stalls (leave it out for the read timeout)")
 	case o.MinRetryBackoff < -1:
 		return errors.New("min_retry_backoff must not be a negative duration; write 0 for no backoff")
 	case o.MaxRetryBackoff < -1:

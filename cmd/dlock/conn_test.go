@@ -577,6 +577,10 @@ func TestConnectBadOptions(t *testing.T) {
 		{[]string{"--redis", redisURL + "?pool_size=100000000000", "ls"}, "pool_size=100000000000 is more connections than one process can use"},
 		{[]string{"--redis", redisURL + "?max_retries=-2", "status", "x"}, "max_retries=-2 is out of range"},
 		{[]string{"--redis", redisURL + "?dial_timeout=0", "ls"}, "dial_timeout must be a positive duration"},
+		{[]string{"--redis", redisURL + "?read_timeout=0", "ls"}, "read_timeout must be a positive duration: with none, a request to a server that stalls waits as long as it stalls"},
+		{[]string{"--redis", redisURL + "?read_timeout=-1s", "status", "x"}, "read_timeout must be a positive duration"},
+		{[]string{"--redis", redisURL + "," + addr + "?write_timeout=0", "ls"}, "write_timeout must be a positive duration"},
+		{[]string{"--redis", "redis-sentinel://" + addr + "/m?write_timeout=-2", "ls"}, "write_timeout must be a positive duration"},
 		{[]string{"--redis", redisURL + "?min_retry_backoff=-5ms", "ls"}, "min_retry_backoff must not be a negative duration"},
 		{[]string{"--redis", redisURL + "/-1", "ls"}, "database -1 does not exist"},
 		{[]string{"--redis", redisURL + "/99", "ls"}, "names a database the server does not have"},
@@ -598,7 +602,7 @@ func TestConnectBadOptions(t *testing.T) {
 		checkOneLine(t, r, exitUsage, tc.want)
 	}
 	// Options fine by the URL are still fine.
-	if r := dlockRun(t, nil, "--redis", redisURL+"?max_retries=-1&pool_size=2&dial_timeout=3s&min_retry_backoff=0&client_name=cron-a:1", "ls"); r.code != 0 {
+	if r := dlockRun(t, nil, "--redis", redisURL+"?max_retries=-1&pool_size=2&dial_timeout=3s&min_retry_backoff=0&client_name=cron-a:1&read_timeout=0s&write_timeout=2", "ls"); r.code != 0 {
 		t.Errorf("good options: code %d, stderr %s", r.code, r.stderr)
 	}
 }
