@@ -26,15 +26,13 @@ Examples:
 					return err
 				}
 				if len(args) == 0 {
-					a.printTopHelp(a.stdout)
-					return nil
+					return a.printTopHelp(a.stdout)
 				}
 				c := lookup(args[0])
 				if c == nil {
 					return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", args[0])
 				}
-				a.printHelp(a.stdout, c)
-				return nil
+				return a.printHelp(a.stdout, c)
 			}
 		},
 	}
@@ -99,7 +97,8 @@ const exitHelp = `Exit codes:
   When dlock exits with a code of its own it prints one line on stderr saying why.
 `
 
-func (a *app) printTopHelp(w io.Writer) {
+// printTopHelp writes the overview to w; its error is the write's.
+func (a *app) printTopHelp(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`dlock runs commands under a distributed lock on Redis, and inspects the locks.
 
@@ -126,10 +125,12 @@ Examples:
 	b.WriteString("\n")
 	b.WriteString(exitHelp)
 	b.WriteString("\nRun 'dlock COMMAND --help' for the flags of a command.\n")
-	fmt.Fprint(w, b.String())
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
-func (a *app) printHelp(w io.Writer, c *command) {
+// printHelp writes the help of c to w; its error is the write's.
+func (a *app) printHelp(w io.Writer, c *command) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Usage: dlock %s\n\n", c.usage)
 	b.WriteString(c.help)
@@ -143,5 +144,6 @@ func (a *app) printHelp(w io.Writer, c *command) {
 		b.WriteString("\n")
 		b.WriteString(exitHelp)
 	}
-	fmt.Fprint(w, b.String())
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -356,6 +356,18 @@ func TestAReportThatCannotBeWrittenFails(t *testing.T) {
 	}
 }
 
+// Help that cannot be written fails (70), as version does: it exited 0.
+func TestHelpThatCannotBeWrittenFails(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "run"}, {"run", "--help"}, {"status", "-h"}, {"--redis", "redis://x", "ls", "--help"}, {"version"}} {
+		var stderr strings.Builder
+		a := &app{stdout: fullWriter{}, stderr: &stderr, lookupEnv: env()}
+		if code := a.main(args); code != exitInternal || !strings.Contains(stderr.String(), "no space left on device") {
+			t.Errorf("%q: code %d, stderr %q; want %d and the write's error", args, code, stderr.String(), exitInternal)
+		}
+	}
+}
+
 // fullWriter fails every write, as a full disk does.
 type fullWriter struct{}
 

@@ -175,8 +175,7 @@ func (a *app) dispatch(args []string) error {
 	showVersion := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			a.printTopHelp(a.stdout)
-			return nil
+			return a.printTopHelp(a.stdout)
 		}
 		return usage(nil, "%v", flagError(err, args))
 	}
@@ -203,8 +202,7 @@ func (a *app) dispatch(args []string) error {
 		i := indexOf(cmdArgs, "--")
 		if i < 0 {
 			if wantsHelp(cmdArgs) {
-				a.printHelp(a.stdout, a.cmd)
-				return nil
+				return a.printHelp(a.stdout, a.cmd)
 			}
 			return usage(a.cmd, "missing `--` before the command: write dlock run NAME -- COMMAND [ARGS...]")
 		}
@@ -213,8 +211,7 @@ func (a *app) dispatch(args []string) error {
 	pos, err := parseInterleaved(fs, cmdArgs)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			a.printHelp(a.stdout, a.cmd)
-			return nil
+			return a.printHelp(a.stdout, a.cmd)
 		}
 		return usage(a.cmd, "%v%s", flagError(err, cmdArgs), dashNameHint(a.cmd, err, cmdArgs))
 	}
