@@ -342,6 +342,9 @@ not an error.
 A process releases its own lock by ending: dlock run releases when its
 command exits. --force is required to say that this is the other kind.
 
+Once Redis has freed the name, release exits 0 even if what it removed cannot
+be printed (a full disk): it says so on stderr.
+
 Flags:
   --force   required: free the lock whoever holds it
   --json    print what was removed as JSON (as status --json)
@@ -377,6 +380,16 @@ func (a *app) forceRelease(ctx context.Context, name string, asJSON bool) error 
 	if err != nil {
 		return a.redisError(c, err)
 	}
+	if err := a.printReleased(info, asJSON); err != nil {
+		// The name is free all the same: a script that checks the code
+		// must not take the release for failed, and try it again.
+		fmt.Fprintf(a.stderr, "dlock release: %s is free, but what was removed could not be printed: %v\n", quote(info.Name), oneLine(err.Error()))
+	}
+	return nil
+}
+
+// printReleased prints what a force release removed.
+func (a *app) printReleased(info *dlock.Info, asJSON bool) error {
 	now := time.Now()
 	if asJSON {
 		return writeJSON(a.stdout, toJSON(info, now))
@@ -396,7 +409,7 @@ func (a *app) forceRelease(ctx context.Context, name string, asJSON bool) error 
 		fmt.Fprintf(&b, "  removed holder: %s, held for %s with %s left, fence %d, metadata %s\n",
 			whoHolds(h), fmtDur(age(h, now)), fmtDur(h.TTL), h.Fence, orDash(oneLine(h.Metadata)))
 	}
-	_, err = io.WriteString(a.stdout, b.String())
+	_, err := io.WriteString(a.stdout, b.String())
 	return err
 }
 

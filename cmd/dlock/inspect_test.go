@@ -332,14 +332,14 @@ func TestReleaseFree(t *testing.T) {
 	}
 }
 
-// status, ls and release --force fail (70) when their report cannot be
-// written (a full disk), as their --json forms do: they exited 0 with
-// nothing written, which a script took for "no locks".
+// status and ls fail (70) when their report cannot be written (a full
+// disk), as their --json forms do: they exited 0 with nothing written,
+// which a script took for "no locks".
 func TestAReportThatCannotBeWrittenFails(t *testing.T) {
 	t.Parallel()
 	name := lockName(t)
 	c := libClient(t)
-	for _, args := range [][]string{{"status", name}, {"ls", name}, {"release", "--force", name}} {
+	for _, args := range [][]string{{"status", name}, {"ls", name}, {"status", "--json", name}, {"ls", "--json", name}} {
 		if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil && !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatal(err)
 		}
@@ -352,6 +352,29 @@ func TestAReportThatCannotBeWrittenFails(t *testing.T) {
 		}}
 		if code := a.main(args); code != exitInternal || !strings.Contains(stderr.String(), "no space left on device") {
 			t.Errorf("%s: code %d, stderr %q; want %d and the write's error", args[0], code, stderr.String(), exitInternal)
+		}
+	}
+}
+
+// release --force that freed the lock exits 0 when what it removed cannot
+// be printed, saying so on stderr: it exited 70, and a script took the
+// release for failed.
+func TestAReleaseThatCannotBePrintedSucceeds(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	c := libClient(t)
+	for _, args := range [][]string{{"release", "--force", name}, {"release", "--force", "--json", name}} {
+		if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		a := &app{stdout: fullWriter{}, stderr: &stderr, lookupEnv: env("DLOCK_REDIS", redisURL)}
+		code := a.main(args)
+		if want := "dlock release: '" + name + "' is free, but what was removed could not be printed: no space left on device\n"; code != 0 || stderr.String() != want {
+			t.Errorf("%q: code %d, stderr %q; want 0 and %q", args, code, stderr.String(), want)
+		}
+		if !isFree(t, c, name) {
+			t.Errorf("%q: the lock is still held", args)
 		}
 	}
 }
