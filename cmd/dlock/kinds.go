@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dlockio/dlock"
 )
@@ -80,4 +81,23 @@ func permits(info *dlock.Info) (n int, ok bool) {
 // arrival order, and whether the name is one.
 func fair(info *dlock.Info) (ok, known bool) {
 	return info.Fair, info.Kind == dlock.KindRWMutex
+}
+
+// writerFirst reports whether a read hold (k.shared) is kept out of the
+// name whose record is info by a writer waiting for it, not by its
+// holders: only readers hold it, whom a read hold would join. A writer
+// that waits goes before new readers by default, and in a fair lock before
+// those that come after it.
+func (k kind) writerFirst(info *dlock.Info) bool {
+	waiting, ok := writerWaiting(info)
+	return k.shared && ok && waiting && countReaders(info) == len(info.Holders)
+}
+
+// writerFirstText says that a writer waiting for what (the name, or "it
+// too") goes first (see writerFirst).
+func (k kind) writerFirstText(what string) string {
+	if k.fair {
+		return fmt.Sprintf("a writer is waiting for %s and goes first (it came first: --fair serves in arrival order)", what)
+	}
+	return fmt.Sprintf("a writer is waiting for %s and goes first (see --fair)", what)
 }

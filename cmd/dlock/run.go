@@ -401,7 +401,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 		l, err = try(ctx, opts...)
 	} else {
 		wctx, wcancel := context.WithCancelCause(ctx)
-		w = a.newWaiter(c, name, meta, o.quiet, wcancel, begin)
+		w = a.newWaiter(c, name, meta, o.kind, o.quiet, wcancel, begin)
 		if o.wait > 0 {
 			// The waiter ends the wait at --wait once the first attempt
 			// has its answer; the deadline bounds an attempt under way.
@@ -430,7 +430,7 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	if err != nil {
 		defer c.close()
 		if errors.Is(err, dlock.ErrNotObtained) {
-			return nil, nil, a.notObtained(c, name, "not waiting (--no-wait)")
+			return nil, nil, a.notObtained(c, name, o.kind, "not waiting (--no-wait)")
 		}
 		return nil, nil, a.redisError(c, err)
 	}
@@ -465,22 +465,32 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 		case !held:
 			return unreachable(c.display, fmt.Errorf("no answer within %v while waiting for %s", max(o.wait, firstTry), quote(name)))
 		}
-		return a.notObtained(c, name, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
+		return a.notObtained(c, name, o.kind, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
 	}
 	return err
 }
 
-// notObtained reports who holds the lock run could not obtain.
-func (a *app) notObtained(c *conn, name, why string) error {
+// notObtained reports who holds the lock run could not obtain, or the
+// writer that goes first and keeps a hold of k out.
+func (a *app) notObtained(c *conn, name string, k kind, why string) error {
 	// The holder only adds to the message: a server that stalls may not
 	// keep the exit waiting long.
 	ctx, cancel := context.WithTimeout(context.Background(), holderLookup)
 	defer cancel()
-	who := "another holder"
-	if info, err := c.locks.Inspect(ctx, name); err == nil && len(info.Holders) > 0 {
-		who = heldBy(info, time.Now())
+	info, err := c.locks.Inspect(ctx, name)
+	if err != nil {
+		return fail(exitNotObtained, "%s is held by another holder; %s", quote(name), why)
 	}
-	return fail(exitNotObtained, "%s is held by %s; %s", quote(name), who, why)
+	held := fmt.Sprintf("%s is held by %s", quote(name), heldBy(info, time.Now()))
+	switch {
+	case k.writerFirst(info) && len(info.Holders) == 0:
+		held = k.writerFirstText(quote(name))
+	case k.writerFirst(info):
+		held = fmt.Sprintf("%s; held by %s", k.writerFirstText(quote(name)), heldBy(info, time.Now()))
+	case len(info.Holders) == 0:
+		held = fmt.Sprintf("%s is held by another holder", quote(name))
+	}
+	return fail(exitNotObtained, "%s; %s", held, why)
 }
 
 // quote writes a lock name as the messages show it: 'nightly'.

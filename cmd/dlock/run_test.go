@@ -197,6 +197,64 @@ func TestRunSharedAndSemaphore(t *testing.T) {
 	_, _ = first.Release(ctx), second.Release(ctx)
 }
 
+// A --shared run kept out by a writer that waits, and goes first, says so
+// rather than blaming the readers it would join.
+func TestRunSaysWhatKeepsItOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := libClient(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+
+	name := lockName(t)
+	for _, fair := range []bool{false, true} {
+		var opts []dlock.RWOption
+		flags := []string{"--shared"}
+		want := "a writer is waiting for '" + name + "' and goes first (see --fair); held by a reader, "
+		waiting := "waiting for '" + name + "' — a writer is waiting for it too and goes first (see --fair); held by a reader, "
+		if fair {
+			name += ":fair"
+			opts, flags = append(opts, dlock.Fair()), append(flags, "--fair")
+			want = "a writer is waiting for '" + name + "' and goes first (it came first: --fair serves in arrival order); held by a reader, "
+			waiting = "waiting for '" + name + "' — a writer is waiting for it too and goes first (it came first"
+		}
+		rw := c.RWMutex(name, opts...)
+		reader, err := rw.TryRLock(ctx, dlock.WithTTL(time.Minute), dlock.WithMetadata(`{"host":"host-a","pid":"4242"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stopWriter := context.WithCancel(ctx)
+		writerDone := make(chan error, 1)
+		go func() {
+			_, err := rw.Lock(wctx, dlock.WithTTL(time.Minute))
+			writerDone <- err
+		}()
+		waitFor(t, "the writer to wait", func() bool {
+			info, err := c.Inspect(ctx, name)
+			return err == nil && info.WriterWaiting
+		})
+
+		r := dlockRun(t, nil, runArgs(append([]string{"--no-wait"}, flags...), name, "job", ran, "0")...)
+		checkOneLine(t, r, exitNotObtained, want+"host-a pid 4242 (running ")
+		if !strings.HasSuffix(r.stderr, "; not waiting (--no-wait)\n") {
+			t.Errorf("--no-wait: %q does not end with why it did not wait", r.stderr)
+		}
+		r = dlockRun(t, nil, runArgs(append([]string{"--wait", "300ms"}, flags...), name, "job", ran, "0")...)
+		if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != exitNotObtained || len(lines) != 2 ||
+			!strings.HasPrefix(lines[0], "dlock: "+waiting) || !strings.Contains(lines[1], want) || !strings.HasSuffix(lines[1], "gave up after waiting 300ms (--wait)") {
+			t.Errorf("--wait 300ms: code %d, stderr:\n%s", r.code, r.stderr)
+		}
+
+		stopWriter()
+		if err := <-writerDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("the writer's Lock: %v, want it cancelled", err)
+		}
+		_ = reader.Release(ctx)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a command ran without its hold")
+	}
+}
+
 // A waiting run logs who holds the lock, obtains it when it is released,
 // and keeps stdout for the command.
 func TestRunWaits(t *testing.T) {

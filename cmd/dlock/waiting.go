@@ -60,6 +60,7 @@ type waiter struct {
 	c      *conn
 	name   string
 	self   string // the metadata of the hold the wait asks for: its own, once granted
+	kind   kind   // the hold the wait asks for
 	quiet  bool
 	tty    bool
 	cancel context.CancelCauseFunc // ends the wait
@@ -100,9 +101,9 @@ func (w *waiter) outcome() (lastErr error, held bool) {
 	return w.lastErr, w.held
 }
 
-func (a *app) newWaiter(c *conn, name, self string, quiet bool, cancel context.CancelCauseFunc, begin time.Time) *waiter {
+func (a *app) newWaiter(c *conn, name, self string, k kind, quiet bool, cancel context.CancelCauseFunc, begin time.Time) *waiter {
 	w := &waiter{
-		a: a, c: c, name: name, self: self, quiet: quiet, cancel: cancel,
+		a: a, c: c, name: name, self: self, kind: k, quiet: quiet, cancel: cancel,
 		tty:   !quiet && isTerminal(a.stderr),
 		begun: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}),
 		answered: begin, started: begin,
@@ -245,7 +246,11 @@ func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
 	for _, h := range info.Holders {
 		key += fmt.Sprintf(" %d", h.Fence)
 	}
-	return fmt.Sprintf("waiting for %s — held by %s", quote(w.name), heldBy(info, time.Now())), key
+	held := "held by " + heldBy(info, time.Now())
+	if w.kind.writerFirst(info) {
+		held, key = w.kind.writerFirstText("it too")+"; "+held, "writer first "+key
+	}
+	return fmt.Sprintf("waiting for %s — %s", quote(w.name), held), key
 }
 
 // draw replaces the status line, cut to the terminal's width (see
