@@ -101,3 +101,15 @@ func (k kind) writerFirstText(what string) string {
 	}
 	return fmt.Sprintf("a writer is waiting for %s and goes first (see --fair)", what)
 }
+
+// permitRule says by which count a --semaphore N run (k.permits) is let
+// in, when the semaphore whose record is info was last given another: its
+// holders counted against that other count do not say why the run is
+// kept out. "" otherwise.
+func (k kind) permitRule(info *dlock.Info) string {
+	n, ok := permits(info)
+	if k.permits == 0 || !ok || n == k.permits {
+		return ""
+	}
+	return fmt.Sprintf("this run's --semaphore %d lets it in only while fewer than %d are held", k.permits, k.permits)
+}

@@ -470,8 +470,9 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 	return err
 }
 
-// notObtained reports who holds the lock run could not obtain, or the
-// writer that goes first and keeps a hold of k out.
+// notObtained reports who holds the lock run could not obtain, and what
+// else keeps a hold of k out: a writer that goes first, another count of
+// permits.
 func (a *app) notObtained(c *conn, name string, k kind, why string) error {
 	// The holder only adds to the message: a server that stalls may not
 	// keep the exit waiting long.
@@ -489,6 +490,8 @@ func (a *app) notObtained(c *conn, name string, k kind, why string) error {
 		held = fmt.Sprintf("%s; held by %s", k.writerFirstText(quote(name)), heldBy(info, time.Now()))
 	case len(info.Holders) == 0:
 		held = fmt.Sprintf("%s is held by another holder", quote(name))
+	case k.permitRule(info) != "":
+		held += ", and " + k.permitRule(info)
 	}
 	return fail(exitNotObtained, "%s; %s", held, why)
 }

@@ -198,7 +198,8 @@ func TestRunSharedAndSemaphore(t *testing.T) {
 }
 
 // A --shared run kept out by a writer that waits, and goes first, says so
-// rather than blaming the readers it would join.
+// rather than blaming the readers it would join; so does a --semaphore N
+// run kept out by its own N where the semaphore was last given another.
 func TestRunSaysWhatKeepsItOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -252,6 +253,35 @@ func TestRunSaysWhatKeepsItOut(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a command ran without its hold")
+	}
+
+	// Two permits taken of a semaphore of three: a run with --semaphore 2
+	// is let in only while fewer than two are held.
+	sem := lockName(t) + ":sem"
+	s := c.Semaphore(sem, 3)
+	for range 2 {
+		p, err := s.TryAcquire(ctx, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	rule := ", and this run's --semaphore 2 lets it in only while fewer than 2 are held"
+	r := dlockRun(t, nil, runArgs([]string{"--no-wait", "--semaphore", "2"}, sem, "job", ran, "0")...)
+	checkOneLine(t, r, exitNotObtained, "'"+sem+"' is held by 2 of 3 permits (the oldest running ")
+	if !strings.HasSuffix(r.stderr, rule+"; not waiting (--no-wait)\n") {
+		t.Errorf("--no-wait --semaphore 2: %q does not say the run's own count keeps it out", r.stderr)
+	}
+	r = dlockRun(t, nil, runArgs([]string{"--wait", "300ms", "--semaphore", "2"}, sem, "job", ran, "0")...)
+	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != exitNotObtained || len(lines) != 2 ||
+		!strings.HasPrefix(lines[0], "dlock: waiting for '"+sem+"' — held by 2 of 3 permits (") || !strings.HasSuffix(lines[0], rule) ||
+		!strings.HasSuffix(lines[1], rule+"; gave up after waiting 300ms (--wait)") {
+		t.Errorf("--wait 300ms --semaphore 2: code %d, stderr:\n%s", r.code, r.stderr)
+	}
+	// With the semaphore's own count, the count says it all.
+	r = dlockRun(t, nil, runArgs([]string{"--no-wait", "--semaphore", "3"}, sem, "job", ran, "0")...)
+	if r.code != 0 {
+		t.Errorf("--semaphore 3 with two of three held: code %d, stderr %s", r.code, r.stderr)
 	}
 }
 

@@ -247,8 +247,11 @@ func (w *waiter) heldLine(info *dlock.Info) (line, key string) {
 		key += fmt.Sprintf(" %d", h.Fence)
 	}
 	held := "held by " + heldBy(info, time.Now())
-	if w.kind.writerFirst(info) {
+	switch {
+	case w.kind.writerFirst(info):
 		held, key = w.kind.writerFirstText("it too")+"; "+held, "writer first "+key
+	case w.kind.permitRule(info) != "":
+		held, key = held+", and "+w.kind.permitRule(info), fmt.Sprintf("of %d %s", info.Permits, key)
 	}
 	return fmt.Sprintf("waiting for %s — %s", quote(w.name), held), key
 }
