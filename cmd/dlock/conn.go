@@ -7,11 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +38,7 @@ type connFlags struct {
 	tlsCA, tlsCert, tlsKey, tlsSNI string
 	fenceRetention                 string // --fence-retention, unparsed: DLOCK_FENCE_RETENTION fills it in when empty
 	cluster                        bool
+	clusterSet                     bool // --cluster was given, possibly false: DLOCK_CLUSTER counts only when it was not
 	prefixSet                      bool // --prefix was given, possibly empty
 }
 
@@ -50,7 +54,23 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", f.tlsKey, "")
 	fs.StringVar(&f.tlsSNI, "tls-server-name", f.tlsSNI, "")
 	fs.StringVar(&f.fenceRetention, "fence-retention", f.fenceRetention, "")
-	fs.BoolVar(&f.cluster, "cluster", f.cluster, "")
+	fs.Var(clusterFlag{f}, "cluster", "")
+}
+
+// clusterFlag is --cluster, a boolean flag that records that it was given.
+type clusterFlag struct{ f *connFlags }
+
+func (c clusterFlag) IsBoolFlag() bool { return true }
+
+func (c clusterFlag) String() string { return strconv.FormatBool(c.f != nil && c.f.cluster) }
+
+func (c clusterFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	c.f.cluster, c.f.clusterSet = b, true
+	return nil
 }
 
 // target is a parsed connection: exactly one of the option structs is set.
@@ -339,17 +359,35 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 	if raw == "" {
 		raw, from = defaultRedis, "the default"
 	}
-	t, err := parseTarget(raw, f.cluster, or(f.sentinelMaster, getenv("DLOCK_SENTINEL_MASTER")), getenv)
+	cluster := f.cluster
+	if !f.clusterSet && !cluster {
+		c, err := envBool(getenv, "DLOCK_CLUSTER", "1 to treat a single address as a seed of a Redis Cluster")
+		if err != nil {
+			return nil, err
+		}
+		cluster = c
+	}
+	t, err := parseTarget(raw, cluster, or(f.sentinelMaster, getenv("DLOCK_SENTINEL_MASTER")), getenv)
 	if err != nil {
 		return nil, fmt.Errorf("bad Redis URL %q (from %s): %w", redactBadURL(raw), from, err)
 	}
+	noPrefix, err := envBool(getenv, "DLOCK_NO_PREFIX", "1 for an empty key prefix")
+	if err != nil {
+		return nil, err
+	}
 	t.prefix = dlock.DefaultPrefix
-	if f.prefixSet {
+	switch p := getenv("DLOCK_PREFIX"); {
+	case f.prefixSet:
 		t.prefix = f.prefix
-	} else if p := getenv("DLOCK_PREFIX"); p != "" {
+	case p != "" && noPrefix:
+		return nil, fmt.Errorf("DLOCK_PREFIX %q and DLOCK_NO_PREFIX exclude each other: unset one", p)
+	case p != "":
 		// An empty one counts as unset, as every variable: one blank in
 		// a template must not put the locks of some hosts elsewhere.
+		// DLOCK_NO_PREFIX says "no prefix" in so many words.
 		t.prefix = p
+	case noPrefix:
+		t.prefix = ""
 	}
 	t.fenceRetention = dlock.DefaultFenceRetention
 	s, from := f.fenceRetention, "--fence-retention"
@@ -372,6 +410,21 @@ func (f *connFlags) target(lookupEnv func(string) (string, bool)) (*target, erro
 		return nil, err
 	}
 	return t, nil
+}
+
+// envBool reads the boolean variable name: unset or empty is false, and
+// a value strconv.ParseBool does not read is an error that says to write
+// what, such as "1 to ...".
+func envBool(getenv func(string) string, name, what string) (bool, error) {
+	v := getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("bad %s %q: write %s, or 0 (or leave it unset) for none", name, v, what)
+	}
+	return b, nil
 }
 
 func or(a, b string) string {
@@ -409,7 +462,7 @@ func parseTarget(raw string, cluster bool, master string, getenv func(string) st
 	switch scheme {
 	case "unix":
 		if cluster || master != "" {
-			return nil, errors.New("a unix:// socket is a single server; drop --cluster and --sentinel-master")
+			return nil, errors.New("a unix:// socket is a single server; drop --cluster (DLOCK_CLUSTER) and --sentinel-master")
 		}
 		// A unix:// URL has no host: one there is more likely a password
 		// cut short by a '/'. A socket's path may hold an '@', but not
@@ -498,7 +551,7 @@ func parseNetTarget(scheme, authority, tail string, cluster bool, master string,
 	}
 	if sentinel || master != "" {
 		if cluster {
-			return nil, errors.New("--cluster and a sentinel URL or --sentinel-master exclude each other")
+			return nil, errors.New("--cluster (DLOCK_CLUSTER) and a sentinel URL or --sentinel-master exclude each other")
 		}
 	}
 
@@ -737,7 +790,8 @@ func (f *connFlags) applyTLS(t *target, getenv func(string) string) error {
 	ca := or(f.tlsCA, getenv("DLOCK_TLS_CA"))
 	cert := or(f.tlsCert, getenv("DLOCK_TLS_CERT"))
 	key := or(f.tlsKey, getenv("DLOCK_TLS_KEY"))
-	if ca == "" && cert == "" && key == "" && f.tlsSNI == "" {
+	sni := or(f.tlsSNI, getenv("DLOCK_TLS_SERVER_NAME"))
+	if ca == "" && cert == "" && key == "" && sni == "" {
 		return nil
 	}
 	var cfg *tls.Config
@@ -773,6 +827,159 @@ func (f *connFlags) applyTLS(t *target, getenv func(string) string) error {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	cfg.ServerName = f.tlsSNI
+	cfg.ServerName = sni
 	return nil
+}
+
+// childEnv returns env, the environment run gives its command, with the
+// connection flags in the variables that stand for them (each replacing
+// any there), so that a dlock the command runs reaches the same Redis, and
+// the same locks, as run: the variables alone would send it elsewhere.
+// The settings that no flag gave pass on as they are, in env already.
+//
+// A password in --redis's URL goes to DLOCK_PASSWORD (and a
+// sentinel_password to DLOCK_SENTINEL_PASSWORD), out of the URL, unless
+// that variable holds another, which the command may use as it is.
+// An empty --prefix is DLOCK_NO_PREFIX=1, an empty DLOCK_PREFIX counting
+// as unset; files are given by absolute path, for a command that changes
+// directory.
+func (f *connFlags) childEnv(env []string) []string {
+	set := map[string]string{}
+	var unset []string
+	if f.url != "" {
+		u := f.url
+		pw, spw := passwords(u)
+		if pw != "" && movable(env, "DLOCK_PASSWORD", pw) {
+			set["DLOCK_PASSWORD"] = pw
+			u = stripPassword(u)
+		}
+		if spw != "" && movable(env, "DLOCK_SENTINEL_PASSWORD", spw) {
+			set["DLOCK_SENTINEL_PASSWORD"] = spw
+			u = stripSentinelPassword(u)
+		}
+		set["DLOCK_REDIS"] = u
+	}
+	if f.prefixSet {
+		if f.prefix == "" {
+			set["DLOCK_NO_PREFIX"] = "1"
+			unset = append(unset, "DLOCK_PREFIX")
+		} else {
+			set["DLOCK_PREFIX"] = f.prefix
+			unset = append(unset, "DLOCK_NO_PREFIX")
+		}
+	}
+	if f.clusterSet {
+		if f.cluster {
+			set["DLOCK_CLUSTER"] = "1"
+		} else {
+			unset = append(unset, "DLOCK_CLUSTER")
+		}
+	}
+	for name, v := range map[string]string{
+		"DLOCK_SENTINEL_MASTER": f.sentinelMaster, "DLOCK_FENCE_RETENTION": f.fenceRetention,
+		"DLOCK_TLS_SERVER_NAME": f.tlsSNI,
+	} {
+		if v != "" {
+			set[name] = v
+		}
+	}
+	for name, file := range map[string]string{"DLOCK_TLS_CA": f.tlsCA, "DLOCK_TLS_CERT": f.tlsCert, "DLOCK_TLS_KEY": f.tlsKey} {
+		if file != "" {
+			if abs, err := filepath.Abs(file); err == nil {
+				file = abs
+			}
+			set[name] = file
+		}
+	}
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; !ok && !slices.Contains(unset, name) {
+			out = append(out, kv)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		out = append(out, name+"="+set[name])
+	}
+	return out
+}
+
+// movable reports whether a password may go to the variable name of env:
+// it is unset or empty there, or holds that password already.
+func movable(env []string, name, pw string) bool {
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == name && v != "" && v != pw {
+			return false
+		}
+	}
+	return true
+}
+
+// passwords returns the password of the user information of a URL that
+// parsed (see parseTarget), and its sentinel_password, decoded; "" for
+// those it has not (or has several of).
+func passwords(raw string) (pw, spw string) {
+	_, rest, _ := strings.Cut(raw, "://")
+	authority, tail := splitAuthority(rest)
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		if _, p, ok := strings.Cut(authority[:at], ":"); ok {
+			pw, _ = url.PathUnescape(p)
+		}
+	}
+	if _, query, ok := strings.Cut(tail, "?"); ok {
+		query, _, _ = strings.Cut(query, "#")
+		if vs := sentinelPasswords(query); len(vs) == 1 {
+			spw = vs[0]
+		}
+	}
+	return pw, spw
+}
+
+// sentinelPasswords returns the values of the sentinel_password
+// parameters of query, decoded.
+func sentinelPasswords(query string) []string {
+	var vs []string
+	for _, p := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(p, "=")
+		if key, err := url.QueryUnescape(k); err == nil && key == "sentinel_password" {
+			v, _ = url.QueryUnescape(v)
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// stripPassword removes the password from the user information of a URL
+// that parsed, and the user information when no user name is left.
+func stripPassword(raw string) string {
+	scheme, rest, _ := strings.Cut(raw, "://")
+	authority, tail := splitAuthority(rest)
+	at := strings.LastIndex(authority, "@")
+	user, _, _ := strings.Cut(authority[:at], ":")
+	if user != "" {
+		user += "@"
+	}
+	return scheme + "://" + user + authority[at+1:] + tail
+}
+
+// stripSentinelPassword removes the sentinel_password parameter from the
+// query of a URL that parsed, and the query when nothing is left of it.
+func stripSentinelPassword(raw string) string {
+	before, query, _ := strings.Cut(raw, "?")
+	query, frag, hasFrag := strings.Cut(query, "#")
+	var kept []string
+	for _, p := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(p, "=")
+		if key, err := url.QueryUnescape(k); err != nil || key != "sentinel_password" {
+			kept = append(kept, p)
+		}
+	}
+	out := before
+	if len(kept) > 0 {
+		out += "?" + strings.Join(kept, "&")
+	}
+	if hasFrag {
+		out += "#" + frag
+	}
+	return out
 }

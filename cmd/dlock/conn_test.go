@@ -231,6 +231,122 @@ func TestConnectUnixSocket(t *testing.T) {
 	}
 }
 
+// run gives its command the connection flags in the variables that stand
+// for them, replacing those in its environment, and leaves the rest.
+func TestChildEnv(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"PATH=/bin", "DLOCK_REDIS=redis://elsewhere:1", "DLOCK_PREFIX=env:", "DLOCK_CLUSTER=1", "DLOCK_SENTINEL_MASTER=envm"}
+	for _, tc := range []struct {
+		name  string
+		flags connFlags
+		env   []string
+		want  []string
+	}{
+		{"no flags", connFlags{}, base, base},
+		{"every flag", connFlags{url: "redis://h:1/2?dial_timeout=2s", prefix: "app:", prefixSet: true, sentinelMaster: "m",
+			tlsCA: "/etc/ca.pem", tlsCert: "certs/c.pem", tlsKey: "/k.pem", tlsSNI: "redis.internal", fenceRetention: "1h", clusterSet: true},
+			base, []string{"PATH=/bin", "DLOCK_FENCE_RETENTION=1h", "DLOCK_PREFIX=app:", "DLOCK_REDIS=redis://h:1/2?dial_timeout=2s",
+				"DLOCK_SENTINEL_MASTER=m", "DLOCK_TLS_CA=/etc/ca.pem", "DLOCK_TLS_CERT=" + filepath.Join(cwd, "certs/c.pem"),
+				"DLOCK_TLS_KEY=/k.pem", "DLOCK_TLS_SERVER_NAME=redis.internal"}},
+		{"empty prefix, cluster", connFlags{prefixSet: true, cluster: true, clusterSet: true}, []string{"DLOCK_PREFIX=env:"},
+			[]string{"DLOCK_CLUSTER=1", "DLOCK_NO_PREFIX=1"}},
+		{"a prefix replaces DLOCK_NO_PREFIX", connFlags{prefix: "p:", prefixSet: true}, []string{"DLOCK_NO_PREFIX=1"}, []string{"DLOCK_PREFIX=p:"}},
+		{"password to DLOCK_PASSWORD", connFlags{url: "redis://u:p%40ss@h1:1,h2:2/0?x=1"}, []string{"DLOCK_PASSWORD="},
+			[]string{"DLOCK_PASSWORD=p@ss", "DLOCK_REDIS=redis://u@h1:1,h2:2/0?x=1"}},
+		{"password without a user", connFlags{url: "rediss://:pw@h:1"}, []string{"DLOCK_PASSWORD=pw"},
+			[]string{"DLOCK_PASSWORD=pw", "DLOCK_REDIS=rediss://h:1"}},
+		{"DLOCK_PASSWORD holds another", connFlags{url: "redis://:pw@h:1"}, []string{"DLOCK_PASSWORD=other"},
+			[]string{"DLOCK_PASSWORD=other", "DLOCK_REDIS=redis://:pw@h:1"}},
+		{"unix socket", connFlags{url: "unix://u:pw@/run/redis.sock?db=1"}, nil,
+			[]string{"DLOCK_PASSWORD=pw", "DLOCK_REDIS=unix://u@/run/redis.sock?db=1"}},
+		{"sentinels", connFlags{url: "redis-sentinel://:pw@s1,s2/m?a=1&sentinel_password=s%26p&b=2#f"}, nil,
+			[]string{"DLOCK_PASSWORD=pw", "DLOCK_REDIS=redis-sentinel://s1,s2/m?a=1&b=2#f", "DLOCK_SENTINEL_PASSWORD=s&p"}},
+		{"sentinel password alone", connFlags{url: "redis-sentinel://s1/m?sentinel_password=sp"}, []string{"DLOCK_PASSWORD=x"},
+			[]string{"DLOCK_PASSWORD=x", "DLOCK_REDIS=redis-sentinel://s1/m", "DLOCK_SENTINEL_PASSWORD=sp"}},
+		{"--cluster=false", connFlags{clusterSet: true}, []string{"DLOCK_CLUSTER=1"}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.flags.childEnv(tc.env); !slices.Equal(got, tc.want) {
+				t.Errorf("childEnv:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// What run puts in its command's environment reads as the flags did.
+func TestChildEnvReadsAsTheFlags(t *testing.T) {
+	for _, f := range []connFlags{
+		{url: "redis://u:p%40ss@h1:1,h2:2/0?dial_timeout=2s", prefix: "app:", prefixSet: true},
+		{url: "redis://:pw@h:1", prefixSet: true, fenceRetention: "1h"},
+		{url: "redis-sentinel://:pw@s1,s2/m/2?sentinel_password=s%26p", prefix: "p:", prefixSet: true},
+		{url: "redis://h:1", cluster: true, clusterSet: true},
+		{url: "unix://u:pw@/run/redis.sock?db=1"},
+	} {
+		want, err := f.target(env("DLOCK_PREFIX", "env:", "DLOCK_PASSWORD", "pw"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := f.childEnv([]string{"DLOCK_PREFIX=env:", "DLOCK_PASSWORD=pw", "DLOCK_NO_PREFIX=0"})
+		var kv []string
+		for _, e := range child {
+			k, v, _ := strings.Cut(e, "=")
+			kv = append(kv, k, v)
+		}
+		got, err := (&connFlags{}).target(env(kv...))
+		if err != nil {
+			t.Fatalf("%+v: the child's environment %q: %v", f, child, err)
+		}
+		want.display, got.display = "", ""
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: the child's environment %q reads as\n%+v\n%+v\n%+v, want\n%+v\n%+v\n%+v", f, child,
+				got, got.single, got.cluster, want, want.single, want.failover)
+		}
+	}
+}
+
+// DLOCK_CLUSTER, DLOCK_NO_PREFIX and DLOCK_TLS_SERVER_NAME stand for
+// --cluster, an empty --prefix and --tls-server-name, which win over
+// them.
+func TestConnectionVariables(t *testing.T) {
+	tg, err := (&connFlags{url: "redis://h:1"}).target(env("DLOCK_CLUSTER", "1", "DLOCK_NO_PREFIX", "true"))
+	if err != nil || tg.cluster == nil || tg.prefix != "" {
+		t.Errorf("DLOCK_CLUSTER=1 DLOCK_NO_PREFIX=true: %+v, %v; want a cluster, no prefix", tg, err)
+	}
+	tg, err = (&connFlags{url: "redis://h:1", clusterSet: true, prefix: "p:", prefixSet: true}).target(env("DLOCK_CLUSTER", "1", "DLOCK_NO_PREFIX", "1"))
+	if err != nil || tg.cluster != nil || tg.prefix != "p:" {
+		t.Errorf("--cluster=false --prefix p: over the variables: %+v, %v", tg, err)
+	}
+	tg, err = (&connFlags{url: "redis://h:1"}).target(env("DLOCK_CLUSTER", "0", "DLOCK_NO_PREFIX", "0"))
+	if err != nil || tg.single == nil || tg.prefix != "dlock:" {
+		t.Errorf("DLOCK_CLUSTER=0 DLOCK_NO_PREFIX=0: %+v, %v", tg, err)
+	}
+	tg, err = (&connFlags{url: "rediss://h:1"}).target(env("DLOCK_TLS_SERVER_NAME", "redis.internal"))
+	if err != nil || tg.single.TLSConfig.ServerName != "redis.internal" {
+		t.Errorf("DLOCK_TLS_SERVER_NAME: %+v, %v", tg.single, err)
+	}
+	tg, err = (&connFlags{url: "rediss://h:1", tlsSNI: "flag.internal"}).target(env("DLOCK_TLS_SERVER_NAME", "redis.internal"))
+	if err != nil || tg.single.TLSConfig.ServerName != "flag.internal" {
+		t.Errorf("--tls-server-name over DLOCK_TLS_SERVER_NAME: %+v, %v", tg.single, err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"DLOCK_CLUSTER", "yes"}, `bad DLOCK_CLUSTER "yes": write 1 to treat a single address as a seed of a Redis Cluster, or 0 (or leave it unset) for none`},
+		{[]string{"DLOCK_NO_PREFIX", "y"}, `bad DLOCK_NO_PREFIX "y": write 1 for an empty key prefix`},
+		{[]string{"DLOCK_NO_PREFIX", "1", "DLOCK_PREFIX", "p:"}, `DLOCK_PREFIX "p:" and DLOCK_NO_PREFIX exclude each other: unset one`},
+		{[]string{"DLOCK_CLUSTER", "1", "DLOCK_SENTINEL_MASTER", "m"}, "--cluster (DLOCK_CLUSTER) and a sentinel URL or --sentinel-master exclude each other"},
+		{[]string{"DLOCK_TLS_SERVER_NAME", "x"}, "not a TLS URL"},
+	} {
+		if _, err := (&connFlags{url: "redis://h:1"}).target(env(tc.env...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want it to say %q", tc.env, err, tc.want)
+		}
+	}
+}
+
 // TLS with a CA and a client certificate, and the README's ACL user, whose
 // password comes from DLOCK_PASSWORD.
 func TestConnectTLSAndACL(t *testing.T) {
@@ -325,6 +441,17 @@ func TestConnectCluster(t *testing.T) {
 	// Without --cluster, one node would list its share of the locks only.
 	r = dlockRun(t, nil, "--redis", seed, "ls")
 	checkOneLine(t, r, exitUsage, "is a node of a Redis Cluster: add --cluster")
+	r = dlockRun(t, []string{"DLOCK_CLUSTER=1"}, "--cluster=false", "--redis", seed, "ls")
+	checkOneLine(t, r, exitUsage, "is a node of a Redis Cluster: add --cluster")
+	// DLOCK_CLUSTER=1 stands for --cluster, which run passes on to its
+	// command in it: a nested run reaches the same cluster.
+	if r := dlockRun(t, []string{"DLOCK_CLUSTER=1", "DLOCK_REDIS=" + seed}, "status", "--json", "alpha"); r.code != 0 || !strings.Contains(r.stdout, `"held": true`) {
+		t.Errorf("status through one seed with DLOCK_CLUSTER=1: code %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, nil, append([]string{"--cluster", "--redis", seed, "run", "nested", "--", dlockBin, "run", "--no-wait", "nested", "--"}, helper("exit", "0")...)...)
+	if r.code != exitNotObtained || !strings.Contains(r.stderr, "dlock run: 'nested' is held by ") {
+		t.Errorf("a nested run of the same name with --cluster: code %d, stderr %q; want it refused (%d)", r.code, r.stderr, exitNotObtained)
+	}
 	for _, p := range procs {
 		p.signal(t, os.Interrupt)
 		if r := p.wait(t); r.code != 0 {
@@ -632,6 +759,16 @@ func TestConnectTLSCertificateWithoutIP(t *testing.T) {
 	checkOneLine(t, r, exitUnavailable, "IP SANs; the server's certificate names another host: give the name it holds with --tls-server-name")
 	if r := dlockRun(t, nil, append(flags, "--tls-server-name", "localhost", "ls")...); r.code != 0 {
 		t.Errorf("with --tls-server-name: code %d, stderr %s", r.code, r.stderr)
+	}
+	// run passes --tls-server-name on in DLOCK_TLS_SERVER_NAME: a nested
+	// run of the same name, given the rest as variables, is refused.
+	env := []string{"DLOCK_REDIS=" + flags[1], "DLOCK_TLS_CA=" + certs.ca}
+	r = dlockRun(t, env, append([]string{"--tls-server-name", "localhost", "run", "nested", "--", dlockBin, "run", "--no-wait", "nested", "--"}, helper("exit", "0")...)...)
+	if r.code != exitNotObtained || !strings.Contains(r.stderr, "dlock run: 'nested' is held by ") {
+		t.Errorf("a nested run of the same name with --tls-server-name: code %d, stderr %q; want it refused (%d)", r.code, r.stderr, exitNotObtained)
+	}
+	if r := dlockRun(t, append(env, "DLOCK_TLS_SERVER_NAME=localhost"), "ls"); r.code != 0 {
+		t.Errorf("with DLOCK_TLS_SERVER_NAME: code %d, stderr %s", r.code, r.stderr)
 	}
 }
 

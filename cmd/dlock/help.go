@@ -49,11 +49,11 @@ const connHelp = `Connection flags (every command but version; also accepted bef
                                                                            through these sentinels
                                                                            (rediss-sentinel:// for TLS)
                            go-redis options may follow as a query, such as ?dial_timeout=2s
-  --cluster                treat a single address as a seed of a Redis Cluster
+  --cluster                treat a single address as a seed of a Redis Cluster ($DLOCK_CLUSTER=1)
   --sentinel-master NAME   the addresses are sentinels; connect to the primary they call NAME
                            ($DLOCK_SENTINEL_MASTER)
   --prefix PREFIX          the key prefix, as dlock.WithPrefix; default $DLOCK_PREFIX, else "dlock:"
-                           (only --prefix '' gives an empty prefix)
+                           (only --prefix '' or DLOCK_NO_PREFIX=1 gives an empty prefix)
   --fence-retention D      how long a name's fence counter is kept after its last fence, as
                            dlock.WithFenceRetention; 0 keeps none ($DLOCK_FENCE_RETENTION;
                            default 24h). Use the same as the services that lock those names
@@ -61,7 +61,7 @@ const connHelp = `Connection flags (every command but version; also accepted bef
   --tls-cert FILE          PEM client certificate, for servers that ask for one ($DLOCK_TLS_CERT)
   --tls-key FILE           PEM key of --tls-cert ($DLOCK_TLS_KEY)
   --tls-server-name NAME   the name to verify the server's certificate against (default: the
-                           host of each address dialled)
+                           host of each address dialled; $DLOCK_TLS_SERVER_NAME)
 `
 
 const envHelp = `Environment:
@@ -69,10 +69,14 @@ const envHelp = `Environment:
   DLOCK_PASSWORD           the Redis password, when the URL has none (keeps it out of ps and history)
   DLOCK_SENTINEL_PASSWORD  the sentinels' password, when they need one
   DLOCK_PREFIX             the key prefix, when --prefix is not given (empty counts as unset)
+  DLOCK_NO_PREFIX=1        an empty key prefix, when --prefix is not given (as --prefix '')
+  DLOCK_CLUSTER=1          as --cluster, when --cluster is not given
   DLOCK_SENTINEL_MASTER, DLOCK_FENCE_RETENTION, DLOCK_TLS_CA, DLOCK_TLS_CERT,
-  DLOCK_TLS_KEY            as the flags of the same names
+  DLOCK_TLS_KEY, DLOCK_TLS_SERVER_NAME
+                           as the flags of the same names
   run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE (0 for --shared and --semaphore)
-  for the command it runs, which gets the rest of dlock's environment as it is.
+  for the command it runs, and the variables above for the connection flags
+  given to it; the command gets the rest of dlock's environment as it is.
 `
 
 const exitHelp = `Exit codes:

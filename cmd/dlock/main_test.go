@@ -94,6 +94,7 @@ func goTool() string {
 //	exit N               exit with code N
 //	selfkill             die of SIGKILL
 //	env                  print DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE
+//	printenv NAME...     print NAME=VALUE for each variable NAME, set or not
 //	signals FILE CODE    append "ready PID FENCE TOKEN"; on SIGINT, SIGTERM or
 //	                     SIGHUP append "got SIGNAL" and exit with CODE
 //	stubborn FILE        as signals, but never exit: record each signal
@@ -116,6 +117,11 @@ func childMain(args []string) int {
 		select {}
 	case "env":
 		fmt.Printf("DLOCK_NAME=%s\nDLOCK_TOKEN=%s\nDLOCK_FENCE=%s\n", os.Getenv("DLOCK_NAME"), os.Getenv("DLOCK_TOKEN"), os.Getenv("DLOCK_FENCE"))
+		return 0
+	case "printenv":
+		for _, name := range args[1:] {
+			fmt.Printf("%s=%s\n", name, os.Getenv(name))
+		}
 		return 0
 	case "signals", "stubborn":
 		c := make(chan os.Signal, 8)

@@ -62,10 +62,15 @@ descriptor inherited by that work keeps). The command gets DLOCK_NAME,
 DLOCK_TOKEN and DLOCK_FENCE in its environment (DLOCK_FENCE is 0 for --shared
 and --semaphore holds, which have no fence); pass the fence to the resource you
 protect so that it can refuse a holder whose lock has passed to another. The
-rest of dlock's environment passes on as it is, DLOCK_REDIS and
-DLOCK_PASSWORD included, so that a dlock the command runs reaches the same
-Redis. The command is executed directly, not by a shell: a script needs its
-#! line (without one it fails with code 126, exec format error).
+connection flags given to dlock reach the command as the variables that stand
+for them (--redis as DLOCK_REDIS, --prefix as DLOCK_PREFIX, or
+DLOCK_NO_PREFIX=1 for an empty one, --cluster as DLOCK_CLUSTER=1, and so on;
+a password in --redis's URL as DLOCK_PASSWORD, out of the URL, unless that
+holds another), and the rest of dlock's environment passes on as it is,
+DLOCK_REDIS and DLOCK_PASSWORD included, so that a dlock the command runs
+reaches the same Redis and the same locks. The command is executed directly,
+not by a shell: a script needs its #! line (without one it fails with code
+126, exec format error).
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed
 on to the command; a SIGHUP or SIGINT ignored when dlock starts (under nohup,
@@ -545,7 +550,7 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	ownGroup := !hasControllingTerminal()
 	cmd := &exec.Cmd{
 		Path: path, Args: argv,
-		Env: append(os.Environ(),
+		Env: append(a.conn.childEnv(os.Environ()),
 			"DLOCK_NAME="+name, "DLOCK_TOKEN="+l.Token(), "DLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10)),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: childAttr(ownGroup),

@@ -720,6 +720,42 @@ func TestRunNestedRunReachesTheSameRedis(t *testing.T) {
 	}
 }
 
+// The connection flags given to run reach its command as the variables
+// that stand for them, so that a dlock the command runs reaches the same
+// Redis and the same locks: a nested run of the same name is refused.
+func TestRunNestedRunGetsTheConnectionFlags(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	// nested runs `dlock OUTER... run FLAGS... NAME -- dlock run --no-wait
+	// NAME -- COMMAND`, with the connection flags OUTER before run and
+	// FLAGS after it.
+	nested := func(env, outer []string, flags ...string) result {
+		args := append(append(append(outer, "run"), flags...), name, "--", dlockBin, "run", "--no-wait", name, "--")
+		return dlockRun(t, env, append(args, helper("exit", "0")...)...)
+	}
+	refused := func(what string, r result) {
+		t.Helper()
+		if r.code != exitNotObtained || !strings.Contains(r.stderr, "dlock run: '"+name+"' is held by ") {
+			t.Errorf("%s: code %d, stderr %q; want the nested run refused (%d)", what, r.code, r.stderr, exitNotObtained)
+		}
+	}
+	refused("--prefix app:", nested(nil, []string{"--prefix", "app:"}))
+	refused("run --prefix run:", nested([]string{"DLOCK_PREFIX=env:"}, nil, "--prefix", "run:"))
+	refused("--prefix ''", nested([]string{"DLOCK_PREFIX=env:"}, []string{"--prefix", ""}))
+
+	// --redis, with DLOCK_REDIS elsewhere, and a password the command gets
+	// in DLOCK_PASSWORD, out of the URL.
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "ops", "on", ">s3cret", "~*", "&*", "+@all")
+	elsewhere := []string{"DLOCK_REDIS=redis://" + closedAddr(t)}
+	url := "redis://ops:s3cret@" + srv.Addr()
+	refused("--redis", nested(elsewhere, []string{"--redis", url}))
+	r := dlockRun(t, elsewhere, "--redis", url, "run", name, "--", helperBin, "printenv", "DLOCK_REDIS", "DLOCK_PASSWORD")
+	if want := "DLOCK_REDIS=redis://ops@" + srv.Addr() + "\nDLOCK_PASSWORD=s3cret\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("the command's environment: code %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, want)
+	}
+}
+
 // A script without a #! line is not run by a shell: code 126.
 func TestRunScriptWithoutInterpreterLine(t *testing.T) {
 	t.Parallel()
