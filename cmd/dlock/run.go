@@ -81,6 +81,12 @@ that Ctrl-C reaches it directly from the terminal, once, and the signals dlock
 passes on go to the command and every process it started (on Linux;
 elsewhere to the command alone).
 
+A suspended dlock refreshes nothing: one stopped (Ctrl-Z at a terminal, which
+stops the command too; SIGSTOP or SIGTSTP sent to dlock alone, which does not)
+for longer than --ttl loses the lock, and another run may obtain it while this
+command goes on, or goes on once resumed, until dlock, resumed, sees the loss
+(see below). Check DLOCK_FENCE where two holders must never act at once.
+
 If the lock is lost while the command runs (it was force-released, or Redis
 could not be reached to refresh it before its TTL ran out), dlock sends the
 command SIGTERM, then SIGKILL after --grace, and exits with code 74. Both go
