@@ -98,6 +98,7 @@ const exitHelp = `Exit codes:
   70       an unexpected failure
   73       run: the lock was not obtained (--no-wait, or --wait ran out)
   74       run: the lock was lost while the command ran; the command was stopped
+           (or, found lost only once it had exited, was not)
   When dlock exits with a code of its own it prints one line on stderr saying why.
 `
 

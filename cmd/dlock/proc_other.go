@@ -19,6 +19,7 @@ func termSize(*os.File) (cols, rows int)                     { return 0, 0 }
 func childAttr(bool) *syscall.SysProcAttr                    { return nil }
 func signalChild(p *os.Process, _ bool, sig os.Signal) error { return p.Signal(sig) }
 func groupAlive(int) bool                                    { return false }
+func processGone(int) bool                                   { return false }
 
 var (
 	termSignal os.Signal = os.Kill

@@ -63,6 +63,11 @@ func groupAlive(pgid int) bool {
 	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
 }
 
+// processGone reports whether process pid is gone: exited and reaped.
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
 // killSignal and termSignal are what run sends when the lock is lost.
 var (
 	termSignal os.Signal = syscall.SIGTERM

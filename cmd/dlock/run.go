@@ -99,6 +99,8 @@ outliving the command. The command gets SIGTERM only once the lock is gone
 (a refresh failed, or found it taken: a force release is seen at the next
 refresh), so another run may obtain it and start while this command is still
 in its --grace: check DLOCK_FENCE where two holders must never act at once.
+A loss seen only after the command exited by itself (dlock was suspended, say)
+stops nothing, and is code 74 too.
 
 If dlock itself is killed (SIGKILL, the OOM killer), on Linux the command gets
 SIGTERM, but nothing else does: the processes it started keep running, and
@@ -637,6 +639,15 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 			if lost = l.Err(); lost == nil {
 				continue
 			}
+			if hasExited(leader, pid) {
+				// The command exited by itself before the loss was seen
+				// (dlock was suspended, say): there is nothing to stop,
+				// and what it left running runs on, as after an exit with
+				// the lock held.
+				<-leader
+				lost, running = nil, false
+				continue
+			}
 			strays.grow(root)
 			fmt.Fprintf(a.stderr, "dlock: lock %s lost while the command ran (%s); sending SIGTERM to %s, SIGKILL in %v\n",
 				quote(name), lossReason(lost), whom(pid, ownGroup), o.grace)
@@ -666,17 +677,33 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	}
 	if lost = l.Err(); lost != nil {
 		// Lost as the command ended: by its local deadline, say, which
-		// Redis cannot confirm if it cannot be reached.
+		// Redis cannot confirm if it cannot be reached; or seen only once
+		// it had exited.
 		_ = a.release(l, name, true)
-		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(lost), describeStatus(cmd.ProcessState))
+		return fail(exitLost, "lock %s was found lost after the command exited (%s), and may have been lost while it ran; the command's status was %s", quote(name), lossReason(lost), describeStatus(cmd.ProcessState))
 	}
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
-		return fail(exitLost, "lock %s was lost before the command ended (%s); the command's status was %s", quote(name), lossReason(err), describeStatus(cmd.ProcessState))
+		return fail(exitLost, "lock %s was found lost after the command exited (%s), and may have been lost while it ran; the command's status was %s", quote(name), lossReason(err), describeStatus(cmd.ProcessState))
 	}
 	if code == 0 {
 		return nil
 	}
 	return exitCode(code)
+}
+
+// hasExited reports whether the command, pid, has exited: exited is
+// closed once its Wait returns; before, the command may be a zombie not
+// reaped yet (seen on Linux), or reaped by a Wait that has not returned.
+func hasExited(exited <-chan struct{}, pid int) bool {
+	select {
+	case <-exited:
+		return true
+	default:
+	}
+	if p, ok := procStat(pid); ok && p.zombie {
+		return true
+	}
+	return processGone(pid)
 }
 
 // groupPoll is how often run looks whether the command's process group

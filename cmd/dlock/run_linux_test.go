@@ -284,3 +284,58 @@ func TestFitFrameKeepsToTheTerminalsHeight(t *testing.T) {
 		t.Errorf("not a terminal: %q, want every line", got)
 	}
 }
+
+// A lock lost while dlock was suspended (SIGSTOP), during which the
+// command exited by itself, is seen only once dlock goes on: it stops
+// nothing, and says so. It sent SIGTERM to the exited command and said it
+// was stopped (exit code 0). The loss and the command's end are seen
+// together, in either order: a few runs try both.
+func TestRunLockLostAfterTheCommandExited(t *testing.T) {
+	t.Parallel()
+	for i := range 4 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+			c := libClient(t)
+			p := startDlock(t, nil, runArgs([]string{"--ttl", "1s"}, name, "signals", file, "0")...)
+			pid, err := strconv.Atoi(waitForLine(t, file, "ready ")[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.signal(t, syscall.SIGSTOP)
+			waitFor(t, "dlock to stop", func() bool { return procState(p.cmd.Process.Pid) == "T" })
+			if isFree(t, c, name) {
+				t.Fatal("the lock was lost before dlock stopped")
+			}
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			waitForLine(t, file, "got SIGTERM")
+			waitFor(t, "the lock to expire", func() bool { return isFree(t, c, name) })
+			p.signal(t, syscall.SIGCONT)
+			r := p.wait(t)
+			checkOneLine(t, r, exitLost, "lock '"+name+"' was found lost after the command exited (")
+			if !strings.HasSuffix(r.stderr, "and may have been lost while it ran; the command's status was exit code 0\n") {
+				t.Errorf("stderr %q does not give the command's own status", r.stderr)
+			}
+			if data, _ := os.ReadFile(file); strings.Count(string(data), "got ") != 1 {
+				t.Errorf("the command got more signals than the test's SIGTERM:\n%s", data)
+			}
+		})
+	}
+}
+
+// procState returns the state of process pid, as /proc/PID/stat gives it
+// ("R", "S", "T" for stopped, "Z"…), or "" when it is gone.
+func procState(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The state follows the command's name, which is in parentheses.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[0]
+}
