@@ -258,7 +258,8 @@ func unreachable(display string, err error) error {
 	// A connection closed at once is not: it hints at a server expecting
 	// TLS. (For sentinels, see sentinelError.)
 	// So is one busy or not ready for a while, which passes by itself.
-	e.down = hint == unknown && isNetError(err) || passing(err)
+	e.busy = passing(err)
+	e.down = hint == unknown && isNetError(err) || e.busy
 	return e
 }
 

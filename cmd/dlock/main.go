@@ -50,6 +50,7 @@ type exitError struct {
 	code int
 	msg  string
 	down bool // Redis could not be reached (see unreachable)
+	busy bool // down, as busy or not ready for a while (see passing)
 }
 
 func (e *exitError) Error() string { return e.msg }

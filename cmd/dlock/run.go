@@ -776,7 +776,11 @@ func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*c
 			return nil, begin, err
 		}
 		if !said && !o.quiet {
-			fmt.Fprintf(a.stderr, "dlock: waiting for %s — Redis unreachable; retrying for up to %s\n", quote(name), fmtDur(limit))
+			why := "Redis unreachable"
+			if ee.busy {
+				why = "Redis busy or not ready"
+			}
+			fmt.Fprintf(a.stderr, "dlock: waiting for %s — %s; retrying for up to %s\n", quote(name), why, fmtDur(limit))
 		}
 		t := time.NewTimer(min(connectRetry, left))
 		select {

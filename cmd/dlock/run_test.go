@@ -863,6 +863,9 @@ func TestRunWaitsForABusyRedis(t *testing.T) {
 	}
 	p := startDlock(t, env, runArgs(nil, lockName(t), "exit", "0")...)
 	waitFor(t, "the retrying line", func() bool { return strings.Contains(p.stderr.String(), "retrying for up to 30s") })
+	if !strings.Contains(p.stderr.String(), "Redis busy or not ready; retrying") {
+		t.Errorf("the retrying line does not say that Redis is busy (it said unreachable); stderr:\n%s", p.stderr.String())
+	}
 	end()
 	if r := p.wait(t); r.code != 0 {
 		t.Errorf("code %d once the script ended, want 0; stderr:\n%s", r.code, r.stderr)
