@@ -122,21 +122,21 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		if h.mode != mode {
 			return mismatch, ""
 		}
-		return m.rejoined(req, wait), req
+		return m.rejoined(req, mode, wait), req
 	}
 	if tok, h := m.recorder(req); h != nil { // the same re-entry again, its reply lost
 		if h.mode != mode {
 			return mismatch, ""
 		}
-		return m.rejoined(req, wait), tok
+		return m.rejoined(req, mode, wait), tok
 	}
 	if tok, h := m.ownedBy(owner, mode); h != nil {
 		h.count++
 		h.recs = append(h.recs, req)
-		return m.rejoined(req, wait), tok
+		return m.rejoined(req, mode, wait), tok
 	}
 	if m.blocked(req, mode, permits) {
-		if wait && m.kind == modelRW && (m.fair || mode == dlock.ModeWrite) && !m.waiting(req) {
+		if wait && m.kind == modelRW && (m.fair || mode == dlock.ModeWrite) && !m.waiting(req, mode) {
 			m.waiters = append(m.waiters, mWaiter{req, mode})
 			if m.enqueued == nil {
 				m.enqueued = map[string]bool{}
@@ -145,7 +145,7 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 		}
 		return refused, ""
 	}
-	m.dropWaiter(req)
+	m.dropWaiter(req, mode)
 	m.holds[req] = &mHold{mode: mode, owner: owner, count: 1, recs: []string{req}}
 	m.exists = true
 	if m.kind == modelSem {
@@ -156,9 +156,9 @@ func (m *model) attempt(req, mode, owner string, wait bool, permits int) (outcom
 
 // rejoined is the outcome of an attempt that joins a hold: a waiter takes
 // back the waiter it recorded.
-func (m *model) rejoined(req string, wait bool) outcome {
+func (m *model) rejoined(req, mode string, wait bool) outcome {
 	if wait {
-		m.dropWaiter(req)
+		m.dropWaiter(req, mode)
 	}
 	return rejoined
 }
@@ -173,7 +173,7 @@ func (m *model) blocked(req, mode string, permits int) bool {
 		}
 	}
 	for _, w := range m.waiters {
-		if w.req == req {
+		if w.req == req && w.mode == mode { // its own place: the server queues a request token in each mode apart
 			break
 		}
 		if w.mode == dlock.ModeWrite && (mode == dlock.ModeRead || m.fair) || m.fair && mode == dlock.ModeWrite {
@@ -183,12 +183,12 @@ func (m *model) blocked(req, mode string, permits int) bool {
 	return false
 }
 
-func (m *model) waiting(req string) bool {
-	return slices.ContainsFunc(m.waiters, func(w mWaiter) bool { return w.req == req })
+func (m *model) waiting(req, mode string) bool {
+	return slices.ContainsFunc(m.waiters, func(w mWaiter) bool { return w.req == req && w.mode == mode })
 }
 
-func (m *model) dropWaiter(req string) {
-	m.waiters = slices.DeleteFunc(m.waiters, func(w mWaiter) bool { return w.req == req })
+func (m *model) dropWaiter(req, mode string) {
+	m.waiters = slices.DeleteFunc(m.waiters, func(w mWaiter) bool { return w.req == req && w.mode == mode })
 }
 
 // recorder returns the hold that records the acquisition req, and its
@@ -209,7 +209,7 @@ func (m *model) recorder(req string) (string, *mHold) {
 // finds nothing of its own on a read/write lock with nothing live left
 // removes the name's keys.
 func (m *model) cleanup(req, mode string, sent bool) {
-	m.dropWaiter(req)
+	m.dropWaiter(req, mode)
 	for tok, h := range m.holds {
 		if i := slices.Index(h.recs, req); i >= 0 && h.mode == mode {
 			h.recs = slices.Delete(h.recs, i, i+1)
@@ -730,7 +730,7 @@ func (r *modelRun) expireWaiter() {
 	}
 	w := r.m.waiters[r.rng.IntN(len(r.m.waiters))]
 	r.e.srv.Do(r.t, "ZADD", "dlock:{"+r.name+"}:pending", "XX", "1", w.mode[:1]+w.req)
-	r.m.dropWaiter(w.req)
+	r.m.dropWaiter(w.req, w.mode)
 }
 
 func (r *modelRun) forceRelease() {
