@@ -2037,6 +2037,56 @@ func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
 	}
 }
 
+// A late copy of an acquire given up while another held the name takes
+// nothing when that hold has run out since, and its hash with it: a hold
+// kept for its minimum hold, one whose holder died, and one another holder
+// took and released since. The clean-up's record went with the hash, and
+// the copy took the name, for nobody, until its TTL.
+func TestALateCopyOfAnAcquireGivenUpOutlivesTheHoldItMet(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, how := range []string{"min hold", "holder died", "taken since"} {
+		t.Run(how, func(t *testing.T) {
+			name := "outlived-" + strings.ReplaceAll(how, " ", "-")
+			key := "dlock:{" + name + "}"
+			opts := []dlock.Option{dlock.WithTTL(100 * time.Millisecond)}
+			if how == "min hold" {
+				opts = []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMinHold(100 * time.Millisecond)}
+			}
+			l, err := e.c.TryLock(ctx, name, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "min hold" {
+				if err := l.Release(ctx); err != nil { // kept for the rest of its minimum hold
+					t.Fatal(err)
+				}
+			}
+			d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+			c := dlock.New(d)
+			defer c.Close()
+			if _, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute)); !errors.Is(err, errLostReply) {
+				t.Fatalf("err = %v, want the lost request's", err)
+			}
+			awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+			if how == "taken since" {
+				churn(ctx, t, e.c, name, 1)
+			}
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("late acquire replied %v, want a refusal", r[0])
+			}
+			if e.locked(t, key) {
+				t.Error("a late copy of an acquire given up holds the lock")
+			}
+			if l, err := e.c.TryLock(ctx, name); err != nil {
+				t.Errorf("TryLock after the late copy: %v", err)
+			} else if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 // churn takes and releases name n times with c, pushing the records of
 // earlier releases out of the few a lock's hash keeps (eight to ten).
 func churn(ctx context.Context, t *testing.T, c *dlock.Client, name string, n int, opts ...dlock.Option) {

@@ -93,6 +93,9 @@ end
 -- left[i] when it holds a request the waiting client left (see grant).
 -- forced_by[i] is the 'forced' record of KEYS[i] (see force_release).
 local marked, left, forced_by = {}, {}, {}
+-- carried[i] is the 'late' field a new hash of KEYS[i] takes from the key
+-- that kept it apart (see late_key).
+local carried = {}
 local grant = 'g:' .. waiter
 
 -- waits and leave_others serve a waiting client (waiter), and are made
@@ -155,7 +158,21 @@ for i = 1, n do
   if foreign(cur) then return wrongtype(i, i) end
   marked[i], left[i], forced_by[i] = cur[6], cur[8], cur[9]
   if not cur[1] then
-    if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
+    -- No hash: free, unless a clean-up kept its words apart as the hash
+    -- ran out (see late_key); one command for both while there is neither.
+    local lk = late_key(KEYS[i])
+    if redis.call('EXISTS', KEYS[i], lk) > 0 then
+      if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
+      local late = redis.pcall('GET', lk)
+      if type(late) == 'string' and lapse(late) >= math.floor(now() / 1000) then
+        if not given and listed(late, rel_word(req)) then
+          -- A late copy of a request cleaned up (see below).
+          return {0, redis.call('PTTL', lk), i}
+        end
+        -- The new hash keeps the words, for the holds after it.
+        carried[i] = late
+      end
+    end
   elseif cur[1] ~= 'lock' then
     return kind_error(i, KEYS[i], cur[1])
   elseif not given and (in_rel(cur, 11, rel_word(req)) or
@@ -217,6 +234,7 @@ for i = 1, n do
   else
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
       'meta', meta, 'fence', texts[i], 'since', since, 's', '')
+    if carried[i] then redis.call('HSET', k, 'late', carried[i]) end
     local refused = expire_or_drop(k, ttl)
     if refused then return refused end
   end

@@ -65,7 +65,17 @@ end
 -- times a second, where a late copy of its acquire can come 100 ms after
 -- it and more. Up to four words keep the field within a compact hash's 64
 -- bytes.
+-- A clean-up that finds the lock held by another keeps the words in the
+-- string k .. ':late' too (see late_key), for late_floor ms: that hold may
+-- run out first (a dead holder's, or one kept for its minimum hold), its
+-- hash with it, and a late copy of the acquire would then take the name.
 local late_floor, late_most = 2000, 64
+
+-- late_key returns the key that keeps the words of 'late' apart from lock
+-- hash k (see late_floor), in k's slot.
+local function late_key(k)
+  return k .. ':late'
+end
 
 -- lapse returns when the words of 'late' (see late_floor), read as late,
 -- may go: the server's clock in ms (0 for none).
