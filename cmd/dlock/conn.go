@@ -837,28 +837,16 @@ func (f *connFlags) applyTLS(t *target, getenv func(string) string) error {
 // any there), so that a dlock the command runs reaches the same Redis, and
 // the same locks, as run: the variables alone would send it elsewhere.
 // The settings that no flag gave pass on as they are, in env already.
-//
-// A password in --redis's URL goes to DLOCK_PASSWORD (and a
-// sentinel_password to DLOCK_SENTINEL_PASSWORD), out of the URL, unless
-// that variable holds another, which the command may use as it is.
-// An empty --prefix is DLOCK_NO_PREFIX=1, an empty DLOCK_PREFIX counting
-// as unset; files are given by absolute path, for a command that changes
-// directory.
+// --redis passes on as it was written, with any password in it: moved to
+// DLOCK_PASSWORD, a password would go to every other Redis a dlock there
+// names without one. An empty --prefix is DLOCK_NO_PREFIX=1, an empty
+// DLOCK_PREFIX counting as unset; files are given by absolute path, for a
+// command that changes directory.
 func (f *connFlags) childEnv(env []string) []string {
 	set := map[string]string{}
 	var unset []string
 	if f.url != "" {
-		u := f.url
-		pw, spw := passwords(u)
-		if pw != "" && movable(env, "DLOCK_PASSWORD", pw) {
-			set["DLOCK_PASSWORD"] = pw
-			u = stripPassword(u)
-		}
-		if spw != "" && movable(env, "DLOCK_SENTINEL_PASSWORD", spw) {
-			set["DLOCK_SENTINEL_PASSWORD"] = spw
-			u = stripSentinelPassword(u)
-		}
-		set["DLOCK_REDIS"] = u
+		set["DLOCK_REDIS"] = f.url
 	}
 	if f.prefixSet {
 		if f.prefix == "" {
@@ -901,86 +889,6 @@ func (f *connFlags) childEnv(env []string) []string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(set)) {
 		out = append(out, name+"="+set[name])
-	}
-	return out
-}
-
-// movable reports whether a password may go to the variable name of env:
-// it is unset or empty there, or holds that password already.
-func movable(env []string, name, pw string) bool {
-	for _, kv := range env {
-		if k, v, _ := strings.Cut(kv, "="); k == name && v != "" && v != pw {
-			return false
-		}
-	}
-	return true
-}
-
-// passwords returns the password of the user information of a URL that
-// parsed (see parseTarget), and its sentinel_password, decoded; "" for
-// those it has not (or has several of).
-func passwords(raw string) (pw, spw string) {
-	_, rest, _ := strings.Cut(raw, "://")
-	authority, tail := splitAuthority(rest)
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		if _, p, ok := strings.Cut(authority[:at], ":"); ok {
-			pw, _ = url.PathUnescape(p)
-		}
-	}
-	if _, query, ok := strings.Cut(tail, "?"); ok {
-		query, _, _ = strings.Cut(query, "#")
-		if vs := sentinelPasswords(query); len(vs) == 1 {
-			spw = vs[0]
-		}
-	}
-	return pw, spw
-}
-
-// sentinelPasswords returns the values of the sentinel_password
-// parameters of query, decoded.
-func sentinelPasswords(query string) []string {
-	var vs []string
-	for _, p := range strings.Split(query, "&") {
-		k, v, _ := strings.Cut(p, "=")
-		if key, err := url.QueryUnescape(k); err == nil && key == "sentinel_password" {
-			v, _ = url.QueryUnescape(v)
-			vs = append(vs, v)
-		}
-	}
-	return vs
-}
-
-// stripPassword removes the password from the user information of a URL
-// that parsed, and the user information when no user name is left.
-func stripPassword(raw string) string {
-	scheme, rest, _ := strings.Cut(raw, "://")
-	authority, tail := splitAuthority(rest)
-	at := strings.LastIndex(authority, "@")
-	user, _, _ := strings.Cut(authority[:at], ":")
-	if user != "" {
-		user += "@"
-	}
-	return scheme + "://" + user + authority[at+1:] + tail
-}
-
-// stripSentinelPassword removes the sentinel_password parameter from the
-// query of a URL that parsed, and the query when nothing is left of it.
-func stripSentinelPassword(raw string) string {
-	before, query, _ := strings.Cut(raw, "?")
-	query, frag, hasFrag := strings.Cut(query, "#")
-	var kept []string
-	for _, p := range strings.Split(query, "&") {
-		k, _, _ := strings.Cut(p, "=")
-		if key, err := url.QueryUnescape(k); err != nil || key != "sentinel_password" {
-			kept = append(kept, p)
-		}
-	}
-	out := before
-	if len(kept) > 0 {
-		out += "?" + strings.Join(kept, "&")
-	}
-	if hasFrag {
-		out += "#" + frag
 	}
 	return out
 }

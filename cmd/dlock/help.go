@@ -76,7 +76,8 @@ const envHelp = `Environment:
                            as the flags of the same names
   run sets DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE (0 for --shared and --semaphore)
   for the command it runs, and the variables above for the connection flags
-  given to it; the command gets the rest of dlock's environment as it is.
+  given to it (--redis as written, with any password in it); the command gets
+  the rest of dlock's environment as it is.
 `
 
 const exitHelp = `Exit codes:

@@ -83,7 +83,8 @@ elsewhere to the command alone).
 
 A suspended dlock refreshes nothing: one stopped (Ctrl-Z at a terminal, which
 stops the command too; SIGSTOP or SIGTSTP sent to dlock alone, which does not)
-for longer than --ttl loses the lock, and another run may obtain it while this
+for a good part of --ttl (its refresh comes every third of it) loses the lock,
+and another run may obtain it while this
 command goes on, or goes on once resumed, until dlock, resumed, sees the loss
 (see below). Check DLOCK_FENCE where two holders must never act at once.
 
@@ -100,7 +101,8 @@ outliving the command. The command gets SIGTERM only once the lock is gone
 refresh), so another run may obtain it and start while this command is still
 in its --grace: check DLOCK_FENCE where two holders must never act at once.
 A loss seen only after the command exited by itself (dlock was suspended, say)
-stops nothing, and is code 74 too.
+stops nothing (on Linux; elsewhere dlock may not see that it exited), and is
+code 74 too.
 
 If dlock itself is killed (SIGKILL, the OOM killer), on Linux the command gets
 SIGTERM, but nothing else does: the processes it started keep running, and
@@ -778,7 +780,7 @@ func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*c
 		if !said && !o.quiet {
 			why := "Redis unreachable"
 			if ee.busy {
-				why = "Redis busy or not ready"
+				why = "Redis busy or not ready" // as downWords says
 			}
 			fmt.Fprintf(a.stderr, "dlock: waiting for %s — %s; retrying for up to %s\n", quote(name), why, fmtDur(limit))
 		}

@@ -743,15 +743,16 @@ func TestRunNestedRunGetsTheConnectionFlags(t *testing.T) {
 	refused("run --prefix run:", nested([]string{"DLOCK_PREFIX=env:"}, nil, "--prefix", "run:"))
 	refused("--prefix ''", nested([]string{"DLOCK_PREFIX=env:"}, []string{"--prefix", ""}))
 
-	// --redis, with DLOCK_REDIS elsewhere, and a password the command gets
-	// in DLOCK_PASSWORD, out of the URL.
+	// --redis, with DLOCK_REDIS elsewhere, and a password that stays in the
+	// URL, for that Redis alone: in DLOCK_PASSWORD, a dlock there naming
+	// another Redis would send it there.
 	srv := redistest.Start(t)
 	srv.Do(t, "ACL", "SETUSER", "ops", "on", ">s3cret", "~*", "&*", "+@all")
 	elsewhere := []string{"DLOCK_REDIS=redis://" + closedAddr(t)}
 	url := "redis://ops:s3cret@" + srv.Addr()
 	refused("--redis", nested(elsewhere, []string{"--redis", url}))
 	r := dlockRun(t, elsewhere, "--redis", url, "run", name, "--", helperBin, "printenv", "DLOCK_REDIS", "DLOCK_PASSWORD")
-	if want := "DLOCK_REDIS=redis://ops@" + srv.Addr() + "\nDLOCK_PASSWORD=s3cret\n"; r.code != 0 || r.stdout != want {
+	if want := "DLOCK_REDIS=" + url + "\nDLOCK_PASSWORD=\n"; r.code != 0 || r.stdout != want {
 		t.Errorf("the command's environment: code %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, want)
 	}
 }
@@ -845,6 +846,37 @@ func TestRunWaitsForRedisToBeReachable(t *testing.T) {
 	redistest.ServeCutProxy(t, ln, strings.TrimPrefix(redisURL, "redis://"))
 	if r := p.wait(t); r.code != 0 {
 		t.Errorf("code %d once Redis answered, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestTheWaitingLineSaysRedisIsBusy: a wait under way that finds Redis
+// busy with another client's script says so, not that Redis is
+// unreachable.
+func TestTheWaitingLineSaysRedisIsBusy(t *testing.T) {
+	srv := redistest.Start(t)
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+	name := lockName(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	c := dlock.New(goredis.New(rdb))
+	defer c.Close()
+	l, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startDlock(t, env, runArgs([]string{"--wait", "20s"}, name, "exit", "0")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "held by") })
+	end := srv.Busy(t)
+	waitFor(t, "a line about the busy server", func() bool { return strings.Contains(p.stderr.String(), "BUSY") })
+	end()
+	if err := l.Release(context.Background()); err != nil {
+		t.Error(err)
+	}
+	r := p.wait(t)
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(line, "BUSY") && !strings.Contains(line, "Redis busy or not ready") {
+			t.Errorf("the waiting line does not say that Redis is busy: %q", line)
+		}
 	}
 }
 

@@ -19,7 +19,16 @@ const statusEvery = time.Second
 // reached for unreachableWait.
 type redisDown struct{ err error }
 
-func (r redisDown) Error() string { return "Redis unreachable: " + r.err.Error() }
+func (r redisDown) Error() string { return downWords(r.err) + ": " + r.err.Error() }
+
+// downWords says why Redis cannot be used for a while, as err shows: busy
+// or not ready (see passing), or unreachable.
+func downWords(err error) string {
+	if passing(err) {
+		return "Redis busy or not ready"
+	}
+	return "Redis unreachable"
+}
 
 // redisRefused is the cause of a wait given up at once because Redis
 // refused an attempt in a way that retrying cannot change (see hopeless).
@@ -223,7 +232,7 @@ func (w *waiter) status(ctx context.Context) (line, key string) {
 	rerr := w.lastErr
 	w.mu.Unlock()
 	if rerr != nil {
-		return fmt.Sprintf("waiting for %s — Redis unreachable (%v); retrying", quote(w.name), oneLine(libMsg(rerr))), "unreachable"
+		return fmt.Sprintf("waiting for %s — %s (%v); retrying", quote(w.name), downWords(rerr), oneLine(libMsg(rerr))), "unreachable"
 	}
 	ictx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
