@@ -17,7 +17,12 @@ import (
 // returns fn's error, with the loss (matching ErrLost) if the lock was lost
 // while fn ran: an error that matches both, and reads as both on one line
 // (once, when fn's error holds the loss, context.Cause of its context).
-// If fn panics, Do releases the lock and lets the panic go on.
+// If fn panics, Do releases the lock and lets the panic go on. A release
+// that no server answered in time (a stalled server), or that one refused
+// for a while (BUSY), goes on in the background, as the clean-up of a
+// failed acquisition does, for up to a minute (not for a lock obtained
+// WithToken or WithMinHold, which runs out with its TTL): Do returns its
+// error, and nobody need call Release again.
 //
 // opts are those of Lock; WithAutoRefresh is implied. A Do inside fn on
 // the same name waits for fn's own hold unless both have one owner
@@ -67,14 +72,24 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 			// caller that recovers the panic (net/http does) would leave
 			// the lock held and refreshed for good.
 			if err := l.releaseAfter(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; the lock expires with its TTL", "names", l.names, "err", err)
+				then := "the lock expires with its TTL"
+				if l.giveBackLater(err) {
+					then = "it is given back in the background"
+				}
+				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; "+then, "names", l.names, "err", err)
 			}
 		}
 	}()
 	err = fn(l.Context(ctx))
 	returned = true
 	lost := l.Err()
-	if rerr := l.releaseAfter(ctx); rerr != nil && lost == nil {
+	rerr := l.releaseAfter(ctx)
+	if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+		// Nobody can call Release again: a release that no server
+		// answered goes on in the background.
+		l.giveBackLater(rerr)
+	}
+	if rerr != nil && lost == nil {
 		// A release that finds the lock gone ends it as lost, which
 		// says so (ErrLost); a failed one says why.
 		lost = cmp.Or(l.Err(), rerr)

@@ -42,7 +42,6 @@ type lease struct {
 	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
 	relReturned bool          // that Release has returned: later ones report ErrNotHeld
 	letGo       bool          // Release was called: no longer refreshed, even if it failed
-	releasing   int           // Releases under way that were called before the deadline: the deadline passing meanwhile is no loss (see expireAt)
 	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed   error         // why the last Release failed, if it did
 	givenBack   bool          // the clean-up after a give-back that failed was answered (see giveBackNode)
@@ -275,13 +274,6 @@ func (s *lease) expireAt(background bool) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if s.releasing > 0 {
-		// Given up before its deadline, by a Release whose outcome is not
-		// in yet: it says whether the lock was released, or, if it fails,
-		// lets the deadline end the lock (see releaseOver).
-		s.mu.Unlock()
-		return false
-	}
 	capped, ending, failing, failedWith := s.capped, s.ending, s.failing, s.failedWith
 	s.mu.Unlock()
 	// The refreshes that failed may have extended its other names (the
@@ -434,29 +426,12 @@ func (s *lease) lose(err error, background bool) bool {
 
 // releaseFailed records that Release failed (err): the lease runs on to
 // its deadline, as a failed Release leaves it, unless a refresh found the
-// lock not held meanwhile (see endIfGoneAndNotReleased). timely is as for
-// releaseOver.
-func (s *lease) releaseFailed(err error, timely bool) {
+// lock not held meanwhile (see endIfGoneAndNotReleased).
+func (s *lease) releaseFailed(err error) {
 	s.mu.Lock()
 	s.relFailed = err
 	s.mu.Unlock()
-	s.releaseOver(timely)
 	s.endIfGoneAndNotReleased(false)
-}
-
-// releaseOver records that a Release has its outcome; timely is set when
-// it was called before the deadline (counted in releasing). A deadline
-// that passed while it ran, which did not end the lease then (see
-// expireAt), ends it now: the Release failed, and the lock may still be
-// held, past the time it was safe.
-func (s *lease) releaseOver(timely bool) {
-	if !timely {
-		return
-	}
-	s.mu.Lock()
-	s.releasing--
-	s.mu.Unlock()
-	s.expireIfDue()
 }
 
 // endIfGoneAndNotReleased ends the lease as lost once both a Release failed

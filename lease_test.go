@@ -869,6 +869,50 @@ func TestDo(t *testing.T) {
 	}
 }
 
+// TestADoWhoseReleaseNoServerAnswersGivesItBackLater: the release at the
+// end of Do that a stalled server does not answer in time (for a lock, a
+// write hold, a permit) goes on in the background: the name is free again
+// once the server answers, where it stayed taken for its TTL (a minute
+// here), as nobody can call Release again.
+func TestADoWhoseReleaseNoServerAnswersGivesItBackLater(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &unsentDriver{tapDriver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	for _, tc := range []struct {
+		name string
+		do   func(fn func(context.Context) error) error
+		try  func() (*dlock.Lock, error)
+	}{
+		{"lock", func(fn func(context.Context) error) error {
+			return c.Do(ctx, "stalled", fn, dlock.WithTTL(time.Minute))
+		},
+			func() (*dlock.Lock, error) { return e.c.TryLock(ctx, "stalled") }},
+		{"write hold", func(fn func(context.Context) error) error {
+			return c.RWMutex("stalled-rw").Do(ctx, fn, dlock.WithTTL(time.Minute))
+		}, func() (*dlock.Lock, error) { return e.c.RWMutex("stalled-rw").TryLock(ctx) }},
+		{"permit", func(fn func(context.Context) error) error {
+			return c.Semaphore("stalled-sem", 1).Do(ctx, fn, dlock.WithTTL(time.Minute))
+		}, func() (*dlock.Lock, error) { return e.c.Semaphore("stalled-sem", 1).TryAcquire(ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fn := func(context.Context) error {
+				d.unsent.Store(3) // the release, and the first two tries of its give-back
+				return nil
+			}
+			if err := tc.do(fn); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Do = %v, want the release's timeout", err)
+			}
+			var l *dlock.Lock
+			awaitCond(t, 15*time.Second, func() bool { l, _ = tc.try(); return l != nil })
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 // TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
 // run the function while holding what they obtained, return its error,
 // and give the hold back.
@@ -1179,14 +1223,13 @@ func TestAReleaseAfterTheLocksDeadlineReportsTheLoss(t *testing.T) {
 	}
 }
 
-// TestAReleaseWhoseReplyComesAfterTheDeadlineReleases: a Release called
-// before the lock's deadline, whose reply comes after it, released the
-// lock: it returns nil, and Err, Done and the End hook say released,
-// whether something watched the deadline (Done, Context, hooks arm a
-// timer) or not. With a timer, the deadline ended the lock as lost while
-// the Release was under way: Release returned nil and Err the loss. A
-// Release that fails so ends the lock as lost once it returns.
-func TestAReleaseWhoseReplyComesAfterTheDeadlineReleases(t *testing.T) {
+// TestAReleaseWhoseReplyComesAfterTheDeadlineReportsTheLoss: a Release
+// whose reply comes after the lock's deadline returns the loss, as Err
+// and the End hook say, whether something watched the deadline (Done,
+// Context, hooks arm a timer) or not. Its outcome depended on that: with a
+// timer, Release returned nil and Err the loss; without, both nil. One
+// whose request fails returns the loss joined with the failure.
+func TestAReleaseWhoseReplyComesAfterTheDeadlineReportsTheLoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -1231,14 +1274,10 @@ func TestAReleaseWhoseReplyComesAfterTheDeadlineReleases(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if tc.fails {
-				if err == nil || !errors.Is(l.Err(), dlock.ErrLost) || len(ended) != 1 || !errors.Is(ended[0], dlock.ErrLost) {
-					t.Errorf("failed Release: %v, Err = %v, End hook %v; want a failure, then the loss", err, l.Err(), ended)
-				}
-				return
-			}
-			if err != nil || l.Err() != nil || tc.watched && (len(ended) != 1 || ended[0] != nil) {
-				t.Errorf("Release = %v, Err = %v, End hook %v; want released (nil) everywhere", err, l.Err(), ended)
+			var se *dlock.ServerError
+			if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || errors.As(err, &se) != tc.fails ||
+				!errors.Is(l.Err(), dlock.ErrLost) || tc.watched && (len(ended) != 1 || !errors.Is(ended[0], dlock.ErrLost)) {
+				t.Errorf("Release = %v, Err = %v, End hook %v; want the loss everywhere (and the failure: %v)", err, l.Err(), ended, tc.fails)
 			}
 		})
 	}
@@ -1267,6 +1306,44 @@ func TestAFailedReleaseOfALostLockReportsTheLoss(t *testing.T) {
 	var se *dlock.ServerError
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || !errors.As(err, &se) || strings.Count(err.Error(), "dlock: ") != 1 {
 		t.Errorf("Release: %v; want the loss (ErrNotHeld, ErrLost) and the *ServerError, saying \"dlock: \" once", err)
+	}
+}
+
+// TestALockWhoseReleaseIsHeldBackEndsAtItsDeadline: a Release held back
+// in the client (no connection free, say) past the lock's deadline does
+// not keep the lock alive: once another client has taken the name, Err
+// reports the loss and the lock's Context is cancelled.
+func TestALockWhoseReleaseIsHeldBackEndsAtItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	taken := make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "release" {
+			<-taken
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "held-back", dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := l.Context(ctx)
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	other := e.newClient(t)
+	var o *dlock.Lock
+	awaitCond(t, 5*time.Second, func() bool { o, _ = other.TryLock(ctx, "held-back"); return o != nil })
+	errNow, workErr := l.Err(), work.Err()
+	close(taken)
+	if err := <-released; !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release = %v, want the loss", err)
+	}
+	if err := o.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if !errors.Is(errNow, dlock.ErrLost) || workErr == nil {
+		t.Errorf("another client holds the lock; Err = %v, Context.Err = %v; want the loss", errNow, workErr)
 	}
 }
 
@@ -1362,7 +1439,7 @@ func TestAReleaseThatFindsTheLockGoneReportsTheLoss(t *testing.T) {
 				if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrForceReleased) != force {
 					t.Errorf("%s, %s: %v; want ErrNotHeld and ErrLost (ErrForceReleased %v)", name, call, err, force)
 				}
-				if kind == "multi" && !strings.Contains(fmt.Sprint(err), "(1 of its 2 names)") {
+				if kind == "multi" && !strings.Contains(fmt.Sprint(err), "(1 of its 2 names gone)") {
 					// It said both names had gone.
 					t.Errorf("%s, %s: %v; want it to say that 1 of its 2 names had gone", name, call, err)
 				}

@@ -1037,6 +1037,21 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	return err
 }
 
+// giveBackLater gives the lock back in the background after a release
+// that failed with err before a server answered it (a timeout, or a
+// refusal that passes, such as BUSY) when nobody can call Release again
+// (Do's): the clean-up of its acquisition is sent until a server answers,
+// for up to a minute, as a failed acquire's is (see cleanupWithin). Not
+// for a lock whose token was given (WithToken), or one kept for a minimum
+// hold, which the clean-up would not keep: those run out with their TTL.
+// It reports whether the clean-up went on.
+func (l *Lock) giveBackLater(err error) bool {
+	if !(isTimeout(err) || sendLater(err)) || !l.ownReq || l.minHold > 0 {
+		return false
+	}
+	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false, nil) })
+}
+
 // freedAll reports whether the calls of a release or a clean-up freed
 // every name they were sent for: each answered that it missed none.
 func freedAll(calls []*Call) bool {
@@ -1086,17 +1101,17 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // frees all the same, but the work done under it may have outlived the time
 // it was safe (its End hooks and log see the loss, not a release); when the
 // request fails, its error is joined to the loss (the server may then keep
-// the name until its TTL). A Release called before the deadline decides how
-// the lock ends: the deadline passing while its request is under way is no
-// loss (Done, Err and the End hooks wait for its outcome), and if it fails,
-// the lock ends as lost when it returns, its deadline having passed. A lock
-// re-entered by its owner (WithOwner) is freed when every acquisition has
-// been released. One obtained WithMinHold stays taken, by nobody, until its
+// the name until its TTL). So does a Release whose reply comes after the
+// lock's deadline, as a Refresh does, even though it freed the name: Done
+// closes at the deadline whatever is under way, the lock ending as lost
+// then, and Release, Err and the End hooks say so alike. A lock re-entered
+// by its owner (WithOwner) is freed when every acquisition has been
+// released. One obtained WithMinHold stays taken, by nobody, until its
 // minimum hold has passed, when the Release that frees it comes sooner (a
-// Release sent again after that time reports ErrNotHeld, the kept hold
-// having run out and taken the record of the first with it). Done is closed
-// once Release returns without a Redis error (unless End hooks run on
-// another goroutine as the lock ends there: see Hooks.End). Release stops
+// Release sent again after that time reports ErrNotHeld, and ErrLost, the
+// kept hold having run out and taken the record of the first with it). Done
+// is closed once Release returns without a Redis error (unless End hooks run
+// on another goroutine as the lock ends there: see Hooks.End). Release stops
 // the automatic refreshing first, so a lock whose Release failed runs out
 // with its TTL, as a crashed holder's would; calling Release again frees it
 // sooner. A request that fails (a connection the server closed under it) is
@@ -1106,9 +1121,10 @@ func (l *Lock) releaseAfter(ctx context.Context) error {
 // counts as done (while the name keeps its record: an exclusive lock's last
 // eight releases or more, a read/write lock's or semaphore's last 64 or two
 // seconds'; after more releases of others came between, it reports
-// ErrNotHeld, the lock freed all the same), and so do Releases called at
-// once from several goroutines (each returns nil when the lock was freed);
-// only a Release called after one has returned reports ErrNotHeld for a lock
+// ErrNotHeld, and ErrLost, as dlock cannot tell it from a lock that expired,
+// the lock freed all the same), and so do Releases called at once from
+// several goroutines (each returns nil when the lock was freed); only a
+// Release called after one has returned reports ErrNotHeld for a lock
 // already released. A ctx that has already ended when Release is called
 // (that of a request a deferred Release belongs to, say) does not stop it:
 // Release then keeps ctx's values and gives itself up to 2 seconds, since a
@@ -1171,13 +1187,6 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	}
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.relFailed = nil
-	// Given up before its deadline: the deadline passing while the request
-	// is under way is not a loss, whether or not a timer watches it; the
-	// outcome says whether the lock was released.
-	timely := !released && l.started && !l.ending && time.Now().Before(l.deadline)
-	if timely {
-		l.releasing++
-	}
 	if l.relID == nil {
 		l.relID = newReleaseID()
 	}
@@ -1246,7 +1255,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	if gone > 0 {
 		var some string // how many of several names, when not all
 		if n := int64(len(l.names)); n > 1 && gone < n {
-			some = fmt.Sprintf(" (%d of its %d names)", gone, n)
+			some = fmt.Sprintf(" (%d of its %d names gone)", gone, n)
 		}
 		if forced {
 			e := forceReleased(l.describe())
@@ -1256,8 +1265,16 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 			err = cmp.Or(err, fmt.Errorf("%w: %s %s%s", ErrNotHeld, l.describe(), l.gone(), some))
 		}
 	}
+	if lost == nil && reportLoss {
+		// Ended as lost while it ran: its deadline passed before the
+		// reply came (Done closed then, whatever was under way; Err ends
+		// it now if no timer did). Release says so too, as Err does,
+		// though the server freed the name, as a Refresh whose reply
+		// comes too late does.
+		lost = l.Err()
+	}
 	if failed != nil {
-		l.releaseFailed(failed, timely)
+		l.releaseFailed(failed)
 		if lost != nil {
 			// The loss is the answer; the failure says the server may
 			// still have the name, until its TTL.
@@ -1265,11 +1282,6 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 				Errs: []error{lostNotHeld(lost), failed}}
 		}
 		return failed
-	}
-	if lost == nil && reportLoss {
-		// Ended as lost since it was called (its deadline passed just
-		// before the request went out): the loss is the answer then too.
-		lost = l.Err()
 	}
 	switch {
 	case lost == nil:

@@ -688,28 +688,30 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // of them did not answer and, with those released, a quorum would be (their
 // outcome is unknown: Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
-// that (and dlock.ErrLost: it was lost before its release, as Err then
-// says, unless an earlier Release had given it up). A Lock that had ended as lost before Release was called (Done
-// closed: its deadline passed without a refresh, a refresh found it gone,
-// WithMaxHold ended it) returns the loss Err reports, matching
-// dlock.ErrNotHeld and dlock.ErrLost (and dlock.ErrMaxHold when the max hold
-// ended it), whatever its nodes answer: those that still hold it (for the
-// drift allowance, say) give it back all the same, but the work done under
-// it may have outlived the time it was safe. A node that did not answer in
-// time, or that refused the release before running it for all that time
-// (BUSY with another client's script, NOREPLICAS; or its client library had
-// no connection free), is given the lock back in the background once it
-// answers (for up to a minute, or until the node's client is closed), or
-// keeps it until its TTL runs out there. A release that comes back after the
-// node timeout counts for the next Release. Done is closed once the first
-// Release returns; Err is then nil if that call released a quorum, else its
-// error (see Err), or the loss for a Lock lost before. Once Release has
-// returned nil or dlock.ErrNotHeld, later calls return dlock.ErrNotHeld (the
-// loss again, when that is what it returned), also those called at once with
-// it: Releases of one Lock run one after the other. A ctx that has already
-// ended when Release is called (that of a request a deferred Release belongs
-// to, say) does not stop it: Release then keeps ctx's values, each node's
-// request bounded by the node timeout.
+// that (and dlock.ErrLost: it was lost before its release, as Err then says,
+// unless an earlier Release had given it up). A Lock that had ended as lost
+// before Release was called (Done closed: its deadline passed without a
+// refresh, a refresh found it gone, WithMaxHold ended it) returns the loss
+// Err reports, matching dlock.ErrNotHeld and dlock.ErrLost (and
+// dlock.ErrMaxHold when the max hold ended it), whatever its nodes answer
+// (joined with a *NodeError for each node that did not release it then):
+// those that still hold it (for the drift allowance, say) give it back all
+// the same, but the work done under it may have outlived the time it was
+// safe; so does one called once the deadline has passed, though nothing had
+// seen it pass yet. A node that did not answer in time, or that refused the
+// release before running it for all that time (BUSY with another client's
+// script, NOREPLICAS; or its client library had no connection free), is
+// given the lock back in the background once it answers (for up to a minute,
+// or until the node's client is closed), or keeps it until its TTL runs out
+// there. A release that comes back after the node timeout counts for the
+// next Release. Done is closed once the first Release returns; Err is then
+// nil if that call released a quorum, else its error (see Err), or the loss
+// for a Lock lost before. Once Release has returned nil or dlock.ErrNotHeld,
+// later calls return dlock.ErrNotHeld (the loss again, when that is what it
+// returned), also those called at once with it: Releases of one Lock run one
+// after the other. A ctx that has already ended when Release is called (that
+// of a request a deferred Release belongs to, say) does not stop it: Release
+// then keeps ctx's values, each node's request bounded by the node timeout.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
@@ -721,6 +723,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
+	// A deadline passed that nothing has seen yet: lost before.
+	l.expireIfDue()
 	l.mu.Lock()
 	if l.settled {
 		out := l.relOut
@@ -777,6 +781,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		// The nodes that did not answer are given back in the background.
 		l.settled = true
 		err = friend.LostNotHeld(lostErr)
+		if slices.ContainsFunc(rd.errs, func(e error) bool { return e != nil }) {
+			// With a *NodeError for every node that did not release it
+			// now (not held there, or of unknown outcome).
+			err = errors.Join(err, l.failure(ctx, rd, "released", 0))
+		}
 	case freed >= l.r.quorum:
 		l.settled = true
 		if l.relFailed {

@@ -1814,6 +1814,60 @@ func TestAReleaseOfALockLostBeforeReportsTheLoss(t *testing.T) {
 	}
 }
 
+// A Release called just past the lock's deadline, before anything has
+// seen it pass (the nodes' ends are still being told to their hooks),
+// reports the loss, as one called after Err does: it returned nil, the
+// nodes still holding the lock.
+func TestAReleaseJustPastTheDeadlineReportsTheLoss(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLockerOf(t, srvs, func(_ int, d dlock.Driver) *dlock.Client {
+		return dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(dlock.HookInfo, time.Duration, error) {
+			time.Sleep(300 * time.Millisecond) // the node's end is told late
+		}}))
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "just-past", redlock.WithTTL(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range srvs {
+		srv.Do(t, "PEXPIRE", "dlock:{just-past}", "60000") // a slower clock there, say
+	}
+	time.Sleep(time.Until(l.Deadline()) + 5*time.Millisecond)
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release past the deadline: %v; want the loss", err)
+	}
+	if n := heldOn(t, srvs, "just-past"); n != 0 {
+		t.Errorf("%d nodes hold the lock after Release", n)
+	}
+}
+
+// A Release of a lock lost before it joins a *NodeError for each node that
+// did not release it then: one that had let it go, one that did not
+// answer in time (ErrNodeTimeout). It had none.
+func TestAReleaseOfALostLockSaysWhichNodesDidNotRelease(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return &slowDriver{Driver: d, script: "release", delay: 4 * testNodeTimeout, honour: true}
+		}
+		return d
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "which-nodes", redlock.WithTTL(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Do(t, "PEXPIRE", "dlock:{which-nodes}", "60000")
+	waitDone(t, l, 5*time.Second)
+	eventually(t, 5*time.Second, "the lock expired on nodes 1 and 2", func() bool { return heldOn(t, srvs, "which-nodes") == 1 })
+	err = l.Release(ctx)
+	var ne *redlock.NodeError
+	if !errors.Is(err, dlock.ErrLost) || !errors.As(err, &ne) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("Release: %v; want the loss, with a *NodeError for each node, node 0's matching ErrNodeTimeout", err)
+	}
+}
+
 // A node whose request ends at the node timeout with the driver's own
 // context error (a client that honours its context) says so as a node that
 // did not answer in time does: both match ErrNodeTimeout, in an acquisition
