@@ -209,7 +209,7 @@ func (c *Client) Prefix() string {
 // lock. Every call that takes a name refuses (ErrInvalidName) one that starts
 // with '}' and has no tag of its own, and one with a tag that ends in a
 // suffix of the other keys of a lock (":fence", ":waiters", ":holds",
-// ":pending", ":queue" or ":released"): "{x}:fence" would be a key of the
+// ":pending", ":queue", ":released" or ":late"): "{x}:fence" would be a key of the
 // lock "{x}".
 func (c *Client) RedisKey(name string) string {
 	c.made()
@@ -236,7 +236,7 @@ func (c *Client) lockKeys(name string) (key, waiters, fence string) {
 
 // keySuffixes are the endings of the keys a name's lock keeps beside its
 // RedisKey (see lockKeys, describeKeys, RWMutex and Semaphore).
-var keySuffixes = [...]string{":fence", ":waiters", ":holds", ":pending", ":queue", ":released"}
+var keySuffixes = [...]string{":fence", ":waiters", ":holds", ":pending", ":queue", ":released", ":late"}
 
 // checkName validates a lock name. A name with a hash tag of its own is its
 // RedisKey less the prefix, so one that ends like the other keys of a lock

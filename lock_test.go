@@ -1126,6 +1126,7 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"empty name", func() error { _, err := e.c.TryLock(ctx, ""); return err }, dlock.ErrEmptyName},
 		{"name starting with }", func() error { _, err := e.c.TryLock(ctx, "}x"); return err }, dlock.ErrInvalidName},
 		{"name of another lock's fence counter", func() error { _, err := e.c.TryLock(ctx, "{x}:fence"); return err }, dlock.ErrInvalidName},
+		{"name of another lock's late record", func() error { _, err := e.c.TryLock(ctx, "{x}:late"); return err }, dlock.ErrInvalidName},
 		{"name of another lock's waiter set in multi", func() error {
 			_, err := e.c.TryLockMulti(ctx, []string{"a", "{a}:waiters"})
 			return err
@@ -2084,6 +2085,135 @@ func TestALateCopyOfAnAcquireGivenUpOutlivesTheHoldItMet(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// The same when the hold that ran out was taken after the clean-up (which
+// found no hash and left a free one with its record): the record went
+// with that hold's hash.
+func TestALateCopyOfAnAcquireGivenUpOutlivesAHoldTakenAfterIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, how := range []string{"holder died", "min hold"} {
+		t.Run(how, func(t *testing.T) {
+			name := "after-" + how
+			key := "dlock:{" + name + "}"
+			d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+			c := dlock.New(d)
+			defer c.Close()
+			// The acquire is held back (never sent): the clean-up finds no
+			// hash and leaves a free one, with the word in 'rel' and 'late'.
+			if _, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute)); !errors.Is(err, errLostReply) {
+				t.Fatalf("err = %v, want the lost request's", err)
+			}
+			if late := e.srv.Do(t, "HGET", key, "late"); late == "" || late == "(nil)" {
+				t.Fatalf("no late record after the clean-up: %q", late)
+			}
+			// Another holder takes the free hash, and its hold runs out.
+			opts := []dlock.Option{dlock.WithTTL(100 * time.Millisecond)}
+			if how == "min hold" {
+				opts = []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMinHold(100 * time.Millisecond)}
+			}
+			l, err := e.c.TryLock(ctx, name, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "min hold" {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("late acquire replied %v, want a refusal", r[0])
+			}
+			if e.locked(t, key) {
+				t.Errorf("a late copy of an acquire given up holds the lock (pttl %s)", e.srv.Do(t, "PTTL", key))
+			}
+		})
+	}
+}
+
+// The same for a re-entry (WithOwner) cleaned up: when the owner's hold
+// ran out, its late copy took the name afresh, for nobody.
+func TestALateCopyOfAReentryGivenUpOutlivesItsOwnersHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, how := range []string{"holder died", "min hold"} {
+		t.Run(how, func(t *testing.T) {
+			name := "reentry-" + how
+			key := "dlock:{" + name + "}"
+			first := []dlock.Option{dlock.WithOwner("o"), dlock.WithTTL(150 * time.Millisecond)}
+			again := []dlock.Option{dlock.WithOwner("o"), dlock.WithTTL(150 * time.Millisecond)}
+			if how == "min hold" {
+				first = []dlock.Option{dlock.WithOwner("o"), dlock.WithTTL(time.Minute), dlock.WithMinHold(150 * time.Millisecond)}
+				again = []dlock.Option{dlock.WithOwner("o"), dlock.WithTTL(time.Minute)}
+			}
+			l, err := e.c.TryLock(ctx, name, first...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tap := e.newDriver(t)
+			d := &copyingDriver{Driver: tap}
+			c := dlock.New(d)
+			defer c.Close()
+			tap.loseReplies(1) // the re-entry runs, its reply is lost: cleaned up
+			if _, err := c.TryLock(ctx, name, again...); !errors.Is(err, errLostReply) {
+				t.Fatalf("err = %v, want the lost request's", err)
+			}
+			if n := e.srv.Do(t, "HGET", key, "count"); n != "1" {
+				t.Fatalf("count = %s after the clean-up, want 1", n)
+			}
+			if how == "min hold" {
+				if err := l.Release(ctx); err != nil { // kept for the rest of its min hold
+					t.Fatal(err)
+				}
+			}
+			awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("late copy of the re-entry replied %v, want a refusal", r[0])
+			}
+			if e.locked(t, key) {
+				t.Errorf("a late copy of a re-entry cleaned up holds the lock (owner %s, pttl %s)",
+					e.srv.Do(t, "HGET", key, "owner"), e.srv.Do(t, "PTTL", key))
+			}
+		})
+	}
+}
+
+// The same when a Release of a lock that had expired, finding no hash,
+// made a free one without the record: the copy took the free name.
+func TestALateCopyOfAnAcquireGivenUpOutlivesAFreeHashMadeAnew(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	name := "free-anew"
+	key := "dlock:{" + name + "}"
+	old, err := e.c.TryLock(ctx, name, dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+	if _, err := e.c.TryLock(ctx, name, dlock.WithTTL(300*time.Millisecond)); err != nil { // dies
+		t.Fatal(err)
+	}
+	d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
+	c := dlock.New(d)
+	defer c.Close()
+	if _, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute)); !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v, want the lost request's", err)
+	}
+	if !e.exists(t, key+":late") {
+		t.Fatal("no late key")
+	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+	if err := old.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release of the expired lock = %v", err)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Errorf("late acquire replied %v, want a refusal", r[0])
+	}
+	if e.locked(t, key) {
+		t.Error("a late copy of an acquire given up holds the lock")
 	}
 }
 

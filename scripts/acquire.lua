@@ -93,9 +93,6 @@ end
 -- left[i] when it holds a request the waiting client left (see grant).
 -- forced_by[i] is the 'forced' record of KEYS[i] (see force_release).
 local marked, left, forced_by = {}, {}, {}
--- carried[i] is the 'late' field a new hash of KEYS[i] takes from the key
--- that kept it apart (see late_key).
-local carried = {}
 local grant = 'g:' .. waiter
 
 -- waits and leave_others serve a waiting client (waiter), and are made
@@ -160,17 +157,11 @@ for i = 1, n do
   if not cur[1] then
     -- No hash: free, unless a clean-up kept its words apart as the hash
     -- ran out (see late_key); one command for both while there is neither.
-    local lk = late_key(KEYS[i])
-    if redis.call('EXISTS', KEYS[i], lk) > 0 then
+    if redis.call('EXISTS', KEYS[i], late_key(KEYS[i])) > 0 then
       if redis.call('EXISTS', KEYS[i]) == 1 then return wrongtype(i, i) end
-      local late = redis.pcall('GET', lk)
-      if type(late) == 'string' and lapse(late) >= math.floor(now() / 1000) then
-        if not given and listed(late, rel_word(req)) then
-          -- A late copy of a request cleaned up (see below).
-          return {0, redis.call('PTTL', lk), i}
-        end
-        -- The new hash keeps the words, for the holds after it.
-        carried[i] = late
+      if not given and late_for(KEYS[i], rel_word(req)) then
+        -- A late copy of a request cleaned up (see below).
+        return {0, redis.call('PTTL', late_key(KEYS[i])), i}
       end
     end
   elseif cur[1] ~= 'lock' then
@@ -183,6 +174,12 @@ for i = 1, n do
     -- force release ended, for two seconds (see force_release): a caller
     -- that still waits (for a grant whose notice it missed) takes the
     -- lock once they are up.
+    return {0, redis.call('PTTL', KEYS[i]), i}
+  elseif (not cur[2] or cur[2] == '' or owner ~= '' and cur[4] == owner and cur[3] ~= req and cur[7] ~= cur[2]) and
+      not given and late_for(KEYS[i], rel_word(req)) then
+    -- A late copy of a request cleaned up, which would take the free
+    -- name or join its owner's hold, the hash's own record gone with an
+    -- earlier hash (see late_key).
     return {0, redis.call('PTTL', KEYS[i]), i}
   elseif not cur[2] or cur[2] == '' then
     state[i], last[i] = 'free', tonumber(cur[5])
@@ -234,7 +231,6 @@ for i = 1, n do
   else
     redis.call('HSET', k, 'kind', 'lock', 'token', token, 'req', req, 'owner', owner, 'count', '1',
       'meta', meta, 'fence', texts[i], 'since', since, 's', '')
-    if carried[i] then redis.call('HSET', k, 'late', carried[i]) end
     local refused = expire_or_drop(k, ttl)
     if refused then return refused end
   end

@@ -65,10 +65,12 @@ end
 -- times a second, where a late copy of its acquire can come 100 ms after
 -- it and more. Up to four words keep the field within a compact hash's 64
 -- bytes.
--- A clean-up that finds the lock held by another keeps the words in the
--- string k .. ':late' too (see late_key), for late_floor ms: that hold may
--- run out first (a dead holder's, or one kept for its minimum hold), its
--- hash with it, and a late copy of the acquire would then take the name.
+-- A clean-up keeps its word in the string k .. ':late' too (see
+-- late_key), for late_floor ms: the hash may run out before a late copy
+-- of the acquire comes (a dead holder's hold, one kept for its minimum
+-- hold), taking 'late' with it, or be made anew without it (by a release
+-- that finds no key, or an older dlock). An acquire that could take or
+-- join the name (no hash, a free one, its owner's hold) reads it.
 local late_floor, late_most = 2000, 64
 
 -- late_key returns the key that keeps the words of 'late' apart from lock
@@ -98,6 +100,26 @@ local function late_add(late, word, now)
   end
   if not has then words[#words + 1] = word end
   return string.format('%.0f', now + late_floor) .. ' ' .. table.concat(words, ' ', math.max(1, #words - late_most + 1))
+end
+
+-- keep_late adds word to the late key of lock hash k (see late_key), kept
+-- late_floor ms from now (ms), unless that key holds data dlock did not
+-- write.
+local function keep_late(k, word, now)
+  local lk = late_key(k)
+  local old = redis.pcall('GET', lk)
+  if not old or (type(old) == 'string' and string.match(old, '^%d+ ')) then
+    redis.pcall('SET', lk, late_add(old, word, now), 'PX', late_floor)
+  end
+end
+
+-- late_for returns whether the late key of lock hash k lists word (an
+-- acquisition cleaned up of late, see late_key), and its value when it is
+-- there (it expires with the time of its words: no clock to read).
+local function late_for(k, word)
+  local late = redis.pcall('GET', late_key(k))
+  if type(late) ~= 'string' then return false, nil end
+  return listed(late, word), late
 end
 
 -- unlisted returns list without word.

@@ -36,9 +36,9 @@
 -- connection since closed) then takes nothing (see acquire), where it would
 -- have held the name, for nobody, until its TTL. A clean-up leaves it in
 -- 'late' as well, where it stays two seconds from the last clean-up (the
--- last 64), however often the name is released meanwhile, and, when the
--- lock is held by another, in a key of its own for those two seconds, as
--- that hold may run out first (see late_floor). Returns the number of keys
+-- last 64), however often the name is released meanwhile, and in a key of
+-- its own for those two seconds, as the hash may run out first (see
+-- late_key). Returns the number of keys
 -- that were not held by the acquisition, negated when ForceRelease ended
 -- its hold on any of them (see forced).
 local req, id, asked, only = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
@@ -131,6 +131,11 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
+  if ends and id == '' then
+    -- A clean-up: its word is kept apart too, whatever it finds (see
+    -- late_key). At maxmemory, refused as the first write, it is not.
+    keep_late(k, rel_word(req), math.floor(clock_us(redis.call('TIME')) / 1000))
+  end
   local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
@@ -153,20 +158,7 @@ for i = 1, n do
       if cur then
         -- A free hash's minute may be almost over: it is made to last a
         -- minute from now, for the record (PEXPIRE first: see below).
-        if not cur[2] or cur[2] == '' then
-          redis.pcall('PEXPIRE', k, '60000')
-        elseif id == '' then
-          -- Held by another, whose hold may run out before a late copy
-          -- of the acquire comes: the clean-up's word is kept apart too
-          -- (see late_key), unless that key holds data dlock did not
-          -- write.
-          local lk = late_key(k)
-          local old = redis.pcall('GET', lk)
-          if not old or (type(old) == 'string' and string.match(old, '^%d+ ')) then
-            local now = math.floor(clock_us(redis.call('TIME')) / 1000)
-            redis.pcall('SET', lk, late_add(old, rel_word(req), now), 'PX', late_floor)
-          end
-        end
+        if not cur[2] or cur[2] == '' then redis.pcall('PEXPIRE', k, '60000') end
         local rec = record(cur, false)
         if #rec > 0 then redis.pcall('HSET', k, unpack(rec)) end
       elseif redis.call('EXISTS', k) == 0 and type(redis.pcall('HSET', k, 'kind', 'lock', 'token', '', 'req', '',
