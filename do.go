@@ -83,8 +83,11 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	err = fn(l.Context(ctx))
 	returned = true
 	lost := l.Err()
-	rerr := l.releaseAfter(ctx)
-	if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+	// Not reporting a loss that came after fn returned (a reply that came
+	// after the deadline, of a release sent before it): fn's work was
+	// done in time.
+	rerr := l.releaseAfterReporting(ctx, false)
+	if rerr != nil {
 		// Nobody can call Release again: a release that no server
 		// answered goes on in the background.
 		l.giveBackLater(rerr)

@@ -913,6 +913,55 @@ func TestADoWhoseReleaseNoServerAnswersGivesItBackLater(t *testing.T) {
 	}
 }
 
+// TestADoWhoseReleaseReplyComesLateReturnsNil: fn returns well before the
+// lock's deadline, and the reply of the release that frees the name comes
+// after it: Do returns fn's nil, as the lock was not lost while fn ran (a
+// Release would return the loss).
+func TestADoWhoseReleaseReplyComesLateReturnsNil(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if calls[0].Script.Name == "release" {
+			time.Sleep(400 * time.Millisecond)
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	if err := c.Do(ctx, "do-late-reply", func(context.Context) error { return nil }, dlock.WithTTL(300*time.Millisecond)); err != nil {
+		t.Errorf("Do = %v; fn returned nil well before the deadline, and the name was freed", err)
+	}
+	if e.locked(t, "dlock:{do-late-reply}") {
+		t.Error("still held")
+	}
+}
+
+// TestADoGivenBackLaterEndsReleased: a lock whose final release Do gave
+// back in the background before its deadline ends released, not lost at
+// its deadline: its End hook says so.
+func TestADoGivenBackLaterEndsReleased(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &unsentDriver{tapDriver: e.newDriver(t)}
+	ended := make(chan error, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+	defer c.Close()
+	err := c.Do(ctx, "do-given-back", func(context.Context) error {
+		d.unsent.Store(1) // the release only
+		return nil
+	}, dlock.WithTTL(time.Second))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want the release's timeout", err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("End hook reports %v for a lock that Do gave back", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("End hook never called")
+	}
+}
+
 // TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
 // run the function while holding what they obtained, return its error,
 // and give the hold back.

@@ -1049,7 +1049,13 @@ func (l *Lock) giveBackLater(err error) bool {
 	if !(isTimeout(err) || sendLater(err)) || !l.ownReq || l.minHold > 0 {
 		return false
 	}
-	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false, nil) })
+	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
+		l.cleanupWithin(ctx, false, func(calls []*Call) {
+			if freedAll(calls) && time.Now().Before(l.Deadline()) {
+				l.end(nil) // given back in time: released, not lost
+			}
+		})
+	})
 }
 
 // freedAll reports whether the calls of a release or a clean-up freed
@@ -1084,10 +1090,17 @@ const cleanupTimeout = 2 * time.Second
 
 // releaseAfter releases the lock once ctx may have ended: on a context that
 // outlives ctx's cancellation, bounded by cleanupTimeout.
-func (l *Lock) releaseAfter(ctx context.Context) error {
+func (l *Lock) releaseAfter(ctx context.Context) error { return l.releaseAfterReporting(ctx, true) }
+
+// releaseAfterReporting is releaseAfter, reporting a loss as
+// releaseReporting does.
+func (l *Lock) releaseAfterReporting(ctx context.Context, reportLoss bool) error {
+	if l == nil {
+		panic("dlock: Release of a nil *Lock")
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	return l.Release(ctx)
+	return l.releaseReporting(ctx, reportLoss)
 }
 
 // Release gives the lock up. It returns ErrNotHeld if Redis no longer had
