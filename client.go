@@ -235,7 +235,8 @@ func (c *Client) lockKeys(name string) (key, waiters, fence string) {
 }
 
 // keySuffixes are the endings of the keys a name's lock keeps beside its
-// RedisKey (see lockKeys, describeKeys, RWMutex and Semaphore).
+// RedisKey (see lockKeys, describeKeys, RWMutex and Semaphore; ":late" is
+// the clean-ups' record, see late_key in scripts/held.lua).
 var keySuffixes = [...]string{":fence", ":waiters", ":holds", ":pending", ":queue", ":released", ":late"}
 
 // checkName validates a lock name. A name with a hash tag of its own is its

@@ -22,7 +22,10 @@ import (
 // for a while (BUSY), goes on in the background, as the clean-up of a
 // failed acquisition does, for up to a minute (not for a lock obtained
 // WithToken or WithMinHold, which runs out with its TTL): Do returns its
-// error, and nobody need call Release again.
+// error, and nobody need call Release again. A release sent after fn
+// returned whose reply comes after the lock's deadline is no loss for Do,
+// which returns fn's error, though the lock's End hooks (and metrics) may
+// count it lost: they saw the deadline pass first.
 //
 // opts are those of Lock; WithAutoRefresh is implied. A Do inside fn on
 // the same name waits for fn's own hold unless both have one owner

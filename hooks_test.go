@@ -885,6 +885,23 @@ func TestAHookPanicOnDlocksOwnGoroutinesIsLogged(t *testing.T) {
 			t.Errorf("Err = %v, want ErrLost", l.Err())
 		}
 	})
+	t.Run("End of a lock Do gave back in the background", func(t *testing.T) {
+		d := &unsentDriver{tapDriver: e.newDriver(t)}
+		c := dlock.New(d, dlock.WithLogger(slog.New(logged)), dlock.WithHooks(dlock.Hooks{
+			End: func(dlock.HookInfo, time.Duration, error) { boom() },
+		}))
+		t.Cleanup(func() { _ = c.Close() })
+		err := c.Do(ctx, "panicky-given-back", func(context.Context) error {
+			d.unsent.Store(1) // the release only: given back in the background
+			return nil
+		}, dlock.WithTTL(5*time.Second))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do = %v, want the release's timeout", err)
+		}
+		if hook := <-logged; hook != "End" {
+			t.Errorf("logged a panic of %q, want End", hook)
+		}
+	})
 	t.Run("End of a lock the watchdog found lost", func(t *testing.T) {
 		refreshes, gaveBack := make(chan string, 16), make(chan struct{})
 		var once sync.Once

@@ -245,6 +245,43 @@ func TestALateCopyOfAForceReleasedLocksAcquireTakesNothing(t *testing.T) {
 	}
 }
 
+// A late copy of the acquire of a lock that ForceRelease ended takes
+// nothing, also once a hold taken since has run out, its hash with the
+// record: it took the name back with the ended Lock's token, whose next
+// Refresh then succeeded, never telling it that another held the name.
+func TestALateCopyOfAForceReleasedAcquireOutlivesAHoldTakenAfterIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, after := range []string{"none", "holder died"} {
+		t.Run(after, func(t *testing.T) {
+			name := "forced-then-" + strings.ReplaceAll(after, " ", "-")
+			key := "dlock:{" + name + "}"
+			d := &copyingDriver{Driver: e.newDriver(t)} // keeps a copy of the acquire
+			c := dlock.New(d)
+			defer c.Close()
+			l, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.ForceRelease(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			if after == "holder died" {
+				if _, err := e.c.TryLock(ctx, name, dlock.WithTTL(100*time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+				awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+			}
+			if r := d.sendCopies(t); !refusal(r[0]) {
+				t.Errorf("a late copy of the force-released acquire replied %v, want a refusal", r[0])
+			}
+			if err := l.Refresh(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("the force-released Lock's Refresh after the copy: %v, want ErrNotHeld", err)
+			}
+		})
+	}
+}
+
 // Read and write holds and permits that ForceRelease ended say so too,
 // whichever call finds them gone; a hold that expired does not.
 func TestAForceReleasedHoldSaysSo(t *testing.T) {

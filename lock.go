@@ -1052,7 +1052,9 @@ func (l *Lock) giveBackLater(err error) bool {
 	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
 		l.cleanupWithin(ctx, false, func(calls []*Call) {
 			if freedAll(calls) && time.Now().Before(l.Deadline()) {
-				l.end(nil) // given back in time: released, not lost
+				// Given back in time: released, not lost. On the client's
+				// own goroutine: an End hook's panic is logged.
+				l.endBy(nil, true)
 			}
 		})
 	})

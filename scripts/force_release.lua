@@ -32,7 +32,12 @@ if kind == 'lock' then
   local f = redis.call('HMGET', KEYS[1], 'token', 'req', 'fence', 'w', 'forced', 'late', unpack(rel_fields))
   local token, words = f[1] or '', {}
   local late = f[6]
-  if f[2] and f[2] ~= '' then late = late_add(late, rel_word(f[2]), clock()) end
+  if f[2] and f[2] ~= '' then
+    late = late_add(late, rel_word(f[2]), clock())
+    -- Apart too, as a clean-up's (see late_key): the hash of the next
+    -- holder may run out before a late copy of that acquire comes.
+    keep_late(KEYS[1], rel_word(f[2]), clock())
+  end
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end
   words[#words + 1] = token

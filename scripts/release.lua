@@ -131,11 +131,6 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 for i = 1, n do
   local k = KEYS[i]
-  if ends and id == '' then
-    -- A clean-up: its word is kept apart too, whatever it finds (see
-    -- late_key). At maxmemory, refused as the first write, it is not.
-    keep_late(k, rel_word(req), math.floor(clock_us(redis.call('TIME')) / 1000))
-  end
   local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
@@ -194,6 +189,13 @@ for i = 1, n do
       redis.call('PEXPIRE', k, '60000')
       redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', unpack(rel))
     end
+  end
+  if ends and id == '' then
+    -- A clean-up: its word is kept apart too, whatever it found (see
+    -- late_key). After the path's own writes: at maxmemory by EVALSHA,
+    -- it runs once one of them has (see above), and as the script's first
+    -- it would be refused, and stop the writes after it that add memory.
+    keep_late(k, rel_word(req), math.floor(clock_us(redis.call('TIME')) / 1000))
   end
 end
 if ended_by_force then return -missing end
