@@ -66,7 +66,8 @@ end
 -- it and more. Up to four words keep the field within a compact hash's 64
 -- bytes.
 -- A clean-up keeps its word in the string k .. ':late' too (see
--- late_key), for late_floor ms: the hash may run out before a late copy
+-- late_key), for late_floor ms (and so does a force release, for the first
+-- acquisition of the hold it ended): the hash may run out before a late copy
 -- of the acquire comes (a dead holder's hold, one kept for its minimum
 -- hold), taking 'late' with it, or be made anew without it (by a release
 -- that finds no key, or an older dlock). An acquire that could take or

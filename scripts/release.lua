@@ -192,9 +192,9 @@ for i = 1, n do
   end
   if ends and id == '' then
     -- A clean-up: its word is kept apart too, whatever it found (see
-    -- late_key). After the path's own writes: at maxmemory by EVALSHA,
-    -- it runs once one of them has (see above), and as the script's first
-    -- it would be refused, and stop the writes after it that add memory.
+    -- late_key). After the path's own writes: at maxmemory by EVALSHA, a
+    -- write that may add memory runs only once the script has written
+    -- (see above), so as the script's first it would be refused.
     keep_late(k, rel_word(req), math.floor(clock_us(redis.call('TIME')) / 1000))
   end
 end
