@@ -2038,6 +2038,27 @@ func TestALateCopyOfAnAcquireGivenUpTakesNothing(t *testing.T) {
 	}
 }
 
+// holdThatRunsOut takes name with e's client for a hold that runs out in
+// 100ms: one whose holder dies, or, with minHold, one released at once and
+// kept for the rest of its minimum hold.
+func holdThatRunsOut(t *testing.T, e *env, name string, minHold bool) {
+	t.Helper()
+	ctx := context.Background()
+	opts := []dlock.Option{dlock.WithTTL(100 * time.Millisecond)}
+	if minHold {
+		opts = []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMinHold(100 * time.Millisecond)}
+	}
+	l, err := e.c.TryLock(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if minHold {
+		if err := l.Release(ctx); err != nil { // kept for the rest of its minimum hold
+			t.Fatal(err)
+		}
+	}
+}
+
 // A late copy of an acquire given up while another held the name takes
 // nothing when that hold has run out since, and its hash with it: a hold
 // kept for its minimum hold, one whose holder died, and one another holder
@@ -2050,19 +2071,7 @@ func TestALateCopyOfAnAcquireGivenUpOutlivesTheHoldItMet(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			name := "outlived-" + strings.ReplaceAll(how, " ", "-")
 			key := "dlock:{" + name + "}"
-			opts := []dlock.Option{dlock.WithTTL(100 * time.Millisecond)}
-			if how == "min hold" {
-				opts = []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMinHold(100 * time.Millisecond)}
-			}
-			l, err := e.c.TryLock(ctx, name, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if how == "min hold" {
-				if err := l.Release(ctx); err != nil { // kept for the rest of its minimum hold
-					t.Fatal(err)
-				}
-			}
+			holdThatRunsOut(t, e, name, how == "min hold")
 			d := &copyingDriver{Driver: e.newDriver(t), holdBack: true}
 			c := dlock.New(d)
 			defer c.Close()
@@ -2110,19 +2119,7 @@ func TestALateCopyOfAnAcquireGivenUpOutlivesAHoldTakenAfterIt(t *testing.T) {
 				t.Fatalf("no late record after the clean-up: %q", late)
 			}
 			// Another holder takes the free hash, and its hold runs out.
-			opts := []dlock.Option{dlock.WithTTL(100 * time.Millisecond)}
-			if how == "min hold" {
-				opts = []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMinHold(100 * time.Millisecond)}
-			}
-			l, err := e.c.TryLock(ctx, name, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if how == "min hold" {
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			holdThatRunsOut(t, e, name, how == "min hold")
 			awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
 			if r := d.sendCopies(t); !refusal(r[0]) {
 				t.Errorf("late acquire replied %v, want a refusal", r[0])
