@@ -238,6 +238,11 @@ func unsent(err error) bool {
 	return errors.As(err, &ns) && ns.NotSent()
 }
 
+// tryLater reports whether err is a failure that a clean-up sent again a
+// little later may get past: a refusal or a failure to send (sendLater),
+// or no answer in time (isTimeout).
+func tryLater(err error) bool { return err != nil && (sendLater(err) || isTimeout(err)) }
+
 // sendLater reports whether err is a refusal, or a failure to send, that a
 // request may meet no more a little later (see refusedUnrun and unsent).
 func sendLater(err error) bool {

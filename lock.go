@@ -798,7 +798,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 	// down: what it had not run is lost with it.) Only a request token of
 	// dlock's own, which no later acquisition uses: a late clean-up of a
 	// given token could take the hold of its next acquire.
-	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return c.Err != nil && (sendLater(c.Err) || isTimeout(c.Err)) }) &&
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls)
 			l.wakeAlone()
@@ -841,7 +841,7 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 		again = again[:0:0]
 		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
 		for _, call := range calls {
-			if call.Err != nil && (sendLater(call.Err) || isTimeout(call.Err)) {
+			if tryLater(call.Err) {
 				again = append(again, call)
 			}
 			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err)) {
@@ -1018,23 +1018,29 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	if back {
 		return nil
 	}
-	if err != nil && (isTimeout(err) || sendLater(err)) && l.ownReq {
+	if tryLater(err) && l.ownReq {
 		giving := make(chan struct{})
 		l.mu.Lock()
 		l.givingBack = giving
 		l.mu.Unlock()
-		if !l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
-			l.cleanupWithin(ctx, false, func(calls []*Call) {
-				l.mu.Lock()
-				l.givenBack = l.givenBack || freedAll(calls)
-				l.mu.Unlock()
-				close(giving)
-			})
+		if !l.cleanUpInBackground(func(calls []*Call) {
+			l.mu.Lock()
+			l.givenBack = l.givenBack || freedAll(calls)
+			l.mu.Unlock()
+			close(giving)
 		}) {
 			close(giving)
 		}
 	}
 	return err
+}
+
+// cleanUpInBackground sends the clean-up of the acquisition on a goroutine
+// of the client's own, bounded by cleanupTimeout and then going on as
+// cleanupWithin does; done as for cleanupWithin. It reports whether it
+// did: not once Close is done with the clean-ups under way.
+func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
+	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false, done) })
 }
 
 // giveBackLater gives the lock back in the background after a release
@@ -1046,17 +1052,15 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 // hold, which the clean-up would not keep: those run out with their TTL.
 // It reports whether the clean-up went on.
 func (l *Lock) giveBackLater(err error) bool {
-	if !(isTimeout(err) || sendLater(err)) || !l.ownReq || l.minHold > 0 {
+	if !tryLater(err) || !l.ownReq || l.minHold > 0 {
 		return false
 	}
-	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
-		l.cleanupWithin(ctx, false, func(calls []*Call) {
-			if freedAll(calls) && time.Now().Before(l.Deadline()) {
-				// Given back in time: released, not lost. On the client's
-				// own goroutine: an End hook's panic is logged.
-				l.endBy(nil, true)
-			}
-		})
+	return l.cleanUpInBackground(func(calls []*Call) {
+		if freedAll(calls) && time.Now().Before(l.Deadline()) {
+			// Given back in time: released, not lost. On the client's own
+			// goroutine: an End hook's panic is logged.
+			l.endBy(nil, true)
+		}
 	})
 }
 
@@ -1097,9 +1101,6 @@ func (l *Lock) releaseAfter(ctx context.Context) error { return l.releaseAfterRe
 // releaseAfterReporting is releaseAfter, reporting a loss as
 // releaseReporting does.
 func (l *Lock) releaseAfterReporting(ctx context.Context, reportLoss bool) error {
-	if l == nil {
-		panic("dlock: Release of a nil *Lock")
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	return l.releaseReporting(ctx, reportLoss)
@@ -1293,8 +1294,8 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		if lost != nil {
 			// The loss is the answer; the failure says the server may
 			// still have the name, until its TTL.
-			return &causes.Error{Msg: lostNotHeld(lost).Error() + " (and Release failed: " + unprefixed(failed) + ")",
-				Errs: []error{lostNotHeld(lost), failed}}
+			loss := lostNotHeld(lost)
+			return &causes.Error{Msg: loss.Error() + " (and Release failed: " + unprefixed(failed) + ")", Errs: []error{loss, failed}}
 		}
 		return failed
 	}

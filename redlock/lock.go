@@ -734,11 +734,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
 	}
-	var lostErr error // lost before: Release gives back what is left, and says so
+	var lost error // lost before: Release gives back what is left, and says so
 	if l.stopped && !l.released {
-		lostErr = l.err
+		lost = l.err
 	}
-	lost := lostErr != nil
 	if !l.released {
 		l.relAt = time.Now()
 		d := l.deadlineLocked()
@@ -775,12 +774,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	var err error
 	retry := false // of unknown outcome: Release again retries
 	switch {
-	case lost:
+	case lost != nil:
 		// Whatever its nodes hold now, the work done under the lock may
 		// have outlived the time it was safe: the loss is the answer.
 		// The nodes that did not answer are given back in the background.
 		l.settled = true
-		err = friend.LostNotHeld(lostErr)
+		err = friend.LostNotHeld(lost)
 		if slices.ContainsFunc(rd.errs, func(e error) bool { return e != nil }) {
 			// With a *NodeError for every node that did not release it
 			// now (not held there, or of unknown outcome).

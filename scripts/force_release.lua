@@ -33,10 +33,11 @@ if kind == 'lock' then
   local token, words = f[1] or '', {}
   local late = f[6]
   if f[2] and f[2] ~= '' then
-    late = late_add(late, rel_word(f[2]), clock())
+    local word, now = rel_word(f[2]), clock()
+    late = late_add(late, word, now)
     -- Apart too, as a clean-up's (see late_key): the hash of the next
     -- holder may run out before a late copy of that acquire comes.
-    keep_late(KEYS[1], rel_word(f[2]), clock())
+    keep_late(KEYS[1], word, now)
   end
   if f[5] and f[5] ~= '' then words[1] = f[5] end
   if f[2] and f[2] ~= '' and f[2] ~= token then words[#words + 1] = f[2] end

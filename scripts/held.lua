@@ -115,12 +115,11 @@ local function keep_late(k, word, now)
 end
 
 -- late_for returns whether the late key of lock hash k lists word (an
--- acquisition cleaned up of late, see late_key), and its value when it is
--- there (it expires with the time of its words: no clock to read).
+-- acquisition cleaned up of late, see late_key); the key expires with the
+-- time of its words, so no clock is read.
 local function late_for(k, word)
   local late = redis.pcall('GET', late_key(k))
-  if type(late) ~= 'string' then return false, nil end
-  return listed(late, word), late
+  return type(late) == 'string' and listed(late, word)
 end
 
 -- unlisted returns list without word.

@@ -129,6 +129,8 @@ end
 
 local n = #KEYS / 3
 local missing, ended_by_force = 0, false
+-- A clean-up's time, in ms, for its word kept apart (see below).
+local late_now = ends and id == '' and math.floor(clock_us(redis.call('TIME')) / 1000)
 for i = 1, n do
   local k = KEYS[i]
   local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
@@ -190,12 +192,12 @@ for i = 1, n do
       redis.call('HSET', k, 'token', '', 'req', '', 'owner', '', 'meta', '', 'count', '0', unpack(rel))
     end
   end
-  if ends and id == '' then
+  if late_now then
     -- A clean-up: its word is kept apart too, whatever it found (see
     -- late_key). After the path's own writes: at maxmemory by EVALSHA, a
     -- write that may add memory runs only once the script has written
     -- (see above), so as the script's first it would be refused.
-    keep_late(k, rel_word(req), math.floor(clock_us(redis.call('TIME')) / 1000))
+    keep_late(k, rel_word(req), late_now)
   end
 end
 if ended_by_force then return -missing end

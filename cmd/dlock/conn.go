@@ -845,9 +845,6 @@ func (f *connFlags) applyTLS(t *target, getenv func(string) string) error {
 func (f *connFlags) childEnv(env []string) []string {
 	set := map[string]string{}
 	var unset []string
-	if f.url != "" {
-		set["DLOCK_REDIS"] = f.url
-	}
 	if f.prefixSet {
 		if f.prefix == "" {
 			set["DLOCK_NO_PREFIX"] = "1"
@@ -865,7 +862,7 @@ func (f *connFlags) childEnv(env []string) []string {
 		}
 	}
 	for name, v := range map[string]string{
-		"DLOCK_SENTINEL_MASTER": f.sentinelMaster, "DLOCK_FENCE_RETENTION": f.fenceRetention,
+		"DLOCK_REDIS": f.url, "DLOCK_SENTINEL_MASTER": f.sentinelMaster, "DLOCK_FENCE_RETENTION": f.fenceRetention,
 		"DLOCK_TLS_SERVER_NAME": f.tlsSNI,
 	} {
 		if v != "" {
