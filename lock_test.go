@@ -1931,7 +1931,10 @@ type copyingDriver struct {
 	dlock.Driver
 	mu       sync.Mutex
 	holdBack bool
-	kept     []*dlock.Call
+	// holdBackAsking holds back, instead, the first attempt that asks to
+	// be granted the lock (a waiting caller's, see grant.lua).
+	holdBackAsking bool
+	kept           []*dlock.Call
 }
 
 func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
@@ -1939,9 +1942,14 @@ func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.mu.Lock()
 	for _, c := range calls {
 		if strings.HasSuffix(c.Script.Name, "acquire") {
+			asking := len(c.Args) > 7 && c.Args[7] != ""
+			if d.holdBackAsking && !asking {
+				send = append(send, c)
+				continue
+			}
 			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
-			if d.holdBack {
-				d.holdBack = false
+			if d.holdBack || d.holdBackAsking {
+				d.holdBack, d.holdBackAsking = false, false
 				c.Err = errLostReply
 				continue
 			}
@@ -2128,6 +2136,52 @@ func TestALateCopyOfAnAcquireGivenUpOutlivesAHoldTakenAfterIt(t *testing.T) {
 				t.Errorf("a late copy of an acquire given up holds the lock (pttl %s)", e.srv.Do(t, "PTTL", key))
 			}
 		})
+	}
+}
+
+// A late copy of a waiting caller's attempt that asked to be granted the
+// lock, given up while another held the name, is not granted it when the
+// hash holding the clean-up's record ran out before the copy came and
+// another holder took the name: the copy leaves its request with the new
+// hold, and its release granted it, for nobody (until the waiting client,
+// if it still listened, gave it back).
+func TestALateCopyOfAnAttemptThatAskedIsNotGrantedTheLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const name = "late-ask"
+	key := "dlock:{" + name + "}"
+	holdThatRunsOut(t, e, name, false)
+	d := &copyingDriver{Driver: e.newDriver(t), holdBackAsking: true}
+	c := dlock.New(d)
+	defer c.Close()
+	// The caller gives up before the hold runs out.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, name, dlock.WithTTL(time.Minute)); err == nil {
+		t.Fatal("Lock obtained a lock held by another")
+	}
+	if late := e.srv.Do(t, "GET", key+":late"); late == "" || late == "(nil)" {
+		t.Fatalf("no late record after the clean-up: %q", late)
+	}
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "EXISTS", key) == "0" })
+	l, err := e.c.TryLock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := d.sendCopies(t); !refusal(r[0]) {
+		t.Fatalf("late attempt replied %v, want a refusal", r[0])
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Read at once: the release ran whole, and a grant would be there now.
+	if e.locked(t, key) {
+		t.Errorf("the release granted the lock to a late copy of an attempt given up (pttl %s)", e.srv.Do(t, "PTTL", key))
+	}
+	if l, err := e.c.TryLock(ctx, name); err != nil {
+		t.Errorf("TryLock after the release: %v", err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }
 

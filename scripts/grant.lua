@@ -11,7 +11,10 @@
 -- the next waiting client left a request, the lock is granted to it there
 -- and then: held with the request token as its token, and the client is
 -- told so; the caller needs no round trip of its own to take it. A client
--- that left none is only told that the lock may be free.
+-- that left none is only told that the lock may be free, and so is one
+-- whose request an attempt cleaned up of late left (see late_key): a late
+-- copy of that attempt left it, once the hash that kept the clean-up's
+-- record had run out.
 --
 -- The notice of a grant is "\0" .. attempt .. " " .. fence .. " " ..
 -- elapsed .. " " .. #token .. " " .. token .. k (a token or key may hold
@@ -41,8 +44,14 @@ local function pass(k, wk, fk, fence, rel, forced)
     local ok, g = false, nil
     if rec then ok, g = pcall(cjson.decode, rec) end
     local dead -- nil until asked (see died)
-    if ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
-        and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string' then
+    ok = ok and type(g) == 'table' and #g == 6 and type(g[1]) == 'string' and g[1] ~= ''
+      and (tonumber(g[2]) or 0) > 0 and type(g[3]) == 'string' and type(g[4]) == 'string'
+    if ok and late_for(k, rel_word(g[1])) then
+      -- Left by a late copy of an attempt cleaned up (see late_key), which
+      -- came once the hash holding the clean-up's record had run out: its
+      -- caller is gone. The client is only told.
+      redis.call('HDEL', k, 'g:' .. m)
+    elseif ok then
       dead = h.died(w, k)
       if not dead then
         -- The expiry first: at maxmemory, a write that adds no memory lets
