@@ -268,6 +268,16 @@ func TestChildEnv(t *testing.T) {
 	}
 }
 
+// run's help says what childEnv does with a password in --redis's URL: it
+// stays in DLOCK_REDIS ("a password stays in the URL" above), as the README
+// and dlock help say; it is not moved to DLOCK_PASSWORD.
+func TestRunHelpSaysTheURLPassesAsWritten(t *testing.T) {
+	help := strings.Join(strings.Fields(runCommand.help), " ")
+	if !strings.Contains(help, "--redis as DLOCK_REDIS, as written") || strings.Contains(help, "out of the URL") {
+		t.Errorf("run's help does not say that --redis reaches the command as written:\n%s", runCommand.help)
+	}
+}
+
 // What run puts in its command's environment reads as the flags did.
 func TestChildEnvReadsAsTheFlags(t *testing.T) {
 	for _, f := range []connFlags{

@@ -63,10 +63,10 @@ DLOCK_TOKEN and DLOCK_FENCE in its environment (DLOCK_FENCE is 0 for --shared
 and --semaphore holds, which have no fence); pass the fence to the resource you
 protect so that it can refuse a holder whose lock has passed to another. The
 connection flags given to dlock reach the command as the variables that stand
-for them (--redis as DLOCK_REDIS, --prefix as DLOCK_PREFIX, or
-DLOCK_NO_PREFIX=1 for an empty one, --cluster as DLOCK_CLUSTER=1, and so on;
-a password in --redis's URL as DLOCK_PASSWORD, out of the URL, unless that
-holds another), and the rest of dlock's environment passes on as it is,
+for them (--redis as DLOCK_REDIS, as written: a password in its URL stays
+there, for that Redis alone; --prefix as DLOCK_PREFIX, or DLOCK_NO_PREFIX=1
+for an empty one, --cluster as DLOCK_CLUSTER=1, and so on), and the rest of
+dlock's environment passes on as it is,
 DLOCK_REDIS and DLOCK_PASSWORD included, so that a dlock the command runs
 reaches the same Redis and the same locks. The command is executed directly,
 not by a shell: a script needs its #! line (without one it fails with code
