@@ -543,7 +543,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 			refused, ranInPart := refusedForGood(err)
 			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe(), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
+	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, err)
 	}); err != nil {
 		return err
@@ -694,7 +694,7 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
 		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond,
-			&refusal{fmt.Errorf("%w: %q %s", ErrNotObtained, p.name(l.names, i), l.kind.refused), p.keys[p.at1(l.names, i)]}
+			&refusal{fmt.Errorf("%w: %q %s%s", ErrNotObtained, p.name(l.names, i), l.kind.refused, l.countNote(" (", ")")), p.keys[p.at1(l.names, i)]}
 	}
 	token, _ = r[1].(string)
 	rest := r[2:]
@@ -1715,6 +1715,17 @@ func (l *Lock) describe() string {
 // describeName names one of the lock's names in messages, as describe
 // names the lock.
 func (l *Lock) describeName(name string) string { return strconv.Quote(name) + l.modeSuffix() }
+
+// countNote is what a semaphore's refusals add to their words, between
+// open and shut: the count its acquire was judged against, which callers
+// that disagree on it (a Semaphore made with another count) cannot see
+// otherwise. It is empty for the other kinds.
+func (l *Lock) countNote(open, shut string) string {
+	if l.permits == nil {
+		return ""
+	}
+	return fmt.Sprintf("%sthis Semaphore's count: %d%s", open, l.permits.Load(), shut)
+}
 
 // modeSuffix is what messages add to the names of a hold that is not an
 // exclusive lock's: its mode.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +56,36 @@ func TestSemaphoreLetsNHoldersIn(t *testing.T) {
 	}
 	if e.exists(t, "dlock:{pool}") || e.exists(t, "dlock:{pool}:holds") {
 		t.Errorf("keys left after the last release: %s", e.srv.Do(t, "KEYS", "*"))
+	}
+}
+
+// A refusal says the count the acquire was judged against, so that a caller
+// whose Semaphore was made with another count than the holders' can tell
+// why it is kept out while Inspect shows a permit free.
+func TestASemaphoreRefusalSaysItsCount(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, err := e.c.Semaphore("counted", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	one := e.newClient(t).Semaphore("counted", 1)
+	_, err = one.TryAcquire(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "this Semaphore's count: 1") {
+		t.Errorf("TryAcquire with a count of 1 = %v, want ErrNotObtained saying the count", err)
+	}
+	_, err = one.Acquire(ctx, dlock.WithMaxWait(100*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "this Semaphore's count: 1") {
+		t.Errorf("Acquire with a count of 1 = %v, want ErrNotObtained saying the count", err)
+	}
+	l, err := e.c.TryLock(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := e.c.TryLock(ctx, "plain"); !errors.Is(err, dlock.ErrNotObtained) || strings.Contains(err.Error(), "Semaphore's count") {
+		t.Errorf("an exclusive lock's refusal = %v, want ErrNotObtained without a count", err)
 	}
 }
 
