@@ -303,7 +303,10 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 	}
 	for i, name := range names {
 		if err := c.checkName(name); err != nil {
-			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
+			if n == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, n)
 		}
 		// Two names are the same lock when they are the same key ("x" and
 		// "{x}"), not only when they are spelt the same.

@@ -1198,6 +1198,10 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		if !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
+		// Which name of several is at fault, and only then.
+		if msg := fmt.Sprint(err); strings.Contains(msg, "name 1 of 1") || tc.name == "empty owner" && !strings.Contains(msg, "is empty") {
+			t.Errorf("%s: %q", tc.name, msg)
+		}
 	}
 	if n := e.drv.trips.Load() - before; n != 0 {
 		t.Errorf("bad input made %d round trips", n)

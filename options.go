@@ -206,7 +206,7 @@ func (o *options) given() bool { return o.token != "" && !o.oneUse }
 func WithOwner(id string) Option {
 	return func(o *options) {
 		if id == "" {
-			o.fail(fmt.Errorf("%w: WithOwner(\"\")", ErrInvalidOption))
+			o.fail(fmt.Errorf("%w: WithOwner(\"\") is empty: give an owner id, or leave the option out", ErrInvalidOption))
 		}
 		o.owner = id
 	}
