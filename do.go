@@ -34,10 +34,25 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.Lock(ctx, name, opts...) })
 }
 
+// TryDo is Do that does not wait: it obtains the lock as TryLock does, in
+// one attempt, and returns an error matching ErrNotObtained, without
+// running fn, when another holds it. This is the call for work that one
+// instance of a fleet must do while the others skip it, such as a cron
+// job (with WithMinHold, at most once per period; see the package doc).
+func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.TryLock(ctx, name, opts...) })
+}
+
 // DoMulti is Do for a lock on several names at once, obtained as LockMulti
 // obtains it.
 func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx context.Context) error, opts ...Option) error {
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.LockMulti(ctx, names, opts...) })
+}
+
+// TryDoMulti is TryDo for a lock on several names at once, obtained as
+// TryLockMulti obtains it.
+func (c *Client) TryDoMulti(ctx context.Context, names []string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.TryLockMulti(ctx, names, opts...) })
 }
 
 // Do is Client.Do for the write hold: it runs fn while holding it,
@@ -46,16 +61,38 @@ func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error, op
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.Lock(ctx, opts...) })
 }
 
+// TryDo is Client.TryDo for the write hold: it runs fn while holding it,
+// obtained as TryLock obtains it, and returns an error matching
+// ErrNotObtained, without running fn, when the name is held.
+func (m *RWMutex) TryDo(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.TryLock(ctx, opts...) })
+}
+
 // RDo is Client.Do for a read hold: it runs fn while holding one,
 // obtained as RLock obtains it.
 func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.RLock(ctx, opts...) })
 }
 
+// TryRDo is Client.TryDo for a read hold: it runs fn while holding one,
+// obtained as TryRLock obtains it, and returns an error matching
+// ErrNotObtained, without running fn, when a writer holds the name or
+// waits for it.
+func (m *RWMutex) TryRDo(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return m.TryRLock(ctx, opts...) })
+}
+
 // Do is Client.Do for a permit: it runs fn while holding one, obtained as
 // Acquire obtains it.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return s.Acquire(ctx, opts...) })
+}
+
+// TryDo is Client.TryDo for a permit: it runs fn while holding one,
+// obtained as TryAcquire obtains it, and returns an error matching
+// ErrNotObtained, without running fn, when every permit is held.
+func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return s.TryAcquire(ctx, opts...) })
 }
 
 // do obtains a hold with acquire, refreshed automatically, runs fn under

@@ -23,7 +23,7 @@
 //		return err
 //	}
 //	work() // within the TTL; for longer work see Do and WithAutoRefresh
-//	       // (Do waits for a held lock, then runs too, unless WithRetry(NoRetry()))
+//	       // (Do waits for a held lock, then runs too; TryDo skips)
 //	return l.Release(ctx) // ErrNotHeld: the lock ran out during the work
 //
 // A lock lives for its TTL unless refreshed: Refresh extends it while it is
@@ -68,7 +68,8 @@
 // Context returns a context cancelled then. Do runs a function under a
 // lock that is refreshed, with such a context, and releases it after, also
 // when the function panics; DoMulti, RWMutex.Do and RDo, and Semaphore.Do
-// do the same for the other primitives. Refreshes of one lock, by Refresh or the
+// do the same for the other primitives. TryDo and its kin make one attempt,
+// as TryLock does, and skip the function when the name is held. Refreshes of one lock, by Refresh or the
 // watchdog, go one at a time, so that Deadline follows the last one the
 // server ran.
 // WithMaxHold caps how long refreshing may keep a lock. WithMinHold keeps

@@ -8,12 +8,36 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
+
+func ExampleClient_TryDo() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// Obtain, keep refreshed, run, release. ctx is cancelled if the lock is
+	// lost while the function runs. TryDo skips the function when another
+	// holds the lock; Do would wait for it, then run the function too.
+	err := locks.TryDo(ctx, "nightly-report", func(ctx context.Context) error {
+		fmt.Println("building the report")
+		return nil
+	}, dlock.WithTTL(5*time.Second))
+	if errors.Is(err, dlock.ErrNotObtained) {
+		err = nil // another process is building it
+	}
+	fmt.Println("err:", err)
+	// Output:
+	// building the report
+	// err: <nil>
+}
 
 func ExampleClient_Do() {
 	ctx := context.Background()
@@ -22,20 +46,30 @@ func ExampleClient_Do() {
 	locks := dlock.New(goredis.New(rdb))
 	defer locks.Close()
 
-	// Obtain, keep refreshed, run, release. ctx is cancelled if the lock is
-	// lost while the function runs. Without NoRetry, a Do that finds the
-	// lock held waits for it, then runs the function too.
-	err := locks.Do(ctx, "nightly-report", func(ctx context.Context) error {
-		fmt.Println("building the report")
-		return nil
-	}, dlock.WithTTL(5*time.Second), dlock.WithRetry(dlock.NoRetry()))
-	if errors.Is(err, dlock.ErrNotObtained) {
-		err = nil // another process is building it
+	// Every caller runs the function, one at a time: one that finds the
+	// lock held waits for it (a minute at most by default). Checked under
+	// the lock, work a caller ahead did is not done twice.
+	var wg sync.WaitGroup
+	var fresh atomic.Bool // the cache, shared by the callers
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := locks.Do(ctx, "rebuild:products", func(ctx context.Context) error {
+				if !fresh.Load() {
+					fmt.Println("rebuilding the cache")
+					fresh.Store(true)
+				}
+				return nil
+			})
+			if err != nil {
+				fmt.Println("err:", err)
+			}
+		}()
 	}
-	fmt.Println("err:", err)
+	wg.Wait()
 	// Output:
-	// building the report
-	// err: <nil>
+	// rebuilding the cache
 }
 
 func ExampleLock_Done() {

@@ -160,10 +160,10 @@ func ExampleWithMinHold() {
 
 	// Each host runs this when its schedule fires, once an hour.
 	cleanup := func(host string) {
-		err := locks.Do(ctx, "hourly-cleanup", func(ctx context.Context) error {
+		err := locks.TryDo(ctx, "hourly-cleanup", func(ctx context.Context) error {
 			fmt.Println(host, "cleans up")
 			return nil
-		}, dlock.WithRetry(dlock.NoRetry()), dlock.WithMinHold(50*time.Minute))
+		}, dlock.WithMinHold(50*time.Minute))
 		if errors.Is(err, dlock.ErrNotObtained) {
 			fmt.Println(host, "skips: done this hour")
 		}

@@ -965,6 +965,73 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 // TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
 // run the function while holding what they obtained, return its error,
 // and give the hold back.
+// TryDo and its kin run the function under the hold when they obtain it
+// in one attempt, and skip it at once, with ErrNotObtained, when the name
+// is held: a Do that waited would wait its minute (the test's context ends
+// first).
+func TestTryDoRunsOrSkipsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	other := e.newClient(t)
+	doc, quota := e.c.RWMutex("try-doc"), e.c.Semaphore("try-quota", 1)
+	for _, tc := range []struct {
+		name string
+		do   func(fn func(ctx context.Context) error) error
+		// hold takes, with the other client, what keeps the call out;
+		// tryInside tries it with the other client while fn runs.
+		hold, tryInside func() (*dlock.Lock, error)
+	}{
+		{"Client.TryDo", func(fn func(ctx context.Context) error) error { return e.c.TryDo(ctx, "try-job", fn) },
+			func() (*dlock.Lock, error) { return other.TryLock(ctx, "try-job") },
+			func() (*dlock.Lock, error) { return other.TryLock(ctx, "try-job") }},
+		{"Client.TryDoMulti", func(fn func(ctx context.Context) error) error {
+			return e.c.TryDoMulti(ctx, []string{"try-pay", "try-ship"}, fn)
+		},
+			func() (*dlock.Lock, error) { return other.TryLock(ctx, "try-ship") },
+			func() (*dlock.Lock, error) { return other.TryLock(ctx, "try-pay") }},
+		{"RWMutex.TryDo", func(fn func(ctx context.Context) error) error { return doc.TryDo(ctx, fn) },
+			func() (*dlock.Lock, error) { return other.RWMutex("try-doc").TryRLock(ctx) },
+			func() (*dlock.Lock, error) { return other.RWMutex("try-doc").TryRLock(ctx) }},
+		{"RWMutex.TryRDo", func(fn func(ctx context.Context) error) error { return doc.TryRDo(ctx, fn) },
+			func() (*dlock.Lock, error) { return other.RWMutex("try-doc").TryLock(ctx) },
+			func() (*dlock.Lock, error) { return other.RWMutex("try-doc").TryLock(ctx) }},
+		{"Semaphore.TryDo", func(fn func(ctx context.Context) error) error { return quota.TryDo(ctx, fn) },
+			func() (*dlock.Lock, error) { return other.Semaphore("try-quota", 1).TryAcquire(ctx) },
+			func() (*dlock.Lock, error) { return other.Semaphore("try-quota", 1).TryAcquire(ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errJob := errors.New("job failed")
+			ran := false
+			err := tc.do(func(context.Context) error {
+				ran = true
+				if l, err := tc.tryInside(); !errors.Is(err, dlock.ErrNotObtained) {
+					t.Errorf("another client inside fn: err = %v, want ErrNotObtained", err)
+					if err == nil {
+						_ = l.Release(ctx)
+					}
+				}
+				return errJob
+			})
+			if !ran || !errors.Is(err, errJob) {
+				t.Fatalf("free: ran %v, returned %v; want fn's error", ran, err)
+			}
+			held, err := tc.hold()
+			if err != nil {
+				t.Fatalf("after fn: %v (the hold was not released)", err)
+			}
+			ran = false
+			err = tc.do(func(context.Context) error { ran = true; return nil })
+			if ran || !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("held: ran %v, returned %v; want ErrNotObtained at once", ran, err)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 func TestDoOnEveryPrimitive(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
