@@ -65,6 +65,14 @@ type lease struct {
 	inFlightTTL time.Duration // the TTL a Refresh under way asks for; zero for the watchdog's
 	turn        chan struct{} // made by a Refresh that waits for it; closed when it ends
 
+	// Under mu, for the refresh turn's holder (see refreshNumber):
+	// refreshes numbers the refreshes sent; fencing is set once one got no
+	// answer, until one that fences it off succeeds; fenced tells whether
+	// the last one sent does; fencedOnce is set once any did.
+	refreshes       uint64
+	fencing, fenced bool
+	fencedOnce      bool
+
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
 	index int       // position in the watchdog's heap; -1 when not in it
@@ -248,6 +256,45 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 		}
 	}
 	return time.Now().Before(s.deadline)
+}
+
+// refreshNumber numbers the refresh about to be sent, for the holder of
+// the refresh turn, and reports whether it fences off the earlier ones: a
+// refresh that got no answer may still reach Redis, held up on a
+// connection the client gave up on, after a later one has run; with a
+// shorter TTL it would cut the later one's short, and the name would go
+// to another while this holder counts on its deadline. Redis records the
+// number of a refresh that fences (one sent after a refresh that got no
+// answer, until such a refresh succeeds), and one numbered lower that
+// runs after it only ever extends the lock (see refresh.lua).
+func (s *lease) refreshNumber() (n uint64, fence bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshes++
+	s.fenced = s.fencing
+	s.fencedOnce = s.fencedOnce || s.fencing
+	return s.refreshes, s.fencing
+}
+
+// refreshAnswered records the outcome of the refresh last numbered, for
+// the holder of the refresh turn: known (it ran, or was refused), or not.
+func (s *lease) refreshAnswered(known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !known:
+		s.fencing = true
+	case s.fenced:
+		s.fencing = false
+	}
+}
+
+// forgetsFence reports whether a release must take the number recorded
+// by a refresh that fenced away (see refreshNumber).
+func (s *lease) forgetsFence() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fencedOnce
 }
 
 // refreshFailed notes that a refresh of the watchdog failed with err,

@@ -335,6 +335,7 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		s := r.s
 		err := s.holder.refreshed(r.calls)
 		notHeld := errors.Is(err, ErrNotHeld)
+		s.refreshAnswered(err == nil || notHeld)
 		quiet := abandoned && !notHeld && err != nil
 		var next time.Time
 		again, late := false, false

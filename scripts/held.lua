@@ -156,11 +156,13 @@ end
 --
 -- It also reports whether the hold is shared with another Lock of the same
 -- acquisition (one attached to it, or one that acquired it again with its
--- token: field 's'), which only ever extends it (see expire).
+-- token: field 's'), which only ever extends it (see expire), and the
+-- number of the acquisition's last refresh that fenced off the earlier
+-- ones (field 'q:' .. req, see refresh), nil when none did.
 local function held(k, req)
-  local cur = read_lock(k, 'req', 'h:' .. req, 's')
+  local cur = read_lock(k, 'req', 'h:' .. req, 's', 'q:' .. req)
   if not cur or not cur[2] or cur[2] == '' then return false end
-  if cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]), cur[7] == '1' end
+  if cur[5] == req or cur[6] == cur[2] then return true, tonumber(cur[4]), cur[7] == '1', tonumber(cur[8]) end
   return false
 end
 

@@ -4,7 +4,14 @@
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] the release
 -- marker (see holds_release; absent: not read)
 -- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (see
--- held), ARGV[3] TTL in ms, ARGV[4] mode
+-- held), ARGV[3] TTL in ms, ARGV[4] mode, ARGV[5] the refresh's number
+-- among its Lock's ('' or absent for none), ARGV[6] '1' when it fences off
+-- the earlier ones ('' or absent when not)
+--
+-- As for an exclusive lock (see refresh), a refresh numbered lower than
+-- the last that fenced, run after it, only ever extends the hold: the
+-- hold's JSON records the request token and number of that one ('q',
+-- "req:number"), and goes with the hold.
 --
 -- Returns 0 when the caller held it and it got the new TTL (a hold counted
 -- more than once, or shared, is only extended: see extend), 1 when the
@@ -21,6 +28,13 @@ if not tok then
   return 1
 end
 allow_oom(k)
-extend(hk, tok, now, ttl, d, exp)
+local n, fences = tonumber(ARGV[5] or ''), ARGV[6] == '1'
+local by, last = string.match(type(d.q) == 'string' and d.q or '', '^(.*):(%d+)$')
+local late = n and by == req and n < tonumber(last)
+if not (late and exp >= now + ttl) then extend(hk, tok, now, ttl, d, exp) end -- late: only extended
+if fences and not late then
+  d.q = req .. ':' .. ARGV[5]
+  redis.call('HSET', k, 'h:' .. tok, encode(d))
+end
 keep(k, ttl, hk)
 return 0

@@ -15,7 +15,9 @@
 -- part of, when the caller knows it ('' or absent when not), by which a
 -- re-entry learns that ForceRelease ended that hold (see forced), and
 -- ARGV[8] how long a fence counter is kept after the fence of a grant
--- (see keep_fences)
+-- (see keep_fences), and ARGV[9] '1' when a refresh of the acquisition
+-- recorded its number (see refresh), which goes, '' or absent when none
+-- did
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -134,6 +136,7 @@ local late_now = ends and id == '' and math.floor(clock_us(redis.call('TIME')) /
 for i = 1, n do
   local k = KEYS[i]
   local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
+  if cur and ARGV[9] == '1' then redis.call('HDEL', k, 'q:' .. req) end
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
     local ok, d = false, nil
