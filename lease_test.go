@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1851,57 +1850,6 @@ func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
 // it (as WithRefreshInterval refuses an interval not shorter than the TTL);
 // a lock without auto-refresh takes it, and then refuses an AutoRefresh
 // whose interval it does not fit.
-// holdingBackDriver holds back the first call of the script named pick:
-// its caller sees its reply lost, and sendHeldBack sends it later, as a
-// connection the client gave up on may still deliver it.
-type holdingBackDriver struct {
-	dlock.Driver
-	mu   sync.Mutex
-	pick string
-	kept []*dlock.Call
-}
-
-func (d *holdingBackDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	var send []*dlock.Call
-	d.mu.Lock()
-	for _, c := range calls {
-		if d.pick != "" && c.Script.Name == d.pick {
-			d.pick = ""
-			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
-			c.Err = errLostReply
-			continue
-		}
-		send = append(send, c)
-	}
-	d.mu.Unlock()
-	if len(send) > 0 {
-		d.Driver.Eval(ctx, send...)
-	}
-}
-
-func (d *holdingBackDriver) holdBack(script string) {
-	d.mu.Lock()
-	d.pick = script
-	d.mu.Unlock()
-}
-
-func (d *holdingBackDriver) sendHeldBack(t *testing.T) {
-	t.Helper()
-	d.mu.Lock()
-	kept := d.kept
-	d.kept = nil
-	d.mu.Unlock()
-	if len(kept) == 0 {
-		t.Fatal("nothing was held back")
-	}
-	d.Driver.Eval(context.Background(), kept...)
-	for _, c := range kept {
-		if c.Err != nil {
-			t.Fatalf("late %s: %v", c.Script.Name, c.Err)
-		}
-	}
-}
-
 // A refresh to a short TTL whose reply was lost, and which reaches Redis
 // after a later refresh to a long one has run, does not cut the later one
 // short: the lock's holder counts on the long one, and another would take
@@ -1931,21 +1879,21 @@ func TestALateRefreshDoesNotCutALaterOneShort(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			name := "late-refresh-" + strings.ReplaceAll(tc.kind, " ", "-")
-			d := &holdingBackDriver{Driver: e.newDriver(t)}
+			d := &copyingDriver{Driver: e.newDriver(t)}
 			c := dlock.New(d)
 			defer c.Close()
 			l, err := tc.take(c, name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d.holdBack(tc.script)
+			d.holdBackScript(tc.script)
 			if err := l.Refresh(ctx, 200*time.Millisecond); !errors.Is(err, errLostReply) {
 				t.Fatalf("the held-back refresh: %v", err)
 			}
 			if err := l.Refresh(ctx, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			d.sendHeldBack(t) // the first refresh reaches Redis now
+			d.sendCopies(t) // the first refresh reaches Redis now
 			if left, err := l.TTL(ctx); err != nil || left < 50*time.Second {
 				t.Errorf("TTL after the late refresh = %v, %v; want the later refresh's minute", left, err)
 			}
@@ -1972,25 +1920,21 @@ func TestALateRefreshDoesNotCutALaterOneShort(t *testing.T) {
 func TestALateRefreshOfTheWatchdogDoesNotCutALaterOneShort(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	d := &holdingBackDriver{Driver: e.newDriver(t)}
+	d := &copyingDriver{Driver: e.newDriver(t)}
 	c := dlock.New(d)
 	defer c.Close()
-	d.holdBack("refresh")
 	l, err := c.TryLock(ctx, "late-auto-refresh", dlock.WithTTL(3*time.Second),
 		dlock.WithAutoRefresh(), dlock.WithRefreshInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	awaitCond(t, 5*time.Second, func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.kept) == 1
-	})
+	d.holdBackScript("refresh")
+	awaitCond(t, 5*time.Second, d.heldBack)
 	if err := l.Refresh(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	d.sendHeldBack(t) // the watchdog's refresh, to 3s, reaches Redis now
+	d.sendCopies(t) // the watchdog's refresh, to 3s, reaches Redis now
 	if left, err := l.TTL(ctx); err != nil || left < 50*time.Second {
 		t.Errorf("TTL after the watchdog's late refresh = %v, %v; want the later refresh's minute", left, err)
 	}

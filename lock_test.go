@@ -1938,13 +1938,38 @@ type copyingDriver struct {
 	// holdBackAsking holds back, instead, the first attempt that asks to
 	// be granted the lock (a waiting caller's, see grant.lua).
 	holdBackAsking bool
-	kept           []*dlock.Call
+	// pick names a script whose next call is held back (see
+	// holdBackScript).
+	pick string
+	kept []*dlock.Call
+}
+
+// holdBackScript holds back the next call of the script called name, alone
+// (what was kept goes): its caller sees its reply lost, and sendCopies sends
+// it later, as a connection the client gave up on may still deliver it.
+func (d *copyingDriver) holdBackScript(name string) {
+	d.mu.Lock()
+	d.pick, d.kept = name, nil
+	d.mu.Unlock()
+}
+
+// heldBack reports whether the call holdBackScript asked for was held back.
+func (d *copyingDriver) heldBack() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pick == "" && len(d.kept) > 0
 }
 
 func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	var send []*dlock.Call
 	d.mu.Lock()
 	for _, c := range calls {
+		if d.pick != "" && c.Script.Name == d.pick {
+			d.pick = ""
+			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
+			c.Err = errLostReply
+			continue
+		}
 		if strings.HasSuffix(c.Script.Name, "acquire") {
 			asking := len(c.Args) > 7 && c.Args[7] != ""
 			if d.holdBackAsking && !asking {
@@ -1966,7 +1991,7 @@ func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	}
 }
 
-// sendCopies sends the kept acquires again, and returns their replies.
+// sendCopies sends the kept calls again, and returns their replies.
 func (d *copyingDriver) sendCopies(t *testing.T) []any {
 	t.Helper()
 	d.mu.Lock()
@@ -1980,7 +2005,7 @@ func (d *copyingDriver) sendCopies(t *testing.T) []any {
 	var out []any
 	for _, c := range kept {
 		if c.Err != nil {
-			t.Fatalf("late acquire: %v", c.Err)
+			t.Fatalf("late %s: %v", c.Script.Name, c.Err)
 		}
 		out = append(out, c.Val)
 	}
