@@ -68,10 +68,14 @@ type lease struct {
 	// Under mu, for the refresh turn's holder (see refreshNumber):
 	// refreshes numbers the refreshes sent; fencing is set once one got no
 	// answer, until one that fences it off succeeds; fenced tells whether
-	// the last one sent does; fencedOnce is set once any did.
+	// the last one sent does. floor is the shortest TTL sent since the
+	// last fencing refresh that succeeded (that one's included; zero for
+	// none), sentTTL the last one's: a copy of an earlier refresh that the
+	// client library sent again, answered, may still come late, so a
+	// refresh to a longer TTL than floor fences too.
 	refreshes       uint64
 	fencing, fenced bool
-	fencedOnce      bool
+	floor, sentTTL  time.Duration
 
 	// Owned by the watchdog, under its lock.
 	next  time.Time // when the watchdog refreshes it next
@@ -267,13 +271,16 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 // number of a refresh that fences (one sent after a refresh that got no
 // answer, until such a refresh succeeds), and one numbered lower that
 // runs after it only ever extends the lock (see refresh.lua).
-func (s *lease) refreshNumber() (n uint64, fence bool) {
+func (s *lease) refreshNumber(ttl time.Duration) (n uint64, fence bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshes++
-	s.fenced = s.fencing
-	s.fencedOnce = s.fencedOnce || s.fencing
-	return s.refreshes, s.fencing
+	s.fenced = s.fencing || (s.floor > 0 && ttl > s.floor)
+	s.sentTTL = ttl
+	if s.floor == 0 || ttl < s.floor {
+		s.floor = ttl
+	}
+	return s.refreshes, s.fenced
 }
 
 // refreshAnswered records the outcome of the refresh last numbered, for
@@ -285,16 +292,10 @@ func (s *lease) refreshAnswered(known bool) {
 	case !known:
 		s.fencing = true
 	case s.fenced:
-		s.fencing = false
+		// The earlier refreshes, all of them, are fenced off: the floor
+		// starts again from this one.
+		s.fencing, s.floor = false, s.sentTTL
 	}
-}
-
-// forgetsFence reports whether a release must take the number recorded
-// by a refresh that fenced away (see refreshNumber).
-func (s *lease) forgetsFence() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fencedOnce
 }
 
 // refreshFailed notes that a refresh of the watchdog failed with err,

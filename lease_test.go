@@ -962,9 +962,6 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 	}
 }
 
-// TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
-// run the function while holding what they obtained, return its error,
-// and give the hold back.
 // TryDo and its kin run the function under the hold when they obtain it
 // in one attempt, and skip it at once, with ErrNotObtained, when the name
 // is held: a Do that waited would wait its minute (the test's context ends
@@ -1032,6 +1029,9 @@ func TestTryDoRunsOrSkipsAtOnce(t *testing.T) {
 	}
 }
 
+// TestDoOnEveryPrimitive: DoMulti, RWMutex.Do and RDo, and Semaphore.Do
+// run the function while holding what they obtained, return its error,
+// and give the hold back.
 func TestDoOnEveryPrimitive(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -1845,11 +1845,6 @@ func TestRefreshesOfOneLockGoOneAtATime(t *testing.T) {
 	}
 }
 
-// TestRefreshShorterThanTheRefreshIntervalIsRefused: the watchdog would come
-// back only after such a TTL had run out, so an auto-refreshed lock refuses
-// it (as WithRefreshInterval refuses an interval not shorter than the TTL);
-// a lock without auto-refresh takes it, and then refuses an AutoRefresh
-// whose interval it does not fit.
 // A refresh to a short TTL whose reply was lost, and which reaches Redis
 // after a later refresh to a long one has run, does not cut the later one
 // short: the lock's holder counts on the long one, and another would take
@@ -1940,6 +1935,186 @@ func TestALateRefreshOfTheWatchdogDoesNotCutALaterOneShort(t *testing.T) {
 	}
 }
 
+// A hold counted by two acquisitions of one owner (a permit, a read hold
+// re-entered WithOwner) keeps one fence record ('q' in its JSON): the
+// second acquisition's fencing refresh overwrites the first's, and once
+// the second is released (count back to 1, no longer extend-only), the
+// first's late refresh to a short TTL cuts its later minute short.
+func TestALateRefreshOfAReenteredHoldDoesNotCutItShort(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		kind string
+		take func(c *dlock.Client, name string) (*dlock.Lock, error)
+	}{
+		{"permit", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			return c.Semaphore(name, 1).TryAcquire(ctx, dlock.WithOwner("o"), dlock.WithTTL(5*time.Second))
+		}},
+		{"read hold", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			return c.RWMutex(name).TryRLock(ctx, dlock.WithOwner("o"), dlock.WithTTL(5*time.Second))
+		}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			name := "late-reentered-" + strings.ReplaceAll(tc.kind, " ", "-")
+			d := &copyingDriver{Driver: e.newDriver(t)}
+			c := dlock.New(d)
+			defer c.Close()
+			a, err := tc.take(c, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := tc.take(c, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a's refresh to a short TTL gets no answer; it is held back.
+			d.holdBackScript("holds_refresh")
+			if err := a.Refresh(ctx, 200*time.Millisecond); !errors.Is(err, errLostReply) {
+				t.Fatalf("a's held-back refresh: %v", err)
+			}
+			late := d.takeCopies()
+			if err := a.Refresh(ctx, time.Minute); err != nil { // fences: "a:2"
+				t.Fatal(err)
+			}
+			// b has a refresh lost too (never delivered); its next fences,
+			// and overwrites a's record.
+			d.holdBackScript("holds_refresh")
+			if err := b.Refresh(ctx, time.Minute); !errors.Is(err, errLostReply) {
+				t.Fatalf("b's held-back refresh: %v", err)
+			}
+			d.takeCopies() // never delivered
+			if err := b.Refresh(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d.putCopies(late)
+			d.sendCopies(t) // a's first refresh reaches Redis now
+			if left, err := a.TTL(ctx); err != nil || left < 50*time.Second {
+				t.Errorf("a's TTL after its late refresh = %v, %v; want the minute its Deadline counts on (%v left)",
+					left, err, time.Until(a.Deadline()).Round(time.Second))
+			}
+			_ = a.Release(ctx)
+		})
+	}
+}
+
+// On a full server (maxmemory, by EVALSHA), a fencing refresh of an
+// exclusive lock held more than once (WithOwner) or shared (attached) that
+// only extends finds nothing to extend: its HSET of 'q:' is the script's
+// first write, and Redis refuses it (OOM). Before the change the refresh
+// succeeded there; now it fails, and goes on failing, fencing, until the
+// lock runs out.
+func TestAFencingRefreshOfASharedLockRunsOnAFullServer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	const name = "full-fence"
+	outer, err := c.TryLock(ctx, name, dlock.WithOwner("o"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.TryLock(ctx, name, dlock.WithOwner("o"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.holdBackScript("refresh")
+	if err := outer.Refresh(ctx, time.Minute); !errors.Is(err, errLostReply) {
+		t.Fatalf("held-back refresh: %v", err)
+	}
+	d.takeCopies() // never delivered
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	defer e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	if err := outer.Refresh(ctx, 30*time.Second); err != nil {
+		t.Errorf("fencing Refresh of a re-entered lock at maxmemory: %v", err)
+	}
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	_ = inner.Release(ctx)
+	_ = outer.Release(ctx)
+}
+
+// The record of a fence ('q:' .. req) stays in the hash when the Lock
+// that fenced is not the one whose Release ends the acquisition: a lock
+// handed over (Attach) and released by the other process. The free hash
+// is reused by the next holder, and so on for as long as the name stays
+// hot: one stale field per such hand-over, never taken away.
+func TestAFenceRecordDoesNotOutliveAHandedOverLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	const name = "handover"
+	key := "dlock:{" + name + "}"
+	a, err := c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.holdBackScript("refresh")
+	if err := a.Refresh(ctx, time.Minute); !errors.Is(err, errLostReply) {
+		t.Fatalf("held-back refresh: %v", err)
+	}
+	d.takeCopies() // never delivered
+	// This one fences.
+	if err := a.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Handed over: another process attaches and releases.
+	b, err := e.c.Attach(ctx, name, a.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.c.TryLock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if fields := e.srv.Do(t, "HKEYS", key); strings.Contains(fields, "q:") {
+		t.Errorf("the next holder's hash keeps the released acquisition's fence record: %s", fields)
+	}
+}
+
+// A copy of a refresh that the client library sent again (go-redis's
+// MaxRetries, 3 by default, after a read timeout or a broken connection),
+// whose second copy answered, while the first, held up on the connection
+// given up on, reaches Redis later: dlock saw an answer, and did not know a
+// copy was out. A later refresh to a longer TTL fences it off all the same.
+func TestALateLibraryCopyOfARefreshDoesNotCutALaterOneShort(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &copyingDriver{Driver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "library-copy", dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	d.copyScript("refresh")
+	if err := l.Refresh(ctx, 200*time.Millisecond); err != nil { // answered: its copy is out
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.sendCopies(t) // the first copy reaches Redis now
+	if left, err := l.TTL(ctx); err != nil || left < 50*time.Second {
+		t.Errorf("TTL after a late copy of an earlier refresh = %v, %v; want the later refresh's minute (Deadline in %v)",
+			left, err, time.Until(l.Deadline()).Round(time.Second))
+	}
+}
+
+// TestRefreshShorterThanTheRefreshIntervalIsRefused: the watchdog would come
+// back only after such a TTL had run out, so an auto-refreshed lock refuses
+// it (as WithRefreshInterval refuses an interval not shorter than the TTL);
+// a lock without auto-refresh takes it, and then refuses an AutoRefresh
+// whose interval it does not fit.
 func TestRefreshShorterThanTheRefreshIntervalIsRefused(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

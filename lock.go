@@ -363,7 +363,7 @@ func (l *Lock) refreshCalls(ttl time.Duration) []*Call {
 	calls := make([]*Call, len(units))
 	// Its number, and whether it fences off the earlier ones (see
 	// refreshNumber).
-	n, fence := l.refreshNumber()
+	n, fence := l.refreshNumber(ttl)
 	args := append(l.heldArgs(token, ttl.Milliseconds()), int64(n), argNone)
 	if fence {
 		args[len(args)-1] = argOne
@@ -788,7 +788,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 		// channel whose request the acquisition may have left for a grant;
 		// any fence, no minimum hold; and whether it ends there.
 		// And how long a fence counter is kept, for a grant.
-		args = l.forgetArg(l.c.fenceArg([]any{l.req, "", l.asked, "", "", l.endsArg()}, 7))
+		args = l.c.fenceArg([]any{l.req, "", l.asked, "", "", l.endsArg()}, 7)
 	}
 	units := l.ownUnits()
 	if len(units) == 0 {
@@ -1249,7 +1249,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		args = append(args, argNone, argNone, minHold, l.endsArg(), tok)
 	}
 	if !l.kind.modeArg {
-		args = l.forgetArg(l.c.fenceArg(args, 7)) // how long a fence counter is kept, for a grant
+		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 	}
 	units := l.units()
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
@@ -1678,19 +1678,6 @@ func (l *Lock) releaseArgs(token string, id any) []any {
 		tok = token // boxed only then
 	}
 	return append(l.kind.args(append(make([]any, 0, 6), tok, req)...), id) // room for the mode, the id and what Release adds
-}
-
-// forgetArg returns the arguments of an exclusive lock's release or
-// clean-up, args, with the one that takes away the number a refresh that
-// fenced recorded (see refreshNumber) when one of the Lock's did.
-func (l *Lock) forgetArg(args []any) []any {
-	if !l.forgetsFence() {
-		return args
-	}
-	for len(args) < 8 {
-		args = append(args, argNone)
-	}
-	return append(args, argOne)
 }
 
 // endsArg returns the release script's argument that says the acquisition

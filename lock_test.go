@@ -1939,9 +1939,36 @@ type copyingDriver struct {
 	// be granted the lock (a waiting caller's, see grant.lua).
 	holdBackAsking bool
 	// pick names a script whose next call is held back (see
-	// holdBackScript).
-	pick string
-	kept []*dlock.Call
+	// holdBackScript), or, with pickSends, copied and sent (see copyScript).
+	pick      string
+	pickSends bool
+	kept      []*dlock.Call
+}
+
+// copyScript keeps a copy of the next call of the script called name, alone
+// (what was kept goes), and sends it too: the client library sent it
+// again, its second copy answered, and the first, held up on a connection
+// given up on, reaches Redis when sendCopies sends it.
+func (d *copyingDriver) copyScript(name string) {
+	d.mu.Lock()
+	d.pick, d.pickSends, d.kept = name, true, nil
+	d.mu.Unlock()
+}
+
+// takeCopies returns the calls kept, and forgets them; putCopies keeps
+// calls again.
+func (d *copyingDriver) takeCopies() []*dlock.Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.kept
+	d.kept = nil
+	return kept
+}
+
+func (d *copyingDriver) putCopies(calls []*dlock.Call) {
+	d.mu.Lock()
+	d.kept = calls
+	d.mu.Unlock()
 }
 
 // holdBackScript holds back the next call of the script called name, alone
@@ -1949,7 +1976,7 @@ type copyingDriver struct {
 // it later, as a connection the client gave up on may still deliver it.
 func (d *copyingDriver) holdBackScript(name string) {
 	d.mu.Lock()
-	d.pick, d.kept = name, nil
+	d.pick, d.pickSends, d.kept = name, false, nil
 	d.mu.Unlock()
 }
 
@@ -1967,8 +1994,10 @@ func (d *copyingDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		if d.pick != "" && c.Script.Name == d.pick {
 			d.pick = ""
 			d.kept = append(d.kept, &dlock.Call{Script: c.Script, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)})
-			c.Err = errLostReply
-			continue
+			if !d.pickSends {
+				c.Err = errLostReply
+				continue
+			}
 		}
 		if strings.HasSuffix(c.Script.Name, "acquire") {
 			asking := len(c.Args) > 7 && c.Args[7] != ""

@@ -31,7 +31,11 @@ allow_oom(k)
 local n, fences = tonumber(ARGV[5] or ''), ARGV[6] == '1'
 local by, last = string.match(type(d.q) == 'string' and d.q or '', '^(.*):(%d+)$')
 local late = n and by == req and n < tonumber(last)
-if not (late and exp >= now + ttl) then extend(hk, tok, now, ttl, d, exp) end -- late: only extended
+-- A record of another acquisition of the hold (one of its owner's, which
+-- fenced after this one did, and overwrote its record; perhaps released
+-- since): this one's own record may be gone, so it only extends too.
+local foreign = by ~= nil and by ~= req
+if not ((late or foreign) and exp >= now + ttl) then extend(hk, tok, now, ttl, d, exp) end -- late: only extended
 if fences and not late then
   d.q = req .. ':' .. ARGV[5]
   redis.call('HSET', k, 'h:' .. tok, encode(d))

@@ -28,6 +28,10 @@ for i = 1, #KEYS do
   late[i] = n and last and n < last
   shared[i] = count > 1 or attached or late[i]
 end
+-- At maxmemory (by EVALSHA) Redis refuses a script's first write that
+-- may add memory: the HSET below, when expire wrote nothing (a shared
+-- lock that has more left). A write of no effect first lets it run.
+if fences then redis.pcall('ZREMRANGEBYSCORE', KEYS[1], 1, 0) end
 for i = 1, #KEYS do
   expire(KEYS[i], ttl, shared[i])
   if fences and not late[i] then redis.call('HSET', KEYS[i], 'q:' .. req, ARGV[4]) end

@@ -15,9 +15,9 @@
 -- part of, when the caller knows it ('' or absent when not), by which a
 -- re-entry learns that ForceRelease ended that hold (see forced), and
 -- ARGV[8] how long a fence counter is kept after the fence of a grant
--- (see keep_fences), and ARGV[9] '1' when a refresh of the acquisition
--- recorded its number (see refresh), which goes, '' or absent when none
--- did
+-- (see keep_fences). The number a refresh of the acquisition recorded
+-- (see refresh) goes with the acquisition, whichever of its Locks gives
+-- it up.
 --
 -- The acquisition is found by its request token (see acquire): the one
 -- that made the current hold ('req') or a re-entry into it ('h:' .. request
@@ -133,10 +133,17 @@ local n = #KEYS / 3
 local missing, ended_by_force = 0, false
 -- A clean-up's time, in ms, for its word kept apart (see below).
 local late_now = ends and id == '' and math.floor(clock_us(redis.call('TIME')) / 1000)
+-- The record of a refresh that fenced (see refresh) goes with the
+-- acquisition, whichever of its Locks gives it up (one attached to it,
+-- say): read with the hold, after the release records, and taken away
+-- below, when there, with the path's first write, which adds no memory.
+local fenced = 'q:' .. req
+local reads = {'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields)}
+reads[#reads + 1] = fenced
+local fenced_at = #reads + 4 -- its element in what read_lock returns
 for i = 1, n do
   local k = KEYS[i]
-  local cur = read_lock(k, 'w', 'req', hold, 'fence', 'forced', 'late', unpack(rel_fields))
-  if cur and ARGV[9] == '1' then redis.call('HDEL', k, 'q:' .. req) end
+  local cur = read_lock(k, unpack(reads))
   if cur and asked ~= '' then
     local g = redis.call('HGET', k, 'g:' .. asked)
     local ok, d = false, nil
@@ -172,7 +179,7 @@ for i = 1, n do
     -- that may (HSET), and the writes after it then run, so that a release
     -- frees the lock on a full server too. (For the first acquisition, hold
     -- is no field: nothing goes.)
-    redis.call('HDEL', k, hold)
+    if cur[fenced_at] then redis.call('HDEL', k, hold, fenced) else redis.call('HDEL', k, hold) end
     redis.call('HINCRBY', k, 'count', -1)
     if first then
       redis.call('HSET', k, 'req', '', unpack(record(cur, true)))
@@ -181,7 +188,11 @@ for i = 1, n do
       if #rec > 0 then redis.call('HSET', k, unpack(rec)) end
     end
   else
-    if again then redis.call('HDEL', k, hold) end
+    if cur[fenced_at] then
+      redis.call('HDEL', k, hold, fenced) -- for the first acquisition, hold is no field
+    elseif again then
+      redis.call('HDEL', k, hold)
+    end
     local rel = record(cur, true)
     local keep = keep_for(k)
     if keep then
