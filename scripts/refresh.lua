@@ -9,11 +9,13 @@
 -- A refresh that got no answer may still reach Redis, held up on a
 -- connection its client gave up on, after a later one of its Lock has run,
 -- and cut the TTL that one set, which its Lock counts on, short. So the
--- Lock's refreshes after one that got no answer fence it off: each key
+-- Lock's refreshes after one that got no answer fence it off, and so does
+-- one to a longer TTL than an earlier one's (whose copy the client library
+-- may have sent again, answered, while the first is held up): each key
 -- records the number of the last of them, in the field 'q:' .. request
 -- token (which the release takes away), and a refresh numbered lower that
 -- runs after it only ever extends the lock (see expire). Costs nothing
--- until a refresh gets no answer: the field is read with the hold.
+-- until then: the field is read with the hold.
 --
 -- Returns 0 when every key was held by the caller and got the new TTL (a
 -- re-entered or shared lock is only extended, see expire), or i when
