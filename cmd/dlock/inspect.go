@@ -34,7 +34,7 @@ expires. A free name is reported as kind "free" with no holders; that is not
 an error.
 
 Flags:
-  --json    print the record as JSON, for scripts (the schema is in the README)
+  --json    print the record as JSON, for scripts (the schema is in docs/cli.md)
 
 Examples:
   dlock status nightly

@@ -7,7 +7,7 @@
 //	dlock release --force [flags] NAME
 //	dlock version
 //
-// See `dlock help` and the README for the flags, environment variables and
+// See `dlock help` and docs/cli.md for the flags, environment variables and
 // exit codes.
 package main
 
