@@ -19,10 +19,11 @@ import (
 // (once, when fn's error holds the loss, context.Cause of its context).
 // If fn panics, Do releases the lock and lets the panic go on. A release
 // that no server answered in time (a stalled server), or that one refused
-// for a while (BUSY), goes on in the background, as the clean-up of a
-// failed acquisition does, for up to a minute (not for a lock obtained
+// for a while (BUSY), is sent again in the background, as the clean-up of a
+// failed acquisition is, for up to a minute (not for a lock obtained
 // WithToken or WithMinHold, which runs out with its TTL): Do returns its
-// error, and nobody need call Release again. A release sent after fn
+// error, and nobody need call Release again. One that ran, its reply
+// lost, is found done, and the lock ends released. A release sent after fn
 // returned whose reply comes after the lock's deadline is no loss for Do,
 // which returns fn's error, though the lock's End hooks (and metrics) may
 // count it lost: they saw the deadline pass first.

@@ -1056,21 +1056,44 @@ func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
 // giveBackLater gives the lock back in the background after a release
 // that failed with err before a server answered it (a timeout, or a
 // refusal that passes, such as BUSY) when nobody can call Release again
-// (Do's): the clean-up of its acquisition is sent until a server answers,
-// for up to a minute, as a failed acquire's is (see cleanupWithin). Not
-// for a lock whose token was given (WithToken), or one kept for a minimum
-// hold, which the clean-up would not keep: those run out with their TTL.
-// It reports whether the clean-up went on.
+// (Do's): that release is sent again, the same request, until a server
+// answers it, for up to a minute, as a failed acquire's clean-up is (see
+// cleanupWithin). A release that ran, its reply lost, is found done by its
+// id (see release.lua), and the lock ends released. Not for a lock whose
+// token was given (WithToken), whose next acquisition the release could
+// take, or one kept for a minimum hold: those run out with their TTL. It
+// reports whether the release went on.
 func (l *Lock) giveBackLater(err error) bool {
 	if !tryLater(err) || !l.ownReq || l.minHold > 0 {
 		return false
 	}
-	return l.cleanUpInBackground(func(calls []*Call) {
+	l.mu.Lock()
+	token, id := l.token, l.relID
+	l.mu.Unlock()
+	if id == nil {
+		return false // no release was sent
+	}
+	units := l.units()
+	done := func(calls []*Call) {
 		if freedAll(calls) && time.Now().Before(l.Deadline()) {
 			// Given back in time: released, not lost. On the client's own
 			// goroutine: an End hook's panic is logged.
 			l.endBy(nil, true)
 		}
+	}
+	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
+		calls := l.sendRelease(ctx, units, token, id)
+		l.sendAgain(ctx, calls)
+		l.wakeAlone()
+		if slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) }) &&
+			l.c.inBackground(lateCleanup, func(ctx context.Context) {
+				l.cleanUpLate(ctx, calls)
+				l.wakeAlone()
+				done(calls)
+			}) {
+			return
+		}
+		done(calls)
 	})
 }
 
@@ -1228,33 +1251,8 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 		return fmt.Errorf("%w: %s was already released", ErrNotHeld, l.describe())
 	}
 	l.ended()
-	args := l.releaseArgs(token, id)
-	if l.kind.modeArg {
-		// Not a clean-up; whether the acquisition ends there.
-		args = append(args, argNone, l.endsArg())
-	} else if l.minHold > 0 || l.ownReq || token != l.req {
-		// No grant request to take back, any fence, the minimum hold (see
-		// release.lua: only a Release keeps the hold, not a clean-up),
-		// whether the acquisition ends there.
-		minHold := argNone
-		if l.minHold > 0 {
-			minHold = l.minHold
-		}
-		// And the hold's token, by which a re-entry learns of a force
-		// release (none when it is the request token).
-		tok := argNone
-		if token != l.req {
-			tok = token // boxed only then
-		}
-		args = append(args, argNone, argNone, minHold, l.endsArg(), tok)
-	}
-	if !l.kind.modeArg {
-		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
-	}
 	units := l.units()
-	calls := l.send(ctx, replication{}, units, func(p part) *Call {
-		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
-	})
+	calls := l.sendRelease(ctx, units, token, id)
 	l.sendAgain(ctx, calls)
 	l.waitOutRefused(ctx, calls)
 	l.wakeAlone()
@@ -1678,6 +1676,37 @@ func (l *Lock) releaseArgs(token string, id any) []any {
 		tok = token // boxed only then
 	}
 	return append(l.kind.args(append(make([]any, 0, 6), tok, req)...), id) // room for the mode, the id and what Release adds
+}
+
+// sendRelease sends the release of the lock's units, held with token, as
+// the release with id, and returns its calls.
+func (l *Lock) sendRelease(ctx context.Context, units []part, token string, id any) []*Call {
+	args := l.releaseArgs(token, id)
+	if l.kind.modeArg {
+		// Not a clean-up; whether the acquisition ends there.
+		args = append(args, argNone, l.endsArg())
+	} else if l.minHold > 0 || l.ownReq || token != l.req {
+		// No grant request to take back, any fence, the minimum hold (see
+		// release.lua: only a Release keeps the hold, not a clean-up),
+		// whether the acquisition ends there.
+		minHold := argNone
+		if l.minHold > 0 {
+			minHold = l.minHold
+		}
+		// And the hold's token, by which a re-entry learns of a force
+		// release (none when it is the request token).
+		tok := argNone
+		if token != l.req {
+			tok = token // boxed only then
+		}
+		args = append(args, argNone, argNone, minHold, l.endsArg(), tok)
+	}
+	if !l.kind.modeArg {
+		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
+	}
+	return l.send(ctx, replication{}, units, func(p part) *Call {
+		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
+	})
 }
 
 // endsArg returns the release script's argument that says the acquisition

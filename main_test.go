@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ type tapDriver struct {
 
 	mu        sync.Mutex
 	loseNext  int    // how many of the next calls run but lose their reply
+	lostWith  error  // the error they get instead: errLostReply when nil
 	meanwhile func() // run once a call whose reply is lost has run
 	afterNext func() // run once the next call has run, before its caller has the reply
 }
@@ -93,7 +95,7 @@ func (d *tapDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	for _, c := range calls {
 		if d.loseNext > 0 {
 			d.loseNext--
-			c.Val, c.Err = nil, errLostReply
+			c.Val, c.Err = nil, cmp.Or(d.lostWith, error(errLostReply))
 			meanwhile, d.meanwhile = d.meanwhile, nil
 		}
 	}
@@ -109,7 +111,16 @@ func (d *tapDriver) Scan(ctx context.Context, match, typ string, fn func(string)
 
 func (d *tapDriver) loseReplies(n int) {
 	d.mu.Lock()
-	d.loseNext = n
+	d.loseNext, d.lostWith = n, nil
+	d.mu.Unlock()
+}
+
+// timeOutReplies is loseReplies, the calls timing out as on a server that
+// stalled (context.DeadlineExceeded): dlock does not send those again at
+// once.
+func (d *tapDriver) timeOutReplies(n int) {
+	d.mu.Lock()
+	d.loseNext, d.lostWith = n, context.DeadlineExceeded
 	d.mu.Unlock()
 }
 
