@@ -685,7 +685,12 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 		return ttl, true
 	}
 	if left := s.acquired.Add(s.maxHold).Sub(now); left < ttl {
-		if left < time.Millisecond {
+		// The holder's own Refresh, which the max hold does not bound,
+		// may have set a deadline past it: a refresh to what is left would
+		// cut that TTL short on the server while the holder counts on the
+		// deadline until the reply comes. The lock runs out at that
+		// deadline instead.
+		if left < time.Millisecond || now.Add(left).Before(s.deadline) {
 			s.capped, s.dropped = true, true
 			return 0, false
 		}

@@ -324,6 +324,65 @@ func TestARefreshByHandIsNotBoundedByTheMaxHold(t *testing.T) {
 	}
 }
 
+// gatedDriver holds the reply of the calls of one script, once armed,
+// until the test opens the gate: each runs on the server at once, and ran
+// says so (a slow way back, or a client goroutine slow to be scheduled).
+type gatedDriver struct {
+	dlock.Driver
+	script atomic.Value // string
+	ran    chan struct{}
+	open   chan struct{}
+}
+
+func (d *gatedDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.Driver.Eval(ctx, calls...)
+	name, _ := d.script.Load().(string)
+	for _, c := range calls {
+		if name != "" && c.Script.Name == name {
+			select {
+			case d.ran <- struct{}{}:
+			default:
+			}
+			<-d.open
+			return
+		}
+	}
+}
+
+// A Refresh by hand past the max hold is not cut short by the watchdog:
+// its next refresh would ask for what is left of the max hold, cutting the
+// TTL on the server while the holder counted on its Refresh's deadline
+// until that refresh's reply came. The lock runs out at that deadline, for
+// the max hold.
+func TestTheMaxHoldDoesNotCutARefreshByHandShort(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &gatedDriver{Driver: e.newDriver(t), ran: make(chan struct{}, 1), open: make(chan struct{})}
+	c := dlock.New(d)
+	defer c.Close()
+	defer close(d.open) // first: Close waits for the refresh under way
+	l, err := c.TryLock(ctx, "max-hold-by-hand", dlock.WithTTL(500*time.Millisecond),
+		dlock.WithRefreshInterval(100*time.Millisecond), dlock.WithMaxHold(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	d.script.Store("refresh")
+	select {
+	case <-d.ran:
+		// A watchdog refresh ran; its reply is held back.
+		if left, pttl := time.Until(l.Deadline()), e.pttl(t, "max-hold-by-hand"); l.Err() == nil && pttl < left-10*time.Millisecond {
+			t.Errorf("the watchdog's refresh left %v on the server while its holder counts on %v", pttl, left)
+		}
+	case <-l.Done():
+		if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+			t.Errorf("Err = %v, want ErrMaxHold", l.Err())
+		}
+	}
+}
+
 // A max hold given when the lock was obtained bounds the refreshing that a
 // later AutoRefresh without one starts.
 func TestAutoRefreshKeepsTheMaxHoldTheLockWasObtainedWith(t *testing.T) {

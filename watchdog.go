@@ -210,6 +210,9 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 			s.endTurn()
 			continue // the max hold allows no more: the deadline timer ends it
 		}
+		// As Refresh does: the server may run it, and set its TTL, well
+		// before its reply comes; until then the deadline is the sooner.
+		s.unsure(now, ttl)
 		out = append(out, refreshing{s: s, calls: s.holder.refreshCalls(ttl), ttl: ttl, deadline: d})
 	}
 	// The refreshes confirmed on replicas (WithReplicas) go apart, one
