@@ -1,0 +1,340 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// heldBackDriver holds back the next release it sees: its caller gets a
+// timeout at once, and the call itself runs on the server only when run
+// is closed (a copy, so that the caller's Call is not written late).
+type heldBackDriver struct {
+	*tapDriver
+	armed atomic.Bool
+	run   chan struct{}
+	done  chan []*dlock.Call
+}
+
+func (d *heldBackDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if len(calls) > 0 && (calls[0].Script.Name == "release" || calls[0].Script.Name == "holds_release") && d.armed.CompareAndSwap(true, false) {
+		copies := make([]*dlock.Call, len(calls))
+		for i, c := range calls {
+			cp := &dlock.Call{Script: c.Script, Keys: c.Keys, Args: c.Args, Lib: c.Lib}
+			copies[i] = cp
+			c.Val, c.Err = nil, context.DeadlineExceeded
+		}
+		go func() {
+			<-d.run
+			d.tapDriver.Eval(context.Background(), copies...)
+			d.done <- copies
+		}()
+		return
+	}
+	d.tapDriver.Eval(ctx, calls...)
+}
+
+// A Do's release held up on its way (a stalled connection) runs after
+// the one its give-back sent again, and after another client took the
+// name: it must change nothing.
+func TestReviewHeldUpReleaseRunsAfterTheResentOne(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		kind string
+		do   func(c *dlock.Client, fn func(context.Context) error) error
+		take func() (*dlock.Lock, error)
+	}{
+		{"lock", func(c *dlock.Client, fn func(context.Context) error) error {
+			return c.Do(ctx, "held-up", fn, dlock.WithTTL(time.Second))
+		}, func() (*dlock.Lock, error) { return e.c.TryLock(ctx, "held-up") }},
+		{"write hold", func(c *dlock.Client, fn func(context.Context) error) error {
+			return c.RWMutex("held-up-rw").Do(ctx, fn, dlock.WithTTL(time.Second))
+		}, func() (*dlock.Lock, error) { return e.c.RWMutex("held-up-rw").TryLock(ctx) }},
+		{"read hold", func(c *dlock.Client, fn func(context.Context) error) error {
+			return c.RWMutex("held-up-rd").RDo(ctx, fn, dlock.WithTTL(time.Second))
+		}, func() (*dlock.Lock, error) { return e.c.RWMutex("held-up-rd").TryLock(ctx) }},
+		{"permit", func(c *dlock.Client, fn func(context.Context) error) error {
+			return c.Semaphore("held-up-sem", 1).Do(ctx, fn, dlock.WithTTL(time.Second))
+		}, func() (*dlock.Lock, error) { return e.c.Semaphore("held-up-sem", 1).TryAcquire(ctx) }},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			d := &heldBackDriver{tapDriver: e.newDriver(t), run: make(chan struct{}), done: make(chan []*dlock.Call, 1)}
+			ended := make(chan error, 4)
+			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+			defer c.Close()
+			err := tc.do(c, func(context.Context) error {
+				d.armed.Store(true)
+				return nil
+			})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Do = %v, want the release's timeout", err)
+			}
+			select {
+			case err := <-ended:
+				if err != nil {
+					t.Errorf("End hook: %v", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("End hook never called")
+			}
+			other, err := tc.take()
+			if err != nil {
+				t.Fatalf("the name is not free after the give-back: %v", err)
+			}
+			close(d.run)
+			late := <-d.done
+			t.Logf("held-up release replied %v %v", late[0].Val, late[0].Err)
+			if err := other.Refresh(ctx, time.Second); err != nil {
+				t.Errorf("the other holder lost the name to the held-up release: %v", err)
+			}
+			if err := other.Release(ctx); err != nil {
+				t.Errorf("the other holder's Release: %v", err)
+			}
+		})
+	}
+}
+
+// A re-entry's Do (WithOwner) whose release ran, its reply lost, or did not
+// run: its give-back must leave the outer Do's hold held.
+func TestReviewReentrantDoGiveBackLeavesTheOuterHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ran := range []bool{true, false} {
+		for _, kind := range []string{"lock", "write hold"} {
+			name := "reent-" + kind
+			if !ran {
+				name += "-unrun"
+			}
+			t.Run(name, func(t *testing.T) {
+				d := &unsentDriver{tapDriver: e.newDriver(t)}
+				var mu sync.Mutex
+				var ends []error
+				endedInner := make(chan struct{}, 4)
+				c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) {
+					mu.Lock()
+					ends = append(ends, err)
+					mu.Unlock()
+					endedInner <- struct{}{}
+				}}))
+				defer c.Close()
+				do := func(fn func(context.Context) error) error {
+					if kind == "lock" {
+						return c.Do(ctx, name, fn, dlock.WithTTL(2*time.Second), dlock.WithOwner("o"))
+					}
+					return c.RWMutex(name).Do(ctx, fn, dlock.WithTTL(2*time.Second), dlock.WithOwner("o"))
+				}
+				taken := func() bool {
+					var l *dlock.Lock
+					if kind == "lock" {
+						l, _ = e.c.TryLock(ctx, name)
+					} else {
+						l, _ = e.c.RWMutex(name).TryLock(ctx)
+					}
+					if l != nil {
+						_ = l.Release(ctx)
+						return false
+					}
+					return true
+				}
+				err := do(func(context.Context) error {
+					ierr := do(func(context.Context) error {
+						if ran {
+							d.timeOutReplies(1)
+						} else {
+							d.unsent.Store(1)
+						}
+						return nil
+					})
+					if !errors.Is(ierr, context.DeadlineExceeded) {
+						t.Errorf("inner Do = %v, want the release's timeout", ierr)
+					}
+					select {
+					case <-endedInner:
+					case <-time.After(3 * time.Second):
+						t.Error("inner End hook never called")
+					}
+					if !taken() {
+						t.Error("the outer Do's hold was freed by the inner one's give-back")
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("outer Do = %v", err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, err := range ends {
+					if err != nil {
+						t.Errorf("End hook: %v", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// RDo whose release reply was lost ends released too.
+func TestReviewRDoWhoseReleaseReplyWasLostEndsReleased(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := e.newDriver(t)
+	ended := make(chan error, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+	defer c.Close()
+	err := c.RWMutex("rdo-lost").RDo(ctx, func(context.Context) error {
+		d.timeOutReplies(1)
+		return nil
+	}, dlock.WithTTL(time.Second))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RDo = %v", err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("End hook reports %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("End hook never called")
+	}
+}
+
+// A TryDo WithMinHold (the once-per-period pattern) whose release got no
+// answer: its give-back could now send that same release, which keeps the
+// hold for its minimum hold only; today it is left for its whole TTL.
+func TestReviewADoWithMinHoldWhoseReleaseTimedOutIsKeptOnlyItsMinHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ran := range []bool{true, false} {
+		d := &unsentDriver{tapDriver: e.newDriver(t)}
+		ended := make(chan error, 4)
+		c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+		name := "minhold-do"
+		if ran {
+			name += "-ran"
+		}
+		err := c.TryDo(ctx, name, func(context.Context) error {
+			if ran {
+				d.timeOutReplies(1)
+			} else {
+				d.unsent.Store(1)
+			}
+			return nil
+		}, dlock.WithTTL(time.Minute), dlock.WithMinHold(300*time.Millisecond))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryDo = %v, want the release's timeout", err)
+		}
+		if l, err := e.c.TryLock(ctx, name); err == nil {
+			t.Errorf("ran=%v: taken again before its minimum hold passed", ran)
+			_ = l.Release(ctx)
+		}
+		select {
+		case err := <-ended:
+			if err != nil {
+				t.Errorf("ran=%v: End hook reports %v", ran, err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("ran=%v: End hook not called within 3s (the lock runs out with its minute's TTL)", ran)
+		}
+		var l *dlock.Lock
+		deadline := time.Now().Add(3 * time.Second)
+		for l == nil && time.Now().Before(deadline) {
+			l, _ = e.c.TryLock(ctx, name)
+			time.Sleep(20 * time.Millisecond)
+		}
+		if l == nil {
+			t.Errorf("ran=%v: still taken 3s after a 300ms minimum hold (TTL a minute)", ran)
+		} else {
+			_ = l.Release(ctx)
+		}
+		_ = c.Close()
+	}
+}
+
+// crossDriver holds the watchdog's next refresh until the release has run
+// on the server, and loses the release's reply (a timeout) once that
+// refresh has answered: the refresh, sent before the release, finds the
+// name gone.
+type crossDriver struct {
+	*tapDriver
+	armed      atomic.Bool
+	releasing  atomic.Bool
+	refreshing chan struct{}
+	released   chan struct{}
+	refreshed  chan struct{}
+}
+
+func (d *crossDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	switch {
+	case calls[0].Script.Name == "refresh" && d.armed.CompareAndSwap(true, false):
+		close(d.refreshing)
+		select {
+		case <-d.released:
+		case <-time.After(5 * time.Second):
+		}
+		d.tapDriver.Eval(ctx, calls...)
+		close(d.refreshed)
+	case calls[0].Script.Name == "release" && d.releasing.CompareAndSwap(true, false):
+		d.tapDriver.Eval(ctx, calls...) // it runs
+		close(d.released)
+		select {
+		case <-d.refreshed:
+		case <-time.After(5 * time.Second):
+		}
+		for _, c := range calls {
+			c.Val, c.Err = nil, context.DeadlineExceeded // its reply is lost
+		}
+	default:
+		d.tapDriver.Eval(ctx, calls...)
+	}
+}
+
+// A Do whose release ran, its reply lost, while a refresh sent before it
+// crossed it (and found the name gone): the give-back finds the release
+// done, but the lock already ended as lost.
+func TestReviewADoWhoseReleaseRanAsARefreshCrossedItEndsReleased(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &crossDriver{tapDriver: e.newDriver(t), refreshing: make(chan struct{}), released: make(chan struct{}), refreshed: make(chan struct{})}
+	ended := make(chan error, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+	defer c.Close()
+	err := c.Do(ctx, "crossed", func(context.Context) error {
+		d.armed.Store(true)
+		<-d.refreshing // the watchdog's refresh is on its way
+		d.releasing.Store(true)
+		return nil
+	}, dlock.WithTTL(2*time.Second), dlock.WithRefreshInterval(50*time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want the release's timeout", err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("End hook reports %v for a lock whose release ran", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("End hook never called")
+	}
+}
+
+// The README's Keys summary says "a name may not end in :fence, …": only
+// a name with a hash tag of its own is refused.
+func TestReviewOnlyATaggedNameIsRefusedItsSuffix(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "orders:fence")
+	if err != nil {
+		t.Errorf("orders:fence: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+	if _, err := e.c.TryLock(ctx, "{orders}:fence"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("{orders}:fence: %v, want ErrInvalidName", err)
+	}
+}
