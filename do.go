@@ -21,7 +21,8 @@ import (
 // that no server answered in time (a stalled server), or that one refused
 // for a while (BUSY), is sent again in the background, as the clean-up of a
 // failed acquisition is, for up to a minute (not for a lock obtained
-// WithToken or WithMinHold, which runs out with its TTL): Do returns its
+// WithToken, which runs out with its TTL; one WithMinHold is kept until
+// its minimum hold has passed, as Release keeps it): Do returns its
 // error, and nobody need call Release again. One that ran, its reply
 // lost, is found done, and the lock ends released. A release sent after fn
 // returned whose reply comes after the lock's deadline is no loss for Do,
@@ -112,9 +113,15 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 			// fn panicked (or called runtime.Goexit): release now, or a
 			// caller that recovers the panic (net/http does) would leave
 			// the lock held and refreshed for good.
-			if err := l.releaseAfter(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			l.setGivingBack(l.ownReq, false)
+			err := l.releaseAfter(ctx)
+			later := l.giveBackLater(err)
+			if !later {
+				l.setGivingBack(false, false)
+			}
+			if err != nil && !errors.Is(err, ErrNotHeld) {
 				then := "the lock expires with its TTL"
-				if l.giveBackLater(err) {
+				if later {
 					then = "it is given back in the background"
 				}
 				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; "+then, "names", l.names, "err", err)
@@ -127,11 +134,14 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	// Not reporting a loss that came after fn returned (a reply that came
 	// after the deadline, of a release sent before it): fn's work was
 	// done in time.
+	// A refresh that finds the lock gone while the release is under way
+	// waits for the give-back, if any, which may find the release done.
+	l.setGivingBack(l.ownReq, false)
 	rerr := l.releaseAfterReporting(ctx, false)
-	if rerr != nil {
-		// Nobody can call Release again: a release that no server
-		// answered goes on in the background.
-		l.giveBackLater(rerr)
+	// Nobody can call Release again: a release that no server answered
+	// goes on in the background.
+	if !l.giveBackLater(rerr) {
+		l.setGivingBack(false, false)
 	}
 	if rerr != nil && lost == nil {
 		// A release that finds the lock gone ends it as lost, which

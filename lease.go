@@ -44,6 +44,7 @@ type lease struct {
 	letGo       bool          // Release was called: no longer refreshed, even if it failed
 	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed   error         // why the last Release failed, if it did
+	backLater   bool          // Do's give-back may still find that release done: a refresh's "gone" waits for it
 	givenBack   bool          // the clean-up after a give-back that failed was answered (see giveBackNode)
 	givingBack  chan struct{} // closed once that clean-up has its outcome
 	started     bool          // obtained: acquired and deadline are set
@@ -488,9 +489,9 @@ func (s *lease) releaseFailed(err error) {
 // lease's any more. background as for endBy.
 func (s *lease) endIfGoneAndNotReleased(background bool) {
 	s.mu.Lock()
-	gone, failed := s.gone, s.relFailed
+	gone, failed, giving := s.gone, s.relFailed, s.backLater
 	s.mu.Unlock()
-	if gone != nil && failed != nil {
+	if gone != nil && failed != nil && !giving {
 		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
 			Errs: []error{ErrLost, gone, failed}}, background)
 	}
@@ -759,3 +760,15 @@ func lostBy(cause error) error { return because(ErrLost, cause) }
 // ErrMaxHold is wrapped by Err when WithMaxHold stopped the refreshing and
 // the lock ran out.
 var ErrMaxHold = errors.New("dlock: max hold reached")
+
+// setGivingBack sets whether Do's give-back of a failed release may still
+// find it done (see giveBackLater); once unset, a refresh's finding that
+// the lock was gone ends it as lost, as endIfGoneAndNotReleased does.
+func (s *lease) setGivingBack(on bool, background bool) {
+	s.mu.Lock()
+	s.backLater = on
+	s.mu.Unlock()
+	if !on {
+		s.endIfGoneAndNotReleased(background)
+	}
+}

@@ -1059,12 +1059,15 @@ func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
 // (Do's): that release is sent again, the same request, until a server
 // answers it, for up to a minute, as a failed acquire's clean-up is (see
 // cleanupWithin). A release that ran, its reply lost, is found done by its
-// id (see release.lua), and the lock ends released. Not for a lock whose
-// token was given (WithToken), whose next acquisition the release could
-// take, or one kept for a minimum hold: those run out with their TTL. It
-// reports whether the release went on.
+// id (see release.lua), and the lock ends released. Being the release, it
+// keeps a hold WithMinHold until its minimum hold has passed. Not for a
+// lock whose token was given (WithToken), whose next acquisition the
+// release could take: that one runs out with its TTL. Until its outcome, a
+// refresh that finds the lock gone does not end it as lost (see
+// setGivingBack): the release it crossed may be found done. It reports
+// whether the release went on.
 func (l *Lock) giveBackLater(err error) bool {
-	if !tryLater(err) || !l.ownReq || l.minHold > 0 {
+	if !tryLater(err) || !l.ownReq {
 		return false
 	}
 	l.mu.Lock()
@@ -1080,6 +1083,7 @@ func (l *Lock) giveBackLater(err error) bool {
 			// goroutine: an End hook's panic is logged.
 			l.endBy(nil, true)
 		}
+		l.setGivingBack(false, true)
 	}
 	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
 		calls := l.sendRelease(ctx, units, token, id)
