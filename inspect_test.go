@@ -541,7 +541,7 @@ func TestList(t *testing.T) {
 		}
 	}
 	// p}q and {p}q} are one lock, whose key is dlock:{p}q}: List gives the
-	// name its key spells (the README's Keys).
+	// name its key spells (docs/keys.md).
 	if _, err := e.c.TryLock(ctx, "p}q"); err != nil {
 		t.Fatal(err)
 	}

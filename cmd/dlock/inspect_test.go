@@ -430,7 +430,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("run --help does not document exit code %d", code)
 		}
 	}
-	// The exit codes say what the README's table says.
+	// The exit codes say what docs/cli.md's table says.
 	for _, want := range []string{"holds other data", "another kind of lock", "a database or\n           cluster the server does not have",
 		"--wait ran out", "a TLS failure", "a wrong password", "a missing permission (NOPERM)"} {
 		if !strings.Contains(r.stdout, want) {
