@@ -1021,52 +1021,6 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 	}
 }
 
-// The same when the release ran but its reply was lost: the give-back
-// sends that release again, which finds its own id and counts as done, so
-// the lock ends released (its End hook and metrics say so), where a
-// clean-up found nothing left to free and the lock ended lost at its
-// deadline. For every kind of hold.
-func TestADoWhoseReleaseReplyWasLostEndsReleased(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	for _, tc := range []struct {
-		kind string
-		do   func(c *dlock.Client, fn func(context.Context) error) error
-	}{
-		{"lock", func(c *dlock.Client, fn func(context.Context) error) error {
-			return c.Do(ctx, "do-reply-lost", fn, dlock.WithTTL(time.Second))
-		}},
-		{"write hold", func(c *dlock.Client, fn func(context.Context) error) error {
-			return c.RWMutex("do-reply-lost-rw").Do(ctx, fn, dlock.WithTTL(time.Second))
-		}},
-		{"permit", func(c *dlock.Client, fn func(context.Context) error) error {
-			return c.Semaphore("do-reply-lost-sem", 2).Do(ctx, fn, dlock.WithTTL(time.Second))
-		}},
-	} {
-		t.Run(tc.kind, func(t *testing.T) {
-			d := e.newDriver(t)
-			ended := make(chan error, 4)
-			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
-			defer c.Close()
-			err := tc.do(c, func(context.Context) error {
-				d.timeOutReplies(1) // the release's: it runs
-				return nil
-			})
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Do = %v, want the release's timeout", err)
-			}
-			select {
-			case err := <-ended:
-				if err != nil {
-					t.Errorf("End hook reports %v for a lock whose release ran", err)
-				}
-			case <-time.After(3 * time.Second):
-				t.Error("End hook never called")
-			}
-		})
-	}
-}
-
 // TryDo and its kin run the function under the hold when they obtain it
 // in one attempt, and skip it at once, with ErrNotObtained, when the name
 // is held: a Do that waited would wait its minute (the test's context ends

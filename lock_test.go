@@ -2813,3 +2813,20 @@ func TestANameWhoseKeyHasAnEmptyHashTagIsRefused(t *testing.T) {
 		t.Errorf("%s keys written", n)
 	}
 }
+
+// Only a name with a hash tag of its own is refused a key suffix
+// ({orders}:fence would be a key of the lock {orders}); orders:fence is a
+// name like any other.
+func TestOnlyANameWithAHashTagIsRefusedAKeySuffix(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "orders:fence")
+	if err != nil {
+		t.Errorf("orders:fence: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+	if _, err := e.c.TryLock(ctx, "{orders}:fence"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("{orders}:fence: %v, want ErrInvalidName", err)
+	}
+}
