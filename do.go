@@ -133,9 +133,9 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	lost := l.Err()
 	// Not reporting a loss that came after fn returned (a reply that came
 	// after the deadline, of a release sent before it): fn's work was
-	// done in time.
-	// A refresh that finds the lock gone while the release is under way
-	// waits for the give-back, if any, which may find the release done.
+	// done in time. A refresh that finds the lock gone while the release
+	// is under way waits for the give-back, if any, which may find the
+	// release done.
 	l.setGivingBack(l.ownReq, false)
 	rerr := l.releaseAfterReporting(ctx, false)
 	// Nobody can call Release again: a release that no server answered
