@@ -36,12 +36,12 @@ type lease struct {
 	maxHold     time.Duration // zero when unbounded
 	capped      bool          // the max hold stopped the refreshing (see extendAuto)
 	failing     bool          // the last refresh failed, not for Close (see expireAt)
-	failedWith  error         // why, while failing
 	dropped     bool          // the watchdog let it go then; AutoRefresh may hand it back
 	released    bool          // Release was called and succeeded
-	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
 	relReturned bool          // that Release has returned: later ones report ErrNotHeld
 	letGo       bool          // Release was called: no longer refreshed, even if it failed
+	failedWith  error         // why the last refresh failed, while failing
+	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
 	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
 	relFailed   error         // why the last Release failed, if it did
 	backLater   bool          // Do's give-back may still find that release done: a refresh's "gone" waits for it
@@ -51,8 +51,8 @@ type lease struct {
 	ending      bool          // end was called; the lease is over once the hooks have run
 	hooksTold   bool          // the AcquireDone hooks said obtained: End may reach the hooks
 	endLate     bool          // the lease ended before that: End comes after AcquireDone (see told)
-	lateHeld    time.Duration // how long it was held then
 	over        bool          // the lease ended: err is set, done closed
+	lateHeld    time.Duration // how long it was held then
 	done        chan struct{} // made by the first Done, closed when over
 	err         error
 	timer       *time.Timer // fires at the deadline
@@ -74,8 +74,8 @@ type lease struct {
 	// none), sentTTL the last one's: a copy of an earlier refresh that the
 	// client library sent again, answered, may still come late, so a
 	// refresh to a longer TTL than floor fences too.
-	refreshes       uint64
 	fencing, fenced bool
+	refreshes       uint64
 	floor, sentTTL  time.Duration
 
 	// Owned by the watchdog, under its lock.
