@@ -40,6 +40,7 @@ type lease struct {
 	released    bool          // Release was called and succeeded
 	relReturned bool          // that Release has returned: later ones report ErrNotHeld
 	letGo       bool          // Release was called: no longer refreshed, even if it failed
+	byHand      bool          // the deadline is a Refresh by hand's (see nextRefresh)
 	failedWith  error         // why the last refresh failed, while failing
 	relOut      error         // what the Release that succeeded returns: nil, or why the lock was not held
 	gone        error         // a refresh found the lock not held after Release was called (see endIfGoneAndNotReleased)
@@ -226,6 +227,7 @@ func (s *lease) extend(sent time.Time, ttl time.Duration) (due bool, err error) 
 		return true, nil
 	}
 	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
+	s.byHand = true
 	s.failing, s.failedWith = false, nil
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))
@@ -690,8 +692,10 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 		// may have set a deadline past it: a refresh to what is left would
 		// cut that TTL short on the server while the holder counts on the
 		// deadline until the reply comes. The lock runs out at that
-		// deadline instead.
-		if left < time.Millisecond || now.Add(left).Before(s.deadline) {
+		// deadline instead. Not a deadline the watchdog's own refreshes
+		// set (AutoRefresh may have shortened the max hold since): the
+		// refresh cuts it to the max hold, as unsure counts it.
+		if left < time.Millisecond || (s.byHand && now.Add(left).Before(s.deadline)) {
 			s.capped, s.dropped = true, true
 			return 0, false
 		}
@@ -719,6 +723,7 @@ func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, o
 		return time.Time{}, false, nil // dropped: never handed out
 	}
 	s.deadline = sent.Add(ttl - drift(ttl))
+	s.byHand = false
 	s.failing, s.failedWith = false, nil
 	if s.timer != nil {
 		s.timer.Reset(time.Until(s.deadline))

@@ -212,8 +212,10 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		}
 		// As Refresh does: the server may run it, and set its TTL, well
 		// before its reply comes; until then the deadline is the sooner.
+		// The refresh's wait is bounded by that deadline, not the one
+		// before: a reply after it is of no use (see refreshGroup).
 		s.unsure(now, ttl)
-		out = append(out, refreshing{s: s, calls: s.holder.refreshCalls(ttl), ttl: ttl, deadline: d})
+		out = append(out, refreshing{s: s, calls: s.holder.refreshCalls(ttl), ttl: ttl, deadline: s.Deadline()})
 	}
 	// The refreshes confirmed on replicas (WithReplicas) go apart, one
 	// pipeline for each setting, each on a goroutine of its own: their

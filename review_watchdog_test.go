@@ -1,0 +1,134 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// AutoRefresh called again with a max hold shorter than what the watchdog
+// has already given the lock: the watchdog's earlier full refreshes put
+// the deadline past the new max hold, and nextRefresh now takes that for a
+// Refresh by hand past it and lets the lock go, so the lock outlives its
+// max hold by up to a TTL (before 0eb8405 the next refresh asked for what
+// was left of the max hold, and the lock ran out at it).
+func TestReviewAShorterMaxHoldByAutoRefreshEndsTheLockAtIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const ttl, every = time.Second, 300 * time.Millisecond
+	l, err := e.c.TryLock(ctx, "shorter-cap", dlock.WithTTL(ttl), dlock.WithRefreshInterval(every))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obtained := time.Now() // the max hold counts from before this
+	defer l.Release(ctx)
+	// Between the refreshes at 300ms and 600ms: the one at 300ms set the
+	// deadline to about 1.29s, past the new max hold.
+	time.Sleep(450 * time.Millisecond)
+	if err := l.AutoRefresh(dlock.WithRefreshInterval(every), dlock.WithMaxHold(ttl)); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+		t.Errorf("Err = %v, want ErrMaxHold", l.Err())
+	}
+	if over := l.Deadline().Sub(obtained.Add(ttl)); over > 0 {
+		t.Errorf("the lock ran out %v after its max hold", over)
+	}
+}
+
+// ctxDeadlineDriver answers nothing to the watchdog's refreshes once armed: each
+// waits for its context, as a stalled server does on a client that honours
+// the context (ContextTimeoutEnabled). It records how long that context
+// lets the refresh wait past the lock's deadline.
+type ctxDeadlineDriver struct {
+	*tapDriver
+	mu    sync.Mutex
+	lock  *dlock.Lock
+	past  time.Duration
+	saw   chan struct{}
+	armed bool
+}
+
+func (d *ctxDeadlineDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.mu.Lock()
+	armed, l := d.armed, d.lock
+	if armed && calls[0].Script.Name == "refresh" {
+		d.armed = false
+		if dl, ok := ctx.Deadline(); ok {
+			d.past = dl.Sub(l.Deadline())
+		}
+		d.mu.Unlock()
+		close(d.saw)
+		for _, c := range calls {
+			c.Err = context.DeadlineExceeded
+		}
+		return
+	}
+	d.mu.Unlock()
+	d.tapDriver.Eval(ctx, calls...)
+}
+
+// The watchdog bounds a refresh's wait by the lease's deadline as it was
+// before unsure moved it: a lock attached with a shorter TTL than it has
+// on the server has its deadline brought to the refresh's TTL, but the
+// refresh may wait (holding up the watchdog's goroutine, and every other
+// lease's refresh) until the old, later one.
+func TestReviewAWatchdogRefreshWaitsNoLongerThanTheDeadlineItSets(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "attached-long", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	d := &ctxDeadlineDriver{tapDriver: e.newDriver(t), saw: make(chan struct{})}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.Attach(ctx, "attached-long", held.Token(), dlock.WithTTL(time.Second), dlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.lock, d.armed = l, true
+	d.mu.Unlock()
+	select {
+	case <-d.saw:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no refresh")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.past > 10*time.Millisecond {
+		t.Errorf("the refresh may wait %v past the lease's deadline", d.past)
+	}
+}
+
+// An attached lock with a max hold, whose server TTL (its first holder's)
+// runs past it: the watchdog's first refresh falls within a TTL of the max
+// hold, and nextRefresh lets the lock go to run out at the server's TTL,
+// far past the max hold.
+func TestReviewAnAttachedLockRunsOutAtItsMaxHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "attached-cap", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	c := e.newClient(t)
+	before := time.Now()
+	l, err := c.Attach(ctx, "attached-cap", held.Token(), dlock.WithTTL(time.Second),
+		dlock.WithRefreshInterval(100*time.Millisecond), dlock.WithMaxHold(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 3*time.Second, func() bool { return dlock.LeaseDropped(l) })
+	if over := l.Deadline().Sub(before.Add(time.Second)); over > 500*time.Millisecond {
+		t.Errorf("max hold 1s from the attach, but the lock runs out %v after it", over)
+	}
+}
