@@ -113,12 +113,7 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 			// fn panicked (or called runtime.Goexit): release now, or a
 			// caller that recovers the panic (net/http does) would leave
 			// the lock held and refreshed for good.
-			l.setGivingBack(l.ownReq, false)
-			err := l.releaseAfter(ctx)
-			later := l.giveBackLater(err)
-			if !later {
-				l.setGivingBack(false, false)
-			}
+			later, err := l.doRelease(ctx, true)
 			if err != nil && !errors.Is(err, ErrNotHeld) {
 				then := "the lock expires with its TTL"
 				if later {
@@ -136,13 +131,7 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	// done in time. A refresh that finds the lock gone while the release
 	// is under way waits for the give-back, if any, which may find the
 	// release done.
-	l.setGivingBack(l.ownReq, false)
-	rerr := l.releaseAfterReporting(ctx, false)
-	// Nobody can call Release again: a release that no server answered
-	// goes on in the background.
-	if !l.giveBackLater(rerr) {
-		l.setGivingBack(false, false)
-	}
+	_, rerr := l.doRelease(ctx, false)
 	if rerr != nil && lost == nil {
 		// A release that finds the lock gone ends it as lost, which
 		// says so (ErrLost); a failed one says why.
@@ -160,4 +149,30 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 	}
 	// Both, on one line (errors.Join's message takes two).
 	return &causes.Error{Msg: err.Error() + "; " + lost.Error(), Errs: []error{err, lost}}
+}
+
+// doRelease releases Do's lock (reporting a loss as releaseAfterReporting
+// does) and, as nobody can call Release again, gives it back in the
+// background after a release that no server answered (see giveBackLater):
+// later says it did. Until then a refresh that finds the lock gone waits
+// for the give-back's outcome (see setGivingBack); the wait ends however
+// the release ends, a hook's panic included, so that such a refresh's loss
+// is not kept from the lock for good.
+func (l *Lock) doRelease(ctx context.Context, reportLoss bool) (later bool, err error) {
+	l.setGivingBack(l.ownReq, false)
+	finished := false
+	defer func() {
+		switch {
+		case !finished:
+			// A hook panicked: nothing goes on in the background. On a
+			// panicking goroutine, an End hook's own panic is logged.
+			l.setGivingBack(false, true)
+		case !later:
+			l.setGivingBack(false, false)
+		}
+	}()
+	err = l.releaseAfterReporting(ctx, reportLoss)
+	later = l.giveBackLater(err)
+	finished = true
+	return later, err
 }

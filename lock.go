@@ -1202,6 +1202,14 @@ func (l *Lock) releaseReporting(ctx context.Context, reportLoss bool) error {
 	if l.hook == nil {
 		return l.release(ctx, reportLoss)
 	}
+	// No longer refreshed from here on, as release would mark it: a
+	// ReleaseStart hook that panics (in Do, say, whose deferred release is
+	// for fn's panic only) must not leave the lock refreshed for good.
+	l.mu.Lock()
+	if !l.released {
+		l.letGo = true
+	}
+	l.mu.Unlock()
 	ctx = l.hook.releaseStart(ctx)
 	returned := false
 	defer func() {
