@@ -229,8 +229,8 @@ func TestReentrantDoGiveBackLeavesTheOuterHold(t *testing.T) {
 }
 
 // A TryDo WithMinHold (the once-per-period pattern) whose release got no
-// answer: its give-back could now send that same release, which keeps the
-// hold for its minimum hold only; today it is left for its whole TTL.
+// answer, whether it ran or not: its give-back sends that same release,
+// which keeps the hold for its minimum hold only, not its whole TTL.
 func TestADoWithMinHoldWhoseReleaseTimedOutIsKeptOnlyItsMinHold(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -265,17 +265,8 @@ func TestADoWithMinHoldWhoseReleaseTimedOutIsKeptOnlyItsMinHold(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Errorf("ran=%v: End hook not called within 3s (the lock runs out with its minute's TTL)", ran)
 		}
-		var l *dlock.Lock
-		deadline := time.Now().Add(3 * time.Second)
-		for l == nil && time.Now().Before(deadline) {
-			l, _ = e.c.TryLock(ctx, name)
-			time.Sleep(20 * time.Millisecond)
-		}
-		if l == nil {
-			t.Errorf("ran=%v: still taken 3s after a 300ms minimum hold (TTL a minute)", ran)
-		} else {
-			_ = l.Release(ctx)
-		}
+		// Free once the minimum hold has passed, not a minute later.
+		awaitCond(t, 3*time.Second, func() bool { return !e.locked(t, "dlock:{"+name+"}") })
 		_ = c.Close()
 	}
 }
@@ -345,4 +336,94 @@ func TestADoWhoseReleaseRanAsARefreshCrossedItEndsReleased(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Error("End hook never called")
 	}
+}
+
+// lossCrossDriver holds the watchdog's next refresh, once armed, until the
+// release has been sent; the release, once armed, gets a timeout without
+// running (a stalled server). The test takes the lock away meanwhile, so
+// the refresh finds it gone: a real loss.
+type lossCrossDriver struct {
+	*tapDriver
+	armed, releasing atomic.Bool
+	refreshing       chan struct{}
+	released         chan struct{}
+}
+
+func (d *lossCrossDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	switch {
+	case calls[0].Script.Name == "refresh" && d.armed.CompareAndSwap(true, false):
+		close(d.refreshing)
+		select {
+		case <-d.released:
+		case <-time.After(5 * time.Second):
+		}
+		d.tapDriver.Eval(ctx, calls...)
+	case calls[0].Script.Name == "release" && d.releasing.CompareAndSwap(true, false):
+		for _, c := range calls {
+			c.Val, c.Err = nil, context.DeadlineExceeded
+		}
+		close(d.released)
+	default:
+		d.tapDriver.Eval(ctx, calls...)
+	}
+}
+
+// A ReleaseDone hook that panics as Do's release fails cuts Do short
+// before its give-back: the refresh that crossed the release and found the
+// lock gone (taken away: a real loss) still ends it as lost at once, not
+// at its deadline, a TTL later.
+func TestAPanicInDosReleaseLeavesNoGiveBackPending(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &lossCrossDriver{tapDriver: e.newDriver(t), refreshing: make(chan struct{}), released: make(chan struct{})}
+	ended := make(chan error, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{
+		End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err },
+		ReleaseDone: func(_ context.Context, _ dlock.HookInfo, _ time.Duration, err error) {
+			if err != nil {
+				panic("release hook")
+			}
+		},
+	}))
+	defer c.Close()
+	func() {
+		defer func() {
+			if p := recover(); p == nil {
+				t.Error("Do did not panic")
+			}
+		}()
+		_ = c.Do(ctx, "crossed-loss", func(context.Context) error {
+			d.armed.Store(true)
+			<-d.refreshing // the watchdog's refresh is on its way
+			e.srv.Do(t, "DEL", "dlock:{crossed-loss}")
+			d.releasing.Store(true)
+			return nil
+		}, dlock.WithTTL(30*time.Second), dlock.WithRefreshInterval(50*time.Millisecond))
+	}()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("End hook reports %v, want the loss", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the loss the refresh found is not told (the lock ends at its 30s deadline)")
+	}
+}
+
+// A ReleaseStart hook that panics as Do releases leaves the
+// lock held and refreshed for good (the deferred release is only for fn's
+// panic), as the panic path's comment says must not happen.
+func TestAPanicInDosReleaseStartLeavesTheLockRefreshed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{
+		ReleaseStart: func(ctx context.Context, _ dlock.HookInfo) context.Context { panic("release start") },
+	}))
+	defer c.Close()
+	func() {
+		defer func() { _ = recover() }()
+		_ = c.Do(ctx, "release-start-panic", func(context.Context) error { return nil }, dlock.WithTTL(300*time.Millisecond))
+	}()
+	// It runs out with its 300ms TTL; refreshed, it would stay.
+	awaitCond(t, 3*time.Second, func() bool { return !e.locked(t, "dlock:{release-start-panic}") })
 }

@@ -241,7 +241,9 @@ func WithRefreshInterval(d time.Duration) Option {
 // TTL. Given to an acquisition without WithAutoRefresh, it bounds the
 // refreshing that Lock.AutoRefresh starts later. It does not bound the
 // holder's own calls to Lock.Refresh, which extend the lock as asked, past
-// d too: a holder that refreshes by hand is not stuck.
+// d too: a holder that refreshes by hand is not stuck. Once such a Refresh
+// has set a deadline past d, the automatic refreshing stops, and the lock
+// runs out at that deadline (Err matches ErrMaxHold).
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -12,11 +12,10 @@ import (
 
 // AutoRefresh called again with a max hold shorter than what the watchdog
 // has already given the lock: the watchdog's earlier full refreshes put
-// the deadline past the new max hold, and nextRefresh now takes that for a
-// Refresh by hand past it and lets the lock go, so the lock outlives its
-// max hold by up to a TTL (before 0eb8405 the next refresh asked for what
-// was left of the max hold, and the lock ran out at it).
-func TestReviewAShorterMaxHoldByAutoRefreshEndsTheLockAtIt(t *testing.T) {
+// the deadline past the new max hold, and its next refresh asks for what
+// is left of the max hold, so that the lock runs out at it (a deadline
+// past the max hold is left to run out only when a Refresh by hand set it).
+func TestAShorterMaxHoldByAutoRefreshEndsTheLockAtIt(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const ttl, every = time.Second, 300 * time.Millisecond
@@ -26,9 +25,10 @@ func TestReviewAShorterMaxHoldByAutoRefreshEndsTheLockAtIt(t *testing.T) {
 	}
 	obtained := time.Now() // the max hold counts from before this
 	defer l.Release(ctx)
-	// Between the refreshes at 300ms and 600ms: the one at 300ms set the
-	// deadline to about 1.29s, past the new max hold.
-	time.Sleep(450 * time.Millisecond)
+	// After the watchdog's first refresh, at 300ms: it set the deadline to
+	// about 1.29s, past the new max hold.
+	first := l.Deadline()
+	awaitCond(t, 5*time.Second, func() bool { return l.Deadline().After(first) })
 	if err := l.AutoRefresh(dlock.WithRefreshInterval(every), dlock.WithMaxHold(ttl)); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func (d *ctxDeadlineDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 // on the server has its deadline brought to the refresh's TTL, but the
 // refresh may wait (holding up the watchdog's goroutine, and every other
 // lease's refresh) until the old, later one.
-func TestReviewAWatchdogRefreshWaitsNoLongerThanTheDeadlineItSets(t *testing.T) {
+func TestAWatchdogRefreshWaitsNoLongerThanTheDeadlineItSets(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	held, err := e.c.TryLock(ctx, "attached-long", dlock.WithTTL(time.Minute))
@@ -112,7 +112,7 @@ func TestReviewAWatchdogRefreshWaitsNoLongerThanTheDeadlineItSets(t *testing.T) 
 // runs past it: the watchdog's first refresh falls within a TTL of the max
 // hold, and nextRefresh lets the lock go to run out at the server's TTL,
 // far past the max hold.
-func TestReviewAnAttachedLockRunsOutAtItsMaxHold(t *testing.T) {
+func TestAnAttachedLockRunsOutAtItsMaxHold(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	held, err := e.c.TryLock(ctx, "attached-cap", dlock.WithTTL(time.Minute))
