@@ -410,10 +410,10 @@ func TestAPanicInDosReleaseLeavesNoGiveBackPending(t *testing.T) {
 	}
 }
 
-// A ReleaseStart hook that panics as Do releases leaves the
-// lock held and refreshed for good (the deferred release is only for fn's
-// panic), as the panic path's comment says must not happen.
-func TestAPanicInDosReleaseStartLeavesTheLockRefreshed(t *testing.T) {
+// A ReleaseStart hook that panics as Do releases does not leave the lock
+// held and refreshed for good (the deferred release is only for fn's
+// panic): it is no longer refreshed, and runs out with its TTL.
+func TestAPanicInDosReleaseStartDoesNotLeaveTheLockRefreshed(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := dlock.New(e.newDriver(t), dlock.WithHooks(dlock.Hooks{
