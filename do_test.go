@@ -39,6 +39,22 @@ func (d *heldBackDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.tapDriver.Eval(ctx, calls...)
 }
 
+// ends hears the ends of locks, as their End hooks report them.
+type ends chan error
+
+func (e ends) hook(_ dlock.HookInfo, _ time.Duration, err error) { e <- err }
+
+// await returns the error of the next lock's end; ok is false when none
+// came within 3 seconds.
+func (e ends) await() (ok bool, err error) {
+	select {
+	case err := <-e:
+		return true, err
+	case <-time.After(3 * time.Second):
+		return false, nil
+	}
+}
+
 // A Do whose release ran but whose reply was lost (a timeout): the give-back
 // sends that release again, which finds its own id and counts as done, so
 // the lock ends released (its End hook and metrics say so), where a
@@ -66,8 +82,8 @@ func TestADoWhoseReleaseReplyWasLostEndsReleased(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			d := e.newDriver(t)
-			ended := make(chan error, 4)
-			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+			ended := make(ends, 4)
+			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 			defer c.Close()
 			err := tc.do(c, func(context.Context) error {
 				d.timeOutReplies(1) // the release's: it runs
@@ -76,13 +92,10 @@ func TestADoWhoseReleaseReplyWasLostEndsReleased(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Do = %v, want the release's timeout", err)
 			}
-			select {
-			case err := <-ended:
-				if err != nil {
-					t.Errorf("End hook reports %v for a lock whose release ran", err)
-				}
-			case <-time.After(3 * time.Second):
+			if ok, err := ended.await(); !ok {
 				t.Error("End hook never called")
+			} else if err != nil {
+				t.Errorf("End hook reports %v for a lock whose release ran", err)
 			}
 		})
 	}
@@ -114,8 +127,8 @@ func TestHeldUpReleaseRunsAfterTheResentOne(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			d := &heldBackDriver{tapDriver: e.newDriver(t), run: make(chan struct{}), done: make(chan []*dlock.Call, 1)}
-			ended := make(chan error, 4)
-			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+			ended := make(ends, 4)
+			c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 			defer c.Close()
 			err := tc.do(c, func(context.Context) error {
 				d.armed.Store(true)
@@ -124,13 +137,10 @@ func TestHeldUpReleaseRunsAfterTheResentOne(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Do = %v, want the release's timeout", err)
 			}
-			select {
-			case err := <-ended:
-				if err != nil {
-					t.Errorf("End hook: %v", err)
-				}
-			case <-time.After(3 * time.Second):
+			if ok, err := ended.await(); !ok {
 				t.Fatal("End hook never called")
+			} else if err != nil {
+				t.Errorf("End hook: %v", err)
 			}
 			other, err := tc.take()
 			if err != nil {
@@ -236,8 +246,8 @@ func TestADoWithMinHoldWhoseReleaseTimedOutIsKeptOnlyItsMinHold(t *testing.T) {
 	ctx := context.Background()
 	for _, ran := range []bool{true, false} {
 		d := &unsentDriver{tapDriver: e.newDriver(t)}
-		ended := make(chan error, 4)
-		c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+		ended := make(ends, 4)
+		c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 		name := "minhold-do"
 		if ran {
 			name += "-ran"
@@ -257,13 +267,10 @@ func TestADoWithMinHoldWhoseReleaseTimedOutIsKeptOnlyItsMinHold(t *testing.T) {
 			t.Errorf("ran=%v: taken again before its minimum hold passed", ran)
 			_ = l.Release(ctx)
 		}
-		select {
-		case err := <-ended:
-			if err != nil {
-				t.Errorf("ran=%v: End hook reports %v", ran, err)
-			}
-		case <-time.After(3 * time.Second):
+		if ok, err := ended.await(); !ok {
 			t.Errorf("ran=%v: End hook not called within 3s (the lock runs out with its minute's TTL)", ran)
+		} else if err != nil {
+			t.Errorf("ran=%v: End hook reports %v", ran, err)
 		}
 		// Free once the minimum hold has passed, not a minute later.
 		awaitCond(t, 3*time.Second, func() bool { return !e.locked(t, "dlock:{"+name+"}") })
@@ -316,8 +323,8 @@ func TestADoWhoseReleaseRanAsARefreshCrossedItEndsReleased(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	d := &crossDriver{tapDriver: e.newDriver(t), refreshing: make(chan struct{}), released: make(chan struct{}), refreshed: make(chan struct{})}
-	ended := make(chan error, 4)
-	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+	ended := make(ends, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 	defer c.Close()
 	err := c.Do(ctx, "crossed", func(context.Context) error {
 		d.armed.Store(true)
@@ -328,13 +335,10 @@ func TestADoWhoseReleaseRanAsARefreshCrossedItEndsReleased(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do = %v, want the release's timeout", err)
 	}
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Errorf("End hook reports %v for a lock whose release ran", err)
-		}
-	case <-time.After(3 * time.Second):
+	if ok, err := ended.await(); !ok {
 		t.Error("End hook never called")
+	} else if err != nil {
+		t.Errorf("End hook reports %v for a lock whose release ran", err)
 	}
 }
 
@@ -376,9 +380,9 @@ func TestAPanicInDosReleaseLeavesNoGiveBackPending(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	d := &lossCrossDriver{tapDriver: e.newDriver(t), refreshing: make(chan struct{}), released: make(chan struct{})}
-	ended := make(chan error, 4)
+	ended := make(ends, 4)
 	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{
-		End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err },
+		End: ended.hook,
 		ReleaseDone: func(_ context.Context, _ dlock.HookInfo, _ time.Duration, err error) {
 			if err != nil {
 				panic("release hook")
@@ -400,13 +404,10 @@ func TestAPanicInDosReleaseLeavesNoGiveBackPending(t *testing.T) {
 			return nil
 		}, dlock.WithTTL(30*time.Second), dlock.WithRefreshInterval(50*time.Millisecond))
 	}()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, dlock.ErrLost) {
-			t.Errorf("End hook reports %v, want the loss", err)
-		}
-	case <-time.After(3 * time.Second):
+	if ok, err := ended.await(); !ok {
 		t.Error("the loss the refresh found is not told (the lock ends at its 30s deadline)")
+	} else if !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("End hook reports %v, want the loss", err)
 	}
 }
 

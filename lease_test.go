@@ -1001,8 +1001,8 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	d := &unsentDriver{tapDriver: e.newDriver(t)}
-	ended := make(chan error, 4)
-	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: func(_ dlock.HookInfo, _ time.Duration, err error) { ended <- err }}))
+	ended := make(ends, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 	defer c.Close()
 	err := c.Do(ctx, "do-given-back", func(context.Context) error {
 		d.unsent.Store(1) // the release only
@@ -1011,13 +1011,10 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do = %v, want the release's timeout", err)
 	}
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Errorf("End hook reports %v for a lock that Do gave back", err)
-		}
-	case <-time.After(3 * time.Second):
+	if ok, err := ended.await(); !ok {
 		t.Error("End hook never called")
+	} else if err != nil {
+		t.Errorf("End hook reports %v for a lock that Do gave back", err)
 	}
 }
 

@@ -798,27 +798,34 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
+	l.followUp(ctx, calls, func(ctx context.Context, calls []*Call) {
+		l.cleanedUp(ctx, calls, logFailure)
+		answered(calls)
+	})
+}
+
+// followUp sends the calls of a clean-up or a give-back again at once
+// where they failed (see sendAgain), and then has done take them, with a
+// context. Refused by a moving slot's split keys, or a cluster down for a
+// failover, or not answered in time (a server that stalls, or that the
+// network cuts off), they are sent again in the background, so that the
+// caller does not wait for them, until the server answers (see
+// cleanUpLate), and done comes after. (A server that refuses connections
+// is down: what it had not run is lost with it.) Only for a request token
+// of dlock's own, which no later acquisition uses: a late clean-up of a
+// given token could take the hold of its next acquire.
+func (l *Lock) followUp(ctx context.Context, calls []*Call, done func(ctx context.Context, calls []*Call)) {
 	l.sendAgain(ctx, calls)
 	l.wakeAlone()
-	// Refused by a moving slot's split keys, or a cluster down for a
-	// failover, or not answered in time (a server that stalls, or that
-	// the network cuts off): sent again in the background, so that the
-	// failed acquire's caller does not wait for it, until the server
-	// answers (see cleanUpLate). (A server that refuses connections is
-	// down: what it had not run is lost with it.) Only a request token of
-	// dlock's own, which no later acquisition uses: a late clean-up of a
-	// given token could take the hold of its next acquire.
 	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls)
 			l.wakeAlone()
-			l.cleanedUp(ctx, calls, logFailure)
-			answered(calls)
+			done(ctx, calls)
 		}) {
 		return
 	}
-	l.cleanedUp(ctx, calls, logFailure)
-	answered(calls)
+	done(ctx, calls)
 }
 
 // wakeAlone wakes the client's callers first in line for the names of a
@@ -1077,27 +1084,15 @@ func (l *Lock) giveBackLater(err error) bool {
 		return false // no release was sent
 	}
 	units := l.units()
-	done := func(calls []*Call) {
-		if freedAll(calls) && time.Now().Before(l.Deadline()) {
-			// Given back in time: released, not lost. On the client's own
-			// goroutine: an End hook's panic is logged.
-			l.endBy(nil, true)
-		}
-		l.setGivingBack(false, true)
-	}
 	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
-		calls := l.sendRelease(ctx, units, token, id)
-		l.sendAgain(ctx, calls)
-		l.wakeAlone()
-		if slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) }) &&
-			l.c.inBackground(lateCleanup, func(ctx context.Context) {
-				l.cleanUpLate(ctx, calls)
-				l.wakeAlone()
-				done(calls)
-			}) {
-			return
-		}
-		done(calls)
+		l.followUp(ctx, l.sendRelease(ctx, units, token, id), func(_ context.Context, calls []*Call) {
+			if freedAll(calls) && time.Now().Before(l.Deadline()) {
+				// Given back in time: released, not lost. On the client's
+				// own goroutine: an End hook's panic is logged.
+				l.endBy(nil, true)
+			}
+			l.setGivingBack(false, true)
+		})
 	})
 }
 
