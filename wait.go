@@ -852,20 +852,24 @@ func (h *waitHub) moreAt(keys []string, w *waiter) (more string, seen uint64) {
 // not count it, took the client out (obtaining the lock, or refused
 // elsewhere at a free name; a lock split by slot always does), and no
 // release there would tell it. Woken, it tries again, and registers where
-// it is refused.
+// it is refused. A caller whose attempt is still under way may have
+// registered so too, before w's ran: it takes the notice of those keys,
+// and is woken if its attempt comes back refused at one of them, or with
+// its outcome unknown (see noticeLocked).
 func (h *waitHub) rewake(keys []string, seen uint64, w *waiter, kept string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.refusals == seen {
-		return
-	}
 	for _, k := range keys {
 		if k == kept {
 			continue
 		}
 		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
 			for _, x := range ws {
-				if x != w && x.multi && x.refusedSeq > seen && (x.refused == k || x.refused == "") {
+				switch {
+				case x == w || !x.multi:
+				case x.inflight:
+					h.noticeLocked(x, k)
+				case x.refusedSeq > seen && (x.refused == k || x.refused == ""):
 					x.signal()
 				}
 			}

@@ -1047,13 +1047,24 @@ func (g *gate) wait() {
 // only q-x kept it waiting. V's attempt now wakes, once it is back, the
 // callers whose attempts came back refused at its other names since its
 // moreAt looked (rewake): W tries again, and registers where it is refused.
+// W's reply may also come back after V's (wBack "after"): V's attempt
+// then finds W's still under way, which takes the notice when it comes
+// back refused at one of V's names (a client under load once slept so).
 func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T) {
+	for _, wBack := range []string{"before", "after"} {
+		t.Run("W's reply back "+wBack+" V's", func(t *testing.T) {
+			wokenSiblingDropsARegistration(t, wBack == "after")
+		})
+	}
+}
+
+func wokenSiblingDropsARegistration(t *testing.T, wBackLast bool) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	held := holdEach(t, ctx, e.c, "q-p", "q-x", "q-y")
 	var armed atomic.Bool
-	wRan, vEntered, vRan := newGate(), newGate(), newGate()
+	wRan, vEntered, vRan, vBack := newGate(), newGate(), newGate(), newGate()
 	// The attempts are told apart by their keys, three a name, in each
 	// call of a pipeline.
 	is := func(calls []*dlock.Call, first string, names int) bool {
@@ -1088,7 +1099,11 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 			switch {
 			case is(calls, "dlock:{q-p}", 2): // W's
 				wRan.open()
-				vEntered.wait() // W's reply after V's moreAt
+				if wBackLast {
+					vBack.wait() // W's reply after V's is back
+				} else {
+					vEntered.wait() // W's reply after V's moreAt
+				}
 			case is(calls, "dlock:{q-p}", 3):
 				vRan.open()
 			}
@@ -1101,9 +1116,23 @@ func TestAWokenSiblingsAttemptDoesNotDropARegistrationAnotherNeeds(t *testing.T)
 	w := whenRefused(t, "W", func(opts ...dlock.Option) (*dlock.Lock, error) {
 		return a.LockMulti(mctx, []string{"q-p", "q-x"}, opts...)
 	}, dlock.WithTTL(time.Minute))
-	v := whenRefused(t, "V", func(opts ...dlock.Option) (*dlock.Lock, error) {
-		return a.LockMulti(mctx, []string{"q-p", "q-y", "q-x"}, opts...)
-	}, dlock.WithTTL(time.Minute))
+	// V's first refusal, and its second, the woken attempt's, once back.
+	vRefused := newGate()
+	v := make(chan lockResult, 1)
+	go func() {
+		l, err := a.LockMulti(mctx, []string{"q-p", "q-y", "q-x"}, dlock.WithTTL(time.Minute),
+			dlock.WithOnRetry(func(failed int, _ error) {
+				if g := map[int]*gate{1: vRefused, 2: vBack}[failed]; g != nil {
+					g.open()
+				}
+			}))
+		v <- lockResult{l, err}
+	}()
+	select {
+	case <-vRefused.ch:
+	case r := <-v:
+		t.Fatalf("V returned before it waited: %v", r.err)
+	}
 
 	armed.Store(true)
 	if err := held[0].Release(ctx); err != nil { // q-p: wakes W and V
