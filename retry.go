@@ -17,8 +17,8 @@ import (
 // passes, whatever the strategy's wait: the strategy bounds how many
 // attempts are made, not how long they take (WithMaxWait and the context
 // bound that). The waits of the strategies below are meant in that sense.
-// A wait shorter than a millisecond counts as one (see minBackoff).
-// Strategies are stateless: one value may serve any number of calls and
+// A wait shorter than a millisecond counts as one: a Redis that is down,
+// or that refuses every request, answers at once. Strategies are stateless: one value may serve any number of calls and
 // goroutines at once.
 type RetryStrategy interface {
 	// NextBackoff returns the wait before the next attempt, given the number
@@ -47,7 +47,7 @@ func NoRetry() RetryStrategy {
 const minBackoff = time.Millisecond
 
 // ConstantBackoff waits d between attempts (see RetryStrategy); a d under
-// a millisecond waits a millisecond (see minBackoff).
+// a millisecond waits a millisecond.
 func ConstantBackoff(d time.Duration) RetryStrategy {
 	d = max(d, 0)
 	return RetryFunc(func(int) (time.Duration, bool) { return d, true })
@@ -69,10 +69,9 @@ func LinearBackoff(step, limit time.Duration) RetryStrategy {
 
 // ExponentialBackoff waits min after the first failure and doubles the wait
 // after each further one, never more than limit (no cap when limit is zero
-// or negative; a positive limit under a millisecond still waits one, see
-// minBackoff). A min under
-// a millisecond starts at a millisecond, from which the waits double. Wrap
-// it in Jitter to keep many waiters from retrying in step.
+// or negative; a positive limit under a millisecond still waits one). A
+// min under a millisecond starts at a millisecond, from which the waits
+// double. Wrap it in Jitter to keep many waiters from retrying in step.
 func ExponentialBackoff(min, limit time.Duration) RetryStrategy {
 	min = max(min, minBackoff)
 	ceiling := limit
