@@ -173,12 +173,25 @@
 //
 // # Errors
 //
-// Errors match the package's sentinels with errors.Is: ErrNotObtained,
-// ErrNotHeld, ErrWrongType, ErrKindMismatch, ErrModeMismatch, and for bad
-// arguments ErrInvalidArgument and its more specific children (ErrEmptyName,
-// ErrInvalidTTL, ErrInvalidPermits, …), which are returned before anything
-// is sent to Redis. Failures of Redis itself come as a
-// *ServerError. A waiting acquire retries them until its wait ends, as a
+// Errors match the package's sentinels with errors.Is:
+//
+//   - acquiring: ErrNotObtained (the name is held: TryLock found it so,
+//     or Lock's wait ended while it was), ErrKindMismatch, ErrWrongType,
+//     ErrClosed (after Client.Close);
+//   - holding: ErrLost (Lock.Err, and the errors of Do and of Release
+//     for a lock lost while held; ErrMaxHold and ErrForceReleased say
+//     why), ErrNotHeld (Release, Refresh or TTL of a lock no longer held),
+//     ErrModeMismatch;
+//   - ErrStaleFence (SetFenced), ErrNotReplicated (WithReplicas),
+//     ErrNoFunctions (WithFunctions), ErrUnsupported (the driver);
+//   - bad arguments: ErrInvalidArgument and its more specific children
+//     (ErrEmptyName, ErrInvalidTTL, ErrInvalidPermits, …), which are
+//     returned before anything is sent to Redis.
+//
+// Failures of Redis itself come as a *ServerError (errors.As), never as
+// ErrNotObtained, so that code that skips its work while another holds
+// the lock does not skip it silently while Redis is down. A waiting
+// acquire retries them until its wait ends, as a
 // Redis restarting or failing over comes back, except a refusal that no
 // wait changes, which ends it at once: a missing or wrong password
 // (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a server that
