@@ -263,8 +263,8 @@ func WithMaxHold(d time.Duration) Option {
 // hosts' clocks and schedules, and no longer than the period less that
 // spread: the hold counts from whichever host obtained it, and the
 // earliest host's next tick must find it gone, or the hosts that come
-// early in that tick skip it. Give it to callers that do not wait (TryLock, or Do with
-// WithRetry(NoRetry())): a waiting caller takes the lock once the kept hold
+// early in that tick skip it. Give it to callers that do not wait (TryLock,
+// or TryDo): a waiting caller takes the lock once the kept hold
 // runs out, and runs the job again. The hold kept is nobody's: the
 // Lock is released, nothing refreshes the hold, Inspect shows its holder
 // with Count 0, it runs out at d, and only ForceRelease ends it sooner.
