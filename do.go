@@ -33,9 +33,8 @@ import (
 // the same name waits for fn's own hold unless both have one owner
 // (WithOwner): see Lock.
 //
-// fn is not given the Lock, so it cannot read its fence (Lock.Fence). Work
-// whose writes must carry the fence obtains the lock with Lock,
-// WithAutoRefresh, runs under Lock.Context and releases it itself.
+// fn finds the Lock with LockFromContext(ctx), to read its fence
+// (Lock.Fence) for writes that must carry it.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	return do(ctx, fn, opts, func(opts []Option) (*Lock, error) { return c.Lock(ctx, name, opts...) })
 }

@@ -428,3 +428,56 @@ func TestAPanicInDosReleaseStartDoesNotLeaveTheLockRefreshed(t *testing.T) {
 	// It runs out with its 300ms TTL; refreshed, it would stay.
 	awaitCond(t, 3*time.Second, func() bool { return !e.locked(t, "dlock:{release-start-panic}") })
 }
+
+// The function of each Do finds its own Lock in its context: the hold it
+// runs under, the innermost of nested ones, and none outside.
+func TestLockFromContextIsTheLockDoRunsUnder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if l := dlock.LockFromContext(ctx); l != nil {
+		t.Fatalf("a context no Lock made carries %v", l)
+	}
+	rw, sem := e.c.RWMutex("lfc-rw"), e.c.Semaphore("lfc-sem", 2)
+	for _, tc := range []struct {
+		kind  string
+		do    func(fn func(context.Context) error) error
+		fence bool
+	}{
+		{"lock", func(fn func(context.Context) error) error { return e.c.Do(ctx, "lfc", fn) }, true},
+		{"try", func(fn func(context.Context) error) error { return e.c.TryDo(ctx, "lfc", fn) }, true},
+		{"multi", func(fn func(context.Context) error) error { return e.c.DoMulti(ctx, []string{"lfc-a", "lfc-b"}, fn) }, true},
+		{"write", func(fn func(context.Context) error) error { return rw.Do(ctx, fn) }, true},
+		{"read", func(fn func(context.Context) error) error { return rw.RDo(ctx, fn) }, false},
+		{"permit", func(fn func(context.Context) error) error { return sem.Do(ctx, fn) }, false},
+	} {
+		var outer, inner *dlock.Lock
+		err := tc.do(func(ctx context.Context) error {
+			outer = dlock.LockFromContext(ctx)
+			return e.c.Do(ctx, "lfc-inner", func(ctx context.Context) error {
+				inner = dlock.LockFromContext(ctx)
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.kind, err)
+		}
+		if outer == nil || inner == nil || outer == inner || inner.Name() != "lfc-inner" {
+			t.Fatalf("%s: the functions found %v and %v", tc.kind, outer, inner)
+		}
+		if (outer.Fence() > 0) != tc.fence {
+			t.Errorf("%s: the Lock found has fence %d", tc.kind, outer.Fence())
+		}
+		if err := outer.Err(); err != nil || outer.Refresh(ctx, time.Second) == nil {
+			t.Errorf("%s: the Lock found is not the one Do released: Err %v", tc.kind, err)
+		}
+	}
+	// A Lock's own Context carries it too.
+	l, err := e.c.TryLock(ctx, "lfc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if got := dlock.LockFromContext(l.Context(ctx)); got != l {
+		t.Fatalf("Lock.Context carries %v, not its Lock", got)
+	}
+}

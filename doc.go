@@ -68,10 +68,15 @@
 // Context returns a context cancelled then. Do runs a function under a
 // lock that is refreshed, with such a context, and releases it after, also
 // when the function panics; DoMulti, RWMutex.Do and RDo, and Semaphore.Do
-// do the same for the other primitives. TryDo and its kin make one attempt,
-// as TryLock does, and skip the function when the name is held. Refreshes of one lock, by Refresh or the
-// watchdog, go one at a time, so that Deadline follows the last one the
-// server ran.
+// do the same for the other primitives; the function finds its Lock with
+// LockFromContext (for its Fence, say). TryDo and its kin make one
+// attempt, as TryLock does, and skip the function when the name is held.
+// When the lock is lost, the function's context ends with
+// context.Canceled, and its Cause is the loss: Do's error matches ErrLost,
+// and context.Canceled too when the function returned its context's error,
+// so code that reads Canceled as a shutdown checks ErrLost first.
+// Refreshes of one lock, by Refresh or the watchdog, go one at a time, so
+// that Deadline follows the last one the server ran.
 // WithMaxHold caps how long refreshing may keep a lock. WithMinHold keeps
 // an exclusive lock taken after an early Release, until that long after it
 // was obtained: a job that every host's schedule starts then runs at most

@@ -116,6 +116,26 @@ func ExampleClient_SetFenced() {
 	// true
 }
 
+func ExampleLockFromContext() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// Do's function finds its Lock in its context: its writes carry the
+	// fence, which a holder that lost the lock could not pass off as new.
+	err := locks.Do(ctx, "report", func(ctx context.Context) error {
+		l := dlock.LockFromContext(ctx)
+		fmt.Println("fenced:", l.Fence() > 0)
+		return locks.SetFenced(ctx, "report:body", l.Fence(), "new")
+	})
+	fmt.Println("err:", err, "outside Do:", dlock.LockFromContext(ctx) == nil)
+	// Output:
+	// fenced: true
+	// err: <nil> outside Do: true
+}
+
 // Example_fencedHTTP shows a service that protects a resource with fencing
 // tokens: each write carries the writer's fence in a header, and the
 // service refuses one older than the newest it accepted.

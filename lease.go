@@ -591,9 +591,13 @@ func (s *lease) Deadline() time.Time {
 // lock ends: context.Cause then returns Err, or context.Canceled after a
 // release. Work done under the lock should use it, so that it stops as
 // soon as the lock is known lost (see Done: at its local deadline, or at
-// the refresh that finds it gone). Like context.WithCancel, it panics if
-// parent is nil.
+// the refresh that finds it gone). It carries the Lock, which
+// LockFromContext returns (Do's function gets such a context). Like
+// context.WithCancel, it panics if parent is nil.
 func (s *lease) Context(parent context.Context) context.Context {
+	if l, ok := s.holder.(*Lock); ok {
+		parent = context.WithValue(parent, lockKey{}, l)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	s.expireIfDue()
 	s.mu.Lock()
@@ -618,6 +622,20 @@ func (s *lease) Context(parent context.Context) context.Context {
 		s.mu.Unlock()
 	})
 	return ctx
+}
+
+// lockKey is the key of the Lock that a context made by Lock.Context
+// carries.
+type lockKey struct{}
+
+// LockFromContext returns the Lock whose Context made ctx (or a context
+// ctx derives from), the innermost one when there are several; nil when
+// none did. Do's function (and that of TryDo, RWMutex.Do, Semaphore.Do and
+// the others) gets such a context: it finds its Lock so, to read its Fence
+// for the writes it makes, say.
+func LockFromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
 }
 
 // autoRefresh starts refreshing a lease that was obtained without it.

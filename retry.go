@@ -18,8 +18,9 @@ import (
 // attempts are made, not how long they take (WithMaxWait and the context
 // bound that). The waits of the strategies below are meant in that sense.
 // A wait shorter than a millisecond counts as one: a Redis that is down,
-// or that refuses every request, answers at once. Strategies are stateless: one value may serve any number of calls and
-// goroutines at once.
+// or that refuses every request, answers at once. Strategies are
+// stateless: one value may serve any number of calls and goroutines at
+// once.
 type RetryStrategy interface {
 	// NextBackoff returns the wait before the next attempt, given the number
 	// of attempts that failed so far (1 after the first failure), and false
