@@ -104,46 +104,46 @@ type leaseHolder interface {
 	giveBackRest(ctx context.Context)
 }
 
-func (s *lease) init(c *Client, holder leaseHolder, o *options) {
-	s.c, s.holder, s.repl = c, holder, o.repl
-	s.ttl, s.maxHold = o.ttl, o.maxHold
-	s.interval.Store(int64(o.refreshInterval()))
-	s.index = -1
+func (l *lease) init(c *Client, holder leaseHolder, o *options) {
+	l.c, l.holder, l.repl = c, holder, o.repl
+	l.ttl, l.maxHold = o.ttl, o.maxHold
+	l.interval.Store(int64(o.refreshInterval()))
+	l.index = -1
 }
 
 // every returns the auto-refresh period; zero when off.
-func (s *lease) every() time.Duration { return time.Duration(s.interval.Load()) }
+func (l *lease) every() time.Duration { return time.Duration(l.interval.Load()) }
 
 // start begins the lease once obtained, and hands it to the watchdog if
 // it refreshes automatically. The deadline timer is armed only when
 // something waits for the deadline: the watchdog, hooks, a logger that
 // reports losses, or a caller of Done or Context (see arm). Err and Done
 // look at the clock themselves, so a lock nobody watches costs no timer.
-func (s *lease) start(acquired, deadline time.Time) {
-	s.mu.Lock()
-	s.acquired, s.deadline, s.started = acquired, deadline, true
-	auto := s.every() > 0
-	if auto || s.hook != nil || s.c.log.Enabled(context.Background(), slog.LevelWarn) {
-		s.arm()
+func (l *lease) start(acquired, deadline time.Time) {
+	l.mu.Lock()
+	l.acquired, l.deadline, l.started = acquired, deadline, true
+	auto := l.every() > 0
+	if auto || l.hook != nil || l.c.log.Enabled(context.Background(), slog.LevelWarn) {
+		l.arm()
 	}
-	s.mu.Unlock()
+	l.mu.Unlock()
 	if auto {
-		s.watch()
+		l.watch()
 	}
 }
 
-// arm starts the deadline timer unless it runs already; s.mu must be held.
-func (s *lease) arm() {
-	if s.timer == nil && s.started && !s.ending {
-		s.timer = time.AfterFunc(time.Until(s.deadline), s.expire)
+// arm starts the deadline timer unless it runs already; l.mu must be held.
+func (l *lease) arm() {
+	if l.timer == nil && l.started && !l.ending {
+		l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
 	}
 }
 
 // watch hands the lease to the client's watchdog; after Close there is
 // none, and the lease runs out at its deadline.
-func (s *lease) watch() {
-	if w := s.c.watchdog(); w != nil {
-		w.add(s)
+func (l *lease) watch() {
+	if w := l.c.watchdog(); w != nil {
+		w.add(l)
 	}
 }
 
@@ -155,56 +155,56 @@ func (s *lease) watch() {
 // the deadline ttl gives (ttl less the drift allowance) does not come after
 // the interval: the watchdog would come back only after the lock had run
 // out.
-func (s *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.inFlight {
-		if s.turn == nil {
-			s.turn = make(chan struct{})
+func (l *lease) takeTurn(ctx context.Context, ttl time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.inFlight {
+		if l.turn == nil {
+			l.turn = make(chan struct{})
 		}
-		turn := s.turn
-		s.mu.Unlock()
+		turn := l.turn
+		l.mu.Unlock()
 		select {
 		case <-turn:
 		case <-ctx.Done():
-			s.mu.Lock()
+			l.mu.Lock()
 			return ctx.Err()
 		}
-		s.mu.Lock()
+		l.mu.Lock()
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.aliveLocked(); err != nil {
+	if err := l.aliveLocked(); err != nil {
 		return err
 	}
-	if every := s.every(); every > 0 && !refreshesInTime(every, ttl) {
+	if every := l.every(); every > 0 && !refreshesInTime(every, ttl) {
 		return fmt.Errorf("%w: %v less %v for clock drift is not longer than the auto-refresh interval %v", ErrInvalidTTL, ttl, drift(ttl), every)
 	}
-	s.inFlight, s.inFlightTTL = true, ttl
+	l.inFlight, l.inFlightTTL = true, ttl
 	return nil
 }
 
 // tryTurn marks a refresh under way, for the watchdog, unless one is
 // already: the watchdog then tries again later rather than wait.
-func (s *lease) tryTurn() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight {
+func (l *lease) tryTurn() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inFlight {
 		return false
 	}
-	s.inFlight = true
+	l.inFlight = true
 	return true
 }
 
 // endTurn ends the refresh under way and wakes a Refresh waiting for it.
-func (s *lease) endTurn() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inFlight, s.inFlightTTL = false, 0
-	if s.turn != nil {
-		close(s.turn)
-		s.turn = nil
+func (l *lease) endTurn() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight, l.inFlightTTL = false, 0
+	if l.turn != nil {
+		close(l.turn)
+		l.turn = nil
 	}
 }
 
@@ -215,22 +215,22 @@ func (s *lease) endTurn() {
 // was lost, and the refresh counts for nothing. due reports, changing
 // nothing, a deadline that has passed with nothing to end the lease yet
 // (no timer): the caller ends it (see Lock.Refresh).
-func (s *lease) extend(sent time.Time, ttl time.Duration) (due bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.aliveLocked(); err != nil {
+func (l *lease) extend(sent time.Time, ttl time.Duration) (due bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.aliveLocked(); err != nil {
 		return false, err
 	}
-	if !time.Now().Before(s.deadline) {
+	if !time.Now().Before(l.deadline) {
 		// Its deadline passed while the reply was on its way (no timer
 		// ended it, or not yet): lost, as an armed timer counts it.
 		return true, nil
 	}
-	s.ttl, s.deadline = ttl, sent.Add(ttl-drift(ttl))
-	s.byHand = true
-	s.failing, s.failedWith = false, nil
-	if s.timer != nil {
-		s.timer.Reset(time.Until(s.deadline))
+	l.ttl, l.deadline = ttl, sent.Add(ttl-drift(ttl))
+	l.byHand = true
+	l.failing, l.failedWith = false, nil
+	if l.timer != nil {
+		l.timer.Reset(time.Until(l.deadline))
 	}
 	return false, nil
 }
@@ -250,19 +250,19 @@ func lateReply(sent time.Time, ttl time.Duration) bool {
 // counting on the longer one. The caller holds the refresh turn. It
 // reports whether the lease still runs: not once it ended, or its deadline
 // passed (its timer is about to end it).
-func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended() {
+func (l *lease) unsure(sent time.Time, ttl time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended() {
 		return false
 	}
-	if d := sent.Add(ttl - drift(ttl)); d.Before(s.deadline) {
-		s.deadline = d
-		if s.timer != nil {
-			s.timer.Reset(time.Until(d))
+	if d := sent.Add(ttl - drift(ttl)); d.Before(l.deadline) {
+		l.deadline = d
+		if l.timer != nil {
+			l.timer.Reset(time.Until(d))
 		}
 	}
-	return time.Now().Before(s.deadline)
+	return time.Now().Before(l.deadline)
 }
 
 // refreshNumber numbers the refresh about to be sent, for the holder of
@@ -274,85 +274,85 @@ func (s *lease) unsure(sent time.Time, ttl time.Duration) bool {
 // number of a refresh that fences (one sent after a refresh that got no
 // answer, until such a refresh succeeds), and one numbered lower that
 // runs after it only ever extends the lock (see refresh.lua).
-func (s *lease) refreshNumber(ttl time.Duration) (n uint64, fence bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.refreshes++
-	s.fenced = s.fencing || (s.floor > 0 && ttl > s.floor)
-	s.sentTTL = ttl
-	if s.floor == 0 || ttl < s.floor {
-		s.floor = ttl
+func (l *lease) refreshNumber(ttl time.Duration) (n uint64, fence bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refreshes++
+	l.fenced = l.fencing || (l.floor > 0 && ttl > l.floor)
+	l.sentTTL = ttl
+	if l.floor == 0 || ttl < l.floor {
+		l.floor = ttl
 	}
-	return s.refreshes, s.fenced
+	return l.refreshes, l.fenced
 }
 
 // refreshAnswered records the outcome of the refresh last numbered, for
 // the holder of the refresh turn: known (it ran, or was refused), or not.
-func (s *lease) refreshAnswered(known bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (l *lease) refreshAnswered(known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case !known:
-		s.fencing = true
-	case s.fenced:
+		l.fencing = true
+	case l.fenced:
 		// The earlier refreshes, all of them, are fenced off: the floor
 		// starts again from this one.
-		s.fencing, s.floor = false, s.sentTTL
+		l.fencing, l.floor = false, l.sentTTL
 	}
 }
 
 // refreshFailed notes that a refresh of the watchdog failed with err,
 // until one succeeds.
-func (s *lease) refreshFailed(err error) {
-	s.mu.Lock()
-	s.failing, s.failedWith = true, err
-	s.mu.Unlock()
+func (l *lease) refreshFailed(err error) {
+	l.mu.Lock()
+	l.failing, l.failedWith = true, err
+	l.mu.Unlock()
 }
 
 // expire ends the lease at its deadline, for the deadline timer.
-func (s *lease) expire() { s.expireAt(true) }
+func (l *lease) expire() { l.expireAt(true) }
 
 // expireAt ends the lease if its deadline has passed, and reports whether
 // it did: a refresh may have moved the deadline meanwhile. background is
 // set on dlock's own goroutines (see endBy).
-func (s *lease) expireAt(background bool) bool {
-	s.mu.Lock()
-	if left := time.Until(s.deadline); left > 0 {
+func (l *lease) expireAt(background bool) bool {
+	l.mu.Lock()
+	if left := time.Until(l.deadline); left > 0 {
 		// A refresh moved the deadline as the timer fired.
-		if s.timer != nil {
-			s.timer.Reset(left)
+		if l.timer != nil {
+			l.timer.Reset(left)
 		}
-		s.mu.Unlock()
+		l.mu.Unlock()
 		return false
 	}
-	capped, ending, failing, failedWith := s.capped, s.ending, s.failing, s.failedWith
-	s.mu.Unlock()
+	capped, ending, failing, failedWith := l.capped, l.ending, l.failing, l.failedWith
+	l.mu.Unlock()
 	// The refreshes that failed may have extended its other names (the
 	// parts of a lock split by slot on the nodes they reached): they are
 	// given back, also when the End hook panics.
-	if !ending && s.every() > 0 {
+	if !ending && l.every() > 0 {
 		defer func() {
-			if w := s.c.watchdogIfAny(); w != nil {
-				w.giveBack([]*lease{s})
+			if w := l.c.watchdogIfAny(); w != nil {
+				w.giveBack([]*lease{l})
 			}
 		}()
 	}
 	if capped {
-		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}}, background)
+		l.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + l.holder.describe() + ": max hold reached", Errs: []error{ErrLost, ErrMaxHold}}, background)
 		return true
 	}
-	if s.every() > 0 && !failing && s.c.isClosed() {
+	if l.every() > 0 && !failing && l.c.isClosed() {
 		// Its holder's shutdown may have to tell this loss from Redis's:
 		// refreshed until Close, it would not have been lost.
-		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + s.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}}, background)
+		l.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + l.holder.describe() + ": its deadline passed without a refresh, as Client.Close ended its auto-refresh", Errs: []error{ErrLost, ErrClosed}}, background)
 	} else if failing && failedWith != nil {
 		// Why the refreshes failed (a permission the ACL user lacks, a
 		// server that does not answer) is told with the loss: in words,
 		// since a failure such as a context's deadline must not make the
 		// loss match it.
-		s.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh (the last one failed: %s)", ErrLost, s.holder.describe(), causes.Unprefixed(failedWith)), background)
+		l.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh (the last one failed: %s)", ErrLost, l.holder.describe(), causes.Unprefixed(failedWith)), background)
 	} else {
-		s.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, s.holder.describe()), background)
+		l.endBy(fmt.Errorf("%w: %s: its deadline passed without a refresh", ErrLost, l.holder.describe()), background)
 	}
 	return true
 }
@@ -360,77 +360,77 @@ func (s *lease) expireAt(background bool) bool {
 // expireIfDue ends the lease at once if its deadline has passed, without
 // waiting for the deadline timer: after a process pause, the holder's own
 // goroutine may run before the timer's does.
-func (s *lease) expireIfDue() {
-	s.mu.Lock()
-	due := s.started && !s.ended() && !time.Now().Before(s.deadline)
-	s.mu.Unlock()
+func (l *lease) expireIfDue() {
+	l.mu.Lock()
+	due := l.started && !l.ended() && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
 	if due {
-		s.expireAt(false) // an End hook's panic reaches the caller
+		l.expireAt(false) // an End hook's panic reaches the caller
 	}
 }
 
 // drop ends the lease of a lock its caller never got: no hook hears of it.
-func (s *lease) drop() {
-	s.mu.Lock()
-	s.hook = nil
-	s.mu.Unlock()
-	s.end(nil)
+func (l *lease) drop() {
+	l.mu.Lock()
+	l.hook = nil
+	l.mu.Unlock()
+	l.end(nil)
 }
 
 // end closes the lease with err (nil for a release), on its caller's
 // goroutine: see endBy.
-func (s *lease) end(err error) { s.endBy(err, false) }
+func (l *lease) end(err error) { l.endBy(err, false) }
 
 // endBy closes the lease with err. Only the first call counts. An End
 // hook's panic goes on once the lease has ended, unless background is set
 // (dlock's own goroutines: the watchdog's, a timer's), where nobody could
 // recover it and it would end the program: it is logged then.
-func (s *lease) endBy(err error, background bool) {
-	s.mu.Lock()
-	if s.ending {
-		s.mu.Unlock()
+func (l *lease) endBy(err error, background bool) {
+	l.mu.Lock()
+	if l.ending {
+		l.mu.Unlock()
 		return
 	}
-	s.ending = true
+	l.ending = true
 	var panicked *hookPanic // by an End hook: raised again once the lease ended
-	hook := s.hook
+	hook := l.hook
 	if hook != nil {
 		// Before Done closes, so that whoever waits on it finds the end
 		// counted; Err already says why. Not before AcquireDone said
 		// obtained: the hooks must hear of the lock before its end (see
 		// told). Nobody can wait on Done before then.
-		s.err = err
-		held := time.Since(s.acquired)
-		if s.hooksTold {
-			s.mu.Unlock()
+		l.err = err
+		held := time.Since(l.acquired)
+		if l.hooksTold {
+			l.mu.Unlock()
 			panicked = hook.end(held, err)
-			s.mu.Lock()
+			l.mu.Lock()
 		} else {
-			s.endLate, s.lateHeld = true, held
+			l.endLate, l.lateHeld = true, held
 		}
 	}
-	s.err, s.over = err, true
-	if s.done != nil {
-		close(s.done)
+	l.err, l.over = err, true
+	if l.done != nil {
+		close(l.done)
 	}
-	if s.timer != nil {
-		s.timer.Stop()
+	if l.timer != nil {
+		l.timer.Stop()
 	}
-	fns := s.onEnd
-	s.onEnd = nil
-	s.mu.Unlock()
-	if s.every() > 0 {
-		s.c.unwatch(s)
+	fns := l.onEnd
+	l.onEnd = nil
+	l.mu.Unlock()
+	if l.every() > 0 {
+		l.c.unwatch(l)
 	}
 	for _, f := range fns {
 		f()
 	}
 	if err != nil {
-		s.c.log.Warn("dlock: lock lost", "names", s.holder.lockNames(), "err", err)
+		l.c.log.Warn("dlock: lock lost", "names", l.holder.lockNames(), "err", err)
 	}
 	switch {
 	case panicked != nil && background:
-		s.c.logHookPanic("End", panicked)
+		l.c.logHookPanic("End", panicked)
 	case panicked != nil:
 		hook.raise("End", panicked)
 	}
@@ -439,14 +439,14 @@ func (s *lease) endBy(err error, background bool) {
 // told records that the AcquireDone hooks said the lock obtained, and
 // calls the End hooks now when it ended as they ran: its deadline passed
 // or a refresh found it lost.
-func (s *lease) told() {
-	s.mu.Lock()
-	s.hooksTold = true
-	late, held, err := s.endLate, s.lateHeld, s.err
-	s.endLate = false
-	s.mu.Unlock()
+func (l *lease) told() {
+	l.mu.Lock()
+	l.hooksTold = true
+	late, held, err := l.endLate, l.lateHeld, l.err
+	l.endLate = false
+	l.mu.Unlock()
 	if late {
-		s.hook.raise("End", s.hook.end(held, err))
+		l.hook.raise("End", l.hook.end(held, err))
 	}
 }
 
@@ -460,83 +460,83 @@ func (s *lease) told() {
 // It reports whether the loss was real (Release was not called), whether
 // or not the lease had ended by then (its deadline may have passed as the
 // refresh ran). background as for endBy.
-func (s *lease) lose(err error, background bool) bool {
-	s.mu.Lock()
-	letGo := s.letGo
-	if letGo && s.gone == nil {
-		s.gone = err
+func (l *lease) lose(err error, background bool) bool {
+	l.mu.Lock()
+	letGo := l.letGo
+	if letGo && l.gone == nil {
+		l.gone = err
 	}
-	s.mu.Unlock()
+	l.mu.Unlock()
 	if letGo {
-		s.endIfGoneAndNotReleased(background)
+		l.endIfGoneAndNotReleased(background)
 		return false
 	}
-	s.endBy(lostBy(err), background)
+	l.endBy(lostBy(err), background)
 	return true
 }
 
 // releaseFailed records that Release failed (err): the lease runs on to
 // its deadline, as a failed Release leaves it, unless a refresh found the
 // lock not held meanwhile (see endIfGoneAndNotReleased).
-func (s *lease) releaseFailed(err error) {
-	s.mu.Lock()
-	s.relFailed = err
-	s.mu.Unlock()
-	s.endIfGoneAndNotReleased(false)
+func (l *lease) releaseFailed(err error) {
+	l.mu.Lock()
+	l.relFailed = err
+	l.mu.Unlock()
+	l.endIfGoneAndNotReleased(false)
 }
 
 // endIfGoneAndNotReleased ends the lease as lost once both a Release failed
 // and a refresh sent before it found the lock not held, in either order:
 // whether the release ran or another holder has the lock, it is not this
 // lease's any more. background as for endBy.
-func (s *lease) endIfGoneAndNotReleased(background bool) {
-	s.mu.Lock()
-	gone, failed, giving := s.gone, s.relFailed, s.backLater
-	s.mu.Unlock()
+func (l *lease) endIfGoneAndNotReleased(background bool) {
+	l.mu.Lock()
+	gone, failed, giving := l.gone, l.relFailed, l.backLater
+	l.mu.Unlock()
 	if gone != nil && failed != nil && !giving {
-		s.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
+		l.endBy(&causes.Error{Msg: ErrLost.Error() + ": " + unprefixed(gone) + " (and Release failed: " + unprefixed(failed) + ")",
 			Errs: []error{ErrLost, gone, failed}}, background)
 	}
 }
 
 // heldFor returns how long the lease has been held.
-func (s *lease) heldFor() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return time.Since(s.acquired)
+func (l *lease) heldFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Since(l.acquired)
 }
 
-// ended reports whether the lease has ended; s.mu must be held.
-func (s *lease) ended() bool { return s.over }
+// ended reports whether the lease has ended; l.mu must be held.
+func (l *lease) ended() bool { return l.over }
 
-// aliveLocked returns nil while the lease runs, or why it does not; s.mu
+// aliveLocked returns nil while the lease runs, or why it does not; l.mu
 // must be held.
-func (s *lease) aliveLocked() error {
-	if s.released {
-		return fmt.Errorf("%w: %s was released", ErrNotHeld, s.holder.describe())
+func (l *lease) aliveLocked() error {
+	if l.released {
+		return fmt.Errorf("%w: %s was released", ErrNotHeld, l.holder.describe())
 	}
-	if s.ended() || (s.ending && s.err != nil) {
+	if l.ended() || (l.ending && l.err != nil) {
 		// Ending: its End hook runs, and Err already says why.
-		return notHeldFor(s.err)
+		return notHeldFor(l.err)
 	}
 	return nil
 }
 
 // aliveErr returns nil while the lease runs, or why it does not (see
 // aliveLocked).
-func (s *lease) aliveErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.aliveLocked()
+func (l *lease) aliveErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.aliveLocked()
 }
 
 // refreshing reports whether the watchdog should go on refreshing the
 // lease: not once Release was called, even if it failed, so that a lock
 // whose release was lost runs out within its TTL.
-func (s *lease) refreshing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.letGo && !s.released && !s.ended()
+func (l *lease) refreshing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.letGo && !l.released && !l.ended()
 }
 
 // Done returns a channel that is closed when the lock ends: when it is
@@ -545,18 +545,18 @@ func (s *lease) refreshing() bool {
 // which. Done and Err look at the clock themselves, so a holder whose
 // process was paused past its deadline finds the lock ended the moment it
 // looks, even before the deadline timer has run.
-func (s *lease) Done() <-chan struct{} {
-	s.expireIfDue()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.arm() // someone waits for the deadline now
-	if s.done == nil {
-		if s.over {
+func (l *lease) Done() <-chan struct{} {
+	l.expireIfDue()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.arm() // someone waits for the deadline now
+	if l.done == nil {
+		if l.over {
 			return closedChan
 		}
-		s.done = make(chan struct{})
+		l.done = make(chan struct{})
 	}
-	return s.done
+	return l.done
 }
 
 // closedChan is the Done channel of a lease that ended before anyone asked
@@ -571,20 +571,20 @@ var closedChan = func() chan struct{} {
 // error wrapping ErrLost once it was lost: ErrMaxHold when WithMaxHold ended
 // it, the reason otherwise (for a lock whose automatic refreshes failed
 // until its deadline, with why the last one failed, in its message).
-func (s *lease) Err() error {
-	s.expireIfDue()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+func (l *lease) Err() error {
+	l.expireIfDue()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 // Deadline returns when the lock stops being safe to rely on without a
 // refresh: its TTL measured from before the request that obtained or last
 // refreshed it, less an allowance for clock drift (1% of the TTL + 2ms).
-func (s *lease) Deadline() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadline
+func (l *lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
 }
 
 // Context returns a context derived from parent that is cancelled when the
@@ -594,32 +594,32 @@ func (s *lease) Deadline() time.Time {
 // the refresh that finds it gone). It carries the Lock, which
 // LockFromContext returns (Do's function gets such a context). Like
 // context.WithCancel, it panics if parent is nil.
-func (s *lease) Context(parent context.Context) context.Context {
-	if l, ok := s.holder.(*Lock); ok {
-		parent = context.WithValue(parent, lockKey{}, l)
+func (l *lease) Context(parent context.Context) context.Context {
+	if lk, ok := l.holder.(*Lock); ok {
+		parent = context.WithValue(parent, lockKey{}, lk)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	s.expireIfDue()
-	s.mu.Lock()
-	s.arm()
-	if s.ended() {
-		err := s.err
-		s.mu.Unlock()
+	l.expireIfDue()
+	l.mu.Lock()
+	l.arm()
+	if l.ended() {
+		err := l.err
+		l.mu.Unlock()
 		cancel(err)
 		return ctx
 	}
-	if s.onEnd == nil {
-		s.onEnd = make(map[*int]func())
+	if l.onEnd == nil {
+		l.onEnd = make(map[*int]func())
 	}
 	key := new(int)
-	s.onEnd[key] = func() { cancel(s.Err()) }
-	s.mu.Unlock()
+	l.onEnd[key] = func() { cancel(l.Err()) }
+	l.mu.Unlock()
 	// Forget the callback when parent ends first, so that a long-held lock
 	// does not collect one per request.
 	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		delete(s.onEnd, key)
-		s.mu.Unlock()
+		l.mu.Lock()
+		delete(l.onEnd, key)
+		l.mu.Unlock()
 	})
 	return ctx
 }
@@ -639,44 +639,44 @@ func LockFromContext(ctx context.Context) *Lock {
 }
 
 // autoRefresh starts refreshing a lease that was obtained without it.
-func (s *lease) autoRefresh(o *options) error {
-	s.mu.Lock()
-	if err := s.aliveLocked(); err != nil {
-		s.mu.Unlock()
+func (l *lease) autoRefresh(o *options) error {
+	l.mu.Lock()
+	if err := l.aliveLocked(); err != nil {
+		l.mu.Unlock()
 		return err
 	}
-	if s.letGo {
-		s.mu.Unlock()
-		return fmt.Errorf("%w: %s: Release was called", ErrNotHeld, s.holder.describe())
+	if l.letGo {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %s: Release was called", ErrNotHeld, l.holder.describe())
 	}
 	// The options must fit the TTL, and that of a Refresh under way, which
 	// the lease has once it succeeds.
-	for _, ttl := range []time.Duration{s.ttl, s.inFlightTTL} {
+	for _, ttl := range []time.Duration{l.ttl, l.inFlightTTL} {
 		if ttl == 0 {
 			continue
 		}
 		if err := o.checkLease(ttl); err != nil {
-			s.mu.Unlock()
+			l.mu.Unlock()
 			return err
 		}
 	}
 	// A lease the watchdog let go at its max hold goes back to it: the new
 	// max hold may allow more. One it still has (or refreshes now) learns
 	// the new max hold at its next refresh.
-	rewatch := s.every() == 0 || s.dropped
-	s.interval.Store(int64(o.refreshInterval()))
+	rewatch := l.every() == 0 || l.dropped
+	l.interval.Store(int64(o.refreshInterval()))
 	// Without WithMaxHold, the max hold stays what it was (given when the
 	// lock was obtained, or by an earlier AutoRefresh).
 	if o.maxHold > 0 {
-		s.maxHold = o.maxHold
+		l.maxHold = o.maxHold
 	}
-	s.capped, s.dropped = false, false
-	s.arm()
-	s.mu.Unlock()
+	l.capped, l.dropped = false, false
+	l.arm()
+	l.mu.Unlock()
 	if rewatch {
-		s.watch()
+		l.watch()
 	} else {
-		s.rescheduled() // a shorter interval brings the next refresh forward
+		l.rescheduled() // a shorter interval brings the next refresh forward
 	}
 	return nil
 }
@@ -685,12 +685,12 @@ func (s *lease) autoRefresh(o *options) error {
 // when its deadline and interval, as they are now, call for it (see
 // nextAt), when that is sooner than planned: after a Refresh to a shorter
 // TTL, or AutoRefresh with a shorter interval.
-func (s *lease) rescheduled() {
-	if s.every() == 0 {
+func (l *lease) rescheduled() {
+	if l.every() == 0 {
 		return
 	}
-	if w := s.c.watchdogIfAny(); w != nil {
-		w.reschedule(s)
+	if w := l.c.watchdogIfAny(); w != nil {
+		w.reschedule(l)
 	}
 }
 
@@ -698,14 +698,14 @@ func (s *lease) rescheduled() {
 // lease's TTL, or what is left of the max hold when that is less. ok is
 // false when the max hold allows no more refreshing: the watchdog lets the
 // lease go (it runs out at its deadline), and AutoRefresh may hand it back.
-func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ttl = s.ttl
-	if s.maxHold <= 0 {
+func (l *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ttl = l.ttl
+	if l.maxHold <= 0 {
 		return ttl, true
 	}
-	if left := s.acquired.Add(s.maxHold).Sub(now); left < ttl {
+	if left := l.acquired.Add(l.maxHold).Sub(now); left < ttl {
 		// The holder's own Refresh, which the max hold does not bound,
 		// may have set a deadline past it: a refresh to what is left would
 		// cut that TTL short on the server while the holder counts on the
@@ -713,8 +713,8 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 		// deadline instead. Not a deadline the watchdog's own refreshes
 		// set (AutoRefresh may have shortened the max hold since): the
 		// refresh cuts it to the max hold, as unsure counts it.
-		if left < time.Millisecond || (s.byHand && now.Add(left).Before(s.deadline)) {
-			s.capped, s.dropped = true, true
+		if left < time.Millisecond || (l.byHand && now.Add(left).Before(l.deadline)) {
+			l.capped, l.dropped = true, true
 			return 0, false
 		}
 		return left, true
@@ -729,35 +729,35 @@ func (s *lease) nextRefresh(now time.Time) (ttl time.Duration, ok bool) {
 // then capped, and the watchdog lets it go. A lease that ended as lost
 // before the reply came (its deadline passed) is not extended: err is the
 // loss, which Err already tells. The caller holds the refresh turn.
-func (s *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (l *lease) extendAuto(sent time.Time, ttl time.Duration) (next time.Time, ok bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	// Released before the reply came (as Refresh reports it), or ending
 	// as lost: its End hook may be running.
-	if err := s.aliveLocked(); err != nil {
+	if err := l.aliveLocked(); err != nil {
 		return time.Time{}, false, err
 	}
-	if s.ended() || s.ending {
+	if l.ended() || l.ending {
 		return time.Time{}, false, nil // dropped: never handed out
 	}
-	s.deadline = sent.Add(ttl - drift(ttl))
-	s.byHand = false
-	s.failing, s.failedWith = false, nil
-	if s.timer != nil {
-		s.timer.Reset(time.Until(s.deadline))
+	l.deadline = sent.Add(ttl - drift(ttl))
+	l.byHand = false
+	l.failing, l.failedWith = false, nil
+	if l.timer != nil {
+		l.timer.Reset(time.Until(l.deadline))
 	}
-	if s.maxHold > 0 && !s.acquired.Add(s.maxHold).After(sent.Add(ttl+time.Millisecond)) {
-		s.capped, s.dropped = true, true
+	if l.maxHold > 0 && !l.acquired.Add(l.maxHold).After(sent.Add(ttl+time.Millisecond)) {
+		l.capped, l.dropped = true, true
 		return time.Time{}, false, nil
 	}
-	return s.nextAt(), true, nil
+	return l.nextAt(), true, nil
 }
 
 // refreshAt returns nextAt, for a lease whose deadline a Refresh moved.
-func (s *lease) refreshAt() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nextAt()
+func (l *lease) refreshAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nextAt()
 }
 
 // nextAt returns when the watchdog refreshes the lease next: as long
@@ -766,10 +766,10 @@ func (s *lease) refreshAt() time.Time {
 // last refresh was capped by a max hold that AutoRefresh has raised since.
 // It is at least a tenth of the TTL (less the drift allowance) before the
 // deadline, so that an interval barely shorter than that leaves the
-// refresh time to be answered. s.mu must be held.
-func (s *lease) nextAt() time.Time {
-	valid := s.ttl - drift(s.ttl)
-	return s.deadline.Add(-max(valid-s.every(), valid/10))
+// refresh time to be answered. l.mu must be held.
+func (l *lease) nextAt() time.Time {
+	valid := l.ttl - drift(l.ttl)
+	return l.deadline.Add(-max(valid-l.every(), valid/10))
 }
 
 // ErrLost is wrapped by Err, and by the errors of a lock that was lost: it
@@ -787,11 +787,11 @@ var ErrMaxHold = errors.New("dlock: max hold reached")
 // setGivingBack sets whether Do's give-back of a failed release may still
 // find it done (see giveBackLater); once unset, a refresh's finding that
 // the lock was gone ends it as lost, as endIfGoneAndNotReleased does.
-func (s *lease) setGivingBack(on bool, background bool) {
-	s.mu.Lock()
-	s.backLater = on
-	s.mu.Unlock()
+func (l *lease) setGivingBack(on bool, background bool) {
+	l.mu.Lock()
+	l.backLater = on
+	l.mu.Unlock()
 	if !on {
-		s.endIfGoneAndNotReleased(background)
+		l.endIfGoneAndNotReleased(background)
 	}
 }
