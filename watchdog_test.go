@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +132,84 @@ func TestAnAttachedLockRunsOutAtItsMaxHold(t *testing.T) {
 	awaitCond(t, 3*time.Second, func() bool { return dlock.LeaseDropped(l) })
 	if over := l.Deadline().Sub(before.Add(time.Second)); over > 500*time.Millisecond {
 		t.Errorf("max hold 1s from the attach, but the lock runs out %v after it", over)
+	}
+}
+
+// farDriver holds every reply back for delay once set, as a server a
+// round trip of delay away does: the call has run by then. A call whose
+// context ends first fails with its error, its reply lost.
+type farDriver struct {
+	*tapDriver
+	delay atomic.Int64 // a time.Duration
+}
+
+func (d *farDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	d.tapDriver.Eval(ctx, calls...)
+	delay := time.Duration(d.delay.Load())
+	if delay <= 0 {
+		return
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		for _, c := range calls {
+			c.Val, c.Err = nil, ctx.Err()
+		}
+	}
+}
+
+// A client holding more locks than one pipeline takes (1,000), on a server
+// whose replies take 40% of the TTL: each refresh comes back well within
+// its lock's deadline, so every lock stays held. The watchdog used to send
+// the pipelines of one pass one after the other, each waiting for the one
+// before: the second went out as its locks' deadlines came (and was cut
+// short at them), the third after them, and 2,000 of the 2,500 locks were
+// lost though the server was up and answering.
+func TestTheWatchdogsPipelinesDoNotWaitForEachOther(t *testing.T) {
+	e := newEnv(t)
+	d := &farDriver{tapDriver: e.newDriver(t)}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := context.Background()
+	const n = 2500
+	locks := make([]*dlock.Lock, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 25 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 25 {
+				l, err := c.TryLock(ctx, fmt.Sprintf("many:%d", i), dlock.WithTTL(time.Second), dlock.WithAutoRefresh())
+				if err != nil {
+					errs <- err
+					return
+				}
+				locks[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	d.delay.Store(int64(400 * time.Millisecond))
+	time.Sleep(3 * time.Second)
+	d.delay.Store(0)
+	lost := 0
+	for _, l := range locks {
+		select {
+		case <-l.Done():
+			if lost++; lost == 1 {
+				t.Errorf("lost with replies 400ms late: %v", l.Err())
+			}
+		default:
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost", lost, n)
 	}
 }
