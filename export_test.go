@@ -4,8 +4,8 @@ import "time"
 
 // PauseWatchdog stops c's watchdog from refreshing anything until resume is
 // called, as a stopped process (GC pause, SIGSTOP) would: tests use it to
-// let a lock run out under its holder. On a Partitioned driver, refreshes
-// already sent still take their replies.
+// let a lock run out under its holder. Refreshes already sent still take
+// their replies.
 func PauseWatchdog(c *Client) (resume func()) {
 	w := c.watchdog()
 	w.gate.Lock()

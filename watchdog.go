@@ -31,11 +31,11 @@ type watchdog struct {
 	done   chan struct{} // closed when the goroutine returns
 
 	// gate is held by the goroutine while it works; tests hold it to stand
-	// for a process pause. On a Partitioned driver the goroutines that
-	// send each server's refreshes run on without it, once started.
+	// for a process pause. The goroutines that send the refreshes run on
+	// without it, once started.
 	gate sync.Mutex
 
-	sending sync.WaitGroup // the goroutines that refresh the locks of one server (see refreshBatch)
+	sending sync.WaitGroup // the goroutines that send a pipeline of refreshes (see refreshBatch)
 	givers  sync.WaitGroup // the goroutines that give back what is left of lost locks
 	stopped bool           // under mu: close has begun, no give-back starts
 }
@@ -240,17 +240,19 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 	for _, g := range replicated {
 		w.refreshApart(ctx, now, g)
 	}
-	if w.c.lanes == nil {
-		w.refreshGroup(ctx, now, plain)
-		return
-	}
+	// Apart on one server too: a pipeline waited for here would hold up
+	// the next ones of this pass (more locks than refreshBatch) and the
+	// next passes, each as long as a round trip takes, until their locks'
+	// deadlines had passed unsent, on a server that answers every refresh
+	// in time but slowly.
 	w.refreshApart(ctx, now, plain)
 }
 
 // refreshApart sends the refreshes of group on goroutines of their own
-// that close waits for: on a Partitioned driver, one pipeline a server,
-// so that a server that stalls holds up only the refreshes of its own
-// locks (the others' replies are taken as they come, and the next
+// that close waits for, so that the watchdog does not wait for their
+// replies before it sends the next: on a Partitioned driver, one pipeline
+// a server, so that a server that stalls holds up only the refreshes of
+// its own locks (the others' replies are taken as they come, and the next
 // refreshes go out while it stalls).
 func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refreshing) {
 	groups := [][]refreshing{group}
