@@ -140,7 +140,8 @@ func TestAnAttachedLockRunsOutAtItsMaxHold(t *testing.T) {
 // context ends first fails with its error, its reply lost.
 type farDriver struct {
 	*tapDriver
-	delay atomic.Int64 // a time.Duration
+	delay     atomic.Int64 // a time.Duration
+	refreshed atomic.Int64 // refreshes answered after their delay
 }
 
 func (d *farDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
@@ -153,6 +154,11 @@ func (d *farDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		for _, c := range calls {
+			if c.Script.Name == "refresh" && c.Err == nil {
+				d.refreshed.Add(1)
+			}
+		}
 	case <-ctx.Done():
 		for _, c := range calls {
 			c.Val, c.Err = nil, ctx.Err()
@@ -161,12 +167,12 @@ func (d *farDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 }
 
 // A client holding more locks than one pipeline takes (1,000), on a server
-// whose replies take 40% of the TTL: each refresh comes back well within
-// its lock's deadline, so every lock stays held. The watchdog used to send
-// the pipelines of one pass one after the other, each waiting for the one
-// before: the second went out as its locks' deadlines came (and was cut
-// short at them), the third after them, and 2,000 of the 2,500 locks were
-// lost though the server was up and answering.
+// whose replies take a quarter of the TTL: each refresh comes back well
+// within its lock's deadline (sent a third of the TTL after the last), so
+// every lock stays held. The watchdog used to send the pipelines of one
+// pass one after the other, each waiting for the one before: the third
+// came back after its locks' deadlines, the next passes later still, and
+// all 2,500 locks were lost though the server was up and answering.
 func TestTheWatchdogsPipelinesDoNotWaitForEachOther(t *testing.T) {
 	e := newEnv(t)
 	d := &farDriver{tapDriver: e.newDriver(t)}
@@ -182,7 +188,7 @@ func TestTheWatchdogsPipelinesDoNotWaitForEachOther(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 25 {
-				l, err := c.TryLock(ctx, fmt.Sprintf("many:%d", i), dlock.WithTTL(time.Second), dlock.WithAutoRefresh())
+				l, err := c.TryLock(ctx, fmt.Sprintf("many:%d", i), dlock.WithTTL(2*time.Second), dlock.WithAutoRefresh())
 				if err != nil {
 					errs <- err
 					return
@@ -196,15 +202,27 @@ func TestTheWatchdogsPipelinesDoNotWaitForEachOther(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	d.delay.Store(int64(400 * time.Millisecond))
-	time.Sleep(3 * time.Second)
+	// Two TTLs of late replies (each lock refreshed six times, a third of
+	// its TTL apart), or a lock lost meanwhile.
+	d.delay.Store(int64(500 * time.Millisecond))
+	awaitCond(t, 30*time.Second, func() bool {
+		if d.refreshed.Load() >= 6*n {
+			return true
+		}
+		for _, l := range locks {
+			if l.Err() != nil {
+				return true
+			}
+		}
+		return false
+	})
 	d.delay.Store(0)
 	lost := 0
 	for _, l := range locks {
 		select {
 		case <-l.Done():
 			if lost++; lost == 1 {
-				t.Errorf("lost with replies 400ms late: %v", l.Err())
+				t.Errorf("lost with replies 500ms late: %v", l.Err())
 			}
 		default:
 		}
