@@ -18,8 +18,9 @@ import (
 // while fn ran: an error that matches both, and reads as both on one line
 // (once, when fn's error holds the loss, context.Cause of its context).
 // If fn panics, Do releases the lock and lets the panic go on. A release
-// that no server answered in time (a stalled server), or that one refused
-// for a while (BUSY), is sent again in the background, as the clean-up of a
+// that no server answered in time (a stalled server), that one refused
+// for a while (BUSY), or that found no connection (a server down, or
+// replaced in a failover), is sent again in the background, as the clean-up of a
 // failed acquisition is, for up to a minute (not for a lock obtained
 // WithToken, which runs out with its TTL; one WithMinHold is kept until
 // its minimum hold has passed, as Release keeps it): Do returns its

@@ -220,10 +220,15 @@ func refusedForGood(err error) (refused, ranInPart bool) {
 // client library found no connection for, see unsent: go-redis may have
 // sent it once before it tried again.)
 func notRun(err error) bool {
-	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	return refusedUnrun(err)
+	return refusedDial(err) || refusedUnrun(err)
+}
+
+// refusedDial reports whether err says that the driver could not connect
+// to send a request: the server is down, or, in a failover, the client
+// library has yet to learn of its replacement.
+func refusedDial(err error) bool {
+	op := (*net.OpError)(nil)
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // unsent reports whether err says that the client library found no
@@ -240,8 +245,12 @@ func unsent(err error) bool {
 
 // tryLater reports whether err is a failure that a clean-up sent again a
 // little later may get past: a refusal or a failure to send (sendLater),
-// or no answer in time (isTimeout).
-func tryLater(err error) bool { return err != nil && (sendLater(err) || isTimeout(err)) }
+// no answer in time (isTimeout), or no connection (refusedDial: a server
+// restarted with its data, or one that a failover replaced, takes the
+// clean-up once the client reaches it).
+func tryLater(err error) bool {
+	return err != nil && (sendLater(err) || isTimeout(err) || refusedDial(err))
+}
 
 // sendLater reports whether err is a refusal, or a failure to send, that a
 // request may meet no more a little later (see refusedUnrun and unsent).

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1015,6 +1017,35 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 		t.Error("End hook never called")
 	} else if err != nil {
 		t.Errorf("End hook reports %v for a lock that Do gave back", err)
+	}
+}
+
+// A Do whose release finds no connection (a server down, or one a
+// failover replaced that the client library has yet to find) gives the
+// lock back once it connects again, rather than leaving the name held
+// until its TTL: the release, sent again at once and then in the
+// background, frees it, and the lock ends released.
+func TestADoWhoseReleaseCannotConnectGivesItBackLater(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &unsentDriver{tapDriver: e.newDriver(t), err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	ended := make(ends, 4)
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
+	defer c.Close()
+	err := c.Do(ctx, "do-unconnected", func(context.Context) error {
+		d.unsent.Store(3) // the release, its copy sent at once, and the first in the background
+		return nil
+	}, dlock.WithTTL(time.Minute))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Do = %v, want the release's refused dial", err)
+	}
+	if ok, err := ended.await(); !ok {
+		t.Fatal("End hook never called")
+	} else if err != nil {
+		t.Errorf("End hook reports %v for a lock that Do gave back", err)
+	}
+	if e.locked(t, "dlock:{do-unconnected}") {
+		t.Error("still held")
 	}
 }
 

@@ -810,8 +810,9 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 // failover, or not answered in time (a server that stalls, or that the
 // network cuts off), they are sent again in the background, so that the
 // caller does not wait for them, until the server answers (see
-// cleanUpLate), and done comes after. (A server that refuses connections
-// is down: what it had not run is lost with it.) Only for a request token
+// cleanUpLate), and done comes after; so are those that could not connect
+// (a server restarted with its data, or replaced in a failover, frees the
+// name once reached, rather than at its TTL). Only for a request token
 // of dlock's own, which no later acquisition uses: a late clean-up of a
 // given token could take the hold of its next acquire.
 func (l *Lock) followUp(ctx context.Context, calls []*Call, done func(ctx context.Context, calls []*Call)) {
@@ -861,8 +862,8 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
 			if tryLater(call.Err) {
 				again = append(again, call)
 			}
-			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err)) {
-				most = lateCleanupBackoff // a stalled server, or a full pool: no hurry
+			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err) || refusedDial(call.Err)) {
+				most = lateCleanupBackoff // a stalled server, a full pool, or one down: no hurry
 			}
 		}
 		if len(again) == 0 || !sleep(ctx, wait) {
@@ -1061,8 +1062,8 @@ func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
 }
 
 // giveBackLater gives the lock back in the background after a release
-// that failed with err before a server answered it (a timeout, or a
-// refusal that passes, such as BUSY) when nobody can call Release again
+// that failed with err before a server answered it (a timeout, a refusal
+// that passes, such as BUSY, or no connection) when nobody can call Release again
 // (Do's): that release is sent again, the same request, until a server
 // answers it, for up to a minute, as a failed acquire's clean-up is (see
 // cleanupWithin). A release that ran, its reply lost, is found done by its

@@ -2770,16 +2770,17 @@ func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 
 // unsentDriver is a tapDriver that fails the next unsent calls, unsent,
 // with a timeout, as a server that stalls fails a request that needs a new
-// connection.
+// connection, or with err when set (a refused dial, say).
 type unsentDriver struct {
 	*tapDriver
 	unsent atomic.Int32
+	err    error
 }
 
 func (d *unsentDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.unsent.Add(-1) >= 0 {
 		for _, c := range calls {
-			c.Val, c.Err = nil, context.DeadlineExceeded
+			c.Val, c.Err = nil, cmp.Or(d.err, context.DeadlineExceeded)
 		}
 		return
 	}
