@@ -242,3 +242,21 @@ func newLockerOfOptions(t testing.TB, srvs []*redistest.Server, set func(i int, 
 	t.Cleanup(func() { _ = r.Close() })
 	return r
 }
+
+// delayedDriver delays every call of the scripts named in delay by their
+// delay, ignoring the context's end meanwhile, as go-redis does on an open
+// connection: a node whose requests reach it late.
+type delayedDriver struct {
+	dlock.Driver
+	delay map[string]time.Duration
+}
+
+func (d *delayedDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	for _, c := range calls {
+		if dl, ok := d.delay[c.Script.Name]; ok {
+			time.Sleep(dl)
+			break
+		}
+	}
+	d.Driver.Eval(context.WithoutCancel(ctx), calls...)
+}

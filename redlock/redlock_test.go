@@ -2526,3 +2526,70 @@ func TestALockerNotMadeByNewPanics(t *testing.T) {
 		})
 	}
 }
+
+// TestAReleaseCalledAgainDoesNotBlameANodeItFreed: node 0 gets its
+// requests late, so that its lock runs out by the local clock (its
+// deadline counts from before the request) while its server still has it;
+// the first Release frees it there, and gets no answer from the two
+// others (paused). A Release called again, again unanswered by them, is of
+// unknown outcome, as the first: it matched dlock.ErrLost, through a
+// *NodeError that blamed node 0, which it did not ask again, for the loss
+// of its lock there by the local clock, and it said the lock was released
+// on 0 nodes (node 0 had released it).
+func TestAReleaseCalledAgainDoesNotBlameANodeItFreed(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var d dlock.Driver = goredis.New(rdb)
+		if i == 0 {
+			// The grant reaches node 0 300ms late (within the node
+			// timeout), the refresh 1.8s late.
+			d = &delayedDriver{Driver: d, delay: map[string]time.Duration{"acquire": 300 * time.Millisecond, "refresh": 1800 * time.Millisecond}}
+		}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "freed", redlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nodes 1 and 2 hold it for 5s; node 0's refresh is under way.
+	if err := l.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "node 0's lock runs out here", func() bool { return !slices.Contains(l.Nodes(), srvs[0].Addr()) })
+	eventually(t, 3*time.Second, "node 0's late refresh runs there", func() bool {
+		ms, _ := strconv.Atoi(srvs[0].Do(t, "PTTL", "dlock:{freed}"))
+		return ms > 2500
+	})
+	if err := l.Err(); err != nil {
+		t.Fatalf("held on nodes 1 and 2, but: %v", err)
+	}
+	srvs[1].PauseAWhile(t)
+	srvs[2].PauseAWhile(t)
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release unanswered by two of three nodes: %v, want ErrNoQuorum and not ErrLost", err)
+	}
+	if holds(t, srvs[0], "freed") {
+		t.Fatal("node 0 not released")
+	}
+	err = l.Release(ctx)
+	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release called again, unanswered by two of three nodes: %v\nwant ErrNoQuorum, neither ErrLost nor ErrNotHeld", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "node 0 (") {
+		t.Errorf("the error blames node 0, which released it: %v", err)
+	}
+	if err != nil && !strings.Contains(err.Error(), "released on 1 of 3 nodes, quorum 2") {
+		t.Errorf("the error does not say node 0 released it: %v", err)
+	}
+}
