@@ -537,6 +537,12 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 		switch {
 		case err == errPending:
 			err = fmt.Errorf("%w (%v)", ErrNodeTimeout, l.r.timeout)
+		case err == errNotAsked && l.nodes[i].gone:
+			// Released by an earlier Release: it did its part. What
+			// ended its lock there before (a loss by the local clock,
+			// say) is no failure of this release, nor a loss of the
+			// Lock.
+			err = nil
 		case err == errNotAsked:
 			if err = l.nodes[i].err; err == nil {
 				err = errNotThere
