@@ -729,8 +729,17 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
-	// A deadline passed that nothing has seen yet: lost before.
+	// A deadline passed that nothing has seen yet: lost before. So is a
+	// quorum whose loss a node's watcher recorded (see install) and has
+	// yet to end the Lock with: ended here first, Release returns the loss
+	// that Err will say.
 	l.expireIfDue()
+	l.mu.Lock()
+	lostNow := l.held && !l.stopped && l.live < l.r.quorum
+	l.mu.Unlock()
+	if lostNow {
+		l.endLost()
+	}
 	l.mu.Lock()
 	if l.settled {
 		out := l.relOut
