@@ -12,6 +12,15 @@ func PauseWatchdog(c *Client) (resume func()) {
 	return w.gate.Unlock
 }
 
+// SettleWatchdog returns once c's watchdog is between passes and has read
+// the replies of every refresh it sent.
+func SettleWatchdog(c *Client) {
+	w := c.watchdog()
+	w.gate.Lock() // no pipeline starts while it is held
+	defer w.gate.Unlock()
+	w.sending.Wait()
+}
+
 // Waiting returns how many callers of c wait in line for the lock called
 // name.
 func Waiting(c *Client, name string) int {

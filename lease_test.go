@@ -2283,7 +2283,7 @@ func TestARefreshThatMeetsTheReleaseDoesNotReportALoss(t *testing.T) {
 					t.Errorf("Refresh = %v, want ErrNotHeld", err)
 				}
 			} else {
-				dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+				dlock.SettleWatchdog(c) // the watchdog has read the refresh's reply
 			}
 			close(letRelease)
 			if err := <-released; err != nil {
@@ -2331,7 +2331,7 @@ func TestAutoRefreshOfAnAttachedLockWithLittleLeft(t *testing.T) {
 	case <-heir.Done():
 		t.Fatalf("lost before its first refresh: %v", heir.Err())
 	}
-	dlock.PauseWatchdog(c)() // the watchdog has read the refresh's reply
+	dlock.SettleWatchdog(c) // the watchdog has read the refresh's reply
 	if err := heir.Err(); err != nil {
 		t.Fatalf("Err = %v", err)
 	}
