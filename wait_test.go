@@ -1526,3 +1526,88 @@ func TestOddPrefixesAndNamesAreWokenByNotices(t *testing.T) {
 		}
 	}
 }
+
+// TestSiblingsRefusedAtEachOthersNamesDoNotWakeEachOtherOverAndOver: W
+// (s-x, s-y) and V (s-y, s-x), two LockMulti callers of client A, both
+// held by another client, so that W is refused at s-x and V at s-y. Their
+// attempts overlap (each reply is held back here until the other attempt
+// is under way too, as on a loaded client). An attempt that comes back
+// while its sibling's is under way (rewake) must not make each wake the
+// other, and both try again, for as long as the names stay held: A made
+// thousands of attempts a second. Two rounds suffice: in the second, each
+// counts the other at the name that refused it, so neither takes the
+// client out of the other's waiter set; and A stays registered at both,
+// so the releases wake it (its beat is an hour).
+func TestSiblingsRefusedAtEachOthersNamesDoNotWakeEachOtherOverAndOver(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held := holdEach(t, ctx, e.c, "s-x", "s-y")
+	var (
+		armed    atomic.Bool
+		attempts atomic.Int64
+		mu       sync.Mutex
+		alone    chan struct{} // an attempt's reply waiting for another attempt
+	)
+	ad := &hookDriver{Driver: e.newDriver(t), after: func(calls []*dlock.Call) {
+		if !armed.Load() || calls[0].Script.Name != "acquire" {
+			return
+		}
+		attempts.Add(1)
+		mu.Lock()
+		if alone != nil {
+			close(alone)
+			alone = nil
+			mu.Unlock()
+			return
+		}
+		ch := make(chan struct{})
+		alone = ch
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+			mu.Lock()
+			if alone == ch {
+				alone = nil
+			}
+			mu.Unlock()
+		}
+	}}
+	a := dlock.New(ad)
+	t.Cleanup(func() { _ = a.Close() })
+	dlock.SetWaitBeat(a, time.Hour)
+	armed.Store(true)
+	got := make(chan lockResult, 2)
+	for _, names := range [][]string{{"s-x", "s-y"}, {"s-y", "s-x"}} {
+		go func() {
+			l, err := a.LockMulti(ctx, names, dlock.WithTTL(time.Minute))
+			got <- lockResult{l, err}
+		}()
+	}
+	awaitCond(t, 5*time.Second, func() bool { return attempts.Load() >= 4 })
+	// Registrations last 1.5s unrenewed: well within them.
+	time.Sleep(300 * time.Millisecond)
+	armed.Store(false)
+	if n := attempts.Load(); n > 6 {
+		t.Fatalf("%d attempts while s-x and s-y stayed held", n)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if err := r.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("W and V did not both obtain s-x and s-y within 5s of their release")
+		}
+	}
+}
