@@ -112,7 +112,7 @@ type waiter struct {
 	refused    string          // a caller on several names: the lock key that refused its last attempt, "" when none did or it is not known, refusedWoken once woken; under the hub's mu
 	refusedSeq uint64          // the hub's refusals when refused was set
 	inflight   bool            // a caller on several names: an attempt of it is under way; under the hub's mu
-	heard      map[string]bool // a caller on several names: the keys notices named while its attempt was under way (see noticeLocked); under the hub's mu
+	heard      map[string]bool // a caller on several names: the keys notices named while its attempt was under way (see noticeLocked), true, or only a sibling's attempt (see unregisteredLocked), false; under the hub's mu
 	unheard    bool            // its last attempt went on without the subscription being opened (see subscribed); under the hub's mu
 }
 
@@ -628,6 +628,31 @@ func (h *waitHub) noticeLocked(w *waiter, key string) {
 	}
 }
 
+// unregisteredLocked tells w, a caller on several names, that another
+// caller's attempt may have taken the client out of key's waiter set,
+// where w's last attempt registered it (see rewake): w tries again if that
+// attempt was refused at key, or its outcome is not known, as a notice
+// would have it; but, unlike a notice's, this wake says nothing of key
+// being free, so w goes on counting at the name that refused it (see
+// moreAt). Woken as by a notice, it would count nowhere, and the next
+// attempt of a sibling refused at another of its names (whose own attempt
+// takes the client out of w's name for the same reason) would wake it
+// again, and it the sibling, over and over while both names stay held.
+// h.mu must be held.
+func (h *waitHub) unregisteredLocked(w *waiter, key string) {
+	switch {
+	case w.inflight:
+		if w.heard == nil {
+			w.heard = map[string]bool{}
+		}
+		if _, ok := w.heard[key]; !ok {
+			w.heard[key] = false // a notice's true stays
+		}
+	case w.refused == key || w.refused == "":
+		w.wakeKeeping()
+	}
+}
+
 // signalFront wakes the callers first in line in queue q (see eachFront).
 func signalFront(q []*waiter) { eachFront(q, (*waiter).signal) }
 
@@ -853,24 +878,26 @@ func (h *waitHub) moreAt(keys []string, w *waiter) (more string, seen uint64) {
 // elsewhere at a free name; a lock split by slot always does), and no
 // release there would tell it. Woken, it tries again, and registers where
 // it is refused. A caller whose attempt is still under way may have
-// registered so too, before w's ran: it takes the notice of those keys,
-// and is woken if its attempt comes back refused at one of them, or with
-// its outcome unknown (see noticeLocked).
-func (h *waitHub) rewake(keys []string, seen uint64, w *waiter, kept string) {
+// registered so too, before w's ran: it is woken if its attempt comes
+// back refused at one of those keys, or with its outcome unknown. Keys at
+// which w's attempt counted more callers (more) are not among them: it
+// left no waiter set there. The callers woken go on counting where they
+// were refused (see unregisteredLocked).
+func (h *waitHub) rewake(keys []string, more string, seen uint64, w *waiter, kept string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, k := range keys {
-		if k == kept {
+	for i, k := range keys {
+		if k == kept || i < len(more) && more[i] == '1' {
+			// Refused there, it stayed registered; told that more callers
+			// wait there, it stayed registered, or registered again.
 			continue
 		}
 		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
 			for _, x := range ws {
 				switch {
 				case x == w || !x.multi:
-				case x.inflight:
-					h.noticeLocked(x, k)
-				case x.refusedSeq > seen && (x.refused == k || x.refused == ""):
-					x.signal()
+				case x.inflight || x.refusedSeq > seen:
+					h.unregisteredLocked(x, k)
 				}
 			}
 		}
@@ -894,10 +921,21 @@ func (h *waitHub) refusedAt(w *waiter, key string) {
 	defer h.mu.Unlock()
 	h.refusals++
 	w.refused, w.refusedSeq = key, h.refusals
-	heard := w.heard[key] || (key == "" || key == refusedWoken) && len(w.heard) > 0
+	notice, heard := w.heard[key]
+	if key == "" || key == refusedWoken {
+		heard = len(w.heard) > 0
+		for _, n := range w.heard {
+			notice = notice || n
+		}
+	}
 	w.inflight, w.heard = false, nil
-	if heard {
+	switch {
+	case notice:
 		w.signal()
+	case heard:
+		// Only a sibling's attempt that may have taken the client out
+		// of the waiter set (see unregisteredLocked).
+		w.wakeKeeping()
 	}
 }
 
@@ -1120,6 +1158,15 @@ func (w *waiter) signal() {
 	}
 }
 
+// wakeKeeping wakes w as signal does, but a caller on several names goes
+// on counting where it did (see unregisteredLocked); under the hub's mu.
+func (w *waiter) wakeKeeping() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // drain forgets a pending signal.
 func (w *waiter) drain() {
 	select {
@@ -1300,7 +1347,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			}
 		}
 		if wa.channel != "" {
-			hub.rewake(keys, seen, w, refusedBy)
+			hub.rewake(keys, wa.more, seen, w, refusedBy)
 		}
 		if err == nil {
 			obtained, rejoined = true, strings.Contains(wa.more, "1")
