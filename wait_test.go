@@ -1586,7 +1586,9 @@ func TestSiblingsRefusedAtEachOthersNamesDoNotWakeEachOtherOverAndOver(t *testin
 		}()
 	}
 	awaitCond(t, 5*time.Second, func() bool { return attempts.Load() >= 4 })
-	// Registrations last 1.5s unrenewed: well within them.
+	// A window in which callers waking each other would make hundreds of
+	// attempts (no signal marks their absence); registrations last 1.5s
+	// unrenewed: well within them.
 	time.Sleep(300 * time.Millisecond)
 	armed.Store(false)
 	if n := attempts.Load(); n > 6 {
