@@ -495,3 +495,84 @@ func TestAWaitForReplicasEndsWithItsContext(t *testing.T) {
 		t.Errorf("WAIT's timeout %v without a deadline, want 5s", got)
 	}
 }
+
+// TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls: while a
+// replica lags, every acquire WithReplicas waits its whole WAIT timeout on a
+// connection of the Redis client's pool. As many of them as the pool has
+// connections, at once, held up every other request of the client (a
+// TryLock without WithReplicas, which the server answers at once, failed
+// at its deadline, waiting for a connection) until the WAITs ended: now
+// they go out in at most WithPipelines pipelines at once, the later ones
+// coalesced under one WAIT.
+func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	const pool = 2 * dlock.DefaultPipelines
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr(), PoolSize: pool})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+
+	r.Replicas[0].Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			r.Replicas[0].Resume(t)
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, pool)
+	for i := range pool {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.TryLock(ctx, "confirmed:"+strconv.Itoa(i), dlock.WithReplicas(1, 10*time.Second))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			errs[i] = err
+		}()
+	}
+	// The primary holds their WAITs: all of them when nothing bounds them,
+	// else as many as go out at once.
+	blocked := func() int {
+		for _, line := range strings.Split(r.Primary.Do(t, "INFO", "clients"), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	for deadline := time.Now().Add(5 * time.Second); blocked() < dlock.DefaultPipelines; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d WAITs blocked after 5s, want %d", blocked(), dlock.DefaultPipelines)
+		}
+	}
+	for settle := time.Now().Add(300 * time.Millisecond); blocked() < pool && time.Now().Before(settle); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("%d WAITs blocked on the primary", blocked())
+
+	// A lock without WithReplicas does not wait for them.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := c.TryLock(pctx, "plain")
+	if err == nil {
+		err = l.Release(pctx)
+	}
+	if err != nil {
+		t.Errorf("a TryLock and Release without WithReplicas failed after %v: %v", time.Since(start), err)
+	}
+
+	r.Replicas[0].Resume(t)
+	resumed = true
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("confirmed:%d: %v", i, err)
+		}
+	}
+}
+
