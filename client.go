@@ -28,6 +28,10 @@ type Client struct {
 	// needed, on a Partitioned driver; nil elsewhere, where batch serves
 	// every request.
 	lanes *lanes
+	// confirmed are the batchers of lone calls confirmed on replicas,
+	// made as they are first needed (see waitLane), under confirmedMu.
+	confirmed   map[waitKey]*batcher
+	confirmedMu sync.Mutex
 
 	// fenceKeep is the fence counters' retention in ms, boxed for the
 	// scripts' arguments, or nil for the default (see WithFenceRetention).

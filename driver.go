@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Driver carries dlock's requests to Redis. It is the only part of dlock that
@@ -164,6 +165,10 @@ type Call struct {
 	Err error // an error reply, or why the call could not be made
 
 	alone [1]*Call // see one
+	// waitBy is when the WAIT of a lone call confirmed on replicas is to
+	// end, its WithReplicas timeout from when it was made, however long it
+	// queued (see waitLane); zero for the others.
+	waitBy time.Time
 }
 
 // one returns a slice of the call alone, without allocating one.

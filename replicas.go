@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlockio/dlock/internal/keyslot"
 )
 
 // ErrNotReplicated means Redis did not confirm, within the WithReplicas
@@ -37,7 +39,10 @@ type replication struct {
 // WithReplicas confirms every acquire and refresh of the lock on n replicas:
 // after the script, dlock sends WAIT n timeout on the same connection (or
 // what is left of the request's context, when that is less: the server
-// answers a WAIT only at its timeout), and
+// answers a WAIT only at its timeout; no more than WithPipelines such
+// requests of one setting are in flight at once, and those that queue
+// meanwhile go out together, under one WAIT of what is left of their
+// timeout), and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
 // tries again, as ErrNotReplicated says); a refresh that fewer
@@ -69,7 +74,9 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // the driver's error, when it could not tell). A call the server refused
 // keeps its reply: it took or kept no hold, so it wrote nothing that needs
 // confirming, and its caller must learn that the lock is held by another,
-// or was lost.
+// or was lost. A lone call confirmed on replicas goes through a batcher of
+// its own (see waitLane), as a lone call without goes through the
+// client's.
 func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	if r.replicas == 0 {
 		if len(calls) == 1 {
@@ -79,25 +86,49 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		}
 		return
 	}
-	rep, ok := c.driver.(Replicator)
-	if !ok {
+	if _, ok := c.driver.(Replicator); !ok {
 		for _, call := range calls {
 			call.Err = fmt.Errorf("%w: WithReplicas needs a driver that can WAIT", ErrUnsupported)
 		}
 		return
 	}
+	if len(calls) == 1 {
+		calls[0].waitBy = time.Now().Add(r.timeout)
+		c.waitLane(ctx, r, calls[0]).eval(ctx, calls[0])
+		return
+	}
+	c.batch.mark(calls)
+	c.evalWait(ctx, r, calls)
+	// The calls' errors are read once they include the WAIT's (see
+	// batcher.check).
+	c.batch.check(calls)
+}
+
+// evalWait sends calls, and WAIT as r asks, by the driver's Replicator,
+// and fails the calls whose writes were not confirmed (see evalWith).
+func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 	// A WAIT that lasts past the end of ctx is of no use, and the server
 	// answers it only at its timeout, whatever ctx says: it waits that long
-	// at most (a millisecond at least: 0 waits for ever).
+	// at most (a millisecond at least: 0 waits for ever). Nor past the
+	// timeout of the calls that queued for it, counted from when they were
+	// made (the latest of them): queued while a replica lagged, they fail
+	// at their timeout, not up to twice that.
 	timeout := r.timeout
+	var by time.Time
+	for _, call := range calls {
+		if call.waitBy.After(by) {
+			by = call.waitBy
+		}
+	}
+	// (A WAIT counts whole milliseconds: a call sent at once keeps its
+	// timeout as it is.)
+	if left := time.Until(by); !by.IsZero() && left < timeout-time.Millisecond {
+		timeout = max(left, time.Millisecond)
+	}
 	if end, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(time.Until(end), time.Millisecond))
 	}
-	c.batch.mark(calls)
-	acked, err := rep.EvalWait(ctx, r.replicas, timeout, calls...)
-	// The calls' errors are read once they include the WAIT's (see
-	// batcher.check).
-	defer c.batch.check(calls)
+	acked, err := c.driver.(Replicator).EvalWait(ctx, r.replicas, timeout, calls...)
 	if err == nil && acked < r.replicas {
 		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, timeout)
 	}
@@ -110,6 +141,53 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		}
 	}
 }
+
+// waitLane returns the batcher that sends a lone call confirmed on
+// replicas as r asks: one for each setting (on a Partitioned driver, each
+// server's, see lanes), apart from the calls without. Their WAIT may hold
+// a reply up to its timeout, on a connection of the Redis client's pool:
+// sent each at once, as many as the pool has connections, while a replica
+// lagged, held up every other request of the client until their WAITs
+// ended. So no more than WithPipelines of them are in flight at once, as
+// without WithReplicas, and the calls that come meanwhile go out together
+// under one WAIT, which confirms them all, within what is left of their
+// timeout (see evalWait).
+func (c *Client) waitLane(ctx context.Context, r replication, call *Call) *batcher {
+	k := waitKey{r: r, lane: laneKey{slot: -1}}
+	if c.lanes != nil && len(call.Keys) > 0 {
+		// Each server's apart: one WAIT waits for one server's replicas.
+		if k.lane.server = c.lanes.p.Server(ctx, call.Keys[0]); k.lane.server == "" {
+			k.lane.slot = keyslot.Of(call.Keys[0])
+		}
+	}
+	c.confirmedMu.Lock()
+	defer c.confirmedMu.Unlock()
+	b := c.confirmed[k]
+	if b == nil {
+		if c.confirmed == nil {
+			c.confirmed = map[waitKey]*batcher{}
+		}
+		b = &batcher{driver: waitDriver{Driver: c.driver, c: c, r: r}, max: c.batch.max, lib: c.batch.lib, closedUnder: c.batch.closedUnder}
+		c.confirmed[k] = b
+	}
+	return b
+}
+
+// waitKey names the batcher of calls confirmed on replicas (see waitLane).
+type waitKey struct {
+	r    replication
+	lane laneKey
+}
+
+// waitDriver is the driver of a waitLane batcher: its Eval confirms the
+// calls on replicas as r asks.
+type waitDriver struct {
+	Driver
+	c *Client
+	r replication
+}
+
+func (d waitDriver) Eval(ctx context.Context, calls ...*Call) { d.c.evalWait(ctx, d.r, calls) }
 
 // refused reports whether a reply of a script that WithReplicas confirms
 // says it took or kept no hold: an acquire of a name held by another

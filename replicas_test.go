@@ -576,3 +576,48 @@ func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
 	}
 }
 
+// TestAcquiresQueuedForReplicasFailAtTheirTimeout: the acquires WithReplicas
+// beyond WithPipelines queue for a pipeline while a replica lags (see
+// TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls); their WAIT
+// has what is left of their timeout, so they fail at it, not at twice it.
+func TestAcquiresQueuedForReplicasFailAtTheirTimeout(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	// The server knows the scripts (a first pipeline by EVALSHA is sent
+	// again by EVAL: see TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce).
+	l, err := c.TryLock(context.Background(), "known", dlock.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.Replicas[0].Pause(t)
+	defer r.Replicas[0].Resume(t)
+
+	const n, timeout = 3 * dlock.DefaultPipelines, time.Second
+	took := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, errs[i] = c.TryLock(context.Background(), "queued:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if !errors.Is(errs[i], dlock.ErrNotReplicated) {
+			t.Errorf("queued:%d: err = %v, want ErrNotReplicated", i, errs[i])
+		}
+		if took[i] > timeout*17/10 {
+			t.Errorf("queued:%d failed after %v, want about its %v timeout", i, took[i], timeout)
+		}
+	}
+}
