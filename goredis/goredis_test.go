@@ -631,3 +631,30 @@ func TestAClosedRedisClientEndsAWaitAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce: a server that does not
+// know dlock's scripts yet (a new server, or one that took over in a
+// failover, just when its replicas may lag) answers a first pipeline by
+// EVALSHA with NOSCRIPT, and the calls go again by EVAL. The first
+// pipeline's WAIT, which had nothing to confirm, waited its whole timeout
+// for a lagging replica all the same, and the second's as long again: an
+// acquire WithReplicas(1, 1s) failed after 2s.
+func TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	r.Replicas[0].Pause(t)
+	defer r.Replicas[0].Resume(t)
+	const timeout = time.Second
+	start := time.Now()
+	_, err := c.TryLock(context.Background(), "first", dlock.WithReplicas(1, timeout))
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("err = %v, want ErrNotReplicated", err)
+	}
+	if took > timeout*17/10 {
+		t.Errorf("an acquire WithReplicas(1, %v) failed after %v, want about its timeout", timeout, took)
+	}
+}

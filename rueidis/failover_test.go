@@ -2,6 +2,7 @@ package dlockrueidis_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -222,5 +223,35 @@ func TestServerFollowsASlotThatMoved(t *testing.T) {
 			t.Fatalf("Server still %q 15s after the slot moved to %s", d.Server(ctx, key), to.Addr())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce: a server that does not
+// know dlock's scripts yet (a new server, or one that took over in a
+// failover, just when its replicas may lag) answers a first pipeline by
+// EVALSHA with NOSCRIPT, and the calls go again by EVAL. The first
+// pipeline's WAIT, which had nothing to confirm, waited its whole timeout
+// for a lagging replica all the same, and the second's as long again: an
+// acquire WithReplicas(1, 1s) failed after 2s.
+func TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Primary.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	c := dlock.New(dlockrueidis.New(client))
+	t.Cleanup(func() { _ = c.Close() })
+	r.Replicas[0].Pause(t)
+	defer r.Replicas[0].Resume(t)
+	const timeout = time.Second
+	start := time.Now()
+	_, err = c.TryLock(context.Background(), "first", dlock.WithReplicas(1, timeout))
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("err = %v, want ErrNotReplicated", err)
+	}
+	if took > timeout*17/10 {
+		t.Errorf("an acquire WithReplicas(1, %v) failed after %v, want about its timeout", timeout, took)
 	}
 }
