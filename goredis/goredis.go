@@ -920,24 +920,31 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		node = node.WithTimeout(timeout + time.Second)
 	}
 	// pass sends the calls and WAIT in one pipeline, and returns WAIT's
-	// reply.
+	// reply. The passes all wait within timeout: the WAIT of a first pass
+	// the server answered with NOSCRIPT confirms nothing, but waits all the
+	// same while a replica lags, and the next pass's WAIT has what is left.
+	end := time.Now().Add(timeout)
 	pass := func(calls []*dlock.Call, first bool) (int, error) {
+		wait := timeout
+		if !first {
+			wait = max(time.Until(end), time.Millisecond)
+		}
 		cmds := make([]*redis.Cmd, len(calls))
-		var wait *redis.Cmd
+		var waitCmd *redis.Cmd
 		_, perr := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, call := range calls {
 				cmds[i] = send(ctx, p, call, first)
 			}
-			wait = p.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+			waitCmd = p.Do(ctx, "WAIT", replicas, wait.Milliseconds())
 			return nil
 		})
 		// Every reply is kept, even when WAIT failed: a refused acquire's
 		// reply says so, and an error says which call failed.
 		storeAll(calls, cmds, perr)
-		if unsent(wait) {
+		if unsent(waitCmd) {
 			return 0, noReply(perr)
 		}
-		return wait.Int()
+		return waitCmd.Int()
 	}
 	least, err := pass(calls, true)
 	if err != nil {

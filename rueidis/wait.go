@@ -82,8 +82,15 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 // whose server could not load the library (see dlock.Loaded).
 func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
 	// pass sends the calls and WAIT in one pipeline, and returns WAIT's
-	// reply.
+	// reply. The passes all wait within timeout: the WAIT of a first pass
+	// the server answered with NOSCRIPT confirms nothing, but waits all the
+	// same while a replica lags, and the next pass's WAIT has what is left.
+	end := time.Now().Add(timeout)
 	pass := func(calls []*dlock.Call, bySHA bool) (int, error) {
+		wait := timeout
+		if !bySHA {
+			wait = max(time.Until(end), time.Millisecond)
+		}
 		pipeline := func() rueidis.Commands {
 			cmds := make(rueidis.Commands, 0, len(calls)+1)
 			for _, call := range calls {
@@ -91,7 +98,7 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 			}
 			// WAIT is a blocking command: the whole pipeline goes out on
 			// one connection of the blocking pool, in order.
-			return append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build())
+			return append(cmds, c.B().Wait().Numreplicas(int64(replicas)).Timeout(wait.Milliseconds()).Build())
 		}
 		rs := c.DoMulti(ctx, pipeline()...)
 		// A pipeline whose every request found the connection closed goes
