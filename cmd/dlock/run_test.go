@@ -1119,3 +1119,32 @@ func TestLossReasonDropsTheSentinelsInEitherOrder(t *testing.T) {
 		}
 	}
 }
+
+// A command that exits while its lock is held ends the run with its own
+// code, though Redis stalls while run releases the lock, for longer than
+// the lock has left: the lock was held while the command ran, and its
+// deadline passed only once it had exited. It is the release that failed,
+// as with a --ttl longer than the release's 5s, not a loss (74).
+func TestRunReleaseStalledPastTheDeadlineIsNoLoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	name, file := lockName(t), filepath.Join(t.TempDir(), "child")
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+	p := startDlock(t, env, runArgs([]string{"--ttl", "3s"}, name, "signals", file, "7")...)
+	pid, err := strconv.Atoi(waitForLine(t, file, "ready ")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lock has at least 2s left (refreshed every second): the command
+	// exits long before it runs out, and the release waits 5s for Redis.
+	resume := srv.PauseAWhile(t)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitForLine(t, file, "got SIGTERM")
+	r := p.wait(t)
+	resume()
+	if r.code != 7 || strings.Contains(r.stderr, "lost") {
+		t.Errorf("code %d, stderr %q; want the command's 7, and the release's failure rather than a loss", r.code, r.stderr)
+	}
+}
