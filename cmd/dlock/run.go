@@ -684,7 +684,20 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 		_ = a.release(l, name, true)
 		return fail(exitLost, "lock %s was found lost after the command exited (%s), and may have been lost while it ran; the command's status was %s", quote(name), lossReason(lost), describeStatus(cmd.ProcessState))
 	}
+	// Held when the command exited, until heldUntil at least.
+	heldUntil := l.Deadline()
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
+		if !errors.Is(err, dlock.ErrForceReleased) && !time.Now().Before(heldUntil) {
+			// The release had no answer before the lock's deadline, which
+			// passed after the command exited (Redis stalled): the lock
+			// was held while the command ran, and only its release failed,
+			// as one that runs out of releaseTimeout first.
+			fmt.Fprintf(a.stderr, "dlock: could not release %s before its TTL ran out, after the command exited (%s); it expires on its own\n", quote(name), lossReason(err))
+			if code == 0 {
+				return nil
+			}
+			return exitCode(code)
+		}
 		return fail(exitLost, "lock %s was found lost after the command exited (%s), and may have been lost while it ran; the command's status was %s", quote(name), lossReason(err), describeStatus(cmd.ProcessState))
 	}
 	if code == 0 {
