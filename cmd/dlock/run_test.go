@@ -1148,3 +1148,24 @@ func TestRunReleaseStalledPastTheDeadlineIsNoLoss(t *testing.T) {
 		t.Errorf("code %d, stderr %q; want the command's 7, and the release's failure rather than a loss", r.code, r.stderr)
 	}
 }
+
+// A Redis at its maxmemory answers each attempt with OOM: run says so,
+// and how to fix it, not that Redis is unreachable (check that it is
+// running), nor that it gave no answer.
+func TestRunSaysRedisIsFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+	srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1500ms"}} {
+		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "OOM") {
+			t.Fatalf("%v at maxmemory: code %d, stderr %q; want %d", flags, r.code, r.stderr, exitUnavailable)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+			if strings.Contains(line, "unreachable") || strings.Contains(line, "that Redis is running") || strings.Contains(line, "no answer") || !strings.Contains(line, "maxmemory") {
+				t.Errorf("%v at maxmemory: the line %q does not say that Redis is full", flags, line)
+			}
+		}
+	}
+}
