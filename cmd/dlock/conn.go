@@ -252,6 +252,8 @@ func unreachable(display string, err error) error {
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	case passing(err):
 		hint = "Redis is busy or not ready (a long script, loading its data, a failover); a run that waits (no --no-wait) waits for it"
+	case full(err):
+		hint = "Redis is at its maxmemory and refuses new locks (held ones are still refreshed and released): free memory or raise maxmemory"
 	}
 	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
 	// Down, not refusing us: no answer, with no sign of a setting to fix.
@@ -261,6 +263,12 @@ func unreachable(display string, err error) error {
 	e.busy = passing(err)
 	e.down = hint == unknown && isNetError(err) || e.busy
 	return e
+}
+
+// full reports whether err is the refusal of a server at its maxmemory
+// (OOM), or a message that quotes one: it answers, and is not unreachable.
+func full(err error) bool {
+	return redis.HasErrorPrefix(err, "OOM") || strings.Contains(err.Error(), "OOM command not allowed")
 }
 
 // passing reports whether err is a server's refusal that passes by itself:

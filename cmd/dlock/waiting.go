@@ -24,7 +24,10 @@ func (r redisDown) Error() string { return downWords(r.err) + ": " + r.err.Error
 // downWords says why Redis cannot be used for a while, as err shows: busy
 // or not ready (see passing), or unreachable.
 func downWords(err error) string {
-	if passing(err) {
+	switch {
+	case full(err):
+		return "Redis full (maxmemory)"
+	case passing(err):
 		return "Redis busy or not ready"
 	}
 	return "Redis unreachable"
