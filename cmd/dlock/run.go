@@ -689,11 +689,13 @@ func (a *app) runHolding(l *dlock.Lock, name, path string, argv []string, o *run
 	// Held when the command exited, until heldUntil at least.
 	heldUntil := l.Deadline()
 	if err := a.release(l, name, false); errors.Is(err, dlock.ErrNotHeld) {
-		if !errors.Is(err, dlock.ErrForceReleased) && !time.Now().Before(heldUntil) {
-			// The release had no answer before the lock's deadline, which
-			// passed after the command exited (Redis stalled): the lock
-			// was held while the command ran, and only its release failed,
-			// as one that runs out of releaseTimeout first.
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrForceReleased) && !time.Now().Before(heldUntil) {
+			// The release had no answer, and the lock's deadline passed
+			// meanwhile, after the command exited (Redis stalled): the
+			// lock was held while the command ran, and only its release
+			// failed, as one that runs out of releaseTimeout first. (One
+			// that Redis answered, late, saying the lock was gone may
+			// have found it gone before the command exited: 74.)
 			fmt.Fprintf(a.stderr, "dlock: could not release %s before its TTL ran out, after the command exited (%s); it expires on its own\n", quote(name), lossReason(err))
 			if code == 0 {
 				return nil
