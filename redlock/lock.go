@@ -40,7 +40,7 @@ type Lock struct {
 	token string
 	meta  string
 
-	op sync.Mutex // one Refresh or Release at a time
+	op chan struct{} // one Refresh or Release at a time: held while it has a value (see opStart)
 
 	mu        sync.Mutex
 	nodes     []nodeLock
@@ -263,7 +263,7 @@ const cleanupTimeout = 2 * time.Second
 
 // attempt makes one round of requests for the lock.
 func (r *Locker) attempt(ctx context.Context, name string, o *options) (*Lock, error) {
-	l := &Lock{r: r, name: name, token: newToken(), meta: o.meta, ttl: o.ttl, maxHold: o.maxHold,
+	l := &Lock{op: make(chan struct{}, 1), r: r, name: name, token: newToken(), meta: o.meta, ttl: o.ttl, maxHold: o.maxHold,
 		nodes: make([]nodeLock, len(r.nodes)), done: make(chan struct{})}
 	all := make([]int, len(r.nodes))
 	for i := range all {
@@ -727,8 +727,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return dlock.ErrNilContext
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
+	l.opStart()
+	defer l.opDone()
 	// A deadline passed that nothing has seen yet: lost before. So is a
 	// quorum whose loss a node's watcher recorded (see install) and has
 	// yet to end the Lock with: ended here first, Release returns the loss
@@ -877,7 +877,8 @@ func (l *Lock) endReleaseFailed(err error) { l.endAs(err, true) }
 // max hold stopped it) a TTL whose deadline (less the drift allowance) does
 // not come after the refresh interval is refused with dlock.ErrInvalidTTL;
 // so is one under dlock.MinTTL, or not longer, less that allowance, than
-// the node timeout.
+// the node timeout. Refreshes and Releases of one Lock run one after the
+// other: a Refresh waits for one under way only while ctx lasts.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return dlock.ErrNilContext
@@ -888,10 +889,22 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl-drift(ttl) <= l.r.timeout {
 		return fmt.Errorf("%w: the TTL %v, less %v for clock drift, is not longer than the node timeout %v", dlock.ErrInvalidTTL, ttl, drift(ttl), l.r.timeout)
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
+	// Within ctx: a Release or an automatic refresh under way may wait
+	// for its nodes up to the node timeout (after Locker.Close, for all of
+	// its requests).
+	select {
+	case l.op <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("redlock: %q: Refresh waited for the Release or refresh under way: %w", l.name, context.Cause(ctx))
+	}
+	defer l.opDone()
 	return l.refresh(ctx, ttl, true)
 }
+
+// opStart waits for the Refresh or Release under way, if any, to end, and
+// takes its turn; opDone ends it.
+func (l *Lock) opStart() { l.op <- struct{}{} }
+func (l *Lock) opDone()  { <-l.op }
 
 // refresh is Refresh; l.op must be held. manual is set for a call of
 // Refresh, which a running automatic refresh goes on from.
@@ -1027,15 +1040,15 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 			}
 			// The TTL is read once no Refresh runs: one that the tick
 			// waited for sets the TTL this one must go on with.
-			l.op.Lock()
+			l.opStart()
 			from = time.Now()
 			ttl, last, ok := l.nextRefresh(from)
 			if !ok {
-				l.op.Unlock()
+				l.opDone()
 				return // the max hold allows no more: the nodes' deadlines end it
 			}
 			err := l.refresh(l.r.bg, ttl, false)
-			l.op.Unlock()
+			l.opDone()
 			select {
 			case <-l.done:
 				return // lost (or released meanwhile)

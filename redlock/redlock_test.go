@@ -2593,3 +2593,35 @@ func TestAReleaseCalledAgainDoesNotBlameANodeItFreed(t *testing.T) {
 		t.Errorf("the error does not say node 0 released it: %v", err)
 	}
 }
+
+// TestARefreshWaitsForAReleaseUnderWayOnlyWithinItsContext: a Release
+// waits for two paused nodes up to the node timeout; a Refresh called
+// meanwhile with a shorter context returns at its context's end, not once
+// the Release is done.
+func TestARefreshWaitsForAReleaseUnderWayOnlyWithinItsContext(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(3*time.Second))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "op", redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[1].PauseAWhile(t)
+	srvs[2].PauseAWhile(t)
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	// The Release has its turn once node 0 has freed the name.
+	eventually(t, 3*time.Second, "node 0 released", func() bool { return !holds(t, srvs[0], "op") })
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = l.Refresh(rctx, 10*time.Second)
+	select {
+	case rerr := <-released:
+		t.Fatalf("the Release (%v) ended before the Refresh returned (%v)", rerr, err)
+	default:
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Refresh = %v, want its context's deadline", err)
+	}
+	<-released
+}
