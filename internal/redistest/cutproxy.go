@@ -91,19 +91,26 @@ func (p *CutProxy) Cut() {
 }
 
 // pipe copies from src to dst while the proxy is in the epoch the
-// connection was opened in; after a Cut it reads and drops.
+// connection was opened in; after a Cut it reads and drops. A connection
+// that src closes (a server that went down) closes dst too, unless Cut
+// silenced it.
 func (p *CutProxy) pipe(dst, src net.Conn, epoch int) {
 	defer p.copies.Done()
 	buf := make([]byte, 32<<10)
+	live := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.epoch == epoch
+	}
 	for {
 		n, err := src.Read(buf)
 		if err != nil {
+			if live() {
+				_ = dst.Close()
+			}
 			return
 		}
-		p.mu.Lock()
-		live := p.epoch == epoch
-		p.mu.Unlock()
-		if live {
+		if live() {
 			if _, err := dst.Write(buf[:n]); err != nil {
 				return
 			}
