@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -2829,5 +2830,40 @@ func TestOnlyANameWithAHashTagIsRefusedAKeySuffix(t *testing.T) {
 	}
 	if _, err := e.c.TryLock(ctx, "{orders}:fence"); !errors.Is(err, dlock.ErrInvalidName) {
 		t.Errorf("{orders}:fence: %v, want ErrInvalidName", err)
+	}
+}
+
+// An acquire that could not connect (the server is down) never ran: it
+// leaves nothing to clean up, and sends nothing more, at once or in the
+// background. A clean-up sent all the same found no connection either,
+// and went on in the background for up to a minute (see cleanUpLate), one
+// for each TryLock (or waiting Lock) made while the server was down, each
+// dialing it again every second, and Close waited for them up to its
+// bound.
+func TestAnAcquireThatCannotConnectLeavesNothingToCleanUp(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t)
+	c := dlock.New(d)
+	defer c.Close()
+	e.srv.Stop(t)
+	ctx := context.Background()
+	if _, err := c.TryLock(ctx, "unconnected", dlock.WithTTL(time.Minute)); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("TryLock = %v, want a refused dial", err)
+	}
+	if n := d.trips.Load(); n != 1 {
+		t.Errorf("TryLock made %d round trips, want 1: its acquire, which never ran", n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, "unconnected", dlock.WithTTL(time.Minute)); err == nil {
+		t.Fatal("Lock obtained a lock on a server that is down")
+	}
+	at := d.trips.Load()
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.trips.Load() - at; n > 0 {
+		t.Errorf("%d round trips after the acquisitions returned, until Close (%v)", n, time.Since(start))
 	}
 }
