@@ -245,12 +245,8 @@ func unsent(err error) bool {
 
 // tryLater reports whether err is a failure that a clean-up sent again a
 // little later may get past: a refusal or a failure to send (sendLater),
-// no answer in time (isTimeout), or no connection (refusedDial: a server
-// restarted with its data, or one that a failover replaced, takes the
-// clean-up once the client reaches it).
-func tryLater(err error) bool {
-	return err != nil && (sendLater(err) || isTimeout(err) || refusedDial(err))
-}
+// or no answer in time (isTimeout). (Not a refused dial: see followUp.)
+func tryLater(err error) bool { return err != nil && (sendLater(err) || isTimeout(err)) }
 
 // sendLater reports whether err is a refusal, or a failure to send, that a
 // request may meet no more a little later (see refusedUnrun and unsent).

@@ -798,7 +798,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.followUp(ctx, calls, func(ctx context.Context, calls []*Call) {
+	l.followUp(ctx, calls, false, func(ctx context.Context, calls []*Call) {
 		l.cleanedUp(ctx, calls, logFailure)
 		answered(calls)
 	})
@@ -810,17 +810,20 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 // failover, or not answered in time (a server that stalls, or that the
 // network cuts off), they are sent again in the background, so that the
 // caller does not wait for them, until the server answers (see
-// cleanUpLate), and done comes after; so are those that could not connect
-// (a server restarted with its data, or replaced in a failover, frees the
-// name once reached, rather than at its TTL). Only for a request token
+// cleanUpLate), and done comes after; with dialLater, so are those that
+// could not connect (a give-back of a lock that was held: a server
+// restarted with its data, or replaced in a failover, frees the name once
+// reached, rather than at its TTL; not the clean-up of an acquire, which
+// could not connect either, most likely, and ran nowhere: one for each
+// acquire tried while a server is down would dial it for a minute). Only for a request token
 // of dlock's own, which no later acquisition uses: a late clean-up of a
 // given token could take the hold of its next acquire.
-func (l *Lock) followUp(ctx context.Context, calls []*Call, done func(ctx context.Context, calls []*Call)) {
+func (l *Lock) followUp(ctx context.Context, calls []*Call, dialLater bool, done func(ctx context.Context, calls []*Call)) {
 	l.sendAgain(ctx, calls)
 	l.wakeAlone()
-	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) }) &&
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) || dialLater && refusedDial(c.Err) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
-			l.cleanUpLate(ctx, calls)
+			l.cleanUpLate(ctx, calls, dialLater)
 			l.wakeAlone()
 			done(ctx, calls)
 		}) {
@@ -841,7 +844,8 @@ func (l *Lock) wakeAlone() {
 
 // cleanUpLate sends the calls of a clean-up again, a little later, and
 // again, while the server refused them unrun (see waitOutRefused) or did
-// not answer them in time, within ctx. An acquire that got no answer may
+// not answer them in time (or, with dialLater, could not be reached),
+// within ctx. An acquire that got no answer may
 // still be on its way, or wait in a stalled server's buffers, and run
 // later, taking the lock for nobody: the clean-up that the server answers,
 // run before it or after, leaves nothing (it records the acquisition's
@@ -852,14 +856,14 @@ func (l *Lock) wakeAlone() {
 // try, answers one then (a driver that drops the connection of a request
 // that timed out needs a handshake as well), which a Close under way
 // cuts to its bound.
-func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call) {
+func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call, dialLater bool) {
 	var again []*Call
 	try := lateCleanupTry
 	for wait := refusedBackoff; ; {
 		again = again[:0:0]
 		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
 		for _, call := range calls {
-			if tryLater(call.Err) {
+			if tryLater(call.Err) || dialLater && refusedDial(call.Err) {
 				again = append(again, call)
 			}
 			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err) || refusedDial(call.Err)) {
@@ -1075,7 +1079,7 @@ func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
 // setGivingBack): the release it crossed may be found done. It reports
 // whether the release went on.
 func (l *Lock) giveBackLater(err error) bool {
-	if !tryLater(err) || !l.ownReq {
+	if !(tryLater(err) || refusedDial(err)) || !l.ownReq {
 		return false
 	}
 	l.mu.Lock()
@@ -1086,7 +1090,7 @@ func (l *Lock) giveBackLater(err error) bool {
 	}
 	units := l.units()
 	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) {
-		l.followUp(ctx, l.sendRelease(ctx, units, token, id), func(_ context.Context, calls []*Call) {
+		l.followUp(ctx, l.sendRelease(ctx, units, token, id), true, func(_ context.Context, calls []*Call) {
 			if freedAll(calls) && time.Now().Before(l.Deadline()) {
 				// Given back in time: released, not lost. On the client's
 				// own goroutine: an End hook's panic is logged.

@@ -2833,13 +2833,13 @@ func TestOnlyANameWithAHashTagIsRefusedAKeySuffix(t *testing.T) {
 	}
 }
 
-// An acquire that could not connect (the server is down) never ran: it
-// leaves nothing to clean up, and sends nothing more, at once or in the
-// background. A clean-up sent all the same found no connection either,
-// and went on in the background for up to a minute (see cleanUpLate), one
-// for each TryLock (or waiting Lock) made while the server was down, each
-// dialing it again every second, and Close waited for them up to its
-// bound.
+// An acquire that could not connect (the server is down) most likely ran
+// nowhere: its clean-up, which cannot connect either, is sent at once and
+// not in the background. It went on there for up to a minute (see
+// cleanUpLate), one for each TryLock (or waiting Lock) made while the
+// server was down, each dialing it again every second, and Close waited
+// for them up to its bound. (Not a give-back of a held lock: see
+// TestADoWhoseReleaseCannotConnectGivesItBackLater.)
 func TestAnAcquireThatCannotConnectLeavesNothingToCleanUp(t *testing.T) {
 	e := newEnv(t)
 	d := e.newDriver(t)
@@ -2850,8 +2850,8 @@ func TestAnAcquireThatCannotConnectLeavesNothingToCleanUp(t *testing.T) {
 	if _, err := c.TryLock(ctx, "unconnected", dlock.WithTTL(time.Minute)); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("TryLock = %v, want a refused dial", err)
 	}
-	if n := d.trips.Load(); n != 1 {
-		t.Errorf("TryLock made %d round trips, want 1: its acquire, which never ran", n)
+	if n := d.trips.Load(); n > 3 {
+		t.Errorf("TryLock made %d round trips, want 3 at most: its acquire, its clean-up, and that sent again", n)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
