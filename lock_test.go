@@ -2867,3 +2867,35 @@ func TestAnAcquireThatCannotConnectLeavesNothingToCleanUp(t *testing.T) {
 		t.Errorf("%d round trips after the acquisitions returned, until Close (%v)", n, time.Since(start))
 	}
 }
+
+// The clean-up of an acquire that ran (its reply timed out, as on a server
+// that stalls) goes on in the background until the server answers it, as
+// the README says, also across tries that cannot connect: a stalled server
+// that is restarted with its data, or replaced in a failover the client
+// library has yet to learn of, refuses connections for a while, and then
+// takes the clean-up. Only an acquire that could not connect itself ran
+// nowhere (see TestAnAcquireThatCannotConnectLeavesNothingToCleanUp).
+func TestACleanUpOfAnAcquireThatRanGoesOnPastARefusedDial(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tap := e.newDriver(t)
+	d := &failingDriver{tapDriver: tap}
+	c := dlock.New(d)
+	defer c.Close()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	// The acquire runs, its reply times out; its clean-up times out too
+	// (not sent again at once: in the background), whose first try in
+	// the background cannot connect; the next gets through.
+	tap.timeOutReplies(1)
+	d.arm(nil, context.DeadlineExceeded, refused)
+	if _, err := c.TryLock(ctx, "cleanup-dial", dlock.WithTTL(time.Minute)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock = %v, want the acquire's timeout", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.locked(t, "dlock:{cleanup-dial}") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the name taken by the acquire is still held 5s later (%d round trips): its clean-up gave up at the refused dial", tap.trips.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -2624,4 +2626,51 @@ func TestARefreshWaitsForAReleaseUnderWayOnlyWithinItsContext(t *testing.T) {
 		t.Errorf("Refresh = %v, want its context's deadline", err)
 	}
 	<-released
+}
+
+// dialRefusedDriver fails the next calls of script, refuse of them, with
+// a refused dial, as a driver does while its server is down, or replaced
+// in a failover that the client library has yet to learn of.
+type dialRefusedDriver struct {
+	dlock.Driver
+	script string
+	refuse atomic.Int32
+}
+
+func (d *dialRefusedDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if calls[0].Script.Name == d.script && d.refuse.Add(-1) >= 0 {
+		for _, c := range calls {
+			c.Val, c.Err = nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// TestAReleaseGivesANodeThatRefusesConnectionsItsLockBackLater: a Release
+// whose request to a node cannot connect (the node restarting with its
+// data, or failing over) gives that node its lock back in the background
+// once it connects, as a Do gives back its lock on a dlock Client (see
+// dlock's TestADoWhoseReleaseCannotConnectGivesItBackLater), rather than
+// leaving the name held there, by nobody, until its TTL.
+func TestAReleaseGivesANodeThatRefusesConnectionsItsLockBackLater(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var d0 *dialRefusedDriver
+	r := newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client {
+		if i == 0 {
+			d0 = &dialRefusedDriver{Driver: d, script: "release"}
+			d = d0
+		}
+		return dlock.New(d)
+	})
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "dial-later", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0.refuse.Store(2) // the release, and its copy sent at once
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release = %v, want nil: nodes 1 and 2 released it", err)
+	}
+	eventually(t, 5*time.Second, "node 0 given its lock back", func() bool { return !holds(t, srvs[0], "dial-later") })
 }
