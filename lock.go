@@ -738,7 +738,12 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 				}
 			}
 		}
-		l.cleanupBy(ctx, by, true)
+		// An acquire that could not connect ran nowhere, most likely: its
+		// clean-up, which could not either, is not dialed for a minute.
+		// One that reached the server (its reply lost, or late) may have
+		// taken the name there: its clean-up goes on past refused dials
+		// (a server restarted with its data, or replaced in a failover).
+		l.cleanupBy(ctx, by, true, !refusedDial(err))
 	}
 	l.ended()
 	return err
@@ -756,21 +761,25 @@ func (l *Lock) ended() {
 // the waiter it may have recorded, on a context that outlives ctx's
 // cancellation but is bounded in time. It only matches the request token,
 // never the owner, so it cannot take away another acquisition's hold.
+//
+// It is the clean-up of a lock that was obtained: it dials later (see
+// followUp).
 func (l *Lock) cleanup(ctx context.Context, logFailure bool) {
-	l.cleanupBy(ctx, time.Now().Add(cleanupTimeout), logFailure)
+	l.cleanupBy(ctx, time.Now().Add(cleanupTimeout), logFailure, true)
 }
 
-// cleanupBy is cleanup bounded by the time by.
-func (l *Lock) cleanupBy(ctx context.Context, by time.Time, logFailure bool) {
+// cleanupBy is cleanup bounded by the time by; dialLater as for followUp.
+func (l *Lock) cleanupBy(ctx context.Context, by time.Time, logFailure, dialLater bool) {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
-	l.cleanupWithin(ctx, logFailure, nil)
+	l.cleanupWithin(ctx, logFailure, dialLater, nil)
 }
 
 // cleanupWithin is cleanup within ctx as it is. done, unless nil, is
 // given the clean-up's calls once they have their outcomes (in the
-// background when they went on there), none when it sent nothing.
-func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(calls []*Call)) {
+// background when they went on there), none when it sent nothing;
+// dialLater as for followUp.
+func (l *Lock) cleanupWithin(ctx context.Context, logFailure, dialLater bool, done func(calls []*Call)) {
 	answered := func(calls []*Call) {
 		if done != nil {
 			done(calls)
@@ -798,7 +807,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 	calls := l.send(ctx, replication{}, units, func(p part) *Call {
 		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
 	})
-	l.followUp(ctx, calls, false, func(ctx context.Context, calls []*Call) {
+	l.followUp(ctx, calls, dialLater, func(ctx context.Context, calls []*Call) {
 		l.cleanedUp(ctx, calls, logFailure)
 		answered(calls)
 	})
@@ -811,11 +820,12 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure bool, done func(cal
 // network cuts off), they are sent again in the background, so that the
 // caller does not wait for them, until the server answers (see
 // cleanUpLate), and done comes after; with dialLater, so are those that
-// could not connect (a give-back of a lock that was held: a server
-// restarted with its data, or replaced in a failover, frees the name once
-// reached, rather than at its TTL; not the clean-up of an acquire, which
-// could not connect either, most likely, and ran nowhere: one for each
-// acquire tried while a server is down would dial it for a minute). Only for a request token
+// could not connect (a give-back of a lock that was held, or the clean-up
+// of an acquire that reached the server: a server restarted with its
+// data, or replaced in a failover, frees the name once reached, rather
+// than at its TTL; not the clean-up of an acquire that could not connect
+// itself, and ran nowhere, most likely: one for each acquire tried while a
+// server is down would dial it for a minute). Only for a request token
 // of dlock's own, which no later acquisition uses: a late clean-up of a
 // given token could take the hold of its next acquire.
 func (l *Lock) followUp(ctx context.Context, calls []*Call, dialLater bool, done func(ctx context.Context, calls []*Call)) {
@@ -990,7 +1000,9 @@ const (
 
 // giveBackNode releases l as Release does. When Redis does not answer in
 // time, or refuses the release before running it for longer than ctx
-// allows (BUSY, NOREPLICAS; see sendLater), and the request token is
+// allows (BUSY, NOREPLICAS; see sendLater), or cannot be reached (a
+// refused dial: a node restarting with its data, or failing over; see
+// followUp), and the request token is
 // dlock's own, the acquisition's clean-up
 // is sent in the background, again until Redis answers it (see
 // cleanupWithin), so that the hold does not stay until its TTL: the
@@ -1040,7 +1052,7 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	if back {
 		return nil
 	}
-	if tryLater(err) && l.ownReq {
+	if (tryLater(err) || refusedDial(err)) && l.ownReq {
 		giving := make(chan struct{})
 		l.mu.Lock()
 		l.givingBack = giving
@@ -1061,8 +1073,9 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 // of the client's own, bounded by cleanupTimeout and then going on as
 // cleanupWithin does; done as for cleanupWithin. It reports whether it
 // did: not once Close is done with the clean-ups under way.
+// A give-back of a lock that was held, it dials later (see followUp).
 func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
-	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false, done) })
+	return l.c.inBackground(cleanupTimeout, func(ctx context.Context) { l.cleanupWithin(ctx, false, true, done) })
 }
 
 // giveBackLater gives the lock back in the background after a release
@@ -1122,7 +1135,7 @@ func freedAll(calls []*Call) bool {
 // keep until then: those run out with their TTL.
 func (l *Lock) giveBackRest(ctx context.Context) {
 	if len(l.names) > 1 && l.ownReq && l.minHold == 0 {
-		l.cleanupWithin(ctx, false, nil)
+		l.cleanupWithin(ctx, false, true, nil)
 	}
 }
 

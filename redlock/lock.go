@@ -706,7 +706,8 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // safe; so does one called once the deadline has passed, though nothing had
 // seen it pass yet. A node that did not answer in time, or that refused the
 // release before running it for all that time (BUSY with another client's
-// script, NOREPLICAS; or its client library had no connection free), is
+// script, NOREPLICAS; or its client library had no connection free, or
+// could not connect to it: a node restarting, or failing over), is
 // given the lock back in the background once it answers (for up to a minute,
 // or until the node's client is closed), or keeps it until its TTL runs out
 // there. A release that comes back after the node timeout counts for the
