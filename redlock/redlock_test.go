@@ -2674,3 +2674,60 @@ func TestAReleaseGivesANodeThatRefusesConnectionsItsLockBackLater(t *testing.T) 
 	}
 	eventually(t, 5*time.Second, "node 0 given its lock back", func() bool { return !holds(t, srvs[0], "dial-later") })
 }
+
+// TestARefreshCutShortWaitingForTheReleaseSaysItsContextsEnd: a Refresh
+// whose context ends while it waits for the Release under way returns an
+// error that matches the context's error (context.DeadlineExceeded), as
+// every error of a call whose context ended does, also when the context
+// has a cause of its own.
+func TestARefreshCutShortWaitingForTheReleaseSaysItsContextsEnd(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs, redlock.WithNodeTimeout(3*time.Second))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "op-cause", redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[1].PauseAWhile(t)
+	srvs[2].PauseAWhile(t)
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	eventually(t, 3*time.Second, "node 0 released", func() bool { return !holds(t, srvs[0], "op-cause") })
+	why := errors.New("the request's budget ran out")
+	rctx, cancel := context.WithTimeoutCause(ctx, 100*time.Millisecond, why)
+	defer cancel()
+	err = l.Refresh(rctx, 10*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Refresh = %v, want it to match context.DeadlineExceeded", err)
+	}
+	if !errors.Is(err, why) {
+		t.Errorf("Refresh = %v, want it to say the context's cause", err)
+	}
+	<-released
+}
+
+// TestARefreshWithAnEndedContextWaitsForNothingUnderWay: with no Release
+// or refresh under way, a Refresh whose context had ended does not report
+// having waited for one: it takes its turn, as it does once one ends.
+func TestARefreshWithAnEndedContextWaitsForNothingUnderWay(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	r := newLocker(t, srvs)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "op-ended", redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	waited := 0
+	for range 20 {
+		err := l.Refresh(ended, 10*time.Second)
+		if err != nil && strings.Contains(err.Error(), "waited for the Release or refresh under way") {
+			waited++
+		}
+	}
+	if waited > 0 {
+		t.Errorf("%d of 20 Refreshes with an ended context, and nothing under way, say they waited for a Release or refresh", waited)
+	}
+}
