@@ -1564,6 +1564,12 @@ func TestAReleaseAfterTheLockRanOutReportsTheLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if force {
+			// The server keeps it past the local deadline, for the force
+			// release to find (else it may run out there first, under
+			// load, and the force release find nothing).
+			e.srv.Do(t, "PEXPIRE", "dlock:{"+name+"}", "60000")
+		}
 		<-l.Done()
 		if force {
 			if _, err := e.c.ForceRelease(ctx, name); err != nil {

@@ -551,13 +551,28 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	if !wait {
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			refused, ranInPart := refusedForGood(err)
-			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), err)
+			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), !refusedDial(err), err)
 		}
-	} else if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
-		return l.abandon(ctx, uncertain, err)
+		return l.obtained(ctx, o)
+	}
+	// reached is set once an attempt may have reached the server: not
+	// one that could not connect (see abandon).
+	reached, tried := false, try
+	try = func(ctx context.Context, wa waitArgs) (time.Duration, error) {
+		d, err := tried(ctx, wa)
+		reached = reached || !refusedDial(err)
+		return d, err
+	}
+	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
+		return l.abandon(ctx, uncertain, reached, err)
 	}); err != nil {
 		return err
 	}
+	return l.obtained(ctx, o)
+}
+
+// obtained ends an acquisition that obtained the lock.
+func (l *Lock) obtained(ctx context.Context, o *options) error {
 	if o.auto && l.c.isClosed() {
 		// Close came while it was obtained: no lock that nothing
 		// refreshes, and none its caller hears of. It is given back as a
@@ -722,8 +737,9 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 
 // abandon ends a failed acquisition. If an attempt may have taken the lock
 // unseen (its reply was lost) or recorded the caller as a waiter, it
-// releases it so that nothing is left behind.
-func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
+// releases it so that nothing is left behind. reached says whether an
+// attempt may have reached the server (see below).
+func (l *Lock) abandon(ctx context.Context, uncertain, reached bool, err error) error {
 	if uncertain || l.enqueued {
 		by := time.Now().Add(cleanupTimeout)
 		if errors.Is(err, errGiveBack) {
@@ -738,12 +754,14 @@ func (l *Lock) abandon(ctx context.Context, uncertain bool, err error) error {
 				}
 			}
 		}
-		// An acquire that could not connect ran nowhere, most likely: its
-		// clean-up, which could not either, is not dialed for a minute.
-		// One that reached the server (its reply lost, or late) may have
-		// taken the name there: its clean-up goes on past refused dials
-		// (a server restarted with its data, or replaced in a failover).
-		l.cleanupBy(ctx, by, true, !refusedDial(err))
+		// An acquisition whose attempts could not connect ran nowhere,
+		// most likely: its clean-up, which could not either, is not
+		// dialed for a minute. One whose attempt reached the server (its
+		// reply lost, or late), even if a later one could not connect,
+		// may have taken the name there: its clean-up goes on past
+		// refused dials (a server restarted with its data, or replaced in
+		// a failover).
+		l.cleanupBy(ctx, by, true, reached)
 	}
 	l.ended()
 	return err

@@ -2891,11 +2891,29 @@ func TestACleanUpOfAnAcquireThatRanGoesOnPastARefusedDial(t *testing.T) {
 	if _, err := c.TryLock(ctx, "cleanup-dial", dlock.WithTTL(time.Minute)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("TryLock = %v, want the acquire's timeout", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.locked(t, "dlock:{cleanup-dial}") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the name taken by the acquire is still held 5s later (%d round trips): its clean-up gave up at the refused dial", tap.trips.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	awaitCond(t, 5*time.Second, func() bool { return !e.locked(t, "dlock:{cleanup-dial}") })
+}
+
+// So for a waiting Lock whose first attempt ran (its reply timed out) and
+// whose later ones could not connect: its clean-up goes on past refused
+// dials, as the first attempt may have taken the name.
+func TestACleanUpOfAWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tap := e.newDriver(t)
+	d := &failingDriver{tapDriver: tap}
+	c := dlock.New(d)
+	defer c.Close()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	// The first attempt runs and its reply times out; every request after
+	// it, for a while, cannot connect: the two attempts after it, the
+	// clean-up and its copy sent at once, and a try or two in the
+	// background.
+	tap.timeOutReplies(1)
+	d.arm(nil, refused, refused, refused, refused, refused, refused)
+	_, err := c.Lock(ctx, "wait-dial", dlock.WithTTL(time.Minute), dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Lock = %v, want its last attempt's refused dial", err)
 	}
+	awaitCond(t, 10*time.Second, func() bool { return !e.locked(t, "dlock:{wait-dial}") })
 }

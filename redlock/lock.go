@@ -479,6 +479,18 @@ func (l *Lock) expireIfDue() {
 	}
 }
 
+// endIfLost ends the Lock as lost when a node's watcher recorded the
+// quorum's loss (see install) and has yet to end it: a Release or a
+// Refresh that comes between goes on from the loss, as Err will say it.
+func (l *Lock) endIfLost() {
+	l.mu.Lock()
+	lost := l.held && !l.stopped && l.live < l.r.quorum
+	l.mu.Unlock()
+	if lost {
+		l.endLost()
+	}
+}
+
 // endLost ends the Lock because fewer than a quorum of its nodes hold it.
 func (l *Lock) endLost() {
 	l.mu.Lock()
@@ -732,15 +744,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	defer l.opDone()
 	// A deadline passed that nothing has seen yet: lost before. So is a
 	// quorum whose loss a node's watcher recorded (see install) and has
-	// yet to end the Lock with: ended here first, Release returns the loss
-	// that Err will say.
+	// yet to end the Lock with: Release returns the loss that Err will say.
 	l.expireIfDue()
-	l.mu.Lock()
-	lostNow := l.held && !l.stopped && l.live < l.r.quorum
-	l.mu.Unlock()
-	if lostNow {
-		l.endLost()
-	}
+	l.endIfLost()
 	l.mu.Lock()
 	if l.settled {
 		out := l.relOut
@@ -917,6 +923,7 @@ func (l *Lock) opDone()  { <-l.op }
 // Refresh, which a running automatic refresh goes on from.
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) error {
 	l.expireIfDue()
+	l.endIfLost() // not taken again on the nodes that lost it
 	l.mu.Lock()
 	if err := l.aliveLocked(); err != nil {
 		l.mu.Unlock()
