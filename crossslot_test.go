@@ -1446,3 +1446,84 @@ func TestAWaitOnAStalledPrimaryEndsWithinItsBound(t *testing.T) {
 // cleanupBound is how long an acquire may take past its context's end to
 // clean up (see Client.TryLock).
 const cleanupBound = 2 * time.Second
+
+// The clean-up of a split attempt whose first part ran (its reply timed
+// out, as on a server that stalls) goes on past refused dials, as a lock
+// on one slot's does (see TestACleanUpOfAnAcquireThatRanGoesOnPastARefusedDial),
+// though the attempt's give-back of that part, too, could not connect:
+// the part may have been taken, and the node that holds it, restarted
+// with its data or replaced in a failover, takes the clean-up once
+// reached. The refused dial of the give-back is no sign that the attempt
+// ran nowhere.
+func TestACleanUpOfASplitAttemptThatRanGoesOnPastARefusedDial(t *testing.T) {
+	e := newClusterEnv(t)
+	low, high := e.names[0], e.names[2]
+	ctx := context.Background()
+	tap := &tapDriver{Driver: goredis.New(e.newRedis(t))}
+	d := &failingDriver{tapDriver: tap}
+	c := dlock.New(d)
+	defer c.Close()
+	// The client learns that the names lie in several slots.
+	l, err := c.TryLockMulti(ctx, []string{low, high})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	// The first part runs, its reply times out; the give-back of that
+	// part, the clean-up, its copy sent at once, and the first try in the
+	// background cannot connect; the next gets through.
+	tap.timeOutReplies(1)
+	d.arm(nil, refused, refused, refused, refused)
+	if _, err := c.TryLockMulti(ctx, []string{low, high}, dlock.WithTTL(time.Minute)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLockMulti = %v, want the first part's timeout", err)
+	}
+	if got := e.taken(t, low, high); !slices.Equal(got, []string{low}) {
+		t.Fatalf("taken after the attempt: %v, want [%s]", got, low)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.taken(t, low, high)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q, taken by the attempt, is still held 10s later (%d round trips): its clean-up gave up at the refused dial", low, tap.trips.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// So for a waiting split acquisition whose first attempt ran in part, and
+// whose later attempts could not connect.
+func TestACleanUpOfASplitWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testing.T) {
+	e := newClusterEnv(t)
+	low, high := e.names[0], e.names[2]
+	ctx := context.Background()
+	tap := &tapDriver{Driver: goredis.New(e.newRedis(t))}
+	d := &failingDriver{tapDriver: tap}
+	c := dlock.New(d)
+	defer c.Close()
+	l, err := c.TryLockMulti(ctx, []string{low, high})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	// The first attempt takes the first part, and cannot connect for the
+	// second, nor for the give-back of the first; so for every request
+	// after it, for a while: the two attempts after it, the clean-up and
+	// its copy sent at once, and a try in the background.
+	d.arm(nil, refused, refused, refused, refused, refused, refused, refused)
+	_, err = c.LockMulti(ctx, []string{low, high}, dlock.WithTTL(time.Minute), dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("LockMulti = %v, want its last attempt's refused dial", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.taken(t, low, high)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v, taken by the first attempt, still held 10s later (%d round trips): its clean-up gave up at the refused dial", e.taken(t, low, high), tap.trips.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
