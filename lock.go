@@ -37,6 +37,12 @@ type Lock struct {
 	// gaveBackBy is the bound of the last give-back of a split lock's
 	// parts (see giveBack), which the clean-up after it shares.
 	gaveBackBy time.Time
+	// leftTaken is set once a split attempt's give-back failed (see
+	// takeParts): parts it took, or may have, may be left taken, whatever
+	// the error says (a give-back that could not connect hides that the
+	// attempt reached the server). Written by the acquiring goroutine
+	// alone.
+	leftTaken bool
 	// took and others are, for a split lock taken WithToken, the indexes
 	// of the names that its attempts took anew, and of those held with its
 	// token by another Lock (see noteJoins); written by the acquiring
@@ -551,7 +557,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	if !wait {
 		if _, err := try(ctx, waitArgs{}); err != nil {
 			refused, ranInPart := refusedForGood(err)
-			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), !refusedDial(err), err)
+			return l.abandon(ctx, !errors.Is(err, ErrNotObtained) && !isFinal(err) && (!refused || ranInPart), l.reached(err), err)
 		}
 		return l.obtained(ctx, o)
 	}
@@ -560,7 +566,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 	reached, tried := false, try
 	try = func(ctx context.Context, wa waitArgs) (time.Duration, error) {
 		d, err := tried(ctx, wa)
-		reached = reached || !refusedDial(err)
+		reached = reached || l.reached(err)
 		return d, err
 	}
 	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits}, func(uncertain bool, err error) error {
@@ -569,6 +575,14 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		return err
 	}
 	return l.obtained(ctx, o)
+}
+
+// reached reports whether the attempt that failed with err may have
+// reached the server: not one that could not connect, unless a split
+// attempt took parts and could not give them back (its error is the
+// give-back's, which may be a refused dial).
+func (l *Lock) reached(err error) bool {
+	return !refusedDial(err) || l.leftTaken
 }
 
 // obtained ends an acquisition that obtained the lock.

@@ -210,7 +210,13 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 					taken, tokens = append(taken, own), append(tokens, l.req)
 				}
 			}
-			if gerr := l.giveBack(ctx, taken, tokens); gerr != nil && notRun(gerr) {
+			gerr := l.giveBack(ctx, taken, tokens)
+			if gerr != nil {
+				// What it took may be left there: its clean-up goes on
+				// past refused dials (see Lock.reached).
+				l.leftTaken = true
+			}
+			if gerr != nil && notRun(gerr) {
 				// Not sent, or refused before it ran: it cannot run late,
 				// so a waiting caller goes on. What it did not give back
 				// stays held by the request token until the next attempt
