@@ -621,3 +621,84 @@ func TestAcquiresQueuedForReplicasFailAtTheirTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout: acquires WithReplicas
+// queued behind WithPipelines others while a replica lags go out together
+// under one WAIT. One queued early fails at its own timeout, not at that of
+// a later one queued with it (the WAIT counted from the latest, so the
+// early one waited up to twice its timeout).
+func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	const timeout = time.Second
+	l, err := c.TryLock(context.Background(), "known", dlock.WithReplicas(1, timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.Replicas[0].Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			r.Replicas[0].Resume(t)
+		}
+	}()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range dlock.DefaultPipelines { // in flight, waiting their whole timeout
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.TryLock(context.Background(), "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
+		}()
+	}
+	blocked := func() int {
+		for _, line := range strings.Split(r.Primary.Do(t, "INFO", "clients"), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	for deadline := time.Now().Add(5 * time.Second); blocked() < dlock.DefaultPipelines; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d WAITs blocked after 5s", blocked())
+		}
+	}
+	var early error
+	var took time.Duration
+	wg.Add(2)
+	go func() { // queued at once
+		defer wg.Done()
+		start := time.Now()
+		_, early = c.TryLock(context.Background(), "early", dlock.WithReplicas(1, timeout))
+		took = time.Since(start)
+	}()
+	go func() { // queued near the end of the WAITs in flight
+		defer wg.Done()
+		time.Sleep(timeout * 8 / 10)
+		_, _ = c.TryLock(context.Background(), "late", dlock.WithReplicas(1, timeout))
+	}()
+	wg.Wait()
+	if !errors.Is(early, dlock.ErrNotReplicated) {
+		t.Errorf("err = %v, want ErrNotReplicated", early)
+	}
+	if took > timeout*13/10 {
+		t.Errorf("the early acquire failed after %v, want about its %v timeout", took, timeout)
+	}
+	// It gave back what it took.
+	r.Replicas[0].Resume(t)
+	resumed = true
+	l, err = c.TryLock(context.Background(), "early", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the name of the acquire that failed: %v", err)
+	}
+	_ = l.Release(context.Background())
+}
