@@ -93,8 +93,20 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		return
 	}
 	if len(calls) == 1 {
-		calls[0].waitBy = time.Now().Add(r.timeout)
-		c.waitLane(ctx, r, calls[0]).eval(ctx, calls[0])
+		// Queued, the call may go out with others made later, under one
+		// WAIT of what is left of the latest's timeout (see evalWait): it
+		// leaves the pipeline at its own, as a call whose reply was lost
+		// at its context's end (but a refresh: see stays), so that it
+		// fails at its timeout, not at up to twice it.
+		by := time.Now().Add(r.timeout)
+		calls[0].waitBy = by
+		wctx, cancel := context.WithDeadlineCause(ctx, by.Add(waitBySlack), errWaitBy)
+		defer cancel()
+		c.waitLane(wctx, r, calls[0]).eval(wctx, calls[0])
+		if call := calls[0]; call.Err != nil && ctx.Err() == nil && context.Cause(wctx) == errWaitBy &&
+			errors.Is(call.Err, context.DeadlineExceeded) {
+			call.Val, call.Err = nil, fmt.Errorf("%w: no reply within the %v WAIT timeout (%v)", ErrNotReplicated, r.timeout, call.Err)
+		}
 		return
 	}
 	c.batch.mark(calls)
@@ -104,6 +116,16 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	c.batch.check(calls)
 }
 
+// errWaitBy is the cause of the end of the context of a lone call
+// confirmed on replicas whose WAIT timeout, and waitBySlack, passed (see
+// evalWith).
+var errWaitBy = errors.New("dlock: the WAIT timeout passed")
+
+// waitBySlack is how long past its WAIT timeout a lone call confirmed on
+// replicas waits for the reply: the server answers WAIT at its timeout,
+// and the reply then has to come back.
+const waitBySlack = 100 * time.Millisecond
+
 // evalWait sends calls, and WAIT as r asks, by the driver's Replicator,
 // and fails the calls whose writes were not confirmed (see evalWith).
 func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
@@ -111,8 +133,9 @@ func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 	// answers it only at its timeout, whatever ctx says: it waits that long
 	// at most (a millisecond at least: 0 waits for ever). Nor past the
 	// timeout of the calls that queued for it, counted from when they were
-	// made (the latest of them): queued while a replica lagged, they fail
-	// at their timeout, not up to twice that.
+	// made (the latest of them; an earlier one leaves at its own, see
+	// evalWith): queued while a replica lagged, they fail at their
+	// timeout, not up to twice that.
 	timeout := r.timeout
 	var by time.Time
 	for _, call := range calls {
