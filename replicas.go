@@ -42,7 +42,9 @@ type replication struct {
 // answers a WAIT only at its timeout; no more than WithPipelines such
 // requests of one setting are in flight at once, and those that queue
 // meanwhile go out together, under one WAIT of what is left of their
-// timeout), and
+// timeout; an acquire whose reply has not come 100ms past its timeout, so
+// queued, or on a server that stalls, ends as one whose reply was lost,
+// what it may have taken given back, with ErrNotReplicated), and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
 // tries again, as ErrNotReplicated says); a refresh that fewer
