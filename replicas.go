@@ -44,7 +44,8 @@ type replication struct {
 // meanwhile go out together, under one WAIT of what is left of their
 // timeout; an acquire whose reply has not come 100ms past its timeout, so
 // queued, or on a server that stalls, ends as one whose reply was lost,
-// what it may have taken given back, with ErrNotReplicated), and
+// what it may have taken given back, with ErrNotReplicated and
+// context.DeadlineExceeded), and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
 // tries again, as ErrNotReplicated says); a refresh that fewer
@@ -107,7 +108,7 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		c.waitLane(wctx, r, calls[0]).eval(wctx, calls[0])
 		if call := calls[0]; call.Err != nil && ctx.Err() == nil && context.Cause(wctx) == errWaitBy &&
 			errors.Is(call.Err, context.DeadlineExceeded) {
-			call.Val, call.Err = nil, fmt.Errorf("%w: no reply within the %v WAIT timeout (%v)", ErrNotReplicated, r.timeout, call.Err)
+			call.Val, call.Err = nil, fmt.Errorf("%w: no reply within the %v WAIT timeout: %w", ErrNotReplicated, r.timeout, call.Err)
 		}
 		return
 	}
