@@ -1237,6 +1237,11 @@ type grantee struct {
 	req     string
 	claim   func(ctx context.Context, n grantNotice) bool
 	permits *atomic.Int64
+	// exitBy, unless nil, returns the bound of a give-back of the last
+	// attempt that began once the wait's context had ended, or ran past
+	// its end, or the zero time: the wait's exit began with it (see
+	// Lock.exitBy).
+	exitBy func() time.Time
 }
 
 // waitFor makes attempts until one obtains the lock whose keys (one a
@@ -1264,6 +1269,11 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		if gb := (*gaveBackError)(nil); errors.As(err, &gb) {
 			// Given up when that give-back began: it used that time.
 			gaveUp = gb.by.Add(-cleanupTimeout)
+		} else if g.exitBy != nil {
+			// So too when that give-back was answered.
+			if by := g.exitBy(); !by.IsZero() && by.Add(-cleanupTimeout).Before(gaveUp) {
+				gaveUp = by.Add(-cleanupTimeout)
+			}
 		}
 		return giveUp(uncertain, err)
 	}
