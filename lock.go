@@ -43,12 +43,12 @@ type Lock struct {
 	// attempt reached the server). Written by the acquiring goroutine
 	// alone.
 	leftTaken bool
-	// exitBy is gaveBackBy when that give-back began once the
-	// acquisition's context had ended, or ran past its end: it is then
-	// part of the acquisition's exit, which has cleanupTimeout in all, and
-	// the clean-up after it (and a wait's leaving the waiter sets) share
-	// its bound even when it was answered (see abandon).
-	exitBy time.Time
+	// gaveBackLate is set when the last give-back (see gaveBackBy) began
+	// once the acquisition's context had ended, or ran past its end: it is
+	// then part of the acquisition's exit, which has cleanupTimeout in
+	// all, and the clean-up after it (and a wait's leaving the waiter
+	// sets) share its bound even when it was answered (see exitBy).
+	gaveBackLate bool
 	// took and others are, for a split lock taken WithToken, the indexes
 	// of the names that its attempts took anew, and of those held with its
 	// token by another Lock (see noteJoins); written by the acquiring
@@ -575,7 +575,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		reached = reached || l.reached(err)
 		return d, err
 	}
-	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits, exitBy: func() time.Time { return l.exitBy }}, func(uncertain bool, err error) error {
+	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits, exitBy: l.exitBy}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, reached, err)
 	}); err != nil {
 		return err
@@ -589,6 +589,16 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 // give-back's, which may be a refused dial).
 func (l *Lock) reached(err error) bool {
 	return !refusedDial(err) || l.leftTaken
+}
+
+// exitBy returns the bound of the acquisition's last give-back when it
+// began the acquisition's exit (see gaveBackLate), else the zero time.
+// Read by the acquiring goroutine alone.
+func (l *Lock) exitBy() time.Time {
+	if !l.gaveBackLate {
+		return time.Time{}
+	}
+	return l.gaveBackBy
 }
 
 // obtained ends an acquisition that obtained the lock.
@@ -774,11 +784,11 @@ func (l *Lock) abandon(ctx context.Context, uncertain, reached bool, err error) 
 				}
 			}
 		}
-		if !errors.Is(err, errGiveBack) && !l.exitBy.IsZero() && l.exitBy.Before(by) {
+		if exit := l.exitBy(); !errors.Is(err, errGiveBack) && !exit.IsZero() && exit.Before(by) {
 			// A give-back that ran past the context's end, answered,
 			// began the exit: the clean-up has what is left of its
 			// bound (a clean-up left no time goes on in the background).
-			by = l.exitBy
+			by = exit
 			if !l.ownReq {
 				if least := time.Now().Add(lateCleanupTry); by.Before(least) {
 					by = least

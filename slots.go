@@ -422,13 +422,9 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	l.gaveBackBy, _ = ctx.Deadline()
-	defer func() {
-		if attempt.Err() != nil {
-			// Begun once the attempt's context had ended, or run past
-			// it: the acquisition's exit began with it (see exitBy).
-			l.exitBy = l.gaveBackBy
-		}
-	}()
+	// Begun once the attempt's context had ended, or run past it: the
+	// acquisition's exit began with it (see gaveBackLate).
+	defer func() { l.gaveBackLate = attempt.Err() != nil }()
 	calls := make([]*Call, len(parts))
 	for i, p := range parts {
 		args := l.releaseArgs(tokens[i], newReleaseID())
