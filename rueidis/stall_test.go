@@ -3,11 +3,14 @@ package dlockrueidis_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	dlockrueidis "github.com/dlockio/dlock/rueidis"
+	"github.com/redis/rueidis"
 )
 
 // TestACancelledCallerLeavesAStalledServer: a caller that sends a pipeline
@@ -61,4 +64,62 @@ func TestACancelledCallerLeavesAStalledServer(t *testing.T) {
 		srv.Resume(t)
 		<-second
 	}
+}
+
+// TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout: after the server
+// closed the client's connection and stalled, the caller whose request
+// makes the new connection waits for its handshake, which heeds rueidis's
+// dial timeout (ClientOption.Dialer.Timeout) rather than the other callers'
+// contexts: a second caller whose request goes on that connection waits
+// for the handshake too, past its own deadline, then for its clean-up's 2s
+// (see the README's Drivers). With the default dial timeout, 5s, such a
+// TryLock with a 100ms context returned 6.8s after it began, where the
+// README promised 2s past the context.
+func TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	const dialTimeout = time.Second
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{srv.Addr()},
+		Dialer:      net.Dialer{Timeout: dialTimeout},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	c := dlock.New(dlockrueidis.New(client))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "n") // a connection to the server
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+	time.Sleep(100 * time.Millisecond) // rueidis reads the EOF
+	srv.Pause(t)
+	defer srv.Resume(t)
+	long, cancelLong := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelLong()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(long, "n") // dials; the handshake waits for the stalled server
+		first <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	const wait = 100 * time.Millisecond
+	short, cancelShort := context.WithTimeout(ctx, wait)
+	defer cancelShort()
+	start := time.Now()
+	_, err = c.TryLock(short, "n")
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second TryLock: %v, want context.DeadlineExceeded", err)
+	}
+	if bound := wait + dialTimeout + 2*time.Second + 500*time.Millisecond; took > bound {
+		t.Errorf("second TryLock returned after %v, beyond its context, the dial timeout and the clean-up's 2s (%v)", took, bound)
+	}
+	srv.Resume(t)
+	<-first
 }
