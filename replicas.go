@@ -103,10 +103,14 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		// fails at its timeout, not at up to twice it.
 		by := time.Now().Add(r.timeout)
 		calls[0].waitBy = by
-		wctx, cancel := context.WithDeadlineCause(ctx, by.Add(waitBySlack), errWaitBy)
+		own := by.Add(waitBySlack)
+		wctx, cancel := context.WithDeadlineCause(ctx, own, errWaitBy)
 		defer cancel()
 		c.waitLane(wctx, r, calls[0]).eval(wctx, calls[0])
-		if call := calls[0]; call.Err != nil && ctx.Err() == nil && context.Cause(wctx) == errWaitBy &&
+		// Its own deadline, not the caller's, cut it short: the driver may
+		// say so (rueidis, by its own timer) before wctx's ends.
+		dl, _ := wctx.Deadline()
+		if call := calls[0]; call.Err != nil && ctx.Err() == nil && !dl.Before(own) &&
 			errors.Is(call.Err, context.DeadlineExceeded) {
 			call.Val, call.Err = nil, fmt.Errorf("%w: no reply within the %v WAIT timeout: %w", ErrNotReplicated, r.timeout, call.Err)
 		}
