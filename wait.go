@@ -90,6 +90,7 @@ type waitHub struct {
 	maxIdle  int                      // sharded: idle channels kept subscribed, maxIdleShardChannels; a sweep keeps half
 	beat     time.Duration            // waitBeat (tests set it longer, to see that notices suffice)
 	refusals uint64                   // outcomes recorded by refusedAt (see rewake)
+	multis   int                      // the callers in line for a lock on several names (see rewake)
 	noticed  func()                   // tests: called after each notice is handled, nil otherwise
 }
 
@@ -706,6 +707,9 @@ func (h *waitHub) join(keys []string, req string, permits *atomic.Int64) *waiter
 		w.refused = refusedWoken
 	}
 	h.mu.Lock()
+	if w.multi {
+		h.multis++
+	}
 	for _, x := range h.queues[keys[0]] {
 		if x.blocks(w) {
 			// What the caller first in line knows of the name is where
@@ -886,6 +890,9 @@ func (h *waitHub) moreAt(keys []string, w *waiter) (more string, seen uint64) {
 func (h *waitHub) rewake(keys []string, more string, seen uint64, w *waiter, kept string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.multis == 0 || h.multis == 1 && w.multi {
+		return // no other caller on several names: none to wake
+	}
 	for i, k := range keys {
 		if k == kept || i < len(more) && more[i] == '1' {
 			// Refused there, it stayed registered; told that more callers
@@ -1013,6 +1020,9 @@ func (h *waitHub) unwaited(keys []string) {
 func (h *waitHub) leave(keys []string, w *waiter, unwait bool) (idle []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if w.multi {
+		h.multis--
+	}
 	for _, k := range keys[1:] {
 		if o := without(h.others[k], w); len(o) > 0 {
 			h.others[k] = o
