@@ -1456,21 +1456,9 @@ const cleanupBound = 2 * time.Second
 // reached. The refused dial of the give-back is no sign that the attempt
 // ran nowhere.
 func TestACleanUpOfASplitAttemptThatRanGoesOnPastARefusedDial(t *testing.T) {
-	e := newClusterEnv(t)
+	e, c, tap, d := splitRefusedDialEnv(t)
 	low, high := e.names[0], e.names[2]
 	ctx := context.Background()
-	tap := &tapDriver{Driver: goredis.New(e.newRedis(t))}
-	d := &failingDriver{tapDriver: tap}
-	c := dlock.New(d)
-	defer c.Close()
-	// The client learns that the names lie in several slots.
-	l, err := c.TryLockMulti(ctx, []string{low, high})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	// The first part runs, its reply times out; the give-back of that
 	// part, the clean-up, its copy sent at once, and the first try in the
@@ -1483,49 +1471,47 @@ func TestACleanUpOfASplitAttemptThatRanGoesOnPastARefusedDial(t *testing.T) {
 	if got := e.taken(t, low, high); !slices.Equal(got, []string{low}) {
 		t.Fatalf("taken after the attempt: %v, want [%s]", got, low)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.taken(t, low, high)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q, taken by the attempt, is still held 10s later (%d round trips): its clean-up gave up at the refused dial", low, tap.trips.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitCond(t, 10*time.Second, func() bool { return len(e.taken(t, low, high)) == 0 })
 }
 
 // So for a waiting split acquisition whose first attempt ran in part, and
 // whose later attempts could not connect.
 func TestACleanUpOfASplitWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testing.T) {
-	e := newClusterEnv(t)
+	e, c, _, d := splitRefusedDialEnv(t)
 	low, high := e.names[0], e.names[2]
 	ctx := context.Background()
-	tap := &tapDriver{Driver: goredis.New(e.newRedis(t))}
-	d := &failingDriver{tapDriver: tap}
-	c := dlock.New(d)
-	defer c.Close()
-	l, err := c.TryLockMulti(ctx, []string{low, high})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	// The first attempt takes the first part, and cannot connect for the
 	// second, nor for the give-back of the first; so for every request
 	// after it, for a while: the two attempts after it, the clean-up and
 	// its copy sent at once, and a try in the background.
 	d.arm(nil, refused, refused, refused, refused, refused, refused, refused)
-	_, err = c.LockMulti(ctx, []string{low, high}, dlock.WithTTL(time.Minute), dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)))
+	_, err := c.LockMulti(ctx, []string{low, high}, dlock.WithTTL(time.Minute), dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)))
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("LockMulti = %v, want its last attempt's refused dial", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.taken(t, low, high)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v, taken by the first attempt, still held 10s later (%d round trips): its clean-up gave up at the refused dial", e.taken(t, low, high), tap.trips.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	awaitCond(t, 10*time.Second, func() bool { return len(e.taken(t, low, high)) == 0 })
+}
+
+// splitRefusedDialEnv returns a cluster whose names e.names[0] and
+// e.names[2] lie on several slots, and a client over a failingDriver
+// that has learned so (it took and released both), for the tests of
+// refused dials.
+func splitRefusedDialEnv(t *testing.T) (*clusterEnv, *dlock.Client, *tapDriver, *failingDriver) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	tap := &tapDriver{Driver: goredis.New(e.newRedis(t))}
+	d := &failingDriver{tapDriver: tap}
+	c := dlock.New(d)
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLockMulti(ctx, []string{e.names[0], e.names[2]})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return e, c, tap, d
 }
 
 // TestAFailedSplitAttemptGivesBackAndCleansUpWithinOneBound: a TryLockMulti
