@@ -123,3 +123,50 @@ func TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout(t *testing.T) {
 	srv.Resume(t)
 	<-first
 }
+
+// TestADialTimeoutIsNotAnUnconfirmedWrite: a call WithReplicas whose
+// connection's handshake times out (the server stalled after it closed
+// the client's connection) reports that failure, which rueidis words as
+// context.DeadlineExceeded, and not ErrNotReplicated's "no reply within
+// the WAIT timeout": nothing was sent, and that timeout is far off. A lone
+// call took any failure matching context.DeadlineExceeded before its own
+// WAIT deadline for that deadline's.
+func TestADialTimeoutIsNotAnUnconfirmedWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	const dialTimeout = 300 * time.Millisecond
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{srv.Addr()},
+		Dialer:      net.Dialer{Timeout: dialTimeout},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	c := dlock.New(dlockrueidis.New(client))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "n") // a connection to the server
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+	time.Sleep(100 * time.Millisecond) // rueidis reads the EOF
+	srv.Pause(t)
+	defer srv.Resume(t)
+	const timeout = 10 * time.Second
+	start := time.Now()
+	_, err = c.TryLock(ctx, "n", dlock.WithReplicas(1, timeout))
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("obtained a lock on a stopped server")
+	}
+	if took >= timeout {
+		t.Fatalf("returned after %v, not before the WAIT timeout: the test shows nothing", took)
+	}
+	if errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("after %v, before the %v WAIT timeout: %v, want the dial's failure, not ErrNotReplicated", took.Round(time.Millisecond), timeout, err)
+	}
+}
