@@ -1459,7 +1459,7 @@ func TestACleanUpOfASplitAttemptThatRanGoesOnPastARefusedDial(t *testing.T) {
 	e, c, tap, d := splitRefusedDialEnv(t)
 	low, high := e.names[0], e.names[2]
 	ctx := context.Background()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	refused := errRefusedDial
 	// The first part runs, its reply times out; the give-back of that
 	// part, the clean-up, its copy sent at once, and the first try in the
 	// background cannot connect; the next gets through.
@@ -1480,7 +1480,7 @@ func TestACleanUpOfASplitWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testi
 	e, c, _, d := splitRefusedDialEnv(t)
 	low, high := e.names[0], e.names[2]
 	ctx := context.Background()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	refused := errRefusedDial
 	// The first attempt takes the first part, and cannot connect for the
 	// second, nor for the give-back of the first; so for every request
 	// after it, for a while: the two attempts after it, the clean-up and

@@ -248,6 +248,11 @@ func unsent(err error) bool {
 // or no answer in time (isTimeout). (Not a refused dial: see followUp.)
 func tryLater(err error) bool { return err != nil && (sendLater(err) || isTimeout(err)) }
 
+// tryLaterDialing is tryLater, and with dial a refused dial too: for a
+// give-back of a lock that was held, or the clean-up of an acquisition
+// that reached the server (see followUp).
+func tryLaterDialing(err error, dial bool) bool { return tryLater(err) || dial && refusedDial(err) }
+
 // sendLater reports whether err is a refusal, or a failure to send, that a
 // request may meet no more a little later (see refusedUnrun and unsent).
 func sendLater(err error) bool {

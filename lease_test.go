@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -1028,7 +1027,7 @@ func TestADoGivenBackLaterEndsReleased(t *testing.T) {
 func TestADoWhoseReleaseCannotConnectGivesItBackLater(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	d := &unsentDriver{tapDriver: e.newDriver(t), err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	d := &unsentDriver{tapDriver: e.newDriver(t), err: errRefusedDial}
 	ended := make(ends, 4)
 	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{End: ended.hook}))
 	defer c.Close()

@@ -890,7 +890,7 @@ func (l *Lock) cleanupWithin(ctx context.Context, logFailure, dialLater bool, do
 func (l *Lock) followUp(ctx context.Context, calls []*Call, dialLater bool, done func(ctx context.Context, calls []*Call)) {
 	l.sendAgain(ctx, calls)
 	l.wakeAlone()
-	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLater(c.Err) || dialLater && refusedDial(c.Err) }) &&
+	if l.ownReq && slices.ContainsFunc(calls, func(c *Call) bool { return tryLaterDialing(c.Err, dialLater) }) &&
 		l.c.inBackground(lateCleanup, func(ctx context.Context) {
 			l.cleanUpLate(ctx, calls, dialLater)
 			l.wakeAlone()
@@ -932,7 +932,7 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call, dialLater bool) {
 		again = again[:0:0]
 		most := refusedMaxBackoff // while refused unrun only: a slot's move ends soon
 		for _, call := range calls {
-			if tryLater(call.Err) || dialLater && refusedDial(call.Err) {
+			if tryLaterDialing(call.Err, dialLater) {
 				again = append(again, call)
 			}
 			if call.Err != nil && (isTimeout(call.Err) || unsent(call.Err) || refusedDial(call.Err)) {
@@ -1111,7 +1111,7 @@ func (l *Lock) giveBackNode(ctx context.Context) error {
 	if back {
 		return nil
 	}
-	if (tryLater(err) || refusedDial(err)) && l.ownReq {
+	if tryLaterDialing(err, true) && l.ownReq {
 		giving := make(chan struct{})
 		l.mu.Lock()
 		l.givingBack = giving
@@ -1151,7 +1151,7 @@ func (l *Lock) cleanUpInBackground(done func(calls []*Call)) bool {
 // setGivingBack): the release it crossed may be found done. It reports
 // whether the release went on.
 func (l *Lock) giveBackLater(err error) bool {
-	if !(tryLater(err) || refusedDial(err)) || !l.ownReq {
+	if !tryLaterDialing(err, true) || !l.ownReq {
 		return false
 	}
 	l.mu.Lock()

@@ -2769,6 +2769,10 @@ func (d *slowDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.tapDriver.Eval(ctx, calls...)
 }
 
+// errRefusedDial is a driver's error for a request it could not connect
+// to send (a server down, or replaced in a failover).
+var errRefusedDial = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
 // unsentDriver is a tapDriver that fails the next unsent calls, unsent,
 // with a timeout, as a server that stalls fails a request that needs a new
 // connection, or with err when set (a refused dial, say).
@@ -2882,7 +2886,7 @@ func TestACleanUpOfAnAcquireThatRanGoesOnPastARefusedDial(t *testing.T) {
 	d := &failingDriver{tapDriver: tap}
 	c := dlock.New(d)
 	defer c.Close()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	refused := errRefusedDial
 	// The acquire runs, its reply times out; its clean-up times out too
 	// (not sent again at once: in the background), whose first try in
 	// the background cannot connect; the next gets through.
@@ -2904,7 +2908,7 @@ func TestACleanUpOfAWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testing.T)
 	d := &failingDriver{tapDriver: tap}
 	c := dlock.New(d)
 	defer c.Close()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	refused := errRefusedDial
 	// The first attempt runs and its reply times out; every request after
 	// it, for a while, cannot connect: the two attempts after it, the
 	// clean-up and its copy sent at once, and a try or two in the

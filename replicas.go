@@ -107,13 +107,13 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		wctx, cancel := context.WithDeadlineCause(ctx, own, errWaitBy)
 		defer cancel()
 		c.waitLane(wctx, r, calls[0]).eval(wctx, calls[0])
-		// Its own deadline, not the caller's, cut it short: the driver may
-		// say so (rueidis, by its own timer) before wctx's ends. Only once
-		// that deadline came: a failure matching context.DeadlineExceeded
-		// before it is another's (a dial's timeout: net's "i/o timeout",
-		// or rueidis's handshake), and nothing was sent.
-		dl, _ := wctx.Deadline()
-		if call := calls[0]; call.Err != nil && ctx.Err() == nil && !dl.Before(own) && !time.Now().Before(own) &&
+		// Its own deadline, not the caller's (whose context lives on), cut
+		// it short: the driver may say so (rueidis, by its own timer)
+		// before wctx's ends. Only once that deadline came: a failure
+		// matching context.DeadlineExceeded before it is another's (a
+		// dial's timeout: net's "i/o timeout", or rueidis's handshake),
+		// and nothing was sent.
+		if call := calls[0]; call.Err != nil && ctx.Err() == nil && !time.Now().Before(own) &&
 			errors.Is(call.Err, context.DeadlineExceeded) {
 			call.Val, call.Err = nil, fmt.Errorf("%w: no reply within the %v WAIT timeout: %w", ErrNotReplicated, r.timeout, call.Err)
 		}

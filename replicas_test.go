@@ -513,13 +513,7 @@ func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 
-	r.Replicas[0].Pause(t)
-	resumed := false
-	defer func() {
-		if !resumed {
-			r.Replicas[0].Resume(t)
-		}
-	}()
+	resume := r.Replicas[0].PauseAWhile(t)
 	var wg sync.WaitGroup
 	errs := make([]error, pool)
 	for i := range pool {
@@ -566,8 +560,7 @@ func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
 		t.Errorf("a TryLock and Release without WithReplicas failed after %v: %v", time.Since(start), err)
 	}
 
-	r.Replicas[0].Resume(t)
-	resumed = true
+	resume()
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
@@ -581,20 +574,7 @@ func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
 // TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls); their WAIT
 // has what is left of their timeout, so they fail at it, not at twice it.
 func TestAcquiresQueuedForReplicasFailAtTheirTimeout(t *testing.T) {
-	r := redistest.StartReplicated(t, 1, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _ = c.Close() })
-	// The server knows the scripts (a first pipeline by EVALSHA is sent
-	// again by EVAL: see TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce).
-	l, err := c.TryLock(context.Background(), "known", dlock.WithReplicas(1, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	r, c := replicatedKnowingTheScripts(t)
 	r.Replicas[0].Pause(t)
 	defer r.Replicas[0].Resume(t)
 
@@ -628,26 +608,9 @@ func TestAcquiresQueuedForReplicasFailAtTheirTimeout(t *testing.T) {
 // a later one queued with it (the WAIT counted from the latest, so the
 // early one waited up to twice its timeout).
 func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
-	r := redistest.StartReplicated(t, 1, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _ = c.Close() })
+	r, c := replicatedKnowingTheScripts(t)
 	const timeout = time.Second
-	l, err := c.TryLock(context.Background(), "known", dlock.WithReplicas(1, timeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.Replicas[0].Pause(t)
-	resumed := false
-	defer func() {
-		if !resumed {
-			r.Replicas[0].Resume(t)
-		}
-	}()
+	resume := r.Replicas[0].PauseAWhile(t)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -690,11 +653,30 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 		t.Errorf("the early acquire failed after %v, want about its %v timeout", took, timeout)
 	}
 	// It gave back what it took.
-	r.Replicas[0].Resume(t)
-	resumed = true
-	l, err = c.TryLock(context.Background(), "early", dlock.WithTTL(time.Minute))
+	resume()
+	l, err := c.TryLock(context.Background(), "early", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatalf("the name of the acquire that failed: %v", err)
 	}
 	_ = l.Release(context.Background())
+}
+
+// replicatedKnowingTheScripts starts a primary with a replica, and a
+// client over go-redis that has taken and released a lock WithReplicas on
+// it: the server knows the scripts (a first pipeline by EVALSHA is sent
+// again by EVAL: see TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce).
+func replicatedKnowingTheScripts(t *testing.T) (*redistest.Replicated, *dlock.Client) {
+	r := redistest.StartReplicated(t, 1, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLock(context.Background(), "known", dlock.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r, c
 }

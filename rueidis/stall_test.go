@@ -76,30 +76,10 @@ func TestACancelledCallerLeavesAStalledServer(t *testing.T) {
 // TryLock with a 100ms context returned 6.8s after it began, where the
 // README promised 2s past the context.
 func TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout(t *testing.T) {
-	srv := redistest.Start(t)
 	const dialTimeout = time.Second
-	client, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{srv.Addr()},
-		Dialer:      net.Dialer{Timeout: dialTimeout},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	c := dlock.New(dlockrueidis.New(client))
-	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	l, err := c.TryLock(ctx, "n") // a connection to the server
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
-	time.Sleep(100 * time.Millisecond) // rueidis reads the EOF
-	srv.Pause(t)
+	srv, c := stalledAfterItsConnectionClosed(t, dialTimeout)
 	defer srv.Resume(t)
+	ctx := context.Background()
 	long, cancelLong := context.WithTimeout(ctx, 20*time.Second)
 	defer cancelLong()
 	first := make(chan error, 1)
@@ -112,7 +92,7 @@ func TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, wait)
 	defer cancelShort()
 	start := time.Now()
-	_, err = c.TryLock(short, "n")
+	_, err := c.TryLock(short, "n")
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second TryLock: %v, want context.DeadlineExceeded", err)
@@ -132,8 +112,31 @@ func TestACallWaitsForAnotherCallersDialAtMostTheDialTimeout(t *testing.T) {
 // call took any failure matching context.DeadlineExceeded before its own
 // WAIT deadline for that deadline's.
 func TestADialTimeoutIsNotAnUnconfirmedWrite(t *testing.T) {
-	srv := redistest.Start(t)
 	const dialTimeout = 300 * time.Millisecond
+	srv, c := stalledAfterItsConnectionClosed(t, dialTimeout)
+	defer srv.Resume(t)
+	ctx := context.Background()
+	const timeout = 10 * time.Second
+	start := time.Now()
+	_, err := c.TryLock(ctx, "n", dlock.WithReplicas(1, timeout))
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("obtained a lock on a stopped server")
+	}
+	if took >= timeout {
+		t.Fatalf("returned after %v, not before the WAIT timeout: the test shows nothing", took)
+	}
+	if errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("after %v, before the %v WAIT timeout: %v, want the dial's failure, not ErrNotReplicated", took.Round(time.Millisecond), timeout, err)
+	}
+}
+
+// stalledAfterItsConnectionClosed starts a server and a client over
+// rueidis with the given dial timeout that has connected to it (a lock
+// taken and released), then closes the client's connection and stops the
+// server: the client's next request dials, and its handshake waits.
+func stalledAfterItsConnectionClosed(t *testing.T, dialTimeout time.Duration) (*redistest.Server, *dlock.Client) {
+	srv := redistest.Start(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{srv.Addr()},
 		Dialer:      net.Dialer{Timeout: dialTimeout},
@@ -155,18 +158,5 @@ func TestADialTimeoutIsNotAnUnconfirmedWrite(t *testing.T) {
 	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
 	time.Sleep(100 * time.Millisecond) // rueidis reads the EOF
 	srv.Pause(t)
-	defer srv.Resume(t)
-	const timeout = 10 * time.Second
-	start := time.Now()
-	_, err = c.TryLock(ctx, "n", dlock.WithReplicas(1, timeout))
-	took := time.Since(start)
-	if err == nil {
-		t.Fatal("obtained a lock on a stopped server")
-	}
-	if took >= timeout {
-		t.Fatalf("returned after %v, not before the WAIT timeout: the test shows nothing", took)
-	}
-	if errors.Is(err, dlock.ErrNotReplicated) {
-		t.Errorf("after %v, before the %v WAIT timeout: %v, want the dial's failure, not ErrNotReplicated", took.Round(time.Millisecond), timeout, err)
-	}
+	return srv, c
 }
