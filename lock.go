@@ -239,7 +239,8 @@ func (c *Client) LockMulti(ctx context.Context, names []string, opts ...Option) 
 // matches ErrKindMismatch too when another kind of
 // lock holds the name (Attach is for exclusive locks: a read/write lock's
 // or a semaphore's hold is shared by acquiring it again with its token,
-// WithToken), and ErrWrongType when its key holds data dlock did not
+// WithToken, whose clean-up after a failed acquire ends the hold for all,
+// or WithOwner, whose acquisitions count on their own), and ErrWrongType when its key holds data dlock did not
 // write. WithOwner attaches by owner id instead of token
 // (token must still not be empty; any text will do), and the Lock takes the
 // token the lock is held with: an owner id is then as good as the token,

@@ -14,7 +14,10 @@ import "context"
 // for exclusive locks, and the client's watchdog refreshes read and write
 // holds in the same batches as exclusive locks. Client.Attach is for
 // exclusive locks only: another process shares a hold by acquiring it
-// again with its token (WithToken).
+// again with its token (WithToken); if that acquire fails, its clean-up
+// ends the hold for every Lock of the token, as a Release would (the
+// holder learns it at its next refresh). WithOwner shares a hold with
+// each acquisition counted, and given back, on its own.
 //
 // By default writers go first: a writer that waits (Lock, not TryLock)
 // records itself, and while it does no new reader gets in; the readers in

@@ -16,7 +16,12 @@ import (
 // on refreshing theirs. Release, Refresh, TTL, Done, Context,
 // WithAutoRefresh, WithMaxHold and the rest work as they do for exclusive
 // locks; Client.Attach is for exclusive locks only: another process shares
-// a permit by acquiring it again with its token (WithToken). Permits have
+// a permit by acquiring it again with its token (WithToken). Such an
+// acquire that fails (its reply lost, its context ended) is cleaned up as
+// any failed acquire, which ends the hold for every Lock of the token, as
+// a Release by one of them would: the holder learns it at its next
+// refresh. Share a permit WithOwner instead when each process's
+// acquisition must count, and be given back, on its own. Permits have
 // no fencing token (Fence is 0): several hold at once.
 //
 // The permit count is the caller's: every acquire is granted while fewer
