@@ -160,6 +160,10 @@ func (e *ServerError) Error() string {
 // Unwrap returns the driver's error.
 func (e *ServerError) Unwrap() error { return e.Err }
 
+// ErrDenied means Redis refuses the client for a reason that no retry
+// changes: a setting to fix, not an outage.
+var ErrDenied = errors.New("dlock: denied by Redis")
+
 // ErrUnsupported is returned by a Driver for a capability it lacks.
 var ErrUnsupported = errors.New("dlock: not supported by this driver")
 

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -34,11 +36,70 @@ func TestRefusedForGoodLooksAtEveryError(t *testing.T) {
 		{"joined behind another failure", errors.Join(server("i/o timeout"), server("NOPERM no permissions")), true, true},
 		{"unsupported", &ServerError{Key: "dlock:{x}", Err: fmt.Errorf("%w: WithReplicas needs a driver that can WAIT", ErrUnsupported)}, true, true},
 		{"two wrapped", fmt.Errorf("%w: %w", server("LOADING"), server("ACL failure in script: no permission")), true, true},
+		{"a command of the script unknown", server("ERR Unknown Redis command called from script script: ..."), true, true},
+		{"a certificate that does not verify", &ServerError{Key: "dlock:{x}", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, true, false},
+		{"a certificate the server refuses", &ServerError{Key: "dlock:{x}", Err: &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}}, true, false},
 	} {
 		refused, ranInPart := refusedForGood(tc.err)
 		if refused != tc.refused || ranInPart != tc.ranInPart {
 			t.Errorf("%s: refusedForGood = %v, %v; want %v, %v", tc.name, refused, ranInPart, tc.refused, tc.ranInPart)
 		}
+	}
+}
+
+// A *ServerError matches ErrDenied when the driver's error, or one it
+// wraps, is a refusal by Redis that no retry changes: not an outage, nor a
+// failure of the driver or of the client itself.
+func TestServerErrorMatchesErrDenied(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no password", errors.New("NOAUTH Authentication required."), true},
+		{"no password, a large request", &unauthenticated{errors.New("ERR Protocol error: unauthenticated multibulk length")}, true},
+		{"wrong password", errors.New("WRONGPASS invalid username-password pair or user is disabled."), true},
+		{"no permission", errors.New("NOPERM this user has no permissions to run the 'evalsha' command"), true},
+		{"no permission in a script (7.0)", errors.New("ERR The user executing the script can't run this command or subcommand"), true},
+		{"no permission in a script (7.2)", errors.New("ERR ACL failure in script: ..."), true},
+		{"no script command", errors.New("ERR unknown command 'evalsha', with args beginning with: ..."), true},
+		{"no command of the script", errors.New("ERR Unknown Redis command called from script"), true},
+		{"no such database", errors.New("ERR DB index is out of range"), true},
+		{"wrapped by the driver", fmt.Errorf("redigo: %w", errors.New("WRONGPASS invalid")), true},
+		{"no functions, for want of a permission", fmt.Errorf("%w: %w", ErrNoFunctions, errors.New("NOPERM this user has no permissions to run the 'fcall' command")), true},
+		{"an unknown authority", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, true},
+		{"another name", x509.HostnameError{Host: "redis.example"}, true},
+		{"expired", x509.CertificateInvalidError{Reason: x509.Expired}, true},
+		{"a certificate the server requires", &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}, true},
+		{"a certificate the server does not trust", &net.OpError{Op: "remote error", Err: errors.New("tls: unknown certificate authority")}, true},
+		{"a server's internal error", &net.OpError{Op: "remote error", Err: errors.New("tls: internal error")}, false},
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false},
+		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, false},
+		{"timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"MISCONF", errors.New("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."), false},
+		{"OOM", errors.New("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{"READONLY", errors.New("READONLY You can't write against a read only replica."), false},
+		{"LOADING", errors.New("LOADING Redis is loading the dataset in memory"), false},
+		{"BUSY", errors.New("BUSY Redis is busy running a script."), false},
+		{"CLUSTERDOWN", errors.New("CLUSTERDOWN The cluster is down"), false},
+		{"a client closed", fmt.Errorf("%w: closed", ErrClosed), false},
+		{"a driver without WAIT", fmt.Errorf("%w: WithReplicas", ErrUnsupported), false},
+		{"a script error", errors.New("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
+	} {
+		err := error(&ServerError{Key: "dlock:{x}", Err: tc.err})
+		if got := errors.Is(err, ErrDenied); got != tc.want {
+			t.Errorf("%s: errors.Is(%v, ErrDenied) = %v, want %v", tc.name, err, got, tc.want)
+		}
+		if got := errors.Is(fmt.Errorf("wait: %w", errors.Join(context.DeadlineExceeded, err)), ErrDenied); got != tc.want {
+			t.Errorf("%s: wrapped and joined: errors.Is = %v, want %v", tc.name, got, tc.want)
+		}
+		if errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) != errors.Is(tc.err, ErrClosed) {
+			t.Errorf("%s: %v matches another sentinel", tc.name, err)
+		}
+	}
+	if errors.Is(errors.New("NOPERM no permissions"), ErrDenied) {
+		t.Error("a driver's error outside a *ServerError matches ErrDenied")
 	}
 }
 

@@ -122,6 +122,57 @@ func TestNoRetryIsLoggedForALockThatEnded(t *testing.T) {
 	}
 }
 
+// TestADeniedRefreshIsLoggedAsAnError: an automatic refresh that Redis
+// denies (the ACL user lost a permission) is logged as an error that says
+// so, not as the warning of a refresh that failed for a while (an outage):
+// the lock is lost at its deadline unless the setting is fixed meanwhile.
+// The refreshes are still retried until then, and the lock is lost as
+// after any failed refresh: its Err matches ErrLost, and says why in words.
+func TestADeniedRefreshIsLoggedAsAnError(t *testing.T) {
+	e := newEnv(t)
+	e.srv.Do(t, "ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all")
+	logger, logs := captureLogs(slog.LevelInfo)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), Username: "u", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb), dlock.WithLogger(logger))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLock(context.Background(), "log-denied", dlock.WithTTL(600*time.Millisecond), dlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "ACL", "SETUSER", "u", "-evalsha", "-eval")
+	waitDone(t, l, 5*time.Second)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLost) || errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Err = %v, want ErrLost (only) saying NOPERM", err)
+	}
+	// Logged after Done closes.
+	awaitCond(t, 5*time.Second, func() bool { return strings.Contains(logs(), `"msg":"dlock: lock lost"`) })
+	denied, failed := 0, ""
+	for _, line := range strings.Split(strings.TrimSpace(logs()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		msg, _ := rec["msg"].(string)
+		errText, _ := rec["err"].(string)
+		switch {
+		case strings.HasPrefix(msg, "dlock: refresh denied by Redis"):
+			denied++
+			if rec["level"] != "ERROR" || !strings.Contains(errText, "NOPERM") {
+				t.Errorf("a denied refresh logged at %v, err %q; want ERROR, with Redis's NOPERM", rec["level"], errText)
+			}
+		case strings.HasPrefix(msg, "dlock: refresh failed"):
+			failed = line
+		}
+	}
+	if failed != "" {
+		t.Errorf("a denied refresh logged as one that failed: %s", failed)
+	}
+	if denied == 0 {
+		t.Errorf("no denied refresh logged:\n%s", logs())
+	}
+}
+
 // captureLogs returns a logger that writes JSON records at level and up,
 // and a function that returns what it wrote so far.
 func captureLogs(level slog.Level) (*slog.Logger, func() string) {

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -226,6 +229,12 @@ func TestACLUserOnACluster(t *testing.T) {
 			t.Errorf("ACL LOG of %s after dlock's calls:\n%s", n.Addr(), log)
 		}
 	}
+	// The user with a wrong password is denied at once, by every node.
+	wrong := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: "locker", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = wrong.Close() })
+	denied := dlock.New(goredis.New(wrong))
+	t.Cleanup(func() { _ = denied.Close() })
+	deniedAtOnce(t, denied, "WRONGPASS", false)
 }
 
 // TestACLUserOnAClusterWithoutShardChannels: the README's user with the
@@ -346,16 +355,18 @@ func TestTokensNeverLogged(t *testing.T) {
 
 // TestAWaitEndsAtOnceWhenRedisRefusesTheClient: a missing or wrong
 // password, or a missing permission, or a server that does not know the
-// script commands (a sentinel's port, a proxy), or a database it does not
-// have, is not a Redis that is
-// down for a while: every waiting acquire ends at its first attempt with
-// Redis's refusal, not at the end of its wait with the refusal hidden
-// behind it.
+// script commands (a sentinel's port, a proxy) or a command the scripts
+// call (renamed away), or a database it does not have, is not a Redis that
+// is down for a while: every waiting acquire ends at its first attempt
+// with Redis's refusal, not at the end of its wait with the refusal hidden
+// behind it, and the error matches ErrDenied, as TryLock's does.
 func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 	srv := redistest.Start(t)
 	noScripts := redistest.Start(t, redistest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
+	noExpire := redistest.Start(t, redistest.WithArgs("--rename-command", "PEXPIRE", ""))
 	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
 	srv.Do(t, "ACL", "SETUSER", "noexpiry", "on", ">s3cret", "~*", "&*", "+@all", "-pexpire")
+	srv.Do(t, "ACL", "SETUSER", "nokeys", "on", ">s3cret", "&*", "+@all")
 	srv.Do(t, "CONFIG", "SET", "requirepass", "pw") // last: srv.Do has no password
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "pw"})
 	t.Cleanup(func() { _ = admin.Close() })
@@ -370,9 +381,11 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 		{"no password", redis.Options{}, "not authenticated (NOAUTH)", nil},
 		{"wrong password", redis.Options{Password: "wrong"}, "WRONGPASS", nil},
 		{"no permission", redis.Options{Username: "noscripts", Password: "s3cret"}, "NOPERM", nil},
+		{"no permission for the keys", redis.Options{Username: "nokeys", Password: "s3cret"}, "NOPERM", nil},
 		// A command inside the script: the script may have run in part.
 		{"no permission inside the script", redis.Options{Username: "noexpiry", Password: "s3cret"}, "can't run this command", nil},
 		{"no script commands", redis.Options{}, "unknown command", noScripts},
+		{"a command of the scripts renamed away", redis.Options{}, "Unknown Redis command called from script", noExpire},
 		// A database the server does not have: every connection's SELECT
 		// is refused.
 		{"no such database", redis.Options{Password: "pw", DB: 99}, "DB index is out of range", nil},
@@ -384,38 +397,10 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := dlock.New(goredis.New(rdb))
 			t.Cleanup(func() { _ = c.Close() })
-			for _, p := range []struct {
-				name    string
-				acquire func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)
-			}{
-				{"Lock", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(ctx, "x", opts...) }},
-				{"LockMulti", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
-					return c.LockMulti(ctx, []string{"m1", "m2"}, opts...)
-				}},
-				{"RLock", c.RWMutex("rw").RLock},
-				{"RWMutex.Lock", c.RWMutex("rw-write").Lock},
-				{"fair RLock", c.RWMutex("fair", dlock.Fair()).RLock},
-				{"Acquire", c.Semaphore("sem", 2).Acquire},
-			} {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				retried := false
-				_, err := p.acquire(ctx, dlock.WithOnRetry(func(_ int, err error) {
-					if tc.name == "no password" && closedOnIt(err) {
-						// Redis closes the connection after its refusal:
-						// a reset may reach the client before the refusal
-						// does, and that alone is retried.
-						return
-					}
-					retried = true
-					cancel() // the wait would go on
-				}))
-				cancel()
-				var se *dlock.ServerError
-				if retried || err == nil || !errors.As(err, &se) || errors.Is(err, dlock.ErrNotObtained) ||
-					errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("%s: retried %v, err = %v; want no retry and a *ServerError saying %q", p.name, retried, err, tc.want)
-				}
-			}
+			// Redis closes the connection after its refusal of a client
+			// without a password: a reset may reach the client before the
+			// refusal does, and that alone is retried.
+			deniedAtOnce(t, c, tc.want, tc.name == "no password")
 			// A name refused its TTL is not left in Redis for good (an
 			// exclusive lock would be held for good).
 			keys, err := admin.Keys(context.Background(), "dlock:*").Result()
@@ -428,6 +413,138 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestATLSHandshakeRefusedEndsAWaitAtOnce: a TLS handshake that fails for
+// a setting (the server's certificate signed by an authority the client
+// does not trust, or made out to another name; a server that asks for a
+// client certificate the client does not have) fails every request alike
+// until the setting is fixed: a wait ends at its first attempt with an
+// error that matches ErrDenied, as a wrong password's does. It tried again
+// until its max wait, a minute by default.
+func TestATLSHandshakeRefusedEndsAWaitAtOnce(t *testing.T) {
+	certs := redistest.NewTLS(t)
+	srv := redistest.Start(t, redistest.WithTLSPort(), redistest.WithArgs("--tls-cert-file", certs.CertFile,
+		"--tls-key-file", certs.KeyFile, "--tls-ca-cert-file", certs.CAFile, "--tls-auth-clients", "yes"))
+	otherName := certs.ClientConfig()
+	otherName.ServerName = "redis.example"
+	for _, tc := range []struct {
+		name   string
+		config *tls.Config
+		want   string
+	}{
+		{"unknown authority", &tls.Config{MinVersion: tls.VersionTLS12}, "certificate signed by unknown authority"},
+		{"another name", otherName, "not redis.example"},
+		// The server closes the connection after its alert: a reset may
+		// reach the client before the alert does, and that alone is
+		// retried.
+		{"no client certificate", certs.ClientConfig(), "tls: certificate required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(srv.TLSPort()), TLSConfig: tc.config, MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := dlock.New(goredis.New(rdb))
+			t.Cleanup(func() { _ = c.Close() })
+			deniedAtOnce(t, c, tc.want, tc.name == "no client certificate")
+		})
+	}
+}
+
+// TestOutagesAreNotDenials: what passes with a restart, a failover or
+// time is retried by a wait until it ends, and does not match ErrDenied:
+// a server that cannot be reached, a connection reset (as a plain-text
+// client's at a TLS port is), a server whose last RDB save failed
+// (MISCONF: writes come back with the next save that succeeds).
+func TestOutagesAreNotDenials(t *testing.T) {
+	certs := redistest.NewTLS(t)
+	tlsOnly := redistest.Start(t, redistest.WithTLS(certs))
+	misconf := redistest.Start(t)
+	// The RDB file cannot take the place of a directory of that name: the
+	// save fails, and the server refuses writes.
+	if err := os.MkdirAll(filepath.Join(misconf.Dir(), "dump.rdb", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	misconf.Do(t, "CONFIG", "SET", "save", "3600 1")
+	misconf.Do(t, "BGSAVE")
+	awaitCond(t, 10*time.Second, func() bool {
+		return strings.Contains(misconf.Do(t, "INFO", "persistence"), "rdb_last_bgsave_status:err")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		name, addr, want string
+	}{
+		{"unreachable", closed, "connection refused"},
+		{"plain text at a TLS port", tlsOnly.Addr(), "reset"},
+		{"MISCONF", misconf.Addr(), "MISCONF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: tc.addr, MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := dlock.New(goredis.New(rdb))
+			t.Cleanup(func() { _ = c.Close() })
+			ctx := context.Background()
+			if _, err := c.TryLock(ctx, "x"); err == nil || errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("TryLock: err = %v, want one saying %q that does not match ErrDenied", err, tc.want)
+			}
+			retried := 0
+			_, err := c.Lock(ctx, "x", dlock.WithMaxWait(300*time.Millisecond), dlock.WithOnRetry(func(int, error) { retried++ }))
+			if retried == 0 || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Lock: %d retries, err = %v; want retries until the max wait, and an error saying %q that does not match ErrDenied", retried, err, tc.want)
+			}
+		})
+	}
+}
+
+// deniedAtOnce checks that every waiting acquire of c (and Do, and
+// TryLock) ends at its first attempt, with a *ServerError that says want
+// and matches ErrDenied. With resets, an attempt that meets a connection
+// the server closed (its refusal's own close overtaking it) may be
+// retried, and no other, and TryLock may fail so.
+func deniedAtOnce(t *testing.T, c *dlock.Client, want string, resets bool) {
+	t.Helper()
+	for _, p := range []struct {
+		name    string
+		acquire func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)
+	}{
+		{"Lock", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) { return c.Lock(ctx, "x", opts...) }},
+		{"Do", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return nil, c.Do(ctx, "do", func(context.Context) error { t.Error("Do ran its function"); return nil }, opts...)
+		}},
+		{"LockMulti", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.LockMulti(ctx, []string{"m1", "m2"}, opts...)
+		}},
+		{"RLock", c.RWMutex("rw").RLock},
+		{"RWMutex.Lock", c.RWMutex("rw-write").Lock},
+		{"fair RLock", c.RWMutex("fair", dlock.Fair()).RLock},
+		{"Acquire", c.Semaphore("sem", 2).Acquire},
+		{"TryLock", func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return c.TryLock(ctx, "x", opts...)
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		retried := false
+		_, err := p.acquire(ctx, dlock.WithOnRetry(func(_ int, err error) {
+			if resets && closedOnIt(err) {
+				return
+			}
+			retried = true
+			cancel() // the wait would go on
+		}))
+		cancel()
+		if resets && p.name == "TryLock" && err != nil && closedOnIt(err) {
+			continue // its one attempt met the close, not the refusal
+		}
+		var se *dlock.ServerError
+		if retried || err == nil || !errors.As(err, &se) || !errors.Is(err, dlock.ErrDenied) || errors.Is(err, dlock.ErrNotObtained) ||
+			errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: retried %v, err = %v; want no retry and a *ServerError saying %q that matches ErrDenied", p.name, retried, err, want)
+		}
 	}
 }
 

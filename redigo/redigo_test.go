@@ -2,6 +2,7 @@ package redigo_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -557,6 +558,68 @@ func TestAClosedPoolEndsAWaitAtOnce(t *testing.T) {
 	defer cancel()
 	if _, err := c.Lock(ctx, "closed"); !errors.Is(err, dlock.ErrClosed) || ctx.Err() != nil {
 		t.Errorf("a wait after its pool closed: %v (its context: %v), want ErrClosed at once", err, ctx.Err())
+	}
+}
+
+// TestARefusalForGoodEndsAWaitAtOnce: over redigo, a refusal that no
+// retry changes ends a wait at its first attempt with an error that
+// matches dlock.ErrDenied and keeps Redis's words: a missing or wrong
+// password, a missing permission, a server without the script commands,
+// a server certificate the client does not trust (which a wait tried
+// again until its max wait).
+func TestARefusalForGoodEndsAWaitAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
+	srv.Do(t, "CONFIG", "SET", "requirepass", "pw") // last: srv.Do has no password
+	noScripts := redistest.Start(t, redistest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
+	certs := redistest.NewTLS(t)
+	tlsSrv := redistest.Start(t, redistest.WithTLS(certs))
+	for _, tc := range []struct {
+		name string
+		addr string
+		opts []redis.DialOption
+		want string
+	}{
+		{"no password", srv.Addr(), nil, "not authenticated (NOAUTH)"},
+		{"wrong password", srv.Addr(), []redis.DialOption{redis.DialPassword("wrong")}, "WRONGPASS"},
+		{"no permission", srv.Addr(), []redis.DialOption{redis.DialUsername("noscripts"), redis.DialPassword("s3cret")}, "NOPERM"},
+		{"no script commands", noScripts.Addr(), nil, "unknown command"},
+		{"an unknown authority", tlsSrv.Addr(), []redis.DialOption{redis.DialUseTLS(true), redis.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12})},
+			"certificate signed by unknown authority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &redis.Pool{
+				DialContext: func(ctx context.Context) (redis.Conn, error) {
+					return redis.DialContext(ctx, "tcp", tc.addr, append([]redis.DialOption{redis.DialReadTimeout(5 * time.Second)}, tc.opts...)...)
+				},
+				MaxIdle: 4,
+			}
+			t.Cleanup(func() { _ = pool.Close() })
+			c := dlock.New(dlockredigo.New(pool))
+			t.Cleanup(func() { _ = c.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			retried := false
+			_, err := c.Lock(ctx, "x", dlock.WithOnRetry(func(_ int, err error) {
+				if tc.name == "no password" && dlock.ConnectionClosed(err) {
+					// Redis closes the connection after its refusal: a
+					// reset may reach the client before the refusal does.
+					return
+				}
+				retried = true
+				cancel() // the wait would go on
+			}))
+			var se *dlock.ServerError
+			if retried || !errors.As(err, &se) || !errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Lock: retried %v, err = %v; want no retry and a *ServerError saying %q that matches ErrDenied", retried, err, tc.want)
+			}
+			// TryLock, after the wait has met the refusal.
+			tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer tcancel()
+			if _, err := c.TryLock(tctx, "y"); !errors.Is(err, dlock.ErrDenied) {
+				t.Errorf("TryLock: err = %v, want one that matches ErrDenied", err)
+			}
+		})
 	}
 }
 
