@@ -189,6 +189,8 @@
 //     ErrModeMismatch;
 //   - ErrStaleFence (SetFenced), ErrNotReplicated (WithReplicas),
 //     ErrNoFunctions (WithFunctions), ErrUnsupported (the driver);
+//   - ErrDenied: Redis refuses the client for good, a setting to fix
+//     rather than an outage to wait out (see below);
 //   - bad arguments: ErrInvalidArgument and its more specific children
 //     (ErrEmptyName, ErrInvalidTTL, ErrInvalidPermits, …), which are
 //     returned before anything is sent to Redis.
@@ -198,9 +200,14 @@
 // the lock does not skip it silently while Redis is down. A waiting
 // acquire retries them until its wait ends, as a
 // Redis restarting or failing over comes back, except a refusal that no
-// wait changes, which ends it at once: a missing or wrong password
-// (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a server that
-// does not know the script commands (ERR unknown command). No input makes dlock panic, except a nil Driver given to
+// wait changes, which ends it at once and matches ErrDenied (the
+// *ServerError keeps Redis's words): a missing or wrong password
+// (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), a server that
+// does not know the script commands (ERR unknown command), a database it
+// does not have, a TLS certificate that either side refuses.
+// errors.Is(err, ErrDenied) tells such a setting to fix from an outage.
+//
+// No input makes dlock panic, except a nil Driver given to
 // New, a Client, RWMutex or Semaphore that New, Client.RWMutex or
 // Client.Semaphore did not make (a zero value, or a nil *Client),
 // calling methods on a nil *Lock or on a Lock no acquire returned (the

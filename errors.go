@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -160,8 +162,37 @@ func (e *ServerError) Error() string {
 // Unwrap returns the driver's error.
 func (e *ServerError) Unwrap() error { return e.Err }
 
-// ErrDenied means Redis refuses the client for a reason that no retry
-// changes: a setting to fix, not an outage.
+// Is reports whether the error matches target: ErrDenied, when Err is a
+// refusal by Redis that no retry changes (see ErrDenied).
+func (e *ServerError) Is(target error) bool { return target == ErrDenied && denied(e.Err) }
+
+// ErrDenied means that Redis refuses the client for a reason that no
+// retry changes: a setting to fix, not an outage. A *ServerError matches
+// it, its message still Redis's and its Err the driver's error, when the
+// client has not authenticated (NOAUTH) or its user name or password is
+// wrong, or its user is off (WRONGPASS); its ACL user lacks a permission
+// dlock needs, to run a command, to use a key, or to run a command inside
+// a script (NOPERM); the server does not know a command that dlock sends
+// or that its scripts call (ERR unknown command: a sentinel's port, a
+// proxy, a command renamed away); the client's database is not one the
+// server has; or the TLS handshake failed for a setting: the server's
+// certificate did not verify (an authority the client does not trust,
+// another host's name, its dates), or the server refused the client's
+// (none given, or one it does not trust). With WithFunctions, an
+// ErrNoFunctions for want of a permission or of the functions matches it
+// too.
+//
+// A wait (Lock, LockMulti, Do, and those of RWMutex and Semaphore) ends at
+// its first attempt that Redis denies, instead of trying again until its
+// max wait. What may pass with a restart, a failover or time is no
+// denial, and a wait tries again: a refused dial, a timeout, a connection
+// reset (as a plain-text client's at a TLS port is), READONLY, LOADING,
+// BUSY, CLUSTERDOWN, OOM, MISCONF (a server whose last RDB save failed,
+// which takes writes again once a save succeeds). The watchdog logs a
+// denied refresh as an error, and tries it again until the lock's
+// deadline, as any failed refresh, in case the setting is fixed
+// meanwhile: the lock is lost then, its Err matching ErrLost (and saying
+// why in words).
 var ErrDenied = errors.New("dlock: denied by Redis")
 
 // ErrUnsupported is returned by a Driver for a capability it lacks.
@@ -181,17 +212,16 @@ var ErrUnsupported = errors.New("dlock: not supported by this driver")
 var ErrClosed = errors.New("dlock: client closed")
 
 // refusedForGood reports whether err is Redis refusing the client's
-// requests for a reason that no retry changes: the client has not
-// authenticated (NOAUTH, or a request refused as unauthenticated), its
-// user name or password is wrong (WRONGPASS), or its ACL user lacks a
-// permission (NOPERM, or a command inside a script refused by the ACL);
-// or the driver cannot do what was asked (ErrUnsupported), or the
-// client's database is not one the server has. A waiting
-// acquire ends at once with such an error. ranInPart reports
-// whether the request may have run in part: a permission may be missing
-// for a command inside a script, after the script's earlier writes, where
-// the other refusals come before anything runs; a driver may find it
-// cannot do a part after the scripts ran (WAIT, for WithReplicas).
+// requests for a reason that no retry changes (ErrDenied: a password, a
+// permission, a command the server does not know, a database it does not
+// have, a TLS handshake refused for a setting), or the driver being unable
+// to do what was asked (ErrUnsupported), or the Redis client under the
+// driver being closed (ErrClosed). A waiting acquire ends at once with
+// such an error. ranInPart reports whether the request may have run in
+// part: a permission may be missing for a command inside a script, after
+// the script's earlier writes, where the other refusals come before
+// anything runs; a driver may find it cannot do a part after the scripts
+// ran (WAIT, for WithReplicas).
 func refusedForGood(err error) (refused, ranInPart bool) {
 	// Every error in err's tree counts, not only the first ServerError: a
 	// refusal joined behind another failure is still final.
@@ -310,7 +340,50 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 		// refused so).
 		return true, true
 	}
-	switch msg := err.Error(); {
+	return deniedBy(err)
+}
+
+// denied reports whether err, or an error it wraps, is a refusal by Redis
+// that no retry changes (see ErrDenied).
+func denied(err error) bool {
+	d, _ := deniedBy(err)
+	return d
+}
+
+// deniedBy reports whether err, or an error it wraps, is a refusal by
+// Redis that no retry changes (see ErrDenied), and whether the request may
+// have run in part (see refusedForGood).
+func deniedBy(err error) (denied, ranInPart bool) {
+	for ; err != nil; err = errors.Unwrap(err) {
+		switch e := err.(type) {
+		case *unauthenticated:
+			return true, false
+		case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError, x509.CertificateInvalidError:
+			// The handshake failed: no request went.
+			return true, false
+		case *net.OpError:
+			if e.Op == "remote error" && e.Err != nil && refusingAlert(e.Err.Error()) {
+				return true, false
+			}
+		case interface{ Unwrap() []error }:
+			for _, e := range e.Unwrap() {
+				d, p := deniedBy(e)
+				denied, ranInPart = denied || d, ranInPart || p
+			}
+			return denied, ranInPart
+		}
+		if d, p := deniedReply(err.Error()); d {
+			return d, p
+		}
+	}
+	return false, false
+}
+
+// deniedReply reports whether msg, a driver's error, is an error reply by
+// which Redis refuses the client for good (see ErrDenied), and whether the
+// request may have run in part.
+func deniedReply(msg string) (denied, ranInPart bool) {
+	switch {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "),
 		// The client's database (go-redis DB, redigo DialDatabase) is not
 		// one of the server's: its SELECT is refused on every connection.
@@ -325,10 +398,28 @@ func refusedMessage(err error) (refused, ranInPart bool) {
 	case strings.HasPrefix(msg, "NOPERM "),
 		// A command inside a script: Redis 7.0, and 7.2 on.
 		strings.Contains(msg, "The user executing the script can't run this"),
-		strings.Contains(msg, "ACL failure in script"):
+		strings.Contains(msg, "ACL failure in script"),
+		// A command the scripts call renamed away ("from Lua script"
+		// before Redis 7), after their earlier writes.
+		strings.Contains(msg, "Unknown Redis command called from "):
 		return true, true
 	}
 	return false, false
+}
+
+// refusingAlert reports whether alert, the text of a TLS alert that the
+// server sent in the handshake, refuses the client for a setting: its
+// certificate (none, or one the server does not trust), or the versions
+// and ciphers it offers.
+func refusingAlert(alert string) bool {
+	switch alert {
+	case "tls: certificate required", "tls: bad certificate", "tls: unsupported certificate",
+		"tls: revoked certificate", "tls: expired certificate", "tls: unknown certificate",
+		"tls: unknown certificate authority", "tls: access denied", "tls: handshake failure",
+		"tls: protocol version not supported", "tls: insufficient security level":
+		return true
+	}
+	return false
 }
 
 // redirection reports whether err, or an error it wraps, is a MOVED or

@@ -181,11 +181,12 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // failure (a *ServerError) when there was one, and matches ctx.Err() when
 // ctx ended. So a caller that skips its work while another holds the lock
 // does not skip it silently while Redis is down. A refusal that no wait
-// changes ends the wait at once with Redis's error: a missing or wrong
-// password (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), or a
-// server that does not know the script commands (ERR unknown command); so
-// does, at the next attempt, the Redis client under the driver being
-// closed (ErrClosed).
+// changes ends the wait at once with Redis's error, which matches
+// ErrDenied: a missing or wrong password (NOAUTH, WRONGPASS), a missing
+// ACL permission (NOPERM), a server that does not know the script
+// commands (ERR unknown command), a TLS certificate refused (see
+// ErrDenied); so does, at the next attempt, the Redis client under the
+// driver being closed (ErrClosed).
 //
 // The lock is not reentrant by default: a caller that already holds it (a
 // Do inside a Do on the same name, say) waits for itself until its wait

@@ -86,8 +86,9 @@ func WithTTL(ttl time.Duration) Option {
 
 // WithRetry sets how many attempts Lock makes and how long it backs off
 // after an attempt fails with a Redis error; the default is DefaultRetry().
-// A missing or wrong password or a missing ACL permission (NOAUTH,
-// WRONGPASS, NOPERM) ends the wait at once, whatever the strategy.
+// A refusal by Redis that no retry changes (ErrDenied: a missing or wrong
+// password, a missing ACL permission, a TLS certificate refused, …) ends
+// the wait at once, whatever the strategy.
 // While the lock is held, Lock sleeps until Redis says it is free (see
 // Client.Lock), not for the strategy's wait, unless the driver cannot
 // subscribe, in which case the strategy's waits are the polling interval.

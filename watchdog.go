@@ -357,7 +357,12 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		case !notHeld:
 			// Not once the lease ended (its deadline passed while the
 			// refresh was under way): nothing is retried then.
-			if s.unsure(now, r.ttl) && !quiet {
+			switch {
+			case !s.unsure(now, r.ttl) || quiet:
+			case errors.Is(err, ErrDenied):
+				// A setting to fix, or the lock is lost at its deadline.
+				w.c.log.Error("dlock: refresh denied by Redis; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
+			default:
 				w.c.log.Warn("dlock: refresh failed; retrying until the lock's deadline", "names", s.holder.lockNames(), "err", err)
 			}
 			if !quiet {

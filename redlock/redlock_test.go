@@ -2472,8 +2472,8 @@ func TestAReleaseCalledAgainOfALockGoneFromEveryNodeIsNotHeld(t *testing.T) {
 
 // TestAMajorityOfNodesRefusingForGoodEndsTheWait: when a majority of the
 // nodes refuse for a reason no retry changes (an ACL user without EVALSHA,
-// NOPERM), Lock ends at once with that refusal, as a dlock Client's Lock
-// does, rather than trying until its max wait.
+// NOPERM), Lock ends at once with that refusal, which matches ErrDenied, as
+// a dlock Client's Lock does, rather than trying until its max wait.
 func TestAMajorityOfNodesRefusingForGoodEndsTheWait(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	for _, srv := range srvs[:2] {
@@ -2486,8 +2486,9 @@ func TestAMajorityOfNodesRefusingForGoodEndsTheWait(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.Lock(ctx, "refused-for-good", redlock.WithMaxWait(time.Minute)); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-		t.Errorf("Lock refused by two of three nodes for good: %v, want their NOPERM", err)
+	if _, err := r.Lock(ctx, "refused-for-good", redlock.WithMaxWait(time.Minute)); err == nil || !strings.Contains(err.Error(), "NOPERM") ||
+		!errors.Is(err, dlock.ErrDenied) {
+		t.Errorf("Lock refused by two of three nodes for good: %v, want their NOPERM, matching ErrDenied", err)
 	}
 	if ctx.Err() != nil {
 		t.Error("the wait went on to its max wait")
