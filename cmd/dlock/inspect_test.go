@@ -306,7 +306,7 @@ func TestListWatchWaitsForRedisToBeReachable(t *testing.T) {
 		t.Errorf("code %d, stdout %q; want 0, listings", r.code, r.stdout)
 	}
 	r := dlockRun(t, []string{"DLOCK_REDIS=redis://nobody:wrong@" + strings.TrimPrefix(redisURL, "redis://")}, "ls", "--watch", "--interval", "100ms")
-	checkOneLine(t, r, exitUnavailable, "check the user and password in the URL, or DLOCK_PASSWORD")
+	checkOneLine(t, r, exitDenied, "check the user and password in the URL, or DLOCK_PASSWORD")
 	// So do sentinels that cannot be reached.
 	p = startDlock(t, []string{"DLOCK_REDIS=redis-sentinel://" + closedAddr(t) + "/mymaster"}, "ls", "--watch", "--interval", "100ms")
 	waitFor(t, "two failed listings", func() bool {
@@ -425,14 +425,14 @@ func TestHelp(t *testing.T) {
 		})
 	}
 	r := dlockRun(t, nil, "run", "--help")
-	for _, code := range []int{exitUsage, exitUnavailable, exitNotObtained, exitLost, exitCannotExec, exitNotFound} {
+	for _, code := range []int{exitUsage, exitUnavailable, exitNotObtained, exitLost, exitDenied, exitCannotExec, exitNotFound} {
 		if !strings.Contains(r.stdout, "\n  "+strconv.Itoa(code)+" ") {
 			t.Errorf("run --help does not document exit code %d", code)
 		}
 	}
 	// The exit codes say what docs/cli.md's table says.
 	for _, want := range []string{"holds other data", "another kind of lock", "a database or\n           cluster the server does not have",
-		"--wait ran out", "a TLS failure", "a wrong password", "a missing permission (NOPERM)"} {
+		"--wait ran out", "a wrong or missing password", "a missing permission (NOPERM)", "a TLS certificate refused"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("run --help's exit codes do not say %q", want)
 		}

@@ -38,6 +38,7 @@ const (
 	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or refusing us
 	exitInternal    = 70  // EX_SOFTWARE: a failure dlock did not expect
 	exitNotObtained = 73  // the lock is held by another (--no-wait, --wait ran out)
+	exitDenied      = 78  // EX_CONFIG: Redis refuses us for good (dlock.ErrDenied): a setting to fix
 	exitLost        = 74  // the lock was lost while the command ran
 	exitCannotExec  = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found

@@ -772,27 +772,32 @@ func TestRunScriptWithoutInterpreterLine(t *testing.T) {
 }
 
 // A Redis refusal that no retry can change ends a wait at once with code
-// 69 and the hint --no-wait gives, with --wait or without. The waits are
-// longer than procTimeout: a run that kept trying would not end within it.
+// 78, not 69 (Redis unreachable), and the hint --no-wait gives, with
+// --wait or without. The waits are longer than procTimeout: a run that
+// kept trying would not end within it.
 func TestRunWaitRefusedForGood(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	srv.Do(t, "ACL", "SETUSER", "nokeys", "on", ">pw", "+@all", "&*")
-	env := []string{"DLOCK_REDIS=redis://nokeys:pw@" + srv.Addr()}
-	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
-		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
-		checkOneLine(t, r, exitUnavailable, "NOPERM")
-		if !strings.Contains(r.stderr, "the Redis user lacks a permission dlock needs") {
-			t.Errorf("%v: stderr %s", flags, r.stderr)
-		}
-	}
 	// A command inside dlock's scripts that the user may not run: Redis
 	// words that refusal otherwise.
 	srv.Do(t, "ACL", "SETUSER", "noreads", "on", ">pw", "+@all", "-hmget", "~*", "&*")
-	env = []string{"DLOCK_REDIS=redis://noreads:pw@" + srv.Addr()}
-	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
-		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
-		checkOneLine(t, r, exitUnavailable, "the Redis user lacks a permission dlock needs")
+	noScripts := redistest.Start(t, redistest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
+	for _, tc := range []struct {
+		url, want, hint string
+	}{
+		{"redis://nokeys:pw@" + srv.Addr(), "NOPERM", "the Redis user lacks a permission dlock needs"},
+		{"redis://noreads:pw@" + srv.Addr(), "can't run this command", "the Redis user lacks a permission dlock needs"},
+		{"redis://nokeys:wrong@" + srv.Addr(), "WRONGPASS", "check the user and password in the URL, or DLOCK_PASSWORD"},
+		{"redis://" + noScripts.Addr(), "unknown command", "the server does not know a command dlock needs"},
+	} {
+		for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
+			r := dlockRun(t, []string{"DLOCK_REDIS=" + tc.url}, runArgs(flags, lockName(t), "exit", "0")...)
+			checkOneLine(t, r, exitDenied, tc.want)
+			if !strings.Contains(r.stderr, tc.hint) {
+				t.Errorf("%v: stderr %s, want the hint %q", flags, r.stderr, tc.hint)
+			}
+		}
 	}
 }
 
