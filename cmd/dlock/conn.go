@@ -238,6 +238,8 @@ func unreachable(display string, err error) error {
 	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "can't run this command"), strings.Contains(msg, "ACL failure in script"):
 		// The last two: a command inside a script (Redis 7.0, and 7.2 on).
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
+	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "Unknown Redis command called from"):
+		hint = "the server does not know a command dlock needs: check that --redis or DLOCK_REDIS names a Redis server (not a sentinel, nor a proxy without scripts), and that no command dlock uses is renamed away"
 	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"),
 		strings.Contains(msg, "IP SANs"):
 		hint = "the server's certificate names another host: give the name it holds with --tls-server-name"
@@ -255,7 +257,11 @@ func unreachable(display string, err error) error {
 	case full(err):
 		hint = "Redis is at its maxmemory and refuses new locks (held ones are still refreshed and released): free memory or raise maxmemory"
 	}
-	e := fail(exitUnavailable, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
+	code := exitUnavailable
+	if denied(err) {
+		code = exitDenied
+	}
+	e := fail(code, "cannot use Redis at %s: %s; %s", display, libMsg(err), hint).(*exitError)
 	// Down, not refusing us: no answer, with no sign of a setting to fix.
 	// A connection closed at once is not: it hints at a server expecting
 	// TLS. (For sentinels, see sentinelError.)
@@ -263,6 +269,16 @@ func unreachable(display string, err error) error {
 	e.busy = passing(err)
 	e.down = hint == unknown && isNetError(err) || e.busy
 	return e
+}
+
+// denied reports whether err is Redis refusing dlock for good, a setting
+// to fix (see dlock.ErrDenied): a wrong password, a missing permission, a
+// command the server does not know, a TLS certificate refused. The
+// library classifies so the errors of its own requests, *ServerErrors; a
+// go-redis error of dlock's (the first PING) is put in one to be
+// classified alike.
+func denied(err error) bool {
+	return errors.Is(&dlock.ServerError{Err: err}, dlock.ErrDenied)
 }
 
 // full reports whether err is the refusal of a server at its maxmemory

@@ -35,7 +35,7 @@ import (
 const (
 	exitOK          = 0
 	exitUsage       = 64  // EX_USAGE: bad flags, arguments, URL or name
-	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or refusing us
+	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or failing, for now
 	exitInternal    = 70  // EX_SOFTWARE: a failure dlock did not expect
 	exitNotObtained = 73  // the lock is held by another (--no-wait, --wait ran out)
 	exitDenied      = 78  // EX_CONFIG: Redis refuses us for good (dlock.ErrDenied): a setting to fix

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // statusEvery is how often the waiting status is looked up and redrawn.
@@ -34,27 +32,10 @@ func downWords(err error) string {
 }
 
 // redisRefused is the cause of a wait given up at once because Redis
-// refused an attempt in a way that retrying cannot change (see hopeless).
+// refused an attempt in a way that retrying cannot change (see denied).
 type redisRefused struct{ err error }
 
 func (r redisRefused) Error() string { return "Redis refused: " + r.err.Error() }
-
-// hopeless reports whether err is a Redis reply that no retry can turn
-// into the lock: the user lacks a permission, or its password is wrong or
-// missing, or the server does not know the script commands (a sentinel's
-// port given as Redis's). READONLY, LOADING, CLUSTERDOWN and the like pass
-// with a failover or a restart, and are retried.
-func hopeless(err error) bool {
-	for _, p := range []string{"NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	// A command inside a script that the ACL user may not run (Redis 7.0,
-	// and 7.2 on).
-	msg := err.Error()
-	return strings.Contains(msg, "can't run this command") || strings.Contains(msg, "ACL failure in script")
-}
 
 // cutShort reports whether err is that of an attempt cut short by the end
 // of the wait, which says nothing about Redis.
@@ -126,7 +107,7 @@ func (a *app) newWaiter(c *conn, name, self string, k kind, quiet bool, cancel c
 
 // onRetry is called by Lock, on its goroutine, after each failed attempt.
 func (w *waiter) onRetry(failed int, err error) {
-	if hopeless(err) {
+	if denied(err) {
 		// Ended before it is reported as a wait, which it is not.
 		w.cancel(redisRefused{err})
 		return
