@@ -468,6 +468,52 @@ func TestConnectCluster(t *testing.T) {
 	}
 }
 
+// TestConnectClusterWithAPrimaryDown: a command on one name needs only the
+// primary that serves it. dlock checked that a cluster answers with a PING
+// without a key, which go-redis sends to the primary of a slot it draws
+// from a generator seeded alike in every process, so the same primary each
+// time: while that one was down (or stalled, for 10s), status, release
+// --force and run --no-wait failed with 69 on names the other primaries
+// serve, and a waiting run started only at a later try.
+func TestConnectClusterWithAPrimaryDown(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	for _, n := range c.Nodes {
+		// The others neither fail over nor stop serving while one is down.
+		n.Do(t, "CONFIG", "SET", "cluster-node-timeout", "60000")
+	}
+	names := map[*redistest.Server]string{} // a name on each primary
+	for i := 0; len(names) < len(c.Nodes); i++ {
+		name := "n" + strconv.Itoa(i)
+		if p := c.PrimaryOf(t, "dlock:{"+name+"}"); names[p] == "" {
+			names[p] = name
+		}
+	}
+	env := []string{"DLOCK_REDIS=redis://" + strings.Join(c.Addrs(), ",")}
+	for _, down := range c.Nodes {
+		down.Kill(t)
+		for p, name := range names {
+			if p == down {
+				continue
+			}
+			for _, args := range [][]string{{"status", name}, runArgs([]string{"--no-wait"}, name, "exit", "0"), {"release", "--force", name}} {
+				if r := dlockRun(t, env, args...); r.code != 0 {
+					t.Errorf("with %s down, dlock %q on a name %s serves: code %d, stderr %s", down.Addr(), args, p.Addr(), r.code, r.stderr)
+				}
+			}
+		}
+		down.Restart(t)
+		waitFor(t, "the cluster to serve every slot again", func() bool {
+			for _, n := range c.Nodes {
+				if !strings.Contains(n.Do(t, "CLUSTER", "INFO"), "cluster_state:ok") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
 // TestAClusterNodeThatMayNotRunINFOIsAUsageError: a cluster node given as
 // one server, to a Redis user that may not run INFO (by which dlock tells
 // a cluster node as it connects), is a usage error with the --cluster hint
