@@ -98,13 +98,14 @@ func (c *conn) close() {
 }
 
 // connect parses the connection settings, opens the Redis client and
-// checks that Redis answers.
-func (a *app) connect(ctx context.Context) (*conn, error) {
+// checks that Redis answers: on a Redis Cluster, the primary that serves
+// the lock called name, unless name is "" (see open).
+func (a *app) connect(ctx context.Context, name string) (*conn, error) {
 	t, err := a.conn.target(a.lookupEnv)
 	if err != nil {
 		return nil, usage(a.cmd, "%v", err)
 	}
-	rdb, err := t.open(ctx, a.cmd)
+	rdb, err := t.open(ctx, a.cmd, name)
 	if err != nil {
 		return nil, err
 	}
@@ -120,10 +121,11 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 	return &conn{rdb: rdb, locks: locks, display: t.display}, nil
 }
 
-// open opens the client of t and checks that Redis answers. go-redis
-// panics on some options it does not check (checkOptions refuses those it
-// is known to): a panic is a usage error too.
-func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalClient, err error) {
+// open opens the client of t and checks that Redis answers: on a Redis
+// Cluster, with a name, the primary that serves that lock's slot (see
+// ping). go-redis panics on some options it does not check (checkOptions
+// refuses those it is known to): a panic is a usage error too.
+func (t *target) open(ctx context.Context, cmd *command, name string) (rdb redis.UniversalClient, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if rdb != nil {
@@ -147,7 +149,7 @@ func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalCli
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
+	if err := t.ping(pctx, rdb, name); err != nil {
 		_ = rdb.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -158,6 +160,26 @@ func (t *target) open(ctx context.Context, cmd *command) (rdb redis.UniversalCli
 		return nil, t.pingError(cmd, err)
 	}
 	return rdb, nil
+}
+
+// ping checks that Redis answers. A cluster client sends a PING, which has
+// no key, to the primary of a slot that go-redis draws from a generator it
+// seeds alike in every process: the same primary each time, which the
+// command may not need. While it was down (or stalled, until pingTimeout),
+// every command failed, whatever primary served its lock. So with a name,
+// the PING goes to the primary of the lock's slot, which the command
+// uses; ls, which needs every primary, pings as before.
+func (t *target) ping(ctx context.Context, rdb redis.UniversalClient, name string) error {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok || name == "" {
+		return rdb.Ping(ctx).Err()
+	}
+	key := dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix)).RedisKey(name)
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	return node.Ping(ctx).Err()
 }
 
 // noSentinel is how go-redis says that no sentinel gave it the master's

@@ -792,7 +792,7 @@ func TestConnectBadOptions(t *testing.T) {
 // a usage error.
 func TestOpenRecoversPanic(t *testing.T) {
 	tg := &target{single: &redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://"), PoolSize: -1}, display: redisURL}
-	rdb, err := tg.open(context.Background(), statusCommand)
+	rdb, err := tg.open(context.Background(), statusCommand, "x")
 	var ee *exitError
 	if rdb != nil || !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, "go-redis cannot use the options of "+redisURL) {
 		t.Errorf("open with pool_size -1: %v, %v", rdb, err)

@@ -55,7 +55,7 @@ Examples:
 
 // status is the status command on the lock called name.
 func (a *app) status(ctx context.Context, name string, asJSON bool) error {
-	c, err := a.connect(ctx)
+	c, err := a.connect(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (a *app) list(ctx context.Context, pattern string, asJSON, watch bool, inte
 	if watch {
 		return a.watchList(ctx, pattern, asJSON, interval)
 	}
-	c, err := a.connect(ctx)
+	c, err := a.connect(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 		var infos []*dlock.Info
 		var err error
 		if c == nil {
-			c, err = a.connect(ctx)
+			c, err = a.connect(ctx, "")
 			var ee *exitError
 			if err != nil && ctx.Err() == nil && (!errors.As(err, &ee) || !ee.down) {
 				return err
@@ -371,7 +371,7 @@ Examples:
 
 // forceRelease is the release --force command on the lock called name.
 func (a *app) forceRelease(ctx context.Context, name string, asJSON bool) error {
-	c, err := a.connect(ctx)
+	c, err := a.connect(ctx, name)
 	if err != nil {
 		return err
 	}

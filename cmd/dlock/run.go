@@ -779,7 +779,7 @@ func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*c
 		if last != nil {
 			tctx, cancel = context.WithDeadline(ctx, begin.Add(limit))
 		}
-		c, err := a.connect(tctx)
+		c, err := a.connect(tctx, name)
 		cut := tctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err != nil && cut {
