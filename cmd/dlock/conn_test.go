@@ -555,6 +555,36 @@ func TestConnectSentinel(t *testing.T) {
 	}
 }
 
+// A sentinel that refuses its own password (sentinel_password in the URL,
+// DLOCK_SENTINEL_PASSWORD) is named, with the settings to check: the hint
+// was the one for the primary's password (the URL's, DLOCK_PASSWORD), which
+// was right.
+func TestConnectSentinelRefusesItsPassword(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartReplicated(t, 0, 1)
+	sentinel := rs.SentinelAddrs()[0]
+	rs.Sentinels[0].Do(t, "ACL", "SETUSER", "watcher", "on", ">sentinel-pw", "+@all")
+	rs.Sentinels[0].Do(t, "ACL", "SETUSER", "default", "off")
+	url := "redis-sentinel://" + sentinel + "/" + rs.MasterName + "?sentinel_username=watcher"
+	if r := dlockRun(t, []string{"DLOCK_SENTINEL_PASSWORD=sentinel-pw"}, "--redis", url, "status", "x"); r.code != 0 {
+		t.Fatalf("status with the sentinel's password: code %d, stderr %s", r.code, r.stderr)
+	}
+	for _, tc := range []struct {
+		env []string
+		url string
+	}{
+		{[]string{"DLOCK_SENTINEL_PASSWORD=wrong-pw"}, url},
+		{nil, url + "&sentinel_password=wrong-pw"},
+		{nil, "redis-sentinel://" + sentinel + "/" + rs.MasterName}, // no password: NOAUTH
+	} {
+		r := dlockRun(t, tc.env, "--redis", tc.url, "run", "x", "--", "true")
+		checkOneLine(t, r, exitUnavailable, "the sentinel at "+sentinel+" refused")
+		if !strings.Contains(r.stderr, "sentinel_password in the URL, or DLOCK_SENTINEL_PASSWORD") || strings.Contains(r.stderr, "wrong-pw") {
+			t.Errorf("the sentinel refused its password (%s): %s", tc.url, r.stderr)
+		}
+	}
+}
+
 // readmeACL returns the rules of the README's least-privileged ACL user.
 func readmeACL(t *testing.T) []string {
 	t.Helper()
