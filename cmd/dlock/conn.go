@@ -192,6 +192,7 @@ const noSentinel = "all sentinels specified in configuration are unreachable"
 // none could be reached is Redis down (see exitError.down).
 func (t *target) sentinelError(ctx context.Context, cmd *command, err error) error {
 	down := true
+	refusedBy := "" // the sentinel whose refusal err is
 	for _, addr := range t.failover.SentinelAddrs {
 		s := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: t.failover.SentinelUsername, Password: t.failover.SentinelPassword,
 			TLSConfig: t.failover.TLSConfig, DialTimeout: t.failover.DialTimeout, MaxRetries: -1})
@@ -203,15 +204,32 @@ func (t *target) sentinelError(ctx context.Context, cmd *command, err error) err
 		case errors.Is(serr, redis.Nil):
 			return usage(cmd, "the sentinel at %s does not monitor a master called %q: check --sentinel-master or the URL's master name", addr, t.failover.MasterName)
 		case serr != nil && !isNetError(serr):
-			err = serr // a refusal: the password, a permission
+			err, refusedBy = serr, addr // a refusal: the password, a permission
 			down = false
 		}
+	}
+	if hint := sentinelRefusalHint(err); refusedBy != "" && hint != "" {
+		return fail(exitUnavailable, "cannot use Redis at %s: the sentinel at %s refused: %s; %s", t.display, refusedBy, libMsg(err), hint)
 	}
 	e := t.pingError(cmd, err)
 	if ee, ok := e.(*exitError); ok {
 		ee.down = down
 	}
 	return e
+}
+
+// sentinelRefusalHint says what to fix when a sentinel refuses dlock for
+// its user or password, which are the sentinels' own settings, not the
+// primary's; "" for another refusal.
+func sentinelRefusalHint(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
+		return "check the sentinels' user and password: sentinel_username and sentinel_password in the URL, or DLOCK_SENTINEL_PASSWORD"
+	case strings.Contains(msg, "NOPERM"):
+		return "the sentinels' user lacks a permission: grant it the SENTINEL command"
+	}
+	return ""
 }
 
 // pingError explains a failed first contact: a setting the server says is
