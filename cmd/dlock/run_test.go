@@ -1174,3 +1174,24 @@ func TestRunSaysRedisIsFull(t *testing.T) {
 		}
 	}
 }
+
+// A replica given as the server (the primary that a Sentinel failover
+// demoted, say) answers each attempt with READONLY: run says that it is a
+// replica, and what to give instead, not that Redis is unreachable (check
+// that it is running).
+func TestRunSaysTheServerIsAReplica(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartReplicated(t, 1, 0)
+	env := []string{"DLOCK_REDIS=redis://" + rs.Replicas[0].Addr()}
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1500ms"}} {
+		r := dlockRun(t, env, runArgs(flags, lockName(t), "exit", "0")...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "READONLY") {
+			t.Fatalf("%v on a replica: code %d, stderr %q; want %d", flags, r.code, r.stderr, exitUnavailable)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+			if strings.Contains(line, "unreachable") || strings.Contains(line, "that Redis is running") || !strings.Contains(line, "is a replica") {
+				t.Errorf("%v on a replica: the line %q does not say that the server is a replica", flags, line)
+			}
+		}
+	}
+}
