@@ -292,6 +292,8 @@ func unreachable(display string, err error) error {
 		hint = "check the sentinel addresses and the master name they monitor"
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "EOF"):
 		hint = "check the address, and whether the server expects TLS (rediss://)"
+	case readOnly(err):
+		hint = "the server is a replica, which takes no locks (a failover may have made it one): give its primary's address, or the sentinels' (redis-sentinel://HOST:PORT/MASTER) to follow failovers"
 	case passing(err):
 		hint = "Redis is busy or not ready (a long script, loading its data, a failover); a run that waits (no --no-wait) waits for it"
 	case full(err):
@@ -325,6 +327,13 @@ func denied(err error) bool {
 // (OOM), or a message that quotes one: it answers, and is not unreachable.
 func full(err error) bool {
 	return redis.HasErrorPrefix(err, "OOM") || strings.Contains(err.Error(), "OOM command not allowed")
+}
+
+// readOnly reports whether err is a replica's refusal of a write
+// (READONLY), or a message that quotes one: the server answers, and is not
+// the primary.
+func readOnly(err error) bool {
+	return redis.HasErrorPrefix(err, "READONLY") || strings.Contains(err.Error(), "READONLY You can't write")
 }
 
 // passing reports whether err is a server's refusal that passes by itself:

@@ -470,7 +470,7 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 		return a.clusterNodeError(c)
 	case errors.As(cause, &refused):
 		return unreachable(c.display, refused.err)
-	case errors.As(cause, &down) && full(down.err):
+	case errors.As(cause, &down) && (full(down.err) || readOnly(down.err)):
 		return unreachable(c.display, fmt.Errorf("refused for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	case errors.As(cause, &down):
 		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))

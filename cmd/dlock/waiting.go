@@ -25,6 +25,8 @@ func downWords(err error) string {
 	switch {
 	case full(err):
 		return "Redis full (maxmemory)"
+	case readOnly(err):
+		return "Redis is a replica (read-only)"
 	case passing(err):
 		return "Redis busy or not ready"
 	}
