@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -57,4 +58,56 @@ func TestTheWaitingLineDoesNotNameItsOwnHold(t *testing.T) {
 	if _, key := w.heldLine(other); key == "free" {
 		t.Error("another's hold reads as just released")
 	}
+}
+
+// The waiting line that the first failed attempt starts says what that
+// attempt met: onRetry let the report start before it recorded the
+// attempt's error, and the report, which reads that record first, could
+// find none, look the holder up, and say "just released" of a Redis that
+// refused every attempt (at its maxmemory, a replica). The test holds the
+// waiter's lock, as the report's read does, while onRetry runs.
+func TestTheFirstWaitingLineHasTheFirstAttemptsError(t *testing.T) {
+	w := &waiter{begun: make(chan struct{}), answered: time.Now(), cancel: func(error) {}}
+	failed := errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	w.mu.Lock()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		w.onRetry(1, failed)
+	}()
+	// onRetry comes to wait for the lock, having done all it does before.
+	for deadline := time.Now().Add(10 * time.Second); !waitsForAMutexIn("(*waiter).onRetry"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			w.mu.Unlock()
+			t.Fatal("onRetry did not come to wait for the waiter's lock")
+		}
+	}
+	select {
+	case <-w.begun:
+		t.Error("the wait was reported begun before its first attempt's error was recorded")
+	default:
+	}
+	w.mu.Unlock()
+	<-returned
+	select {
+	case <-w.begun:
+	default:
+		t.Error("the wait was not reported begun after its first failed attempt")
+	}
+	if last, held := w.outcome(); last != failed || held {
+		t.Errorf("recorded %v (held %v), want the attempt's error", last, held)
+	}
+}
+
+// waitsForAMutexIn reports whether a goroutine waits to lock a sync.Mutex
+// inside the function fn.
+func waitsForAMutexIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }
