@@ -114,6 +114,9 @@ func (w *waiter) onRetry(failed int, err error) {
 		w.cancel(redisRefused{err})
 		return
 	}
+	// Recorded before the report starts, which reads the record first: the
+	// first waiting line says what the first attempt met.
+	w.record(err)
 	w.begin.Do(func() {
 		w.failedAt = time.Now()
 		if w.limit > 0 {
@@ -121,6 +124,11 @@ func (w *waiter) onRetry(failed int, err error) {
 		}
 		close(w.begun)
 	})
+}
+
+// record keeps what a failed attempt met: the lock held, or Redis failing,
+// which ends the wait once it has lasted unreachableWait.
+func (w *waiter) record(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
