@@ -209,7 +209,8 @@ func (t *target) sentinelError(ctx context.Context, cmd *command, err error) err
 		}
 	}
 	if hint := sentinelRefusalHint(err); refusedBy != "" && hint != "" {
-		return fail(exitUnavailable, "cannot use Redis at %s: the sentinel at %s refused: %s; %s", t.display, refusedBy, libMsg(err), hint)
+		// A setting to fix, as the primary's own password is (see denied).
+		return fail(exitDenied, "cannot use Redis at %s: the sentinel at %s refused: %s; %s", t.display, refusedBy, libMsg(err), hint)
 	}
 	e := t.pingError(cmd, err)
 	if ee, ok := e.(*exitError); ok {

@@ -578,7 +578,7 @@ func TestConnectSentinelRefusesItsPassword(t *testing.T) {
 		{nil, "redis-sentinel://" + sentinel + "/" + rs.MasterName}, // no password: NOAUTH
 	} {
 		r := dlockRun(t, tc.env, "--redis", tc.url, "run", "x", "--", "true")
-		checkOneLine(t, r, exitUnavailable, "the sentinel at "+sentinel+" refused")
+		checkOneLine(t, r, exitDenied, "the sentinel at "+sentinel+" refused")
 		if !strings.Contains(r.stderr, "sentinel_password in the URL, or DLOCK_SENTINEL_PASSWORD") || strings.Contains(r.stderr, "wrong-pw") {
 			t.Errorf("the sentinel refused its password (%s): %s", tc.url, r.stderr)
 		}
