@@ -1191,3 +1191,96 @@ func TestAWriterThatGivesUpDuringASlotMigrationLeavesNoPendingRecord(t *testing.
 		})
 	}
 }
+
+// TestACleanUpWhileItsSlotMigratesLeavesTheSlotMovable: a clean-up (the
+// release after an acquire whose reply was lost) keeps its record in a key
+// of its own beside the lock's hash (…:late, two seconds). While the
+// lock's slot moves to another primary, with the hash, the waiter set and
+// the fence counter moved and that key not yet, a clean-up runs on the
+// importing node (the source answers ASK: it has none of the keys the
+// script names). Its record must not make a second copy of the key there:
+// MIGRATE of the source's copy would then fail (BUSYKEY), and so would
+// `redis-cli --cluster reshard`, leaving the slot half-moved.
+func TestACleanUpWhileItsSlotMigratesLeavesTheSlotMovable(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	holder, waiter := newClusterClient(t, cluster), newClusterClient(t, cluster)
+	name := "migrating:late"
+	key := holder.RedisKey(name)
+	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter, so that the waiter set exists: a release's keys are all
+	// there and it runs wherever they are.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	waited := lockWhenRefused(t, wctx, waiter, name)
+	// cleanedUp makes an acquire whose reply is lost: its clean-up runs.
+	cleanedUp := func() *copyingDriver {
+		t.Helper()
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		d := &copyingDriver{Driver: goredis.New(rdb), holdBack: true}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.TryLock(ctx, name); !errors.Is(err, errLostReply) {
+			t.Fatalf("TryLock: %v, want the lost reply's error", err)
+		}
+		return d
+	}
+	cleanedUp()
+	from := cluster.PrimaryOf(t, key)
+	late := key + ":late"
+	if from.Do(t, "EXISTS", late) != "1" {
+		t.Fatalf("no %s after a clean-up", late)
+	}
+	from.Do(t, "PERSIST", late) // its two seconds do not run out during the test
+	var to *redistest.Server
+	for _, p := range cluster.Nodes {
+		if p != from {
+			to = p
+			break
+		}
+	}
+	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
+	toID := to.Do(t, "CLUSTER", "MYID")
+	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
+	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	host, port, _ := strings.Cut(to.Addr(), ":")
+	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
+		if k != late {
+			from.Do(t, "MIGRATE", host, port, k, "0", "5000")
+		}
+	}
+	d := cleanedUp() // while the lock's keys but its clean-ups' record have moved
+	// The rest of the move, as redis-cli does it: MIGRATE without REPLACE.
+	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
+		from.Do(t, "MIGRATE", host, port, k, "0", "5000")
+	}
+	for _, n := range cluster.Nodes {
+		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+	}
+	if n := from.Do(t, "CLUSTER", "COUNTKEYSINSLOT", slot); n != "0" {
+		t.Errorf("the old primary keeps %s keys of the slot", n)
+	}
+	// Once the move is over, the second clean-up's record is there: a late
+	// copy of its acquire takes nothing, once the name is free.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("the waiter: %v", r.err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The clean-up runs on the new primary, sent again there if the move
+	// refused it: its record names the acquire's request token.
+	word := d.kept[0].Args[0].(string)[:11]
+	awaitCond(t, 5*time.Second, func() bool { return strings.Contains(to.Do(t, "GET", late), word) })
+	if v := d.sendCopies(t); !refusal(v[0]) {
+		t.Errorf("a late copy of the acquire cleaned up during the move replied %v, want a refusal", v[0])
+	}
+}
