@@ -224,18 +224,20 @@ func (c *Client) RedisKey(name string) string {
 }
 
 // lockKeys returns the Redis keys of the exclusive lock called name: its
-// RedisKey, its waiter set and its fence counter, in one string.
-func (c *Client) lockKeys(name string) (key, waiters, fence string) {
+// RedisKey, its waiter set, its fence counter and its clean-ups' record
+// (see late_key in scripts/held.lua), in one string.
+func (c *Client) lockKeys(name string) (key, waiters, fence, late string) {
 	c.made()
 	open, shut := "{", "}"
 	if hasHashTag(name) {
 		open, shut = "", ""
 	}
 	all := c.prefix + open + name + shut + c.prefix + open + name + shut + ":waiters" +
-		c.prefix + open + name + shut + ":fence"
+		c.prefix + open + name + shut + ":fence" + c.prefix + open + name + shut + ":late"
 	n := len(c.prefix) + len(open) + len(name) + len(shut)
 	w := n + n + len(":waiters")
-	return all[:n], all[n:w], all[w:]
+	f := w + n + len(":fence")
+	return all[:n], all[n:w], all[w:f], all[f:]
 }
 
 // keySuffixes are the endings of the keys a name's lock keeps beside its

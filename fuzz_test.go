@@ -36,8 +36,8 @@ func FuzzKeys(f *testing.F) {
 		if got != name && !strings.ContainsAny(name, "{}") || c.RedisKey(got) != key {
 			t.Fatalf("nameOf(RedisKey(%q)) = %q", name, got)
 		}
-		if k, w, fk := c.lockKeys(name); k != key || w != key+":waiters" || fk != key+":fence" {
-			t.Fatalf("lockKeys(%q) = %q, %q, %q; want %q and its waiter set and fence counter", name, k, w, fk, key)
+		if k, w, fk, lk := c.lockKeys(name); k != key || w != key+":waiters" || fk != key+":fence" || lk != key+":late" {
+			t.Fatalf("lockKeys(%q) = %q, %q, %q, %q; want %q and its waiter set, fence counter and clean-ups' record", name, k, w, fk, lk, key)
 		}
 		for _, k := range describeKeys(key) { // every key of every kind
 			if hashTag(k) != hashTag(key) {

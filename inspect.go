@@ -96,7 +96,11 @@ func (c *Client) describe(ctx context.Context, s *Script, name string) (*Info, e
 		return nil, err
 	}
 	key := c.RedisKey(name)
-	v, err := c.eval(ctx, s, describeKeys(key))
+	keys := describeKeys(key)
+	if s == scriptForceRelease {
+		keys = append(keys, key+":late") // see force_release.lua
+	}
+	v, err := c.eval(ctx, s, keys)
 	if err != nil {
 		return nil, scriptError(err, key, func(int64) string { return name }, c.RedisKey)
 	}

@@ -310,7 +310,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		return nil, ErrNoNames
 	}
 	n := len(names)
-	keys := make([]string, 3*n) // the lock keys first, see exclusiveKeys
+	keys := make([]string, 4*n) // the lock keys first, see exclusiveKeys
 	var seen map[string]bool    // for many names; a few are compared directly
 	if len(names) > 8 {
 		seen = make(map[string]bool, len(names))
@@ -324,14 +324,14 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		}
 		// Two names are the same lock when they are the same key ("x" and
 		// "{x}"), not only when they are spelt the same.
-		key, waiters, fence := c.lockKeys(name)
+		key, waiters, fence, late := c.lockKeys(name)
 		if seen[key] || (seen == nil && slices.Contains(keys[:i], key)) {
 			return nil, fmt.Errorf("%w: %q (the same lock as another name given)", ErrDuplicateName, name)
 		}
 		if seen != nil {
 			seen[key] = true
 		}
-		keys[i], keys[n+i], keys[2*n+i] = key, waiters, fence
+		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i] = key, waiters, fence, late
 	}
 	if !own {
 		names = append([]string(nil), names...)

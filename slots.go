@@ -92,12 +92,12 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 }
 
 // exclusiveKeys returns the script keys of an exclusive lock from keys,
-// its lock keys, then their waiter sets, then their fence counters:
-// acquire's and release's (all of them; a release may grant the lock to a
-// waiter, with a fence), and refresh's and ttl's (the locks), the start of
-// the others.
+// its lock keys, then their waiter sets, their fence counters and their
+// clean-ups' records: acquire's and release's (all of them; a release may
+// grant the lock to a waiter, with a fence, and a clean-up keeps its
+// record), and refresh's and ttl's (the locks), the start of the others.
 func exclusiveKeys(keys []string) (acquire, held, rel []string) {
-	n := len(keys) / 3
+	n := len(keys) / 4
 	return keys, keys[:n:n], keys
 }
 
@@ -132,9 +132,9 @@ func (l *Lock) split() []part {
 // partOf returns the part of an exclusive lock's names at the indexes at.
 func (l *Lock) partOf(at []int) part {
 	all, n := len(l.held), len(at)
-	keys := make([]string, 3*n)
+	keys := make([]string, 4*n)
 	for j, i := range at {
-		keys[j], keys[n+j], keys[2*n+j] = l.keys[i], l.keys[all+i], l.keys[2*all+i]
+		keys[j], keys[n+j], keys[2*n+j], keys[3*n+j] = l.keys[i], l.keys[all+i], l.keys[2*all+i], l.keys[3*all+i]
 	}
 	p := part{at: at}
 	p.keys, p.held, p.rel = exclusiveKeys(keys)

@@ -802,7 +802,7 @@ func (h *waitHub) returnGrant(key, req string, fence uint64) {
 		defer h.givers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence"},
+		call := &Call{Script: scriptRelease, Keys: []string{key, key + ":waiters", key + ":fence", key + ":late"},
 			Args: h.c.fenceArg([]any{req, "", member, strconv.FormatUint(fence, 10)}, 7)}
 		h.c.evalWith(ctx, replication{}, call)
 		if call.Err != nil {

@@ -2,8 +2,10 @@
 -- and wake its waiters (waiter set KEYS[3]). KEYS[2] is its fence counter,
 -- which stays, so that fences keep growing; KEYS[4..6] are its holds,
 -- pending acquires and arrival queue, removed with the base key by the
--- kinds that have them, and KEYS[7] its release marker, where a read/write
--- lock's or a semaphore's holds are recorded as ended (see record_forced).
+-- kinds that have them, KEYS[7] its release marker, where a read/write
+-- lock's or a semaphore's holds are recorded as ended (see record_forced),
+-- and KEYS[8] the key of an exclusive lock's clean-ups' record (see
+-- late_key).
 -- Returns what was removed; see describe.
 --
 -- An exclusive lock's hash stays for a minute, free, as a released lock's
@@ -22,6 +24,8 @@
 -- forced_kept is how much of 'forced' stays: the tokens of the last
 -- holds ended, cut at a space.
 local forced_kept = 1023
+
+late_keys[KEYS[1]] = KEYS[8]
 
 local was = describe(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if was.err then return was end

@@ -74,10 +74,18 @@ end
 -- join the name (no hash, a free one, its owner's hold) reads it.
 local late_floor, late_most = 2000, 64
 
--- late_key returns the key that keeps the words of 'late' apart from lock
--- hash k (see late_floor), in k's slot.
+-- late_keys maps each lock hash of the script to the key that keeps the
+-- words of its 'late' apart (see late_floor): k .. ':late', in k's slot,
+-- which the script names among its keys, as the scripts that use it set
+-- it. Redis Cluster needs every key a script touches named: while a slot
+-- moves, the node the keys are leaving refuses a key it no longer has,
+-- and the node they go to would make a second copy of a key not moved
+-- yet, which stops the move (MIGRATE fails with BUSYKEY).
+local late_keys = {}
+
+-- late_key returns the key of late_keys for lock hash k.
 local function late_key(k)
-  return k .. ':late'
+  return late_keys[k]
 end
 
 -- lapse returns when the words of 'late' (see late_floor), read as late,
