@@ -274,6 +274,8 @@ func unreachable(display string, err error) error {
 	const unknown = "check --redis or DLOCK_REDIS, and that Redis is running"
 	hint := unknown
 	switch {
+	case notReplicated(err):
+		hint = "fewer of the primary's replicas than --replicas confirmed the lock within --replicas-timeout: check that it has that many, linked and in sync (INFO replication; a primary just promoted by a failover has fewer until the old one rejoins as its replica), or give a lower --replicas"
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
 	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "can't run this command"), strings.Contains(msg, "ACL failure in script"):
@@ -322,6 +324,13 @@ func unreachable(display string, err error) error {
 // classified alike.
 func denied(err error) bool {
 	return errors.Is(&dlock.ServerError{Err: err}, dlock.ErrDenied)
+}
+
+// notReplicated reports whether err is that of an acquire or refresh that
+// fewer replicas confirmed than --replicas asks for (dlock.ErrNotReplicated),
+// or a message that quotes it.
+func notReplicated(err error) bool {
+	return errors.Is(err, dlock.ErrNotReplicated) || strings.Contains(err.Error(), libMsg(dlock.ErrNotReplicated))
 }
 
 // full reports whether err is the refusal of a server at its maxmemory

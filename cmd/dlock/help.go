@@ -95,7 +95,8 @@ const exitHelp = `Exit codes:
            cluster the server does not have, and a Redis Cluster node given as
            one server, without --cluster); the message says which
   69       Redis could not be used: unreachable (also when --wait ran out while it
-           failed), busy, full, or a connection closed at once (a TLS port
+           failed), busy, full, short of replicas (run --replicas N: fewer than
+           N confirmed the lock), or a connection closed at once (a TLS port
            reached without rediss://)
   70       an unexpected failure
   73       run: the lock was not obtained (--no-wait, or --wait ran out)

@@ -38,6 +38,10 @@ const (
 	holderLookup = time.Second
 	// maxCmdMeta bounds the command line stored in the metadata.
 	maxCmdMeta = 200
+	// defaultReplicasTimeout is how long the replicas have to confirm an
+	// acquire or a refresh (--replicas-timeout), unless a third of --ttl
+	// is shorter.
+	defaultReplicasTimeout = time.Second
 )
 
 var runCommand = new(command)
@@ -110,6 +114,16 @@ once the TTL runs out another run may obtain the lock while they still run.
 Run a command whose children end with it (exec the last one, or trap TERM and
 stop them), or check DLOCK_FENCE. Elsewhere the command keeps running too.
 
+Redis copies a lock to its replicas only after granting it: a failover
+(Sentinel, Redis Cluster) to a replica that had not received it yet frees
+the lock, and another run may start beside this one, neither told. On
+Sentinel or a Cluster, give --replicas N, N the number of the primary's
+replicas: the lock then counts only once they all have it, so it survives a
+failover to any of them. While fewer are up and in sync (after a failover,
+until the old primary rejoins as a replica), no run obtains the lock (code
+69, or, waiting, "not confirmed by replicas" until the wait ends), and a run
+that holds it loses it at its deadline (code 74).
+
 Flags:
   --wait DURATION      give up with code 73 if the lock is not obtained within
                        DURATION (default: wait as long as it takes); the first
@@ -140,6 +154,15 @@ Flags:
   --semaphore N        take one of N permits (N > 0): up to N runs at once; each
                        run is let in while fewer than its own N are held, so every
                        user of the name should give the same N
+  --replicas N         confirm the lock on N of the primary's replicas (N > 0), as
+                       dlock.WithReplicas: a lock that fewer confirm is given back
+                       and the command not run (code 69; a wait retries it), a
+                       refresh that fewer confirm does not count (the lock is
+                       lost at its deadline, code 74). Give it on Sentinel or a
+                       Redis Cluster, N the number of the primary's replicas
+  --replicas-timeout D how long the replicas have to confirm each acquire and
+                       refresh (default 1s, or a third of --ttl if shorter; at
+                       most a third of --ttl)
   --quiet, -q          do not report waiting; errors are still reported
 
 A plain run takes an exclusive lock, which is another kind: a name is used by
@@ -152,6 +175,7 @@ Examples:
   dlock run deploy -- sh -c 'echo "deploying with fence $DLOCK_FENCE"; ./deploy'
   dlock run --no-wait sync -- ./sync; [ $? -eq 73 ] && echo "sync already running"
   dlock run --no-wait --min-hold 2m cleanup -- ./cleanup.sh  # cron, every 5 minutes
+  dlock --redis redis-sentinel://s1,s2,s3/locks run --replicas 2 deploy -- ./deploy
 `,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			o := runOptions{ttl: dlock.DefaultTTL, grace: defaultGrace}
@@ -194,6 +218,27 @@ Examples:
 				o.kind.permits, o.semaphore = n, true
 				return nil
 			})
+			fs.Func("replicas", "", func(s string) error {
+				n, err := strconv.Atoi(s)
+				switch {
+				case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
+					return fmt.Errorf("%s must be at least 1", s)
+				case errors.Is(err, strconv.ErrRange):
+					return fmt.Errorf("%q is out of range (at most %d replicas)", s, math.MaxInt)
+				case err != nil:
+					return fmt.Errorf("%q is not a whole number of replicas", s)
+				}
+				o.replicas, o.replicated = n, true
+				return nil
+			})
+			fs.Func("replicas-timeout", "", func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					return badDuration(s, "100ms or 1s")
+				}
+				o.replicasTimeout, o.replicasTimeoutSet = d, true
+				return nil
+			})
 			fs.BoolVar(&o.quiet, "quiet", false, "")
 			fs.BoolVar(&o.quiet, "q", false, "")
 			return func(a *app, args []string) error { return a.run(args, &o) }
@@ -208,6 +253,25 @@ type runOptions struct {
 	meta             [][2]string
 	kind             kind
 	semaphore        bool // --semaphore was given, whatever its number
+	// replicas is --replicas: how many replicas must confirm each acquire
+	// and refresh (dlock.WithReplicas); replicated is set when it was
+	// given, whatever its number.
+	replicas           int
+	replicated         bool
+	replicasTimeout    time.Duration // --replicas-timeout, if replicasTimeoutSet
+	replicasTimeoutSet bool
+}
+
+// confirmTimeout is how long the replicas have to confirm an acquire or a
+// refresh: --replicas-timeout, else defaultReplicasTimeout or a third of
+// --ttl, the shorter. A refresh comes every third of --ttl: one that waits
+// for the replicas no longer than that leaves time for the next before
+// the lock's deadline.
+func (o *runOptions) confirmTimeout() time.Duration {
+	if o.replicasTimeoutSet {
+		return o.replicasTimeout
+	}
+	return min(defaultReplicasTimeout, (o.ttl / 3).Truncate(time.Millisecond)) // WAIT counts milliseconds
 }
 
 // check validates the options that flag parsing could not.
@@ -237,6 +301,16 @@ func (o *runOptions) check() error {
 		return usage(runCommand, "--write and --semaphore exclude each other")
 	case o.kind.fair && !o.kind.shared && !o.kind.write:
 		return usage(runCommand, "--fair is for a read/write lock: give it with --shared or --write")
+	case o.replicated && o.replicas < 1:
+		return usage(runCommand, "--replicas %d must be at least 1: the number of the primary's replicas that must confirm the lock (leave --replicas out for none)", o.replicas)
+	case o.replicasTimeoutSet && !o.replicated:
+		return usage(runCommand, "--replicas-timeout is for --replicas: give both")
+	case o.replicasTimeoutSet && o.replicasTimeout < time.Millisecond:
+		return usage(runCommand, "--replicas-timeout %v is too short; it must be at least 1ms", o.replicasTimeout)
+	case o.replicasTimeoutSet && o.replicasTimeout > o.ttl/3:
+		// Every refresh would wait up to its next, and one not confirmed
+		// would leave no time for another before the deadline.
+		return usage(runCommand, "--replicas-timeout %v is more than a third of --ttl (%v), which is how often the lock is refreshed: give a longer --ttl, or a shorter --replicas-timeout", o.replicasTimeout, o.ttl)
 	}
 	return nil
 }
@@ -410,6 +484,9 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	if o.minHold > 0 {
 		opts = append(opts, dlock.WithMinHold(o.minHold))
 	}
+	if o.replicated {
+		opts = append(opts, dlock.WithReplicas(o.replicas, o.confirmTimeout()))
+	}
 	var l *dlock.Lock
 	var w *waiter
 	if o.noWait {
@@ -470,6 +547,8 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 		return a.clusterNodeError(c)
 	case errors.As(cause, &refused):
 		return unreachable(c.display, refused.err)
+	case errors.As(cause, &down) && notReplicated(down.err):
+		return unreachable(c.display, fmt.Errorf("not confirmed by replicas for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	case errors.As(cause, &down) && (full(down.err) || readOnly(down.err)):
 		return unreachable(c.display, fmt.Errorf("refused for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	case errors.As(cause, &down):

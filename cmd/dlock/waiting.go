@@ -23,6 +23,8 @@ func (r redisDown) Error() string { return downWords(r.err) + ": " + r.err.Error
 // or not ready (see passing), or unreachable.
 func downWords(err error) string {
 	switch {
+	case notReplicated(err):
+		return "not confirmed by replicas"
 	case full(err):
 		return "Redis full (maxmemory)"
 	case readOnly(err):
@@ -40,9 +42,12 @@ type redisRefused struct{ err error }
 func (r redisRefused) Error() string { return "Redis refused: " + r.err.Error() }
 
 // cutShort reports whether err is that of an attempt cut short by the end
-// of the wait, which says nothing about Redis.
+// of the wait, which says nothing about Redis. An acquire whose replicas
+// did not confirm it in time was not: it may match
+// context.DeadlineExceeded too, when the reply did not come by the WAIT's
+// timeout (see dlock.WithReplicas).
 func cutShort(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return !notReplicated(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // waiter reports run's wait for a lock: on a terminal one status line,
