@@ -339,6 +339,34 @@ func TestARefusalIsNotMistakenForAnUnconfirmedWrite(t *testing.T) {
 	}
 }
 
+// TestARefusalOnAServerShortOfReplicasIsNotObtained: Redis answers a WAIT
+// at the first tick of its clock after its timeout (ten a second by
+// default), so up to 100ms late, and twice so for an acquire sent again
+// to a server that lacked the scripts (a new primary, after a failover).
+// An acquire of a held name is refused all the same: the caller must learn
+// that the name is held, not that its write (it made none) was not
+// confirmed, as it did when the lone call left at its timeout and 100ms.
+func TestARefusalOnAServerShortOfReplicasIsNotObtained(t *testing.T) {
+	r, _ := replicatedKnowingTheScripts(t)
+	// ContextTimeoutEnabled: the reply is read only until the call's end.
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if _, err := c.TryLock(ctx, "taken"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if i%2 == 0 {
+			r.Primary.Do(t, "SCRIPT", "FLUSH")
+		}
+		if _, err := c.TryLock(ctx, "taken", dlock.WithReplicas(2, 20*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrNotReplicated) {
+			t.Fatalf("TryLock %d of a held name on a server short of replicas: err = %v, want ErrNotObtained", i, err)
+		}
+	}
+}
+
 // TestAReplicaOrAFullServerIsNotTakenForOtherData sends acquisitions that
 // must write to where they cannot: a replica (READONLY) and a primary at
 // its maxmemory (OOM). They fail with the server's error, which a caller
