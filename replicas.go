@@ -42,7 +42,9 @@ type replication struct {
 // answers a WAIT only at its timeout; no more than WithPipelines such
 // requests of one setting are in flight at once, and those that queue
 // meanwhile go out together, under one WAIT of what is left of their
-// timeout; an acquire whose reply has not come 100ms past its timeout, so
+// timeout; an acquire whose reply has not come 300ms past its timeout
+// (Redis answers a WAIT at the first tick of its clock after its timeout,
+// up to 100ms late by default, twice for a script sent again), so
 // queued, or on a server that stalls, ends as one whose reply was lost,
 // what it may have taken given back, with ErrNotReplicated and
 // context.DeadlineExceeded), and
@@ -132,9 +134,11 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 var errWaitBy = errors.New("dlock: the WAIT timeout passed")
 
 // waitBySlack is how long past its WAIT timeout a lone call confirmed on
-// replicas waits for the reply: the server answers WAIT at its timeout,
+// replicas waits for the reply: the server answers WAIT at the first tick
+// of its clock after the timeout (hz 10 by default: up to 100ms late), a
+// call sent again with its script after NOSCRIPT waits a second WAIT so,
 // and the reply then has to come back.
-const waitBySlack = 100 * time.Millisecond
+const waitBySlack = 300 * time.Millisecond
 
 // evalWait sends calls, and WAIT as r asks, by the driver's Replicator,
 // and fails the calls whose writes were not confirmed (see evalWith).

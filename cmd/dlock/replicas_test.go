@@ -22,13 +22,8 @@ import (
 
 // replicated starts a primary with one replica, and returns them, the
 // environment that points run at the primary, and a dlock client on it,
-// which has run the scripts of every kind there. (A script the primary
-// does not have yet is sent again by EVAL after a first WAIT that, short
-// of replicas, waits its whole timeout; the second WAIT, of what is left,
-// takes up to the server's 100ms tick too, and a client whose requests
-// end at their context's deadline, as run's, does not get the reply
-// within the 100ms more the library waits for it: the failure says that
-// no reply came, not how many replicas acknowledged.)
+// which has run the scripts of every kind there, so that each run's
+// acquire goes once.
 func replicated(t *testing.T) (*redistest.Replicated, []string, *dlock.Client) {
 	t.Helper()
 	rs := redistest.StartReplicated(t, 1, 0)
