@@ -557,15 +557,7 @@ func TestAcquiresWaitingForReplicasLeaveConnectionsToOtherCalls(t *testing.T) {
 	}
 	// The primary holds their WAITs: all of them when nothing bounds them,
 	// else as many as go out at once.
-	blocked := func() int {
-		for _, line := range strings.Split(r.Primary.Do(t, "INFO", "clients"), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
-		}
-		return 0
-	}
+	blocked := func() int { return blockedClients(t, r.Primary) }
 	for deadline := time.Now().Add(5 * time.Second); blocked() < dlock.DefaultPipelines; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d WAITs blocked after 5s, want %d", blocked(), dlock.DefaultPipelines)
@@ -649,15 +641,7 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 			_, _ = c.TryLock(context.Background(), "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
 		}()
 	}
-	blocked := func() int {
-		for _, line := range strings.Split(r.Primary.Do(t, "INFO", "clients"), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
-		}
-		return 0
-	}
+	blocked := func() int { return blockedClients(t, r.Primary) }
 	awaitCond(t, 5*time.Second, func() bool { return blocked() >= dlock.DefaultPipelines })
 	var early error
 	var took time.Duration
@@ -687,6 +671,148 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 		t.Fatalf("the name of the acquire that failed: %v", err)
 	}
 	_ = l.Release(context.Background())
+}
+
+// TestARefreshQueuedForReplicasEndsAtItsOwnTimeout: a Refresh WithReplicas
+// queued behind WithPipelines acquires that wait for a lagging replica
+// goes out with an acquire queued after it, under one WAIT. An acquire
+// leaves such a pipeline at its own timeout, but a refresh stays in its
+// pipeline (see TestARefreshStaysInItsPipeline): the WAIT had what was
+// left of the later acquire's timeout, and the Refresh returned after up
+// to twice its own.
+func TestARefreshQueuedForReplicasEndsAtItsOwnTimeout(t *testing.T) {
+	r, c := replicatedKnowingTheScripts(t)
+	ctx := context.Background()
+	const timeout = time.Second
+	l, err := c.TryLock(ctx, "refreshed", dlock.WithTTL(time.Minute), dlock.WithReplicas(1, timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil { // the server knows the script
+		t.Fatal(err)
+	}
+	resume := r.Replicas[0].PauseAWhile(t)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range dlock.DefaultPipelines { // in flight, waiting their whole timeout
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.TryLock(ctx, "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
+		}()
+	}
+	awaitCond(t, 5*time.Second, func() bool { return blockedClients(t, r.Primary) >= dlock.DefaultPipelines })
+	var refreshed error
+	var took time.Duration
+	wg.Add(2)
+	go func() { // queued at once
+		defer wg.Done()
+		start := time.Now()
+		refreshed = l.Refresh(ctx, time.Minute)
+		took = time.Since(start)
+	}()
+	go func() { // queued near the end of the WAITs in flight
+		defer wg.Done()
+		time.Sleep(timeout * 8 / 10)
+		_, _ = c.TryLock(ctx, "late", dlock.WithReplicas(1, timeout))
+	}()
+	wg.Wait()
+	if !errors.Is(refreshed, dlock.ErrNotReplicated) {
+		t.Errorf("err = %v, want ErrNotReplicated", refreshed)
+	}
+	if took > timeout*16/10 { // with the late one's, up to twice it
+		t.Errorf("the Refresh returned after %v, want about its %v timeout", took, timeout)
+	}
+	resume()
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Errorf("a Refresh once the replica is back: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// stalledReplicator is a Replicator on a single server that, once
+// stalled, answers no EvalWait until its context ends, as a primary that
+// stalls, with a driver that ends a request at its context's deadline;
+// entered is closed when the first such call arrives.
+type stalledReplicator struct {
+	dlock.Driver
+	stalled atomic.Bool
+	once    sync.Once
+	entered chan struct{}
+}
+
+func (d *stalledReplicator) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
+	if d.stalled.Load() {
+		d.once.Do(func() { close(d.entered) })
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	d.Driver.Eval(ctx, calls...)
+	return replicas, nil
+}
+
+// TestARefreshQueuedForReplicasOnAStalledServerEndsAtItsOwnTimeout: as
+// TestARefreshQueuedForReplicasEndsAtItsOwnTimeout, on a server that
+// stalls: the pipeline that the Refresh goes out in, under the deadline
+// of an acquire queued after it, ends at the Refresh's own.
+func TestARefreshQueuedForReplicasOnAStalledServerEndsAtItsOwnTimeout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := &stalledReplicator{Driver: e.newDriver(t), entered: make(chan struct{})}
+	c := dlock.New(d, dlock.WithPipelines(1))
+	defer c.Close()
+	const timeout = time.Second
+	l, err := c.TryLock(ctx, "refreshed", dlock.WithTTL(time.Minute), dlock.WithReplicas(1, timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	d.stalled.Store(true)
+	defer d.stalled.Store(false)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { // in flight until its own timeout, and the lane's 100ms past it
+		defer wg.Done()
+		_, _ = c.TryLock(ctx, "first", dlock.WithReplicas(1, timeout))
+	}()
+	<-d.entered
+	var refreshed error
+	var took time.Duration
+	wg.Add(2)
+	go func() { // queued a while after it: it goes out as it returns
+		defer wg.Done()
+		time.Sleep(timeout * 3 / 10)
+		start := time.Now()
+		refreshed = l.Refresh(ctx, time.Minute)
+		took = time.Since(start)
+	}()
+	go func() { // queued near its end
+		defer wg.Done()
+		time.Sleep(timeout * 9 / 10)
+		_, _ = c.TryLock(ctx, "late", dlock.WithReplicas(1, timeout))
+	}()
+	wg.Wait()
+	if !errors.Is(refreshed, dlock.ErrNotReplicated) || !errors.Is(refreshed, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want ErrNotReplicated and context.DeadlineExceeded", refreshed)
+	}
+	// 1.1s, its own timeout and the lane's 100ms; 1.7s with the late one's.
+	if took > timeout*14/10 {
+		t.Errorf("the Refresh returned after %v, want about its %v timeout", took, timeout)
+	}
+}
+
+// blockedClients returns how many clients s holds blocked (in a WAIT,
+// here).
+func blockedClients(t *testing.T, s *redistest.Server) int {
+	for _, line := range strings.Split(s.Do(t, "INFO", "clients"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // replicatedKnowingTheScripts starts a primary with a replica, and a
