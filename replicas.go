@@ -42,12 +42,13 @@ type replication struct {
 // answers a WAIT only at its timeout; no more than WithPipelines such
 // requests of one setting are in flight at once, and those that queue
 // meanwhile go out together, under one WAIT of what is left of their
-// timeout; an acquire whose reply has not come 300ms past its timeout
+// timeout, or of the earliest refresh's among them, which does not leave
+// its request; an acquire whose reply has not come 300ms past its timeout
 // (Redis answers a WAIT at the first tick of its clock after its timeout,
 // up to 100ms late by default, twice for a script sent again), so
 // queued, or on a server that stalls, ends as one whose reply was lost,
 // what it may have taken given back, with ErrNotReplicated and
-// context.DeadlineExceeded), and
+// context.DeadlineExceeded, and a refresh as one that was not confirmed), and
 // an acquire that fewer replicas acknowledged is released and returns
 // ErrNotReplicated (a waiting Lock keeps the hold while it waits, and
 // tries again, as ErrNotReplicated says); a refresh that fewer
@@ -151,11 +152,28 @@ func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 	// evalWith): queued while a replica lagged, they fail at their
 	// timeout, not up to twice that.
 	timeout := r.timeout
-	var by time.Time
+	var by, stayBy time.Time
 	for _, call := range calls {
 		if call.waitBy.After(by) {
 			by = call.waitBy
 		}
+		if stays(call) && !call.waitBy.IsZero() && (stayBy.IsZero() || call.waitBy.Before(stayBy)) {
+			stayBy = call.waitBy
+		}
+	}
+	// But a refresh does not leave its pipeline (see stays): queued with
+	// calls made after it, it would wait for the latest's timeout, up to
+	// twice its own. With one, the WAIT lasts no longer than what is left
+	// of the earliest refresh's timeout, and the request no longer than
+	// that and waitBySlack (a server that stalls), so that every call
+	// ends within its own (the later ones have a shorter WAIT than they
+	// asked for: one that fewer replicas acknowledged by then fails).
+	if !stayBy.IsZero() {
+		by = stayBy
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, stayBy.Add(waitBySlack))
+		defer cancel()
+		defer deadlined(ctx, calls)
 	}
 	// (A WAIT counts whole milliseconds: a call sent at once keeps its
 	// timeout as it is.)
