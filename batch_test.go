@@ -336,3 +336,180 @@ func TestGiveBacksPassStalledPipelines(t *testing.T) {
 		}
 	}
 }
+
+// partsDriver is a Partitioned Replicator over one server that tells the
+// text of a key's name up to its first ':' for the address of the key's
+// server, so that a test has as many lanes as it likes. Once hold is set,
+// it holds up the calls on names that start with "held" until release is
+// closed, and says so on entered.
+type partsDriver struct {
+	dlock.Driver
+	hold     atomic.Bool
+	entered  chan struct{}
+	release  chan struct{}
+	released sync.Once
+}
+
+func newPartsDriver(d dlock.Driver) *partsDriver {
+	return &partsDriver{Driver: d, entered: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (d *partsDriver) Partitioned() bool { return true }
+
+func (d *partsDriver) Server(_ context.Context, key string) string {
+	name := strings.TrimPrefix(key, "dlock:{")
+	server, _, _ := strings.Cut(name, ":")
+	return server
+}
+
+func (d *partsDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if d.hold.Load() && strings.HasPrefix(calls[0].Keys[0], "dlock:{held") {
+		d.entered <- struct{}{}
+		<-d.release
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+func (d *partsDriver) EvalWait(ctx context.Context, replicas int, _ time.Duration, calls ...*dlock.Call) (int, error) {
+	d.Eval(ctx, calls...)
+	return replicas, nil
+}
+
+// let lets the calls held up through, once however often it is called.
+func (d *partsDriver) let() { d.released.Do(func() { close(d.release) }) }
+
+// TestIdleLanesAreDropped: a client over a Partitioned driver keeps a
+// lane (a batcher) for each server its calls went to, and one for each
+// server and WithReplicas setting of its lone calls confirmed on
+// replicas. They were kept for good, one more after each failover or
+// change of nodes. Now those that nobody used since the last time the
+// lanes were pruned are dropped: a new lane prunes them, once their idle
+// time (laneIdle) has passed since the last time.
+func TestIdleLanesAreDropped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := dlock.New(newPartsDriver(e.newDriver(t)))
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.SetLaneIdle(c, time.Hour)
+	use := func(server string, opts ...dlock.Option) {
+		t.Helper()
+		l, err := c.TryLock(ctx, server+":name", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, server := range []string{"a", "b", "c", "d"} {
+		use(server)
+		use(server, dlock.WithReplicas(1, time.Second))
+	}
+	if n := dlock.Lanes(c); n != 8 {
+		t.Fatalf("%d lanes after calls to 4 servers, with and without WithReplicas; want 8", n)
+	}
+	// Used since the last time (none yet): kept.
+	dlock.PruneLanes(c)
+	if n := dlock.Lanes(c); n != 8 {
+		t.Fatalf("%d lanes after a first pruning; want the 8 used since", n)
+	}
+	use("a")
+	dlock.PruneLanes(c)
+	if n := dlock.Lanes(c); n != 1 {
+		t.Fatalf("%d lanes after a second pruning; want the one used since the first", n)
+	}
+	// A new lane prunes the others once their idle time has passed.
+	dlock.PruneLanes(c) // none used since: a goes too
+	use("b")
+	use("c") // within the hour: a new lane prunes none
+	if n := dlock.Lanes(c); n != 2 {
+		t.Fatalf("%d lanes; want b and c", n)
+	}
+	dlock.SetLaneIdle(c, 0)
+	use("d") // a pass that marks b and c as idle
+	use("e") // one that drops them, d used since
+	if n := dlock.Lanes(c); n != 2 {
+		t.Fatalf("%d lanes after two new ones with no idle time; want d and e", n)
+	}
+}
+
+// TestACallRacingALanePruneStillWorks: a lane that a call is under way in
+// is not dropped, however often the lanes are pruned meanwhile: the next
+// call to its server queues behind it in the same lane (one pipeline,
+// WithPipelines(1)), instead of going out at once through a new one. And
+// calls on many servers, with the lanes pruned all along, all go through.
+func TestACallRacingALanePruneStillWorks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	d := newPartsDriver(e.newDriver(t))
+	c := dlock.New(d, dlock.WithPipelines(1))
+	t.Cleanup(func() { _ = c.Close() })
+	defer d.let()
+	d.hold.Store(true)
+	got := make(chan error, 2)
+	tryLock := func(name string) {
+		l, err := c.TryLock(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}
+	go tryLock("held:1")
+	<-d.entered
+	for range 3 {
+		dlock.PruneLanes(c)
+	}
+	go tryLock("held:2")
+	awaitCond(t, 5*time.Second, func() bool {
+		inflight, queued, ok := dlock.LanePipelines(c, "held")
+		return ok && inflight == 1 && queued == 1
+	})
+	d.hold.Store(false)
+	d.let()
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const workers, rounds, servers = 8, 50, 12
+	stop := make(chan struct{})
+	pruned := make(chan struct{})
+	dlock.SetLaneIdle(c, 0) // every new lane prunes too
+	go func() {
+		defer close(pruned)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				dlock.PruneLanes(c)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				name := "s" + strconv.Itoa((w+r)%servers) + ":" + strconv.Itoa(w)
+				opts := []dlock.Option{}
+				if r%2 == 1 {
+					opts = append(opts, dlock.WithReplicas(1, time.Second))
+				}
+				l, err := c.TryLock(ctx, name, opts...)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-pruned
+}
