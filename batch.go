@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlockio/dlock/internal/causes"
 	"github.com/dlockio/dlock/internal/keyslot"
@@ -34,6 +35,11 @@ type batcher struct {
 	mu       sync.Mutex
 	inflight int
 	queue    []*queued
+
+	// In a laneSet: the calls that hold it, and the last epoch it was
+	// used in (see laneSet).
+	users atomic.Int32
+	epoch atomic.Uint32
 }
 
 // queued is a call waiting for a pipeline.
@@ -110,10 +116,11 @@ func (b *batcher) eval(ctx context.Context, call *Call) {
 // only the pipeline slots of its own lane, and a pipeline never mixes
 // requests to two servers, which would return with the slower (but for a
 // while after the cluster moved a slot, until the driver's map follows).
+// Those of servers gone (a failover, a change of nodes) are dropped once
+// idle (see laneSet).
 type lanes struct {
-	p  Partitioned
-	mu sync.RWMutex
-	m  map[laneKey]*batcher
+	p   Partitioned
+	set laneSet[laneKey]
 }
 
 // laneKey names a lane: a server, or else a hash slot.
@@ -122,30 +129,137 @@ type laneKey struct {
 	slot   int // -1 with a server
 }
 
-// lane returns the batcher that sends call: on a Partitioned driver, its
+// evalOne sends one call through its lane: on a Partitioned driver, its
 // server's (see lanes), elsewhere the client's one batcher.
-func (c *Client) lane(ctx context.Context, call *Call) *batcher {
+func (c *Client) evalOne(ctx context.Context, call *Call) {
 	if c.lanes == nil || len(call.Keys) == 0 {
-		return &c.batch
+		c.batch.eval(ctx, call)
+		return
 	}
 	k := laneKey{server: c.lanes.p.Server(ctx, call.Keys[0]), slot: -1}
 	if k.server == "" {
 		k.slot = keyslot.Of(call.Keys[0])
 	}
-	c.lanes.mu.RLock()
-	b := c.lanes.m[k]
-	c.lanes.mu.RUnlock()
-	if b != nil {
-		return b
+	b := c.lanes.set.get(k)
+	if b == nil {
+		b = c.lanes.set.add(k, c.newLane())
 	}
-	c.lanes.mu.Lock()
-	defer c.lanes.mu.Unlock()
-	if b = c.lanes.m[k]; b == nil {
-		b = &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib, closedUnder: c.batch.closedUnder}
-		c.lanes.m[k] = b
+	defer b.done()
+	b.eval(ctx, call)
+}
+
+// newLane makes a batcher of the client's settings, for a lane.
+func (c *Client) newLane() *batcher {
+	return &batcher{driver: c.batch.driver, max: c.batch.max, lib: c.batch.lib, closedUnder: c.batch.closedUnder}
+}
+
+// laneSet is a map of lanes made as they are first needed, which drops
+// those that nobody used for a while: the client makes one for each
+// server it sends to (and WithReplicas setting), and after each failover
+// or change of nodes, one for each new one, while those of the servers
+// gone stayed for good. Each time a lane is made, at most once per idle
+// (laneIdle, unless a test sets it), the set drops the lanes that nobody
+// used since the last time: so a lane goes when it was idle from one such
+// time to the next, no sooner than idle after its last call, and without
+// a goroutine. A lane that a call holds (counted from its lookup, under
+// the set's lock, to when the call returns: see get) is never dropped, so
+// that two batchers of one server never send at once, past its bound.
+type laneSet[K comparable] struct {
+	mu     sync.RWMutex
+	m      map[K]*batcher
+	idle   time.Duration // 0 for laneIdle; under mu
+	pruned time.Time     // the last time lanes were dropped, under mu
+	epoch  atomic.Uint32 // how many times: written under mu, read under its read lock
+}
+
+// laneIdle is how long after the last time a laneSet dropped its idle
+// lanes the next lane made has it drop them again.
+const laneIdle = time.Minute
+
+// get returns the lane of k, counted as used (see laneSet), or nil when
+// there is none: the caller adds one (see add), and ends its use with
+// done.
+func (s *laneSet[K]) get(k K) *batcher {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b := s.m[k]
+	if b != nil {
+		b.use(s.epoch.Load())
 	}
 	return b
 }
+
+// add makes b the lane of k, or returns the one another caller added
+// meanwhile, counted as used; first it drops the idle lanes, once idle
+// has passed since the last time.
+func (s *laneSet[K]) add(k K, b *batcher) *batcher {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if had := s.m[k]; had != nil {
+		b = had
+	} else {
+		idle := s.idle
+		if idle == 0 {
+			idle = laneIdle
+		}
+		if now := time.Now(); now.Sub(s.pruned) >= idle {
+			s.pruned = now
+			s.dropIdle()
+		}
+		if s.m == nil {
+			s.m = map[K]*batcher{}
+		}
+		s.m[k] = b
+	}
+	b.use(s.epoch.Load())
+	return b
+}
+
+// dropIdle drops the lanes that nobody used since the last time, and
+// starts anew the count of those used, under mu.
+func (s *laneSet[K]) dropIdle() {
+	e := s.epoch.Load()
+	for k, b := range s.m {
+		if b.users.Load() == 0 && b.epoch.Load() != e {
+			delete(s.m, k)
+		}
+	}
+	s.epoch.Store(e + 1)
+}
+
+// prune drops the idle lanes now (see dropIdle).
+func (s *laneSet[K]) prune() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruned = time.Now()
+	s.dropIdle()
+}
+
+// setIdle sets the set's idle time (at least 1ns).
+func (s *laneSet[K]) setIdle(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = max(d, 1)
+}
+
+// len returns how many lanes the set keeps.
+func (s *laneSet[K]) len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.m)
+}
+
+// use counts a call of a lane of a laneSet in epoch e, under the set's
+// read lock at least.
+func (b *batcher) use(e uint32) {
+	b.users.Add(1)
+	if b.epoch.Load() != e {
+		b.epoch.Store(e)
+	}
+}
+
+// done ends a use of a lane (see use).
+func (b *batcher) done() { b.users.Add(-1) }
 
 // stays reports whether the caller of call waits for its pipeline even
 // past its context: a refresh. A Lock refreshes one call at a time, so

@@ -25,13 +25,12 @@ type Client struct {
 	hooks  []Hooks
 	batch  batcher
 	// lanes are the batchers of each server, made as they are first
-	// needed, on a Partitioned driver; nil elsewhere, where batch serves
-	// every request.
+	// needed and dropped once idle, on a Partitioned driver; nil
+	// elsewhere, where batch serves every request.
 	lanes *lanes
 	// confirmed are the batchers of lone calls confirmed on replicas,
-	// made as they are first needed (see waitLane), under confirmedMu.
-	confirmed   map[waitKey]*batcher
-	confirmedMu sync.Mutex
+	// made as they are first needed and dropped once idle (see waitLane).
+	confirmed laneSet[waitKey]
 
 	// fenceKeep is the fence counters' retention in ms, boxed for the
 	// scripts' arguments, or nil for the default (see WithFenceRetention).
@@ -181,7 +180,7 @@ func New(d Driver, opts ...ClientOption) *Client {
 		}
 	}
 	if p, ok := d.(Partitioned); ok && p.Partitioned() {
-		c.lanes = &lanes{p: p, m: map[laneKey]*batcher{}}
+		c.lanes = &lanes{p: p}
 	}
 	return c
 }
@@ -321,7 +320,7 @@ func (c *Client) ttlArg(ttl time.Duration) any {
 // eval runs one script call and returns its reply.
 func (c *Client) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	call := &Call{Script: s, Keys: keys, Args: args}
-	c.lane(ctx, call).eval(ctx, call)
+	c.evalOne(ctx, call)
 	return call.Val, call.Err
 }
 

@@ -146,36 +146,40 @@ func FunctionFlags() map[string]string { return functionFlags }
 // Lanes returns how many lanes c keeps: the batchers of its servers, on a
 // Partitioned driver, and those of lone calls confirmed on replicas.
 func Lanes(c *Client) int {
-	c.confirmedMu.Lock()
-	n := len(c.confirmed)
-	c.confirmedMu.Unlock()
+	n := c.confirmed.len()
 	if c.lanes != nil {
-		c.lanes.mu.RLock()
-		n += len(c.lanes.m)
-		c.lanes.mu.RUnlock()
+		n += c.lanes.set.len()
 	}
 	return n
 }
 
 // PruneLanes drops c's lanes that nobody used since the last time, as the
 // first call of a new lane does once their idle time has passed since.
-// (Nothing drops a lane yet.)
-func PruneLanes(c *Client) {}
+func PruneLanes(c *Client) {
+	c.confirmed.prune()
+	if c.lanes != nil {
+		c.lanes.set.prune()
+	}
+}
 
 // SetLaneIdle sets how long after the last time c's lanes were pruned the
-// first call of a new lane prunes them again. (Nothing prunes them yet.)
-func SetLaneIdle(c *Client, d time.Duration) {}
+// first call of a new lane prunes them again (laneIdle by default).
+func SetLaneIdle(c *Client, d time.Duration) {
+	c.confirmed.setIdle(d)
+	if c.lanes != nil {
+		c.lanes.set.setIdle(d)
+	}
+}
 
 // LanePipelines returns how many pipelines the lane of server (on a
 // Partitioned driver) has out, and how many calls wait for one; ok is
 // false when c keeps no such lane.
 func LanePipelines(c *Client, server string) (inflight, queued int, ok bool) {
-	c.lanes.mu.RLock()
-	b := c.lanes.m[laneKey{server: server, slot: -1}]
-	c.lanes.mu.RUnlock()
+	b := c.lanes.set.get(laneKey{server: server, slot: -1})
 	if b == nil {
 		return 0, 0, false
 	}
+	defer b.done()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.inflight, len(b.queue), true

@@ -86,7 +86,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 	if r.replicas == 0 {
 		if len(calls) == 1 {
-			c.lane(ctx, calls[0]).eval(ctx, calls[0])
+			c.evalOne(ctx, calls[0])
 		} else {
 			c.batch.run(ctx, calls...)
 		}
@@ -109,7 +109,9 @@ func (c *Client) evalWith(ctx context.Context, r replication, calls ...*Call) {
 		own := by.Add(waitBySlack)
 		wctx, cancel := context.WithDeadlineCause(ctx, own, errWaitBy)
 		defer cancel()
-		c.waitLane(wctx, r, calls[0]).eval(wctx, calls[0])
+		b := c.waitLane(wctx, r, calls[0])
+		defer b.done()
+		b.eval(wctx, calls[0])
 		// Its own deadline, not the caller's (whose context lives on), cut
 		// it short: the driver may say so (rueidis, by its own timer)
 		// before wctx's ends. Only once that deadline came: a failure
@@ -198,8 +200,9 @@ func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 }
 
 // waitLane returns the batcher that sends a lone call confirmed on
-// replicas as r asks: one for each setting (on a Partitioned driver, each
-// server's, see lanes), apart from the calls without. Their WAIT may hold
+// replicas as r asks, counted as used (see laneSet): one for each setting
+// (on a Partitioned driver, each server's, see lanes), apart from the
+// calls without, dropped once idle. Their WAIT may hold
 // a reply up to its timeout, on a connection of the Redis client's pool:
 // sent each at once, as many as the pool has connections, while a replica
 // lagged, held up every other request of the client until their WAITs
@@ -215,15 +218,11 @@ func (c *Client) waitLane(ctx context.Context, r replication, call *Call) *batch
 			k.lane.slot = keyslot.Of(call.Keys[0])
 		}
 	}
-	c.confirmedMu.Lock()
-	defer c.confirmedMu.Unlock()
-	b := c.confirmed[k]
+	b := c.confirmed.get(k)
 	if b == nil {
-		if c.confirmed == nil {
-			c.confirmed = map[waitKey]*batcher{}
-		}
-		b = &batcher{driver: waitDriver{Driver: c.driver, c: c, r: r}, max: c.batch.max, lib: c.batch.lib, closedUnder: c.batch.closedUnder}
-		c.confirmed[k] = b
+		b = c.newLane()
+		b.driver = waitDriver{Driver: c.driver, c: c, r: r}
+		b = c.confirmed.add(k, b)
 	}
 	return b
 }
