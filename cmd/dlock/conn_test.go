@@ -585,6 +585,24 @@ func TestConnectSentinelRefusesItsPassword(t *testing.T) {
 	}
 }
 
+// A sentinel URL that names a Redis server instead of its sentinels (the
+// primary's port, say) is a setting to fix, 78: the message names the
+// address and says to give the sentinels'. The server does not know the
+// SENTINEL command, and the hint was that of a server that does not know
+// the scripts' ("names a Redis server (not a sentinel …)"), the other way
+// round.
+func TestConnectSentinelURLNamingARedisServer(t *testing.T) {
+	t.Parallel()
+	addr := strings.TrimPrefix(redisURL, "redis://")
+	for _, args := range [][]string{{"status", "x"}, {"ls"}, runArgs(nil, "x", "exit", "0")} {
+		r := dlockRun(t, []string{"DLOCK_REDIS=redis-sentinel://" + addr + "/mymaster"}, args...)
+		checkOneLine(t, r, exitDenied, "the sentinel at "+addr+" refused")
+		if !strings.Contains(r.stderr, "is not a sentinel") || strings.Contains(r.stderr, "not a sentinel, nor a proxy") {
+			t.Errorf("%q: %s; want a hint that the address is not a sentinel's", args, r.stderr)
+		}
+	}
+}
+
 // readmeACL returns the rules of the README's least-privileged ACL user.
 func readmeACL(t *testing.T) []string {
 	t.Helper()
