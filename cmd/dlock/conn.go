@@ -204,7 +204,7 @@ func (t *target) sentinelError(ctx context.Context, cmd *command, err error) err
 		case errors.Is(serr, redis.Nil):
 			return usage(cmd, "the sentinel at %s does not monitor a master called %q: check --sentinel-master or the URL's master name", addr, t.failover.MasterName)
 		case serr != nil && !isNetError(serr):
-			err, refusedBy = serr, addr // a refusal: the password, a permission
+			err, refusedBy = serr, addr // a refusal: the password, a permission, no sentinel there
 			down = false
 		}
 	}
@@ -221,7 +221,8 @@ func (t *target) sentinelError(ctx context.Context, cmd *command, err error) err
 
 // sentinelRefusalHint says what to fix when a sentinel refuses dlock for
 // its user or password, which are the sentinels' own settings, not the
-// primary's; "" for another refusal.
+// primary's, or the server at a sentinel's address is no sentinel (a
+// Redis server, which does not know SENTINEL); "" for another refusal.
 func sentinelRefusalHint(err error) string {
 	msg := err.Error()
 	switch {
@@ -229,6 +230,8 @@ func sentinelRefusalHint(err error) string {
 		return "check the sentinels' user and password: sentinel_username and sentinel_password in the URL, or DLOCK_SENTINEL_PASSWORD"
 	case strings.Contains(msg, "NOPERM"):
 		return "the sentinels' user lacks a permission: grant it the SENTINEL command"
+	case strings.Contains(msg, "unknown command"):
+		return "the server there is not a sentinel (a Redis server's port, say): give the sentinels' addresses (port 26379 by default), or redis://HOST:PORT for one server"
 	}
 	return ""
 }
