@@ -166,6 +166,36 @@ func TestRunReplicasRefreshNotConfirmedIsALoss(t *testing.T) {
 	}
 }
 
+// The README's least-privileged ACL user may not run WAIT, which --replicas
+// sends after each acquire and refresh: run exits 78 at once, waiting or
+// not, with a hint that names WAIT (not "the keys and channels under the
+// prefix, and the scripting commands", which the user has), and leaves the
+// name free; the README says to grant WAIT for it.
+func TestRunReplicasUserWithoutWait(t *testing.T) {
+	t.Parallel()
+	rs, _, c := replicated(t)
+	rs.Primary.Do(t, append([]string{"ACL", "SETUSER", "locker"}, readmeACL(t)...)...)
+	env := []string{"DLOCK_REDIS=redis://locker:s3cret@" + rs.Primary.Addr()}
+	for i, flags := range [][]string{{"--no-wait"}, nil} {
+		name := lockName(t) + ":" + strconv.Itoa(i)
+		r := dlockRun(t, env, runArgs(append([]string{"--replicas", "1"}, flags...), name, "exit", "0")...)
+		checkOneLine(t, r, exitDenied, "NOPERM")
+		if !strings.Contains(r.stderr, "grant it WAIT (+wait)") {
+			t.Errorf("%v: %s; want a hint that names WAIT", flags, r.stderr)
+		}
+		if !isFree(t, c, name) {
+			t.Errorf("%v: %q is left held", flags, name)
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "with `WithReplicas` (`dlock run --replicas`), add `+wait`") {
+		t.Error("the README does not say to grant the ACL user WAIT for WithReplicas")
+	}
+}
+
 // Bad values of --replicas and --replicas-timeout are usage errors.
 func TestRunReplicasUsage(t *testing.T) {
 	t.Parallel()
