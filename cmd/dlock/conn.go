@@ -281,6 +281,8 @@ func unreachable(display string, err error) error {
 		hint = "fewer of the primary's replicas than --replicas confirmed the lock within --replicas-timeout: check that it has that many, linked and in sync (INFO replication; a primary just promoted by a failover has fewer until the old one rejoins as its replica), or give a lower --replicas"
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"):
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
+	case strings.Contains(msg, "NOPERM") && strings.Contains(msg, "'wait' command"):
+		hint = "the Redis user may not run WAIT, which --replicas sends after each acquire and refresh: grant it WAIT (+wait)"
 	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "can't run this command"), strings.Contains(msg, "ACL failure in script"):
 		// The last two: a command inside a script (Redis 7.0, and 7.2 on).
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"

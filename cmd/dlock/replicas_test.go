@@ -194,6 +194,14 @@ func TestRunReplicasUserWithoutWait(t *testing.T) {
 	if !strings.Contains(string(readme), "with `WithReplicas` (`dlock run --replicas`), add `+wait`") {
 		t.Error("the README does not say to grant the ACL user WAIT for WithReplicas")
 	}
+	// With it, the user runs with its lock confirmed.
+	rs.Primary.Do(t, "ACL", "SETUSER", "locker", "+wait")
+	for i, flags := range [][]string{{"--no-wait"}, nil} {
+		name := lockName(t) + ":wait:" + strconv.Itoa(i)
+		if r := dlockRun(t, env, runArgs(append([]string{"--replicas", "1"}, flags...), name, "exit", "0")...); r.code != 0 {
+			t.Errorf("%v, granted WAIT: code %d, stderr %s", flags, r.code, r.stderr)
+		}
+	}
 }
 
 // Bad values of --replicas and --replicas-timeout are usage errors.
