@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -1172,6 +1173,55 @@ func TestRunSaysRedisIsFull(t *testing.T) {
 				t.Errorf("%v at maxmemory: the line %q does not say that Redis is full", flags, line)
 			}
 		}
+	}
+}
+
+// A Redis whose last save to disk failed refuses writes, and PING, with
+// MISCONF until a save succeeds: a setback that passes, which the library's
+// waits retry. A waiting run waited for it as for a Redis busy or loading,
+// not at once with 69 and the hint to check that Redis is running (it
+// answers); once the save succeeds, the run obtains the lock. A wait whose
+// attempts meet MISCONF says so, not that Redis is unreachable, nor that
+// it gave no answer.
+func TestRunWaitsForARedisThatCannotSave(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	// The RDB file cannot take the place of a directory of that name: the
+	// save fails, and the server refuses writes.
+	blocker := filepath.Join(srv.Dir(), "dump.rdb")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "CONFIG", "SET", "save", "3600 1") // the refusal comes with save points only
+	srv.Do(t, "BGSAVE")
+	waitFor(t, "the save to fail", func() bool {
+		return strings.Contains(srv.Do(t, "INFO", "persistence"), "rdb_last_bgsave_status:err")
+	})
+	env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+	r := dlockRun(t, env, runArgs([]string{"--no-wait"}, lockName(t), "exit", "0")...)
+	checkOneLine(t, r, exitUnavailable, "MISCONF")
+	if strings.Contains(r.stderr, "that Redis is running") || strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("--no-wait on a Redis that cannot save: %s; want the hint of a Redis that cannot save", r.stderr)
+	}
+
+	p := startDlock(t, env, runArgs([]string{"--wait", "15s"}, lockName(t), "exit", "5")...)
+	waitFor(t, "the run to wait", func() bool { return strings.Contains(p.stderr.String(), "retrying") })
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "BGSAVE")
+	if r := p.wait(t); r.code != 5 || strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("a waiting run, the save fixed: code %d, stderr %s; want the command's 5", r.code, r.stderr)
+	}
+
+	misconf := fmt.Errorf(`dlock: redis request for "dlock:{job}" failed: %s`, "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.")
+	if words := downWords(misconf); words == downWords(errors.New("dial tcp: connection refused")) {
+		t.Errorf("a waiting line says %q of MISCONF, as of a Redis that cannot be reached", words)
+	}
+	w := &waiter{name: "job"}
+	err := (&app{cmd: runCommand}).waitError(&conn{display: "redis://h:1"}, "job", &runOptions{}, w, redisDown{misconf}, misconf)
+	if err == nil || strings.Contains(err.Error(), "no answer") || strings.Contains(err.Error(), "that Redis is running") {
+		t.Errorf("a wait that met MISCONF for 30s ends with %v; want one that says Redis refused", err)
 	}
 }
 
