@@ -306,6 +306,8 @@ func unreachable(display string, err error) error {
 		hint = "Redis is busy or not ready (a long script, loading its data, a failover); a run that waits (no --no-wait) waits for it"
 	case full(err):
 		hint = "Redis is at its maxmemory and refuses new locks (held ones are still refreshed and released): free memory or raise maxmemory"
+	case cannotSave(err):
+		hint = "Redis refuses writes, and PING, while it cannot save to disk (its last RDB save or AOF write failed): check its disk and its log (INFO persistence); a run that waits (no --no-wait) waits for it"
 	}
 	code := exitUnavailable
 	if denied(err) {
@@ -316,8 +318,9 @@ func unreachable(display string, err error) error {
 	// A connection closed at once is not: it hints at a server expecting
 	// TLS. (For sentinels, see sentinelError.)
 	// So is one busy or not ready for a while, which passes by itself.
-	e.busy = passing(err)
+	e.busy = passing(err) || cannotSave(err)
 	e.down = hint == unknown && isNetError(err) || e.busy
+	e.words = downWords(err)
 	return e
 }
 
@@ -342,6 +345,14 @@ func notReplicated(err error) bool {
 // (OOM), or a message that quotes one: it answers, and is not unreachable.
 func full(err error) bool {
 	return redis.HasErrorPrefix(err, "OOM") || strings.Contains(err.Error(), "OOM command not allowed")
+}
+
+// cannotSave reports whether err is the refusal of a server that cannot
+// save to disk (MISCONF: its last RDB save or AOF write failed), or a
+// message that quotes one: it refuses writes, and PING, until a save
+// succeeds.
+func cannotSave(err error) bool {
+	return redis.HasErrorPrefix(err, "MISCONF") || strings.Contains(err.Error(), "MISCONF ")
 }
 
 // readOnly reports whether err is a replica's refusal of a write

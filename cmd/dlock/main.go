@@ -51,7 +51,10 @@ type exitError struct {
 	code int
 	msg  string
 	down bool // Redis could not be reached (see unreachable)
-	busy bool // down, as busy or not ready for a while (see passing)
+	busy bool // down, as busy or not ready for a while (see passing), or unable to save (see cannotSave)
+	// words say why Redis cannot be used, as a waiting line does (see
+	// downWords); "" when unreachable did not make the error.
+	words string
 }
 
 func (e *exitError) Error() string { return e.msg }

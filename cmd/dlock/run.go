@@ -549,7 +549,7 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 		return unreachable(c.display, refused.err)
 	case errors.As(cause, &down) && notReplicated(down.err):
 		return unreachable(c.display, fmt.Errorf("not confirmed by replicas for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
-	case errors.As(cause, &down) && (full(down.err) || readOnly(down.err)):
+	case errors.As(cause, &down) && (full(down.err) || readOnly(down.err) || cannotSave(down.err)):
 		return unreachable(c.display, fmt.Errorf("refused for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	case errors.As(cause, &down):
 		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
@@ -875,8 +875,8 @@ func (a *app) connectToWait(ctx context.Context, name string, o *runOptions) (*c
 		}
 		if !said && !o.quiet {
 			why := "Redis unreachable"
-			if ee.busy {
-				why = "Redis busy or not ready" // as downWords says
+			if ee.busy && ee.words != "" {
+				why = ee.words // Redis busy or not ready, or unable to save
 			}
 			fmt.Fprintf(a.stderr, "dlock: waiting for %s — %s; retrying for up to %s\n", quote(name), why, fmtDur(limit))
 		}

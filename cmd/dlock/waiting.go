@@ -29,6 +29,8 @@ func downWords(err error) string {
 		return "Redis full (maxmemory)"
 	case readOnly(err):
 		return "Redis is a replica (read-only)"
+	case cannotSave(err):
+		return "Redis cannot save to disk (MISCONF)"
 	case passing(err):
 		return "Redis busy or not ready"
 	}
