@@ -88,12 +88,15 @@ func TestFunctionsOnAServerWithoutThem(t *testing.T) {
 	// A server without FCALL and FUNCTION answers as Redis 6 does.
 	e := newEnv(t, redistest.WithArgs("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""))
 	ctx := context.Background()
-	if _, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) {
-		t.Fatalf("Open: err = %v, want ErrNoFunctions", err)
+	// A setting to fix, as Open finds it and as an acquire does: ErrDenied.
+	var se *dlock.ServerError
+	if _, err := dlock.Open(ctx, e.newDriver(t), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) ||
+		!errors.Is(err, dlock.ErrDenied) || !errors.As(err, &se) {
+		t.Fatalf("Open: err = %v, want ErrNoFunctions in a *ServerError that matches ErrDenied", err)
 	}
 	c := e.newClient(t, dlock.WithFunctions())
-	if _, err := c.TryLock(ctx, "old"); !errors.Is(err, dlock.ErrNoFunctions) {
-		t.Fatalf("TryLock: err = %v, want ErrNoFunctions", err)
+	if _, err := c.TryLock(ctx, "old"); !errors.Is(err, dlock.ErrNoFunctions) || !errors.Is(err, dlock.ErrDenied) {
+		t.Fatalf("TryLock: err = %v, want ErrNoFunctions, matching ErrDenied", err)
 	}
 	if e.exists(t, "dlock:{old}") {
 		t.Error("a failed acquire left the lock behind")
@@ -121,15 +124,24 @@ func TestFunctionsOnAServerWithoutThem(t *testing.T) {
 	}
 }
 
-// An ACL user that may not run functions gets ErrNoFunctions from Open.
+// An ACL user that may not run functions gets ErrNoFunctions from Open,
+// in a *ServerError that matches ErrDenied, as every refusal for good that
+// Open meets does (a wrong password, say): a setting to fix.
 func TestFunctionsRefusedToTheACLUser(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := append(append([]string(nil), aclRules...), "-fcall", "-function")
 	srv.Do(t, append([]string{"ACL", "SETUSER", "nofunctions"}, rules...)...)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nofunctions", Password: "s3cret"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	if _, err := dlock.Open(context.Background(), goredis.New(rdb), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) {
-		t.Fatalf("Open: err = %v, want ErrNoFunctions", err)
+	var se *dlock.ServerError
+	if _, err := dlock.Open(context.Background(), goredis.New(rdb), dlock.WithFunctions()); !errors.Is(err, dlock.ErrNoFunctions) ||
+		!errors.Is(err, dlock.ErrDenied) || !errors.As(err, &se) {
+		t.Fatalf("Open: err = %v, want ErrNoFunctions in a *ServerError that matches ErrDenied", err)
+	}
+	wrong := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nofunctions", Password: "wrong"})
+	t.Cleanup(func() { _ = wrong.Close() })
+	if _, err := dlock.Open(context.Background(), goredis.New(wrong), dlock.WithFunctions()); !errors.Is(err, dlock.ErrDenied) || !errors.As(err, &se) {
+		t.Fatalf("Open with a wrong password: err = %v, want a *ServerError that matches ErrDenied", err)
 	}
 }
 
