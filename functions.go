@@ -122,8 +122,10 @@ func Open(ctx context.Context, d Driver, opts ...ClientOption) (*Client, error) 
 // Prepare makes one harmless read-only request, which checks that the
 // server answers and, with WithFunctions, loads the function library on
 // that request's server if it is missing there (the other primaries of a
-// cluster get it with their first calls). It returns ErrNoFunctions when WithFunctions was asked for
-// and the server cannot run functions.
+// cluster get it with their first calls). Its error is a *ServerError,
+// which matches ErrNoFunctions when WithFunctions was asked for and the
+// server cannot run functions, and ErrDenied when Redis refuses the client
+// for good (that among them).
 func (c *Client) Prepare(ctx context.Context) error {
 	c.made()
 	if ctx == nil {
@@ -132,10 +134,9 @@ func (c *Client) Prepare(ctx context.Context) error {
 	key := c.RedisKey("dlock:prepare")
 	keys := []string{key, key + ":fence", key + ":waiters", key + ":holds", key + ":pending"}
 	if _, err := c.eval(ctx, scriptInspect, keys); err != nil {
-		if errors.Is(err, ErrNoFunctions) {
-			return err
-		}
-		// The key is dlock's own, which the caller never named.
+		// The key is dlock's own, which the caller never named. An
+		// ErrNoFunctions comes so too, as an acquire's does: it matches
+		// ErrDenied (a server without FCALL, an ACL user without it).
 		return &ServerError{Err: err}
 	}
 	return nil
