@@ -1284,3 +1284,56 @@ func TestACleanUpWhileItsSlotMigratesLeavesTheSlotMovable(t *testing.T) {
 		t.Errorf("a late copy of the acquire cleaned up during the move replied %v, want a refusal", v[0])
 	}
 }
+
+// TestAContendedLockIsHandedOverWhileItsSlotMigrates: while a lock's slot
+// is being moved, before any of its keys has, its release and its
+// waiter's acquire run on the node the slot leaves, which has every key
+// they name: the clean-ups' record (…:late), which they only read and
+// which is seldom there, is not among them (only a clean-up, which writes
+// it, names it), or Redis would refuse them (TRYAGAIN) for as long as the
+// slot moves, the release failing and the waiter waiting for the TTL.
+func TestAContendedLockIsHandedOverWhileItsSlotMigrates(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	holder, waiter := newClusterClient(t, cluster), newClusterClient(t, cluster)
+	name := "migrating:handover"
+	key := holder.RedisKey(name)
+	held, err := holder.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	waited := lockWhenRefused(t, wctx, waiter, name, dlock.WithTTL(time.Minute))
+	from := cluster.PrimaryOf(t, key)
+	var to *redistest.Server
+	for _, p := range cluster.Nodes {
+		if p != from {
+			to = p
+			break
+		}
+	}
+	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
+	toID := to.Do(t, "CLUSTER", "MYID")
+	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
+	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release while the slot migrates: %v", err)
+	}
+	r := <-waited // by the TTL's minute, wctx's 20 seconds end it
+	if r.err != nil {
+		t.Fatalf("the waiter, while the slot migrates: %v", r.err)
+	}
+	// (Its own release, the name's waiter set gone with the grant, would
+	// be refused until the move ends: see docs/guarantees.md.)
+	host, port, _ := strings.Cut(to.Addr(), ":")
+	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
+		from.Do(t, "MIGRATE", host, port, k, "0", "5000")
+	}
+	for _, n := range cluster.Nodes {
+		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatalf("the waiter's Release once the slot moved: %v", err)
+	}
+}
