@@ -728,7 +728,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 // left. joins is the script's report of the names it joined as repeats,
 // when args ask for it (see takeParts), or else "".
 func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
-	call := &Call{Script: l.kind.acquire, Keys: p.keys, Args: args}
+	call := &Call{Script: l.kind.acquire, Keys: l.scriptKeys(p.keys), Args: args}
 	l.c.evalWith(ctx, l.repl, call.one()...)
 	v, err := call.Val, call.Err
 	if err != nil {
@@ -1791,7 +1791,7 @@ func (l *Lock) sendRelease(ctx context.Context, units []part, token string, id a
 		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 	}
 	return l.send(ctx, replication{}, units, func(p part) *Call {
-		return &Call{Script: l.kind.release, Keys: p.rel, Args: args}
+		return &Call{Script: l.kind.release, Keys: l.scriptKeys(p.rel), Args: args}
 	})
 }
 

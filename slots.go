@@ -93,12 +93,26 @@ func (l *Lock) send(ctx context.Context, r replication, units []part, call func(
 
 // exclusiveKeys returns the script keys of an exclusive lock from keys,
 // its lock keys, then their waiter sets, their fence counters and their
-// clean-ups' records: acquire's and release's (all of them; a release may
-// grant the lock to a waiter, with a fence, and a clean-up keeps its
-// record), and refresh's and ttl's (the locks), the start of the others.
+// clean-ups' records: acquire's (see scriptKeys) and the clean-up's (all of
+// them; a release may grant the lock to a waiter, with a fence, and a
+// clean-up keeps its record), and refresh's and ttl's (the locks), the
+// start of the others.
 func exclusiveKeys(keys []string) (acquire, held, rel []string) {
 	n := len(keys) / 4
 	return keys, keys[:n:n], keys
+}
+
+// scriptKeys returns the keys of p for an acquire or a release: all of them
+// for a read/write lock or a semaphore; for an exclusive lock, all but the
+// clean-ups' records, which only a clean-up (and a force release) writes
+// and names (see late_keys in scripts/held.lua), so that the others are
+// not refused for as long as their slot moves while no such record is
+// there.
+func (l *Lock) scriptKeys(keys []string) []string {
+	if l.kind.modeArg {
+		return keys
+	}
+	return keys[:len(keys)/4*3]
 }
 
 // split divides an exclusive lock's names by hash slot: one part for each
@@ -431,7 +445,7 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 		if !l.kind.modeArg {
 			args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 		}
-		calls[i] = &Call{Script: l.kind.release, Keys: p.rel, Args: args}
+		calls[i] = &Call{Script: l.kind.release, Keys: l.scriptKeys(p.rel), Args: args}
 	}
 	l.c.evalWith(ctx, replication{}, calls...)
 	l.c.wakeAlone(partsKeys(parts))

@@ -3,7 +3,6 @@
 -- KEYS[1..n]       lock hashes
 -- KEYS[n+1..2n]    their waiter sets (see wake)
 -- KEYS[2n+1..3n]   their fence counters (strings kept for a day, see fence)
--- KEYS[3n+1..4n]   the keys of their clean-ups' records (see late_key)
 -- ARGV[1] request token (fresh per acquisition), ARGV[2] TTL in ms,
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),
 -- ARGV[5] the waiting client's channel ('' or absent when not waiting),
@@ -68,8 +67,7 @@
 -- wrongtype) when a key of the name holds data dlock did not write, or
 -- with DLOCK_KIND i and the kind found (see kind_error) when KEYS[i] is
 -- another kind of lock; nothing is written then.
-local n = #KEYS / 4
-for i = 1, n do late_keys[KEYS[i]] = KEYS[3 * n + i] end
+local n = #KEYS / 3
 local req, ttl, meta, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local waiter, more, lease = ARGV[5] or '', ARGV[6], tonumber(ARGV[7])
 local attempt, asked = ARGV[8] or '', ARGV[9] or ''

@@ -74,18 +74,24 @@ end
 -- join the name (no hash, a free one, its owner's hold) reads it.
 local late_floor, late_most = 2000, 64
 
--- late_keys maps each lock hash of the script to the key that keeps the
--- words of its 'late' apart (see late_floor): k .. ':late', in k's slot,
--- which the script names among its keys, as the scripts that use it set
--- it. Redis Cluster needs every key a script touches named: while a slot
--- moves, the node the keys are leaving refuses a key it no longer has,
--- and the node they go to would make a second copy of a key not moved
--- yet, which stops the move (MIGRATE fails with BUSYKEY).
+-- late_keys maps each lock hash of a script that writes the words of its
+-- 'late' (see late_floor), a clean-up or a force release, to the key that
+-- keeps them apart, which the script names among its keys, as those
+-- scripts set it: while a slot moves, the node its keys go to would make
+-- a second copy of a key it does not have yet, which stops the move
+-- (MIGRATE fails with BUSYKEY), and the node they leave would refuse to
+-- write one it no longer has. The scripts that only read it (an acquire,
+-- a release that grants) do not name it, so that they are not refused
+-- (TRYAGAIN) for as long as the slot moves while no such key is there,
+-- which is most of the time: read on the node the slot leaves once the
+-- key has moved, or on the node it goes to before, it is not found, and
+-- the name is read as one no clean-up left a record for.
 local late_keys = {}
 
--- late_key returns the key of late_keys for lock hash k.
+-- late_key returns the key that keeps the words of 'late' apart from lock
+-- hash k, in k's slot: k .. ':late' (see late_keys).
 local function late_key(k)
-  return late_keys[k]
+  return late_keys[k] or (k .. ':late')
 end
 
 -- lapse returns when the words of 'late' (see late_floor), read as late,

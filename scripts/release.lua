@@ -2,7 +2,8 @@
 --
 -- KEYS[n+1..2n]  the locks' waiter sets (see wake)
 -- KEYS[2n+1..3n] their fence counters (see grant)
--- KEYS[3n+1..4n] the keys of their clean-ups' records (see late_key)
+-- KEYS[3n+1..4n] for a clean-up (ARGV[2] ''), the keys of their
+--                clean-ups' records (see late_keys); not for a release
 -- ARGV[1] the request token of the acquisition given up, ARGV[2] this
 -- release's id ('' for the clean-up after a failed acquire), and for a
 -- clean-up ARGV[3] the client channel with which it may have left its
@@ -130,8 +131,11 @@ local function keep_for(k)
   return nil
 end
 
-local n = #KEYS / 4
-for i = 1, n do late_keys[KEYS[i]] = KEYS[3 * n + i] end
+local n = #KEYS / 3
+if id == '' then
+  n = #KEYS / 4
+  for i = 1, n do late_keys[KEYS[i]] = KEYS[3 * n + i] end
+end
 local missing, ended_by_force = 0, false
 -- A clean-up's time, in ms, for its word kept apart (see below).
 local late_now = ends and id == '' and math.floor(clock_us(redis.call('TIME')) / 1000)
