@@ -181,6 +181,84 @@ func TestAWaiterWhoseOnlyAttemptWasCutShortLeavesTheWaiterSet(t *testing.T) {
 	}
 }
 
+// TestAnAttemptThatObtainsALockLeavesTheWaiterSetToTheCallerBehindIt: two
+// callers of one client wait for an exclusive lock whose holder's TTL runs
+// out; the first one's attempt at that expiry obtains it. It takes the
+// client out of the waiter set, as a grant does, rather than registering it
+// again for the second: the second tries as soon as the first leaves the
+// line, and its attempt, refused, registers the client and asks for the
+// lock, which the first one's release grants it. Registered again, the
+// client would be told at that release that the lock may be free, while
+// the second's attempt was already under way, or done.
+func TestAnAttemptThatObtainsALockLeavesTheWaiterSetToTheCallerBehindIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const name, key, waiters = "behind", "dlock:{behind}", "dlock:{behind}:waiters"
+	if _, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	var firstReq atomic.Value
+	held, proceed := make(chan struct{}), make(chan struct{})
+	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
+		for _, c := range calls {
+			if c.Script.Name != "acquire" || !armed.Load() {
+				continue
+			}
+			// The attempts once armed are the first caller's, then the
+			// second's (another request token), which waits until the
+			// waiter set has been looked at.
+			req, _ := c.Args[0].(string)
+			if firstReq.CompareAndSwap(nil, req) || firstReq.Load() == req {
+				continue
+			}
+			close(held)
+			<-proceed
+		}
+	}}
+	c := dlock.New(d)
+	defer c.Close()
+	first, second := make(chan *dlock.Lock, 1), make(chan *dlock.Lock, 1)
+	lock := func(got chan<- *dlock.Lock) {
+		l, err := c.Lock(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}
+	go lock(first)
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == "1" })
+	go lock(second)
+	awaitCond(t, 5*time.Second, func() bool { return dlock.Waiting(c, name) == 2 })
+	armed.Store(true)
+	l1 := <-first // its attempt at the holder's expiry
+	if l1 == nil {
+		t.FailNow()
+	}
+	<-held // the second caller's attempt is under way, not yet sent
+	if got := e.srv.Do(t, "ZCARD", waiters); got != "0" {
+		t.Errorf("%s clients registered once the first caller obtained the lock, want 0", got)
+	}
+	close(proceed)
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", waiters) == "1" })
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-second
+	if l2 == nil {
+		t.FailNow()
+	}
+	if got := e.srv.Do(t, "HGET", key, "token"); got != l2.Token() {
+		t.Errorf("the lock is held with %q, want the second caller's %q", got, l2.Token())
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if got := e.srv.Do(t, "ZCARD", waiters); got != "0" {
+		t.Errorf("%s clients registered once both callers were served, want 0", got)
+	}
+}
+
 // TestAClientRegisteredAgainForCallersThatGaveUpLeaves: the attempt that
 // obtains a permit registers its client again for the client's next
 // caller; when that caller gives up while the attempt runs, the client
