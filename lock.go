@@ -577,7 +577,7 @@ func (l *Lock) obtain(ctx context.Context, o *options, wait bool, try attempt) e
 		reached = reached || l.reached(err)
 		return d, err
 	}
-	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits, exitBy: l.exitBy}, func(uncertain bool, err error) error {
+	if err := l.c.waitFor(ctx, l.nameKeys(), l.names, l.describe()+l.countNote(" (", ")"), o, l.eager(o), l.kind == exclusiveHold || l.kind == writeHold, try, grantee{req: l.req, claim: l.claim, permits: l.permits, lone: l.kind == exclusiveHold, exitBy: l.exitBy}, func(uncertain bool, err error) error {
 		return l.abandon(ctx, uncertain, reached, err)
 	}); err != nil {
 		return err

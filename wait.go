@@ -849,7 +849,14 @@ func isFirst(q []*waiter, w *waiter) bool {
 // than w wait for it, else '0': an attempt that obtains the lock registers
 // the client again at those names, for them, and one refused elsewhere
 // stays registered at those that are free (see acquire.lua's
-// leave_others). A caller on several names counts at the name that refused
+// leave_others). With lone (w is an exclusive lock on one name), the
+// callers waiting behind w for that name alone do not count: they wait
+// for w to leave the line, which it does as soon as it obtains the lock,
+// and the first of them then tries at once, registering the client if it
+// is refused, as when a release grants w the lock and takes the client
+// out of the waiter set. Registered again for them, the client would be
+// told at w's release that the lock may be free, while that caller's
+// attempt is already under way. A caller on several names counts at the name that refused
 // its last attempt, or at every name when that is not known, and at none
 // once woken since, before its first attempt, or after one that registered
 // nowhere (its next attempt registers it where it is refused):
@@ -859,14 +866,19 @@ func isFirst(q []*waiter, w *waiter) bool {
 //
 // seen is the count of outcomes refusedAt recorded when moreAt looked,
 // for rewake.
-func (h *waitHub) moreAt(keys []string, w *waiter) (more string, seen uint64) {
+func (h *waitHub) moreAt(keys []string, w *waiter, lone bool) (more string, seen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := make([]byte, len(keys))
 	for i, k := range keys {
 		b[i] = '0'
 		for _, ws := range [][]*waiter{h.queues[k], h.others[k]} {
-			if slices.ContainsFunc(ws, func(x *waiter) bool { return x != w && (!x.multi || x.refused == "" || x.refused == k) }) {
+			if slices.ContainsFunc(ws, func(x *waiter) bool {
+				if x == w || lone && !x.multi {
+					return false
+				}
+				return !x.multi || x.refused == "" || x.refused == k
+			}) {
 				b[i] = '1'
 			}
 		}
@@ -1247,6 +1259,10 @@ type grantee struct {
 	req     string
 	claim   func(ctx context.Context, n grantNotice) bool
 	permits *atomic.Int64
+	// lone is set for an exclusive lock: the callers of the client
+	// waiting behind it for its one name try as soon as it leaves the
+	// line (see moreAt).
+	lone bool
 	// exitBy, unless nil, returns the bound of a give-back of the last
 	// attempt that began once the wait's context had ended, or ran past
 	// its end, or the zero time: the wait's exit began with it (see
@@ -1352,7 +1368,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			// then leaves the sets all the same. (Before moreAt: a caller
 			// that joins while enroll waits is counted.)
 			hub.enroll(ctx, keys)
-			wa.more, seen = hub.moreAt(keys, w)
+			wa.more, seen = hub.moreAt(keys, w, g.lone && !w.multi)
 			wa.channel = hub.member()
 		}
 		holderTTL, err := try(ctx, wa)

@@ -7,7 +7,9 @@
 -- ARGV[3] metadata, ARGV[4] owner id ('' for none),
 -- ARGV[5] the waiting client's channel ('' or absent when not waiting),
 -- ARGV[6] for each of the locks, in order, '1' when more of that client's
--- callers wait for it, else '0',
+-- callers wait for it and the client stays registered there for them, else
+-- '0' (the callers behind an exclusive lock on one name try as soon as the
+-- caller of this attempt leaves the client's line: see moreAt in wait.go),
 -- ARGV[7] how long a waiter's registration lasts, in ms,
 -- ARGV[8] the attempt's number when the waiting caller asks to be granted
 -- the lock (see grant; one name only), '' or absent when not,
@@ -49,8 +51,8 @@
 -- asks to be granted the lock, or clears the one it left before; refused
 -- for a lock on several names, it leaves the other names' sets (see
 -- leave_others). Once it obtains the locks, it leaves the sets, or, when
--- more of its callers wait, registers again at the back, and clears its
--- request.
+-- more of its callers wait (as ARGV[6] says), registers again at the back,
+-- and clears its request.
 --
 -- Returns {1, token, fence_1, ..., fence_n} when obtained. The token is the
 -- request token, or the held token when the request re-enters a lock of the
