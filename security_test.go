@@ -30,7 +30,7 @@ var aclRules = []string{
 	"-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+scan", "+ping", "+hello",
 	// the commands dlock's scripts run
 	"+exists", "+hmget", "+hget", "+hset", "+hlen", "+hincrby", "+del", "+get", "+set", "+time",
-	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+publish", "+pubsub|numsub",
+	"+pexpire", "+pttl", "+zadd", "+zrem", "+zrangebyscore", "+zpopmin", "+publish", "+pubsub|numsub",
 	// and those of the read/write locks' and semaphores' scripts
 	"+hdel", "+zscore", "+zrange", "+zcard", "+zcount", "+zremrangebyscore",
 }
@@ -157,6 +157,65 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 // Cluster: the cluster clients read the slot map (CLUSTER SLOTS, or
 // SHARDS), and waiters listen on shard channels.
 var clusterACLRules = []string{"+cluster|slots", "+cluster|shards", "+command|info", "+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub"}
+
+// TestAUserWithoutZPOPMINStillHasLocksGranted: a user set up with the ACL
+// line of an older dlock, without +zpopmin, still has the lock granted to
+// its waiting client by the release, which finds that client as it did
+// before (ZRANGEBYSCORE, then ZREM) once ZPOPMIN is refused.
+func TestAUserWithoutZPOPMINStillHasLocksGranted(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := []string{"ACL", "SETUSER", "older"}
+	for _, r := range aclRules {
+		if r != "+zpopmin" {
+			rules = append(rules, r)
+		}
+	}
+	srv.Do(t, rules...)
+	newClient := func() *dlock.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "older", Password: "s3cret"})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := dlock.New(goredis.New(rdb))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	holder, waiter := newClient(), newClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := holder.TryLock(ctx, "job", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "job", dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	awaitWaiting(t, waiter, "job", 1)
+	awaitCond(t, 5*time.Second, func() bool { return srv.Do(t, "ZCARD", "dlock:{job}:waiters") == "1" })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Granted by the release itself: the waiter sleeps until its notice.
+	if tok := srv.Do(t, "HGET", "dlock:{job}", "token"); tok == "" || tok == "(nil)" {
+		t.Errorf("the release left the lock free (token %q), want it granted to the waiting client", tok)
+	}
+	granted := <-got
+	if granted == nil {
+		t.FailNow()
+	}
+	if err := granted.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if log := srv.Do(t, "ACL", "LOG"); !strings.Contains(log, "zpopmin") {
+		t.Errorf("ACL LOG shows no refused ZPOPMIN:\n%s", log)
+	}
+	if got := srv.Do(t, "ZCARD", "dlock:{job}:waiters"); got != "0" {
+		t.Errorf("%s clients registered once the waiter was served, want 0", got)
+	}
+}
 
 // TestACLUserOnACluster: the README's user, with its additions for a
 // cluster, takes, waits for (woken by a sharded notice), lists and

@@ -33,10 +33,12 @@
 -- counter and fence the last fence the hash holds; forced is the hash's
 -- 'forced' record (see force_release). A client is granted the
 -- lock only while it listens: one that died since its last attempt would
--- hold the lock for its TTL, unheard (it is dropped, see wake).
+-- hold the lock for its TTL, unheard (it is dropped, see wake). The client
+-- is taken out of the set as it is found (see pop_waiter), which spares the
+-- ZREM of a grant; one only told is put back in its place.
 local function pass(k, wk, fk, fence, rel, forced)
   local h = waking()
-  local w, t = h.next_waiter(wk)
+  local w, t = h.pop_waiter(wk)
   for try = 1, wake_tries do
     if not w then return false end
     local m = w.member
@@ -65,7 +67,6 @@ local function pass(k, wk, fk, fence, rel, forced)
             'fence', text, 'since', string.sub(now_text, 1, -4), 's', '', unpack(rel))
           redis.call('HDEL', k, 'g:' .. m)
           if forced and listed(forced, g[1]) then redis.call('HSET', k, 'forced', unlisted(forced, g[1])) end
-          redis.call('ZREM', wk, m)
           local elapsed = math.max(now_us - (tonumber(g[6]) or now_us), 0)
           h.tell(m, k, '\0' .. g[5] .. ' ' .. text .. ' ' .. string.format('%.0f', elapsed) .. ' ' .. #g[1] .. ' ' .. g[1] .. k)
           return true
@@ -73,9 +74,12 @@ local function pass(k, wk, fk, fence, rel, forced)
       end
     end
     if dead == nil then dead = h.died(w, k) end
-    if not dead and not h.deaf(w, h.tell(m, k)) then return false end
-    h.drop(wk, k, w)
-    if try < wake_tries then w = h.next_waiter(wk, t) end
+    if not dead and not h.deaf(w, h.tell(m, k)) then
+      h.put_back(wk, w)
+      return false
+    end
+    h.drop(wk, k, w, true)
+    if try < wake_tries then w = h.pop_waiter(wk, t) end
   end
   return false
 end

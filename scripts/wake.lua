@@ -110,7 +110,7 @@ local function waking()
   end
 
   -- next_waiter returns the client registered longest ago in waiter set wk
-  -- whose registration has not expired, as {member, heard}, or nil when none
+  -- whose registration has not expired, as {member, heard, score}, or nil when none
   -- (or when wk holds other data); t is the server's TIME reply, read when
   -- nil.
   local function next_waiter(wk, t)
@@ -120,13 +120,48 @@ local function waking()
     -- Read after the caller's writes: any error (other data, a command the
     -- user may not run) is no waiter, so that a release never fails half done.
     if type(r) ~= 'table' or r.err or not r[1] then return nil, t end
-    return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil}, t
+    return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil, score = r[2]}, t
+  end
+
+  -- pop_waiter takes the client next_waiter would return out of waiter
+  -- set wk, in one command where next_waiter and a ZREM take two, and
+  -- returns it as next_waiter does, with its score (see put_back);
+  -- registrations that expired go with it. A server without ZPOPMIN (before
+  -- Redis 5), or a user who may not run it, is served by next_waiter and
+  -- ZREM.
+  local function pop_waiter(wk, t)
+    t = t or redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    for _ = 1, 2 do
+      local r = redis.pcall('ZPOPMIN', wk)
+      if type(r) ~= 'table' then return nil, t end
+      if r.err then
+        if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return nil, t end
+        local w = next_waiter(wk, t)
+        if w then redis.call('ZREM', wk, w.member) end
+        return w, t
+      end
+      if not r[1] then return nil, t end
+      if tonumber(r[2]) >= now then
+        return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil, score = r[2]}, t
+      end
+      -- Expired, and so may be the registrations after it: they go at once.
+      redis.pcall('ZREMRANGEBYSCORE', wk, '-inf', '(' .. string.format('%.0f', now))
+    end
+    return nil, t
+  end
+
+  -- put_back puts waiting client w, taken out of waiter set wk by
+  -- pop_waiter, back in its place.
+  local function put_back(wk, w)
+    redis.pcall('ZADD', wk, w.score, w.member)
   end
 
   -- drop takes waiting client w, found deaf, out of waiter set wk of lock k,
-  -- with the request it may have left there (see grant).
-  local function drop(wk, k, w)
-    redis.call('ZREM', wk, w.member)
+  -- with the request it may have left there (see grant); popped, w is out
+  -- of the set already.
+  local function drop(wk, k, w, popped)
+    if not popped then redis.call('ZREM', wk, w.member) end
     redis.pcall('HDEL', k, 'g:' .. w.member)
   end
 
@@ -184,6 +219,7 @@ local function waking()
   end
 
   helpers = {lock_free = lock_free, register = register, wake = wake, wake_all = wake_all, leave = leave,
-    tell = tell, deaf = deaf, died = died, next_waiter = next_waiter, drop = drop}
+    tell = tell, deaf = deaf, died = died, next_waiter = next_waiter, pop_waiter = pop_waiter, put_back = put_back,
+    drop = drop}
   return helpers
 end
