@@ -648,6 +648,55 @@ func TestWaitingWithoutPubSubPolls(t *testing.T) {
 	}
 }
 
+// TestAReleaseWithNoWaiterLeftReadsNoClock: a lock once waited for keeps
+// the mark that sends its releases to the waiter set; once nobody waits
+// there, a release finds the set empty (one ZPOPMIN) and frees the lock
+// without reading the server's clock, which only a waiter found needs.
+func TestAReleaseWithNoWaiterLeftReadsNoClock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "waited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := e.newClient(t)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "waited")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitCond(t, 5*time.Second, func() bool { return e.srv.Do(t, "ZCARD", "dlock:{waited}:waiters") == "1" })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if e.srv.Do(t, "HGET", "dlock:{waited}", "w") != "1" {
+		t.Fatal("the lock lost the mark of its waiters")
+	}
+	l, err := e.c.TryLock(ctx, "waited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{waited}") {
+		t.Error("the lock is still held after its release")
+	}
+	if n := commandCalls(t, e, "zpopmin"); n != 1 {
+		t.Errorf("the release looked for a waiter with %d ZPOPMIN, want 1", n)
+	}
+	if n := commandCalls(t, e, "time"); n != 0 {
+		t.Errorf("the release with no waiter left read the clock %d times, want 0", n)
+	}
+}
+
 // commandCalls returns how many times the server ran a command since the
 // last CONFIG RESETSTAT.
 func commandCalls(t *testing.T, e *env, cmd string) int {

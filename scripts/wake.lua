@@ -126,22 +126,25 @@ local function waking()
   -- pop_waiter takes the client next_waiter would return out of waiter
   -- set wk, in one command where next_waiter and a ZREM take two, and
   -- returns it as next_waiter does, with its score (see put_back);
-  -- registrations that expired go with it. A server without ZPOPMIN (before
-  -- Redis 5), or a user who may not run it, is served by next_waiter and
-  -- ZREM.
+  -- registrations that expired go with it. The clock is read (when t is
+  -- nil) only once a client is found: a lock once waited for keeps its
+  -- mark (see acquire), and its releases find no waiter set most of the
+  -- time. A server without ZPOPMIN (before Redis 5), or a user who may not
+  -- run it, is served by next_waiter and ZREM.
   local function pop_waiter(wk, t)
-    t = t or redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     for _ = 1, 2 do
       local r = redis.pcall('ZPOPMIN', wk)
       if type(r) ~= 'table' then return nil, t end
       if r.err then
         if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return nil, t end
-        local w = next_waiter(wk, t)
+        local w
+        w, t = next_waiter(wk, t)
         if w then redis.call('ZREM', wk, w.member) end
         return w, t
       end
       if not r[1] then return nil, t end
+      t = t or redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       if tonumber(r[2]) >= now then
         return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil, score = r[2]}, t
       end
