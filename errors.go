@@ -117,13 +117,20 @@ func lostNotHeld(lost error) error {
 
 // refusal is the error of an attempt that a held name refused: it matches
 // ErrNotObtained, and says which name's lock key refused it, which a
-// waiting caller on several names records (see waitHub.refusedAt).
+// waiting caller on several names records (see waitHub.refusedAt). Its
+// message names the name and why it refused, with a note (a semaphore's
+// count), and is made only when asked for: a waiting caller's attempts are
+// refused again and again, and it keeps none of their errors but the
+// last.
 type refusal struct {
-	error
-	key string
+	key, name, why, note string
 }
 
-func (r *refusal) Unwrap() error { return r.error }
+func (r *refusal) Error() string {
+	return ErrNotObtained.Error() + ": " + strconv.Quote(r.name) + " " + r.why + r.note
+}
+
+func (r *refusal) Unwrap() error { return ErrNotObtained }
 
 // refusedKey returns the lock key that refused the attempt that failed
 // with err, or "" when none did or it is not known.

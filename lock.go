@@ -751,7 +751,7 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
 		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond,
-			&refusal{fmt.Errorf("%w: %q %s%s", ErrNotObtained, p.name(l.names, i), l.kind.refused, l.countNote(" (", ")")), p.keys[p.at1(l.names, i)]}
+			&refusal{key: p.keys[p.at1(l.names, i)], name: p.name(l.names, i), why: l.kind.refused, note: l.countNote(" (", ")")}
 	}
 	token, _ = r[1].(string)
 	rest := r[2:]

@@ -1538,11 +1538,22 @@ func maxWait(ctx context.Context, given time.Duration) time.Duration {
 
 // maxWaitPassed is the cause of a wait's end at its max wait, bound: given
 // (WithMaxWait), or DefaultMaxWait for a context without a deadline,
-// which the message says how to lengthen.
+// which the message says how to lengthen (made once: every wait without
+// a deadline has it).
 func maxWaitPassed(bound time.Duration, given bool) error {
 	if given {
 		return fmt.Errorf("%w (the max wait, %v)", context.DeadlineExceeded, bound)
 	}
+	if bound == DefaultMaxWait {
+		return errDefaultMaxWait
+	}
+	return defaultMaxWaitPassed(bound)
+}
+
+// errDefaultMaxWait is maxWaitPassed(DefaultMaxWait, false).
+var errDefaultMaxWait = defaultMaxWaitPassed(DefaultMaxWait)
+
+func defaultMaxWaitPassed(bound time.Duration) error {
 	return fmt.Errorf("%w (the max wait, %v by default for a context without a deadline: WithMaxWait or a deadline waits longer)", context.DeadlineExceeded, bound)
 }
 
