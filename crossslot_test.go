@@ -1068,7 +1068,7 @@ type partLoser struct {
 func (d *partLoser) Eval(ctx context.Context, calls ...*dlock.Call) {
 	d.tapDriver.Eval(ctx, calls...)
 	for _, c := range calls {
-		if c.Script.Name == "acquire" && len(c.Keys) == 4 && c.Keys[0] == d.key && d.lost.CompareAndSwap(false, true) {
+		if c.Script.Name == "acquire" && len(c.Keys) == 3 && c.Keys[0] == d.key && d.lost.CompareAndSwap(false, true) {
 			c.Val, c.Err = nil, errLostReply
 			d.then()
 		}

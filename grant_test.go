@@ -608,11 +608,11 @@ func TestAnAcquireWithoutNoticesTakesBackTheRequestLeftBefore(t *testing.T) {
 	for _, s := range dlock.Scripts() {
 		scripts[s.Name] = s
 	}
-	key, waiters, fence, late := "dlock:{quiet}", "dlock:{quiet}:waiters", "dlock:{quiet}:fence", "dlock:{quiet}:late"
+	key, waiters, fence := "dlock:{quiet}", "dlock:{quiet}:waiters", "dlock:{quiet}:fence"
 	e.srv.Do(t, "HSET", key, "kind", "lock", "token", "", "req", "", "owner", "", "count", "0", "meta", "", "fence", "5",
 		"w", "1", "g:chan", `["req-1","60000","","","1","0"]`)
 	e.srv.Do(t, "ZADD", waiters, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "chan")
-	acquire := &dlock.Call{Script: scripts["acquire"], Keys: []string{key, waiters, fence, late},
+	acquire := &dlock.Call{Script: scripts["acquire"], Keys: []string{key, waiters, fence},
 		Args: []any{"req-1", "60000", "", "", "", "", "1500", "", "chan"}}
 	e.drv.Eval(ctx, acquire)
 	if r, _ := acquire.Val.([]any); acquire.Err != nil || len(r) < 1 || r[0] != int64(1) {
@@ -621,7 +621,7 @@ func TestAnAcquireWithoutNoticesTakesBackTheRequestLeftBefore(t *testing.T) {
 	if e.srv.Do(t, "HEXISTS", key, "g:chan") != "0" {
 		t.Error("the request is still there after its caller obtained the lock")
 	}
-	release := &dlock.Call{Script: scripts["release"], Keys: []string{key, waiters, fence, late}, Args: []any{"req-1", "id-1"}}
+	release := &dlock.Call{Script: scripts["release"], Keys: []string{key, waiters, fence}, Args: []any{"req-1", "id-1"}}
 	e.drv.Eval(ctx, release)
 	if release.Err != nil {
 		t.Fatal(release.Err)

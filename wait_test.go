@@ -1192,11 +1192,11 @@ func wokenSiblingDropsARegistration(t *testing.T, wBackLast bool) {
 	held := holdEach(t, ctx, e.c, "q-p", "q-x", "q-y")
 	var armed atomic.Bool
 	wRan, vEntered, vRan, vBack := newGate(), newGate(), newGate(), newGate()
-	// The attempts are told apart by their keys, four a name, in each
+	// The attempts are told apart by their keys, three a name, in each
 	// call of a pipeline.
 	is := func(calls []*dlock.Call, first string, names int) bool {
 		return armed.Load() && slices.ContainsFunc(calls, func(c *dlock.Call) bool {
-			return c.Script.Name == "acquire" && c.Keys[0] == first && len(c.Keys) == 4*names
+			return c.Script.Name == "acquire" && c.Keys[0] == first && len(c.Keys) == 3*names
 		})
 	}
 	cd := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
@@ -1419,7 +1419,7 @@ func TestAMultiNameWaiterLeavesAnotherCallersRegistration(t *testing.T) {
 	var armed atomic.Bool
 	sent, proceed := make(chan struct{}), make(chan struct{})
 	d := &hookDriver{Driver: e.newDriver(t), before: func(calls []*dlock.Call) {
-		if c := calls[0]; len(c.Keys) == 8 && len(c.Args) >= 5 && c.Args[4] != "" && armed.CompareAndSwap(true, false) {
+		if c := calls[0]; len(c.Keys) == 6 && len(c.Args) >= 5 && c.Args[4] != "" && armed.CompareAndSwap(true, false) {
 			close(sent)
 			<-proceed
 		}
