@@ -454,6 +454,42 @@ func TestARequestThatDoesNotReadIsNotGranted(t *testing.T) {
 	}
 }
 
+// TestAClientOnlyToldStaysRegisteredUntilItsRegistrationExpires: a
+// release that only tells its next waiting client (one that left no
+// request: a lock on several names, WithReplicas) leaves it registered as
+// it was, in a waiter set that still expires: a client that then never
+// comes back (it died unheard, its subscription hidden behind a proxy or
+// on another node) is forgotten with its registration, as every key of a
+// name is (docs/keys.md). The release takes the client out of the set to
+// look at it and puts it back; when it was the only one there, the set
+// went with it, and came back without its expiry.
+func TestAClientOnlyToldStaysRegisteredUntilItsRegistrationExpires(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held, err := e.c.TryLock(ctx, "told", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters := "dlock:{told}:waiters"
+	score := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	e.srv.Do(t, "ZADD", waiters, score, "told-client")
+	e.srv.Do(t, "PEXPIRE", waiters, "60000")
+	e.srv.Do(t, "HSET", "dlock:{told}", "w", "1")
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.locked(t, "dlock:{told}") {
+		t.Fatalf("lock held with %q after the release, want it free", e.srv.Do(t, "HGET", "dlock:{told}", "token"))
+	}
+	if got := e.srv.Do(t, "ZSCORE", waiters, "told-client"); got != score {
+		t.Errorf("the client told is registered with score %q after the release, want %s as before", got, score)
+	}
+	pttl, err := strconv.ParseInt(e.srv.Do(t, "PTTL", waiters), 10, 64)
+	if err != nil || pttl <= 0 || pttl > time.Minute.Milliseconds() {
+		t.Errorf("the waiter set's PTTL is %d ms (%v) after the release, want at most its registration's minute", pttl, err)
+	}
+}
+
 // TestALateNoticeOfAnEarlierGrantLeavesTheNextOneAlone: the notice of a
 // first grant arrives after that grant ran out, another holder came and
 // went, and a second grant to the same caller was made, with a third
