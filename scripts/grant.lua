@@ -75,7 +75,7 @@ local function pass(k, wk, fk, fence, rel, forced)
     end
     if dead == nil then dead = h.died(w, k) end
     if not dead and not h.deaf(w, h.tell(m, k)) then
-      h.put_back(wk, w)
+      h.put_back(wk, w, t)
       return false
     end
     h.drop(wk, k, w, true)

@@ -155,9 +155,16 @@ local function waking()
   end
 
   -- put_back puts waiting client w, taken out of waiter set wk by
-  -- pop_waiter, back in its place.
-  local function put_back(wk, w)
-    redis.pcall('ZADD', wk, w.score, w.member)
+  -- pop_waiter (which read t, the server's TIME reply), back in its place.
+  -- Taken out as the set's last member, w took the set with it, which
+  -- comes back without the expiry it had: it gets that of w's
+  -- registration, so that a client that never comes back is forgotten
+  -- with it, as before.
+  local function put_back(wk, w, t)
+    if redis.pcall('ZADD', wk, w.score, w.member) == 1 and redis.call('PTTL', wk) == -1 then
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      redis.pcall('PEXPIRE', wk, string.format('%.0f', math.max(math.ceil(tonumber(w.score)) - now, 1)))
+    end
   end
 
   -- drop takes waiting client w, found deaf, out of waiter set wk of lock k,
