@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1060,43 +1061,73 @@ func TestAClusterReleaseGrantsToTheWaitersItCanHear(t *testing.T) {
 	})
 }
 
-// TestAReleaseDuringASlotMigrationWaitsItOut: a Release that finds its
-// lock's keys split between two primaries while their slot moves (the
-// lock's hash moved, its fence counter not yet: TRYAGAIN) is sent again a
-// little later, and frees the lock once the move is over, rather than
-// failing and leaving the name taken for its TTL.
+// slotMove is a move of a slot from one primary to another, as redis-cli
+// --cluster reshard makes it: the slot importing on one, migrating on the
+// other, its keys moved by MIGRATE (without REPLACE), then given to the
+// new primary on every node.
+type slotMove struct {
+	t                      *testing.T
+	cluster                *redistest.Cluster
+	from, to               *redistest.Server
+	slot, toID, host, port string
+}
+
+// startSlotMove starts moving the slot of key from its primary to another,
+// and moves none of its keys yet.
+func startSlotMove(t *testing.T, cluster *redistest.Cluster, key string) *slotMove {
+	m := &slotMove{t: t, cluster: cluster, from: cluster.PrimaryOf(t, key)}
+	for _, p := range cluster.Nodes {
+		if p != m.from {
+			m.to = p
+			break
+		}
+	}
+	m.slot = m.from.Do(t, "CLUSTER", "KEYSLOT", key)
+	m.toID = m.to.Do(t, "CLUSTER", "MYID")
+	m.host, m.port, _ = strings.Cut(m.to.Addr(), ":")
+	m.to.Do(t, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.from.Do(t, "CLUSTER", "MYID"))
+	m.from.Do(t, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.toID)
+	return m
+}
+
+// left returns the keys of the slot still on the primary it leaves.
+func (m *slotMove) left() []string {
+	return strings.Fields(m.from.Do(m.t, "CLUSTER", "GETKEYSINSLOT", m.slot, "100"))
+}
+
+// migrate moves keys to the new primary.
+func (m *slotMove) migrate(keys ...string) {
+	for _, k := range keys {
+		m.from.Do(m.t, "MIGRATE", m.host, m.port, k, "0", "5000")
+	}
+}
+
+// finish moves the keys left and ends the move.
+func (m *slotMove) finish() {
+	m.migrate(m.left()...)
+	for _, n := range m.cluster.Nodes {
+		n.Do(m.t, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID)
+	}
+}
+
 // splitSlot starts moving the slot of key to another primary, and moves
 // key alone, so that the slot's keys are split between the two (a request
 // on several of them is refused with TRYAGAIN, or ASK); finish moves the
 // rest and ends the move.
 func splitSlot(t *testing.T, cluster *redistest.Cluster, key string) (finish func()) {
-	from := cluster.PrimaryOf(t, key)
-	var to *redistest.Server
-	for _, p := range cluster.Nodes {
-		if p != from {
-			to = p
-			break
-		}
+	m := startSlotMove(t, cluster, key)
+	m.migrate(key)
+	if len(m.left()) == 0 {
+		t.Fatalf("nothing of the lock left on %s: the move is not split", m.from.Addr())
 	}
-	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
-	toID := to.Do(t, "CLUSTER", "MYID")
-	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
-	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
-	host, port, _ := strings.Cut(to.Addr(), ":")
-	from.Do(t, "MIGRATE", host, port, key, "0", "5000")
-	if rest := strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")); len(rest) == 0 {
-		t.Fatalf("nothing of the lock left on %s: the move is not split", from.Addr())
-	}
-	return func() {
-		for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
-			from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-		}
-		for _, n := range cluster.Nodes {
-			n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-		}
-	}
+	return m.finish
 }
 
+// TestAReleaseDuringASlotMigrationWaitsItOut: a Release that finds its
+// lock's keys split between two primaries while their slot moves (the
+// lock's hash moved, its fence counter not yet: TRYAGAIN) is sent again a
+// little later, and frees the lock once the move is over, rather than
+// failing and leaving the name taken for its TTL.
 func TestAReleaseDuringASlotMigrationWaitsItOut(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	ctx := context.Background()
@@ -1236,32 +1267,12 @@ func TestACleanUpWhileItsSlotMigratesLeavesTheSlotMovable(t *testing.T) {
 		t.Fatalf("no %s after a clean-up", late)
 	}
 	from.Do(t, "PERSIST", late) // its two seconds do not run out during the test
-	var to *redistest.Server
-	for _, p := range cluster.Nodes {
-		if p != from {
-			to = p
-			break
-		}
-	}
-	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
-	toID := to.Do(t, "CLUSTER", "MYID")
-	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
-	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
-	host, port, _ := strings.Cut(to.Addr(), ":")
-	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
-		if k != late {
-			from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-		}
-	}
+	m := startSlotMove(t, cluster, key)
+	m.migrate(slices.DeleteFunc(m.left(), func(k string) bool { return k == late })...)
 	d := cleanedUp() // while the lock's keys but its clean-ups' record have moved
 	// The rest of the move, as redis-cli does it: MIGRATE without REPLACE.
-	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
-		from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-	}
-	for _, n := range cluster.Nodes {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-	}
-	if n := from.Do(t, "CLUSTER", "COUNTKEYSINSLOT", slot); n != "0" {
+	m.finish()
+	if n := from.Do(t, "CLUSTER", "COUNTKEYSINSLOT", m.slot); n != "0" {
 		t.Errorf("the old primary keeps %s keys of the slot", n)
 	}
 	// Once the move is over, the second clean-up's record is there: a late
@@ -1279,7 +1290,7 @@ func TestACleanUpWhileItsSlotMigratesLeavesTheSlotMovable(t *testing.T) {
 	// The clean-up runs on the new primary, sent again there if the move
 	// refused it: its record names the acquire's request token.
 	word := d.kept[0].Args[0].(string)[:11]
-	awaitCond(t, 5*time.Second, func() bool { return strings.Contains(to.Do(t, "GET", late), word) })
+	awaitCond(t, 5*time.Second, func() bool { return strings.Contains(m.to.Do(t, "GET", late), word) })
 	if v := d.sendCopies(t); !refusal(v[0]) {
 		t.Errorf("a late copy of the acquire cleaned up during the move replied %v, want a refusal", v[0])
 	}
@@ -1305,18 +1316,7 @@ func TestAContendedLockIsHandedOverWhileItsSlotMigrates(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	waited := lockWhenRefused(t, wctx, waiter, name, dlock.WithTTL(time.Minute))
-	from := cluster.PrimaryOf(t, key)
-	var to *redistest.Server
-	for _, p := range cluster.Nodes {
-		if p != from {
-			to = p
-			break
-		}
-	}
-	slot := from.Do(t, "CLUSTER", "KEYSLOT", key)
-	toID := to.Do(t, "CLUSTER", "MYID")
-	to.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.Do(t, "CLUSTER", "MYID"))
-	from.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	m := startSlotMove(t, cluster, key)
 	if err := held.Release(ctx); err != nil {
 		t.Fatalf("Release while the slot migrates: %v", err)
 	}
@@ -1326,13 +1326,7 @@ func TestAContendedLockIsHandedOverWhileItsSlotMigrates(t *testing.T) {
 	}
 	// (Its own release, the name's waiter set gone with the grant, would
 	// be refused until the move ends: see docs/guarantees.md.)
-	host, port, _ := strings.Cut(to.Addr(), ":")
-	for _, k := range strings.Fields(from.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, "100")) {
-		from.Do(t, "MIGRATE", host, port, k, "0", "5000")
-	}
-	for _, n := range cluster.Nodes {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-	}
+	m.finish()
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatalf("the waiter's Release once the slot moved: %v", err)
 	}
