@@ -657,6 +657,14 @@ func TestAnAcquireWithoutNoticesTakesBackTheRequestLeftBefore(t *testing.T) {
 	if e.srv.Do(t, "HEXISTS", key, "g:chan") != "0" {
 		t.Error("the request is still there after its caller obtained the lock")
 	}
+	// A release names three keys a name, a clean-up four (its record, see
+	// scripts/held.lua): a release given a clean-up's is refused, and
+	// writes nothing.
+	wrong := &dlock.Call{Script: scripts["release"], Keys: []string{key, waiters, fence, key + ":late"}, Args: []any{"req-1", "id-1"}}
+	e.drv.Eval(ctx, wrong)
+	if wrong.Err == nil || !strings.Contains(wrong.Err.Error(), "release given 4 keys") || !e.locked(t, key) {
+		t.Fatalf("a release given four keys: %v %v, want refused with the lock held", wrong.Val, wrong.Err)
+	}
 	release := &dlock.Call{Script: scripts["release"], Keys: []string{key, waiters, fence}, Args: []any{"req-1", "id-1"}}
 	e.drv.Eval(ctx, release)
 	if release.Err != nil {

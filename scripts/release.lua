@@ -136,6 +136,9 @@ if id == '' then
   n = #KEYS / 4
   for i = 1, n do late_keys[KEYS[i]] = KEYS[3 * n + i] end
 end
+-- Keys of a whole number of names, or a caller of another count: refused
+-- before anything is written.
+if n % 1 ~= 0 then return redis.error_reply('ERR dlock: release given ' .. #KEYS .. ' keys') end
 local missing, ended_by_force = 0, false
 -- A clean-up's time, in ms, for its word kept apart (see below).
 local late_now = ends and id == '' and math.floor(clock_us(redis.call('TIME')) / 1000)
