@@ -2857,9 +2857,12 @@ func TestAnAcquireThatCannotConnectLeavesNothingToCleanUp(t *testing.T) {
 	if n := d.trips.Load(); n > 3 {
 		t.Errorf("TryLock made %d round trips, want 3 at most: its acquire, its clean-up, and that sent again", n)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	// The wait gives up after its first refused attempt, not at a deadline
+	// that could end it while an attempt dials (a dial cut short by its
+	// context may have been under way: its clean-up would go on).
+	wctx, giveUp, cancel := untilRefused(ctx)
 	defer cancel()
-	if _, err := c.Lock(wctx, "unconnected", dlock.WithTTL(time.Minute)); err == nil {
+	if _, err := c.Lock(wctx, "unconnected", dlock.WithTTL(time.Minute), giveUp); err == nil {
 		t.Fatal("Lock obtained a lock on a server that is down")
 	}
 	at := d.trips.Load()
