@@ -634,15 +634,7 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for i := range dlock.DefaultPipelines { // in flight, waiting their whole timeout
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = c.TryLock(context.Background(), "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
-		}()
-	}
-	blocked := func() int { return blockedClients(t, r.Primary) }
-	awaitCond(t, 5*time.Second, func() bool { return blocked() >= dlock.DefaultPipelines })
+	fillReplicaLane(t, &wg, r, c, timeout)
 	var early error
 	var took time.Duration
 	wg.Add(2)
@@ -695,14 +687,7 @@ func TestARefreshQueuedForReplicasEndsAtItsOwnTimeout(t *testing.T) {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for i := range dlock.DefaultPipelines { // in flight, waiting their whole timeout
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = c.TryLock(ctx, "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
-		}()
-	}
-	awaitCond(t, 5*time.Second, func() bool { return blockedClients(t, r.Primary) >= dlock.DefaultPipelines })
+	fillReplicaLane(t, &wg, r, c, timeout)
 	var refreshed error
 	var took time.Duration
 	wg.Add(2)
@@ -801,6 +786,21 @@ func TestARefreshQueuedForReplicasOnAStalledServerEndsAtItsOwnTimeout(t *testing
 	if took > timeout*14/10 {
 		t.Errorf("the Refresh returned after %v, want about its %v timeout", took, timeout)
 	}
+}
+
+// fillReplicaLane starts, in wg, as many acquires WithReplicas(1, timeout)
+// as c sends at once, and returns once r's primary holds them all in their
+// WAIT (its replica paused): whatever c sends so confirmed next is queued.
+func fillReplicaLane(t *testing.T, wg *sync.WaitGroup, r *redistest.Replicated, c *dlock.Client, timeout time.Duration) {
+	t.Helper()
+	for i := range dlock.DefaultPipelines { // in flight, waiting their whole timeout
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.TryLock(context.Background(), "inflight:"+strconv.Itoa(i), dlock.WithReplicas(1, timeout))
+		}()
+	}
+	awaitCond(t, 5*time.Second, func() bool { return blockedClients(t, r.Primary) >= dlock.DefaultPipelines })
 }
 
 // blockedClients returns how many clients s holds blocked (in a WAIT,
