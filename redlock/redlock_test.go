@@ -662,6 +662,50 @@ func TestRefreshWithoutAQuorumIsNotALoss(t *testing.T) {
 	}
 }
 
+// TestALockLostForRefreshesRefusedSaysWhy: the ACL user of two of three
+// nodes loses EVALSHA while it holds a lock refreshed automatically, so
+// that every refresh there is refused (NOPERM) until the lock runs out on
+// them and the quorum is lost. Err says why in words, as a dlock lock's
+// does when its watchdog's refreshes failed: it said only that each
+// node's deadline passed without a refresh, which reads as an outage, not
+// a permission to fix.
+func TestALockLostForRefreshesRefusedSaysWhy(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	for _, srv := range srvs {
+		srv.Do(t, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all")
+	}
+	r := newLockerOfOptions(t, srvs, func(_ int, o *redis.Options) { o.Username, o.Password = "locker", "pw" })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "revoked", redlock.WithTTL(time.Second), redlock.WithAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range srvs[:2] {
+		srv.Do(t, "ACL", "SETUSER", "locker", "-evalsha", "-eval")
+	}
+	waitDone(t, l, 5*time.Second)
+	err = l.Err()
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", err)
+	}
+	for i, srv := range srvs[:2] {
+		var ne *redlock.NodeError
+		found := false
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			if errors.As(e, &ne) && ne.Addr == srv.Addr() {
+				found = true
+				if !strings.Contains(ne.Error(), "NOPERM") {
+					t.Errorf("node %d's loss: %v, want it to say that its refreshes were refused (NOPERM)", i, ne)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("Err = %v, want a *NodeError for node %d", err, i)
+		}
+	}
+	_ = l.Release(ctx)
+}
+
 // TestNodeRestartedWithoutPersistenceWhileHeld restarts one of five nodes
 // (it comes back empty) under a lock refreshed automatically: the lock
 // stays held on the quorum, nobody else can take it, and the refresh takes
