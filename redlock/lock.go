@@ -378,6 +378,13 @@ func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
 		s.end = d // a timer that ran late, or a process that was paused
 	}
 	if err != nil {
+		if s.err != nil {
+			// Its refreshes there failed until it ran out: say why, in
+			// words (as a dlock lock whose watchdog's refreshes failed
+			// does), since a failure such as a deadline must not make the
+			// loss match it.
+			err = fmt.Errorf("%w (the last refresh there failed: %s)", err, causes.Unprefixed(s.err))
+		}
 		s.err = err
 	}
 	l.live--
@@ -980,9 +987,13 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 		l.mu.Lock()
 		l.nodes[i].busy = false
 		rd.errs[i] = err
-		if errors.Is(err, dlock.ErrNotHeld) {
+		switch {
+		case errors.Is(err, dlock.ErrNotHeld):
+			l.nodes[i].err = nil // the node's answer says why
 			lost = l.loseLocked(i, nl, err)
-		} else if err != nil {
+		default:
+			// Why the last refresh there failed, while it fails; told
+			// with the loss if it runs out there (see loseLocked).
 			l.nodes[i].err = err
 		}
 		// The node's deadline moved: later when refreshed, or earlier when
@@ -1171,7 +1182,9 @@ func (l *Lock) Done() <-chan struct{} {
 
 // Err returns nil while the lock is held and after a release that reached
 // a quorum, and an error wrapping dlock.ErrLost once the lock was lost,
-// joined with a *NodeError for each node that lost it: dlock.ErrMaxHold
+// joined with a *NodeError for each node that lost it (one whose lock ran
+// out there after refreshes failed says, in words, why the last one did:
+// a permission its ACL user lost, say, dlock.ErrDenied): dlock.ErrMaxHold
 // when WithMaxHold ended it. After a Release that did not reach a quorum it
 // returns that Release's error, which matches ErrNoQuorum, not
 // dlock.ErrLost (the holder gave the lock up), until a later Release
