@@ -710,8 +710,9 @@ func (l *Lock) releaseAll(ctx context.Context, timeout time.Duration) *round {
 // still: a node whose lock ran out only by the local clock). It returns nil
 // if a quorum of nodes released it. Otherwise its error is joined with a
 // *NodeError for every node that did not, and matches ErrNoQuorum when some
-// of them did not answer and, with those released, a quorum would be (their
-// outcome is unknown: Release may be called again, and retries just those),
+// of them failed (did not answer, or refused the request: a denial, which
+// matches dlock.ErrDenied, too) and, with those released, a quorum would be
+// (Release may be called again, and retries just those),
 // or dlock.ErrNotHeld when too many answered that they no longer held it for
 // that (and dlock.ErrLost: it was lost before its release, as Err then says,
 // unless an earlier Release had given it up). A Lock that had ended as lost
@@ -1183,8 +1184,9 @@ func (l *Lock) Done() <-chan struct{} {
 // Err returns nil while the lock is held and after a release that reached
 // a quorum, and an error wrapping dlock.ErrLost once the lock was lost,
 // joined with a *NodeError for each node that lost it (one whose lock ran
-// out there after refreshes failed says, in words, why the last one did:
-// a permission its ACL user lost, say, dlock.ErrDenied): dlock.ErrMaxHold
+// out there after refreshes failed says why the last one did, a
+// permission its ACL user lost, say, in words only: the loss does not
+// match that refresh's error): dlock.ErrMaxHold
 // when WithMaxHold ended it. After a Release that did not reach a quorum it
 // returns that Release's error, which matches ErrNoQuorum, not
 // dlock.ErrLost (the holder gave the lock up), until a later Release
