@@ -402,9 +402,15 @@ func deniedReply(msg string) (denied, ranInPart bool) {
 		// have run when the command is another of the pipeline's, after
 		// it (WAIT, for WithReplicas).
 		return true, !scriptCommandUnknown(msg)
-	case strings.HasPrefix(msg, "NOPERM "),
-		// A command inside a script: Redis 7.0, and 7.2 on.
-		strings.Contains(msg, "The user executing the script can't run this"),
+	case strings.HasPrefix(msg, "NOPERM "):
+		// Refused before it ran: the script's own command or its keys.
+		// A command of the pipeline after it (WAIT) follows a script
+		// that may have run.
+		return true, !scriptRefused(msg)
+	case
+		// A command inside a script, or its key or channel: Redis 7.0,
+		// and 7.2 on.
+		strings.Contains(msg, "The user executing the script can't "),
 		strings.Contains(msg, "ACL failure in script"),
 		// A command the scripts call renamed away ("from Lua script"
 		// before Redis 7), after their earlier writes.
@@ -461,6 +467,22 @@ func scriptCommandUnknown(msg string) bool {
 		}
 	}
 	return false
+}
+
+// scriptRefused reports whether msg, a NOPERM reply, refuses a script's
+// own request: its command (EVALSHA, EVAL, FCALL), or its keys (only the
+// scripts' requests name keys). Redis 7.0 says "this user has no
+// permissions to run the 'evalsha' command" and "… to access one of the
+// keys used as arguments", 7.2 on "User u has no permissions to run the
+// 'evalsha' command" and "No permissions to access a key".
+func scriptRefused(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, c := range []string{"evalsha", "eval", "fcall"} {
+		if strings.Contains(m, "run the '"+c+"'") {
+			return true
+		}
+	}
+	return strings.Contains(m, "access one of the keys") || strings.Contains(m, "access a key")
 }
 
 // unauthenticated is Redis's refusal of a request from a client that has

@@ -475,6 +475,37 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 	}
 }
 
+// TestAnAcquireRefusedItsScriptSendsNoCleanUp: Redis refusing a client
+// the script command itself, or the keys it names (NOPERM), ran nothing,
+// so the failed acquire sends no clean-up, which Redis would refuse too
+// (each a line in ACL LOG) and the client log as a clean-up that failed.
+func TestAnAcquireRefusedItsScriptSendsNoCleanUp(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "noscripts", "on", ">s3cret", "~*", "&*", "+@all", "-evalsha", "-eval")
+	srv.Do(t, "ACL", "SETUSER", "nokeys", "on", ">s3cret", "&*", "+@all")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	for _, user := range []string{"noscripts", "nokeys"} {
+		t.Run(user, func(t *testing.T) {
+			srv.Do(t, "ACL", "LOG", "RESET")
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "s3cret", MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			logger, logs := captureLogs(slog.LevelDebug)
+			c := dlock.New(goredis.New(rdb), dlock.WithLogger(logger))
+			if _, err := c.TryLock(context.Background(), "x"); !errors.Is(err, dlock.ErrDenied) {
+				t.Fatalf("TryLock: err = %v, want ErrDenied", err)
+			}
+			_ = c.Close() // waits for any clean-up
+			if n, err := admin.Do(context.Background(), "ACL", "LOG").Slice(); err != nil || len(n) != 1 {
+				t.Errorf("ACL LOG has %d entries (err %v), want 1 (the acquire's): %v", len(n), err, n)
+			}
+			if l := logs(); strings.Contains(l, "clean up") {
+				t.Errorf("a clean-up was sent:\n%s", l)
+			}
+		})
+	}
+}
+
 // TestATLSHandshakeRefusedEndsAWaitAtOnce: a TLS handshake that fails for
 // a setting (the server's certificate signed by an authority the client
 // does not trust, or made out to another name; a server that asks for a
