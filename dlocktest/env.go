@@ -197,12 +197,25 @@ func (e *env) allowOnlyChannels(t testing.TB) {
 // RESETSTAT.
 func (e *env) calls(t testing.TB, cmd string) int {
 	t.Helper()
+	return e.cmdstat(t, cmd, "calls")
+}
+
+// cmdstat returns field (calls, failed_calls, ...) of the INFO
+// commandstats of command cmd, summed over the primaries.
+func (e *env) cmdstat(t testing.TB, cmd, field string) int {
+	t.Helper()
 	total := 0
 	for _, p := range e.primaries {
 		for _, line := range strings.Split(p.Do(t, "INFO", "commandstats"), "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-				total += n
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+			if !ok {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, field+"="); ok {
+					n, _ := strconv.Atoi(v)
+					total += n
+				}
 			}
 		}
 	}

@@ -112,10 +112,15 @@ func testFCallAtMaxmemory(t *testing.T, e *env) {
 
 // testFCallStillMissing: a call whose function is missing once more after
 // the library was loaded (deleted again meanwhile; here, one the library
-// never had) runs by EVAL.
+// never had) runs by EVAL. The load finds the library there (as a client
+// does whose call found it missing before another loaded it), and takes it
+// for loaded: it does not have Redis compile it again.
 func testFCallStillMissing(t *testing.T, e *env) {
 	ctx := timeout(t)
 	d := e.driver(t)
+	e.onPrimaries(t, "FUNCTION", "FLUSH")
+	e.onPrimaries(t, "FUNCTION", "LOAD", dlock.FunctionLibrary().Src)
+	e.onPrimaries(t, "CONFIG", "RESETSTAT")
 	missing := *scriptTTL()
 	missing.Function = "dlock_never_loaded_ttl"
 	calls := e.callPerPrimary(t, &missing)
@@ -125,6 +130,9 @@ func testFCallStillMissing(t *testing.T, e *env) {
 	d.Eval(ctx, calls...)
 	for _, call := range calls {
 		checkReply(t, "FCALL of a function missing after the load", call, []any{int64(-2)})
+	}
+	if n := e.cmdstat(t, "function|load", "calls") - e.cmdstat(t, "function|load", "failed_calls"); n != 0 {
+		t.Errorf("%d loads of the library where it was loaded already compiled it again", n)
 	}
 }
 
