@@ -154,7 +154,7 @@ type Call struct {
 	Args   []any    // its arguments: strings, []byte and integers
 	// Lib is set when the client runs its scripts as Redis Functions
 	// (WithFunctions): the driver then sends FCALL Script.Function instead
-	// of EVALSHA, and loads Lib (FUNCTION LOAD REPLACE) on a server that
+	// of EVALSHA, and loads Lib (FUNCTION LOAD) on a server that
 	// answers that the function is missing, and then calls again (see
 	// Unknown and Resend). A driver that does not know Lib may
 	// ignore it: EVALSHA does the same work.
@@ -207,8 +207,12 @@ func ConnectionClosed(err error) bool {
 }
 
 // Loaded sorts the calls of a server that was asked to load their library
-// and answered err. The calls that run by EVAL (no Lib) are returned as
-// again, to send again, whatever err; so are the others when err is nil. A
+// (FUNCTION LOAD, without REPLACE) and answered err. The calls that run by
+// EVAL (no Lib) are returned as again, to send again, whatever err; so are
+// the others when err is nil, or when the server has a library of that
+// name already (another client loaded it since their calls found it
+// missing: the name is drawn from the library's code, so it is this one,
+// and is not compiled again). A
 // refusal for want of memory (a server at its maxmemory refuses FUNCTION
 // LOAD, where the scripts that give locks up still run by EVAL) returns
 // them as scripts, to run by AsScripts. So does a refusal of the
@@ -227,7 +231,7 @@ func Loaded(calls []*Call, err error) (again, scripts []*Call) {
 	noLoad := strings.HasPrefix(msg, "NOPERM ") && strings.Contains(msg, "'function|load'")
 	for _, c := range calls {
 		switch {
-		case c.Lib == nil:
+		case c.Lib == nil, libraryExists(msg, c.Lib):
 			again = append(again, c)
 		case oom, noLoad && givesUp[c.Script]:
 			scripts = append(scripts, c)
@@ -236,6 +240,18 @@ func Loaded(calls []*Call, err error) (again, scripts []*Call) {
 		}
 	}
 	return again, scripts
+}
+
+// libraryExists reports whether msg is Redis's refusal to load lib because
+// a library of its name is loaded already (with or without the "ERR "
+// prefix, which some client libraries drop).
+func libraryExists(msg string, lib *Library) bool {
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(msg, "ERR "), "Library '")
+	if !ok {
+		return false
+	}
+	name, ok := strings.CutSuffix(rest, "' already exists")
+	return ok && name == lib.Name
 }
 
 // AsScripts runs calls through run as calls without a Lib (by EVALSHA or

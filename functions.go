@@ -20,7 +20,7 @@ type Library struct {
 	// that dlock builds with different functions never replace, or use,
 	// each other's on a shared server.
 	Name string
-	// Src is the library's code, for FUNCTION LOAD REPLACE.
+	// Src is the library's code, for FUNCTION LOAD.
 	Src string
 }
 
@@ -92,9 +92,11 @@ func newLibrary(scripts []*Script, flags map[string]string) *Library {
 
 // WithFunctions makes the client run its scripts as Redis Functions, by
 // FCALL, instead of by EVALSHA: the driver loads FunctionLibrary (FUNCTION
-// LOAD REPLACE) on a server (a primary of a cluster; every shard of a Ring
+// LOAD) on a server (a primary of a cluster; every shard of a Ring
 // that is up) the first time it answers that a function is missing, and Redis then
-// persists and replicates it. A server that cannot load it for want of
+// persists and replicates it. A load that finds the library there (another
+// client loaded it meanwhile) leaves it as it is, and the calls go again:
+// Redis does not compile it again. A server that cannot load it for want of
 // memory (at its maxmemory), or whose library is deleted again before the
 // calls are sent again, has those calls run by EVAL instead; one that
 // refuses the load to the client's ACL user, those that give locks up or

@@ -427,3 +427,21 @@ func cmdstat(stats, cmd, field string) int {
 	}
 	return 0
 }
+
+// Loaded takes a refusal to load a library that is there already, this
+// one (its name is drawn from its code), for a load: the calls go again.
+// A refusal of another library's name is an error, as any other.
+func TestLoadedTakesTheLibraryThereForLoaded(t *testing.T) {
+	lib := dlock.FunctionLibrary()
+	call := &dlock.Call{Script: dlock.Scripts()[0], Lib: lib}
+	// As Redis answers, and as rueidis's errors have it, without "ERR ".
+	for _, exists := range []string{"ERR Library '" + lib.Name + "' already exists", "Library '" + lib.Name + "' already exists"} {
+		if again, scripts := dlock.Loaded([]*dlock.Call{call}, errors.New(exists)); len(again) != 1 || len(scripts) != 0 || call.Err != nil {
+			t.Errorf("Loaded(%q): again %d, scripts %d, err %v; want the call to go again", exists, len(again), len(scripts), call.Err)
+		}
+	}
+	other := errors.New("ERR Library 'dlock_0000000000' already exists")
+	if again, scripts := dlock.Loaded([]*dlock.Call{call}, other); len(again) != 0 || len(scripts) != 0 || call.Err != other {
+		t.Errorf("Loaded of another library's name: again %d, scripts %d, err %v; want the refusal", len(again), len(scripts), call.Err)
+	}
+}

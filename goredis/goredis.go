@@ -246,7 +246,7 @@ func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
 // EVAL too), and those to run as scripts (see dlock.Loaded).
 func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Call) (again, scripts []*dlock.Call) {
 	loadOn := func(ctx context.Context, node redis.Cmdable, calls []*dlock.Call) (again, scripts []*dlock.Call) {
-		return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
+		return dlock.Loaded(calls, node.FunctionLoad(ctx, lib.Src).Err())
 	}
 	var fcalls []*dlock.Call
 	for _, call := range calls {
@@ -298,7 +298,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 		var mu sync.Mutex
 		failed := map[string]error{}
 		_ = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-			if err := node.FunctionLoadReplace(ctx, lib.Src).Err(); err != nil {
+			if err := node.FunctionLoad(ctx, lib.Src).Err(); err != nil {
 				mu.Lock()
 				defer mu.Unlock()
 				failed[node.Options().Addr] = err
@@ -952,7 +952,7 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 	}
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		least, err = dlock.ResendWait(again, lib, least, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
-			return dlock.Loaded(calls, node.FunctionLoadReplace(ctx, lib.Src).Err())
+			return dlock.Loaded(calls, node.FunctionLoad(ctx, lib.Src).Err())
 		}, func(calls []*dlock.Call) (int, error) { return pass(calls, false) })
 		if err != nil {
 			return 0, err

@@ -238,7 +238,7 @@ func eval(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dl
 	run(ctx, limit, conn, calls, true)
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
-			_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", "REPLACE", lib.Src)
+			_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", lib.Src)
 			return dlock.Loaded(calls, err)
 		}, func(calls []*dlock.Call) { run(ctx, limit, conn, calls, false) })
 	}

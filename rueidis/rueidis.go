@@ -238,7 +238,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 	}
 	cmds := make(rueidis.Commands, len(groups))
 	for i, g := range groups {
-		cmds[i] = d.client.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()
+		cmds[i] = d.client.B().FunctionLoad().FunctionCode(lib.Src).Build()
 		key := anyKey
 		if len(g[0].Keys) > 0 {
 			key = g[0].Keys[0]
@@ -248,10 +248,24 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 		}
 	}
 	for i, r := range d.client.DoMulti(ctx, cmds...) {
-		a, s := dlock.Loaded(groups[i], r.Error())
+		a, s := dlock.Loaded(groups[i], loadError(r))
 		again, scripts = append(again, a...), append(scripts, s...)
 	}
 	return again, scripts
+}
+
+// loadError returns the error of r, the reply to a FUNCTION LOAD, with
+// Redis's text intact (see RedisError), as dlock.Loaded reads it: nil for
+// none.
+func loadError(r rueidis.RedisResult) error {
+	if err := r.NonRedisError(); err != nil {
+		return err
+	}
+	msg, _ := r.ToMessage()
+	if msg.Error() == nil {
+		return nil
+	}
+	return replyError(&msg)
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {

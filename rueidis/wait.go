@@ -122,7 +122,7 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 	}
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		least, err = dlock.ResendWait(again, lib, least, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
-			return dlock.Loaded(calls, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(lib.Src).Build()).Error())
+			return dlock.Loaded(calls, loadError(c.Do(ctx, c.B().FunctionLoad().FunctionCode(lib.Src).Build())))
 		}, func(calls []*dlock.Call) (int, error) { return pass(calls, false) })
 		if err != nil {
 			return 0, err
