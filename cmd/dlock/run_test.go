@@ -802,6 +802,29 @@ func TestRunWaitRefusedForGood(t *testing.T) {
 	}
 }
 
+// A server with a script command renamed away refuses it with ERR unknown
+// command and the command's first arguments: EVALSHA's are the script's
+// hash, the keys and the request's token, EVAL's the script's text. run
+// and status quoted them all, the token of the request included; they
+// name the command refused, with the hint, and none of its arguments.
+func TestACommandRenamedAwayIsNamedWithoutItsArguments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ renamed string }{{"EVALSHA"}, {"EVAL"}} { // EVAL: sent when EVALSHA finds no script
+		srv := redistest.Start(t, redistest.WithArgs("--rename-command", tc.renamed, ""))
+		env := []string{"DLOCK_REDIS=redis://" + srv.Addr()}
+		for _, args := range [][]string{runArgs([]string{"--no-wait"}, lockName(t), "exit", "0"), runArgs([]string{"--wait", "1m"}, lockName(t), "exit", "0"), {"status", lockName(t)}} {
+			r := dlockRun(t, env, args...)
+			checkOneLine(t, r, exitDenied, "unknown command '"+strings.ToLower(tc.renamed)+"';")
+			if want := "the server does not know " + tc.renamed + ", a command dlock needs"; !strings.Contains(r.stderr, want) {
+				t.Errorf("%s renamed away, %q: stderr %q does not say %q", tc.renamed, args[:2], r.stderr, want)
+			}
+			if strings.Contains(r.stderr, "args") || strings.Count(r.stderr, "dlock:{") > 1 {
+				t.Errorf("%s renamed away, %q: stderr %q quotes the command's arguments", tc.renamed, args[:2], r.stderr)
+			}
+		}
+	}
+}
+
 // However short --wait is, a free lock is obtained: the first attempt
 // always has time to answer.
 func TestRunTinyWaitObtainsAFreeLock(t *testing.T) {
