@@ -288,6 +288,10 @@ func unreachable(display string, err error) error {
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
 	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "Unknown Redis command called from"):
 		hint = "the server does not know a command dlock needs: check that --redis or DLOCK_REDIS names a Redis server (not a sentinel, nor a proxy without scripts), and that no command dlock uses is renamed away"
+		if m := unknownCommand.FindStringSubmatch(msg); m != nil {
+			c := strings.ToUpper(m[1])
+			hint = fmt.Sprintf("the server does not know %s, a command dlock needs: check that --redis or DLOCK_REDIS names a Redis server (not a sentinel, nor a proxy without scripts), and that %s is not renamed away (rename-command)", c, c)
+		}
 	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "certificate is not valid for"),
 		strings.Contains(msg, "IP SANs"):
 		hint = "the server's certificate names another host: give the name it holds with --tls-server-name"
@@ -323,6 +327,10 @@ func unreachable(display string, err error) error {
 	e.words = downWords(err)
 	return e
 }
+
+// unknownCommand matches the command that Redis says it does not know
+// (a script's command, which it does not name, is not matched).
+var unknownCommand = regexp.MustCompile(`unknown command '([A-Za-z][A-Za-z0-9_|.-]*)'`)
 
 // denied reports whether err is Redis refusing dlock for good, a setting
 // to fix (see dlock.ErrDenied): a wrong password, a missing permission, a

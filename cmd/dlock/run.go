@@ -903,10 +903,29 @@ func later(a, b time.Time) time.Time {
 }
 
 // libMsg is the message of a library error without the "dlock: " of each
-// error it wraps: dlock's own line already says who speaks.
+// error it wraps: dlock's own line already says who speaks; and without
+// the arguments that Redis quotes when it does not know a command (see
+// withoutArgs).
 func libMsg(err error) string {
-	return strings.ReplaceAll(err.Error(), "dlock: ", "")
+	return withoutArgs(strings.ReplaceAll(err.Error(), "dlock: ", ""))
 }
+
+// withoutArgs cuts the arguments that Redis quotes after a command it does
+// not know ("ERR unknown command 'evalsha', with args beginning with:
+// 'HASH' '3' 'KEY' … 'TOKEN' …"), to the end of msg, where Redis's reply
+// ends: a script's hash, its keys and the request's token, or (EVAL's) the
+// script's text. Those quoted may hold any characters, quotes included,
+// so nothing after them can be told from them.
+func withoutArgs(msg string) string {
+	if i := strings.Index(msg, argsQuoted); i >= 0 {
+		return msg[:i]
+	}
+	return msg
+}
+
+// argsQuoted is what Redis writes between a command it does not know and
+// its arguments.
+const argsQuoted = ", with args beginning with:"
 
 // lossReason says why a lock was lost, without the sentinels' prefixes.
 func lossReason(err error) string {

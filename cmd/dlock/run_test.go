@@ -790,7 +790,7 @@ func TestRunWaitRefusedForGood(t *testing.T) {
 		{"redis://nokeys:pw@" + srv.Addr(), "NOPERM", "the Redis user lacks a permission dlock needs"},
 		{"redis://noreads:pw@" + srv.Addr(), "can't run this command", "the Redis user lacks a permission dlock needs"},
 		{"redis://nokeys:wrong@" + srv.Addr(), "WRONGPASS", "check the user and password in the URL, or DLOCK_PASSWORD"},
-		{"redis://" + noScripts.Addr(), "unknown command", "the server does not know a command dlock needs"},
+		{"redis://" + noScripts.Addr(), "unknown command", "the server does not know EVALSHA, a command dlock needs"},
 	} {
 		for _, flags := range [][]string{{"--no-wait"}, {"--wait", "1m"}, nil} {
 			r := dlockRun(t, []string{"DLOCK_REDIS=" + tc.url}, runArgs(flags, lockName(t), "exit", "0")...)
