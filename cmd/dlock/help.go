@@ -94,19 +94,25 @@ const exitHelp = `Exit codes:
            holds other data or that another kind of lock uses, a database or
            cluster the server does not have, and a Redis Cluster node given as
            one server, without --cluster); the message says which
-  69       Redis could not be used: unreachable (also when --wait ran out while it
-           failed), busy, full, short of replicas (run --replicas N: fewer than
-           N confirmed the lock), or a connection closed at once (a TLS port
-           reached without rediss://)
+  69       Redis could not be used, for now: unreachable (also when --wait ran
+           out while it failed), busy or not ready (BUSY, LOADING; MASTERDOWN:
+           a replica without its primary), a Redis Cluster down or resharding
+           (CLUSTERDOWN, TRYAGAIN), full (OOM), a replica, which takes no
+           locks (READONLY), unable to save to disk (MISCONF), short of
+           replicas (run --replicas N: fewer than N confirmed the lock), or a
+           connection closed at once (a TLS port reached without rediss://) or
+           left without a TLS handshake (rediss:// to a plain-text port)
   70       an unexpected failure
   73       run: the lock was not obtained (--no-wait, or --wait ran out)
   74       run: the lock was lost while the command ran; the command was stopped
            (or, found lost only once it had exited, was not)
   78       Redis refuses dlock for good, a setting to fix (a run gives up at
-           once, however long it may wait): a wrong or missing password,
-           a missing permission (NOPERM), a command the server does not know
-           (a sentinel's port, a proxy), a TLS certificate refused (--tls-ca,
-           --tls-server-name; --tls-cert and --tls-key for the server)
+           once, however long it may wait): a wrong or missing password
+           (WRONGPASS, NOAUTH), a missing permission (NOPERM), a command the
+           server does not know (ERR unknown command: a sentinel's port, a
+           proxy, a command renamed away), a TLS certificate refused
+           (--tls-ca, --tls-server-name; --tls-cert and --tls-key for the
+           server)
   When dlock exits with a code of its own it prints one line on stderr saying why.
 `
 
