@@ -1268,3 +1268,63 @@ func TestRunSaysTheServerIsAReplica(t *testing.T) {
 		}
 	}
 }
+
+// A Redis Cluster that serves not the lock's slot (CLUSTERDOWN) answers
+// each attempt so: run says that the cluster is down, and how to check it,
+// not that Redis is busy or not ready (a long script, loading its data),
+// nor, once --wait has run out, that it is unreachable (check that it is
+// running).
+func TestRunSaysTheClusterIsDown(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	name := lockName(t)
+	// Every node forgets who serves the slot, so that none redirects to
+	// another (MOVED) for it: each answers CLUSTERDOWN Hash slot not served.
+	slot := c.Nodes[0].Do(t, "CLUSTER", "KEYSLOT", "dlock:{"+name+"}")
+	for _, n := range c.Nodes {
+		n.Do(t, "CLUSTER", "DELSLOTS", slot)
+	}
+	env := []string{"DLOCK_REDIS=redis://" + strings.Join(c.Addrs(), ",")}
+	var procs []*proc
+	for _, flags := range [][]string{{"--no-wait"}, {"--wait", "3s"}} {
+		procs = append(procs, startDlock(t, env, runArgs(flags, name, "exit", "0")...))
+	}
+	for _, p := range procs {
+		r := p.wait(t)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if last := lines[len(lines)-1]; r.code != exitUnavailable || !strings.Contains(last, "CLUSTERDOWN") || !strings.Contains(last, "redis-cli --cluster check") {
+			t.Errorf("%q, the lock's slot not served: code %d, stderr %q; want %d, the cluster down with the hint to check it", p.cmd.Args[1:3], r.code, r.stderr, exitUnavailable)
+		}
+		for _, line := range lines {
+			if strings.Contains(line, "busy or not ready") || strings.Contains(line, "unreachable") || strings.Contains(line, "that Redis is running") || !clusterDownWords.MatchString(line) {
+				t.Errorf("%q, the lock's slot not served: the line %q does not say that the cluster is down", p.cmd.Args[1:3], line)
+			}
+		}
+	}
+}
+
+var clusterDownWords = regexp.MustCompile(`Redis Cluster (is )?down`)
+
+// A wait that ends on a Redis that keeps refusing for a while, busy (BUSY)
+// or its cluster down (CLUSTERDOWN), for 30s or at the end of --wait, says
+// so, with the hint the refusal has on its own: it said "no answer for
+// 30s", and at --wait's end "failing", both with the hint to check that
+// Redis is running; nor does it say that a run that waits waits for it.
+func TestAWaitEndedByARefusalSaysWhich(t *testing.T) {
+	for _, tc := range []struct{ reply, words, hint string }{
+		{"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", "busy or not ready for 30s", "Redis is busy or not ready"},
+		{"CLUSTERDOWN The cluster is down", "cluster down for 30s", "redis-cli --cluster check"},
+	} {
+		refusal := &dlock.ServerError{Key: "dlock:{job}", Err: redisReply(tc.reply)}
+		c, o := &conn{display: "redis://h:1"}, &runOptions{wait: 3 * time.Second}
+		for cause, want := range map[error]string{redisDown{refusal}: tc.words, errWaitedOut: "gave up after waiting 3s (--wait) for 'job', failing"} {
+			w := &waiter{name: "job", lastErr: refusal}
+			err := (&app{cmd: runCommand}).waitError(c, "job", o, w, cause, refusal)
+			msg := err.Error()
+			if ee, ok := err.(*exitError); !ok || ee.code != exitUnavailable || !strings.Contains(msg, want) || !strings.Contains(msg, tc.hint) ||
+				strings.Contains(msg, "no answer") || strings.Contains(msg, "that Redis is running") || strings.Contains(msg, "waits for it") {
+				t.Errorf("a wait ended by %v after %s: %v; want 69 saying %q, with the hint %q", cause, tc.reply, err, want, tc.hint)
+			}
+		}
+	}
+}
