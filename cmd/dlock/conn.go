@@ -306,12 +306,14 @@ func unreachable(display string, err error) error {
 		hint = "check the address, and whether the server expects TLS (rediss://)"
 	case readOnly(err):
 		hint = "the server is a replica, which takes no locks (a failover may have made it one): give its primary's address, or the sentinels' (redis-sentinel://HOST:PORT/MASTER) to follow failovers"
+	case clusterDown(err):
+		hint = "the Redis Cluster is down: no node serves some of its slots (a primary failed with no replica to take its place, or a node is cut off from the majority): check its health with redis-cli --cluster check HOST:PORT" + waitsForIt(err)
 	case passing(err):
-		hint = "Redis is busy or not ready (a long script, loading its data, a failover); a run that waits (no --no-wait) waits for it"
+		hint = "Redis is busy or not ready (a long script, loading its data, a failover, a slot being moved)" + waitsForIt(err)
 	case full(err):
 		hint = "Redis is at its maxmemory and refuses new locks (held ones are still refreshed and released): free memory or raise maxmemory"
 	case cannotSave(err):
-		hint = "Redis refuses writes, and PING, while it cannot save to disk (its last RDB save or AOF write failed): check its disk and its log (INFO persistence); a run that waits (no --no-wait) waits for it"
+		hint = "Redis refuses writes, and PING, while it cannot save to disk (its last RDB save or AOF write failed): check its disk and its log (INFO persistence)" + waitsForIt(err)
 	}
 	code := exitUnavailable
 	if denied(err) {
@@ -331,6 +333,17 @@ func unreachable(display string, err error) error {
 // unknownCommand matches the command that Redis says it does not know
 // (a script's command, which it does not name, is not matched).
 var unknownCommand = regexp.MustCompile(`unknown command '([A-Za-z][A-Za-z0-9_|.-]*)'`)
+
+// waitsForIt is the end of the hint of a refusal that passes by itself,
+// which a run that waits waits for: nothing once err is that of a wait
+// that ended (see waitEnded).
+func waitsForIt(err error) string {
+	var ended *waitEnded
+	if errors.As(err, &ended) {
+		return ""
+	}
+	return "; a run that waits (no --no-wait) waits for it"
+}
 
 // denied reports whether err is Redis refusing dlock for good, a setting
 // to fix (see dlock.ErrDenied): a wrong password, a missing permission, a
@@ -361,6 +374,13 @@ func full(err error) bool {
 // succeeds.
 func cannotSave(err error) bool {
 	return redis.HasErrorPrefix(err, "MISCONF") || strings.Contains(err.Error(), "MISCONF ")
+}
+
+// clusterDown reports whether err is the refusal of a Redis Cluster node
+// while no node serves some slots, or none the request's (CLUSTERDOWN), or
+// a message that quotes one: it passes once every slot is served again.
+func clusterDown(err error) bool {
+	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || strings.Contains(err.Error(), "CLUSTERDOWN ")
 }
 
 // readOnly reports whether err is a replica's refusal of a write

@@ -547,23 +547,48 @@ func (a *app) waitError(c *conn, name string, o *runOptions, w *waiter, cause, e
 		return a.clusterNodeError(c)
 	case errors.As(cause, &refused):
 		return unreachable(c.display, refused.err)
-	case errors.As(cause, &down) && notReplicated(down.err):
-		return unreachable(c.display, fmt.Errorf("not confirmed by replicas for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
-	case errors.As(cause, &down) && (full(down.err) || readOnly(down.err) || cannotSave(down.err)):
-		return unreachable(c.display, fmt.Errorf("refused for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
 	case errors.As(cause, &down):
-		return unreachable(c.display, fmt.Errorf("no answer for %v while waiting for %s: %s", unreachableWait, quote(name), libMsg(down.err)))
+		return unreachable(c.display, &waitEnded{fmt.Sprintf("%s for %v while waiting for %s", downFor(down.err), unreachableWait, quote(name)), down.err})
 	case errors.Is(cause, errWaitedOut):
 		last, held := w.outcome()
 		switch {
 		case last != nil:
-			return unreachable(c.display, fmt.Errorf("gave up after waiting %v (--wait) for %s, failing: %s", o.wait, quote(name), libMsg(last)))
+			return unreachable(c.display, &waitEnded{fmt.Sprintf("gave up after waiting %v (--wait) for %s, failing", o.wait, quote(name)), last})
 		case !held:
 			return unreachable(c.display, fmt.Errorf("no answer within %v while waiting for %s", max(o.wait, firstTry), quote(name)))
 		}
 		return a.notObtained(c, name, o.kind, fmt.Sprintf("gave up after waiting %v (--wait)", o.wait))
 	}
 	return err
+}
+
+// waitEnded is the error of a wait that ended on what Redis last
+// answered, err, or did not: what says how it ended. unreachable gives it
+// err's hint, without the words for a run that has yet to wait (see
+// waitsForIt).
+type waitEnded struct {
+	what string
+	err  error
+}
+
+func (e *waitEnded) Error() string { return e.what + ": " + e.err.Error() }
+
+func (e *waitEnded) Unwrap() error { return e.err }
+
+// downFor says how Redis failed the attempts of a wait that it ended, err
+// the last one's error: refusing them for a while, or not answering.
+func downFor(err error) string {
+	switch {
+	case notReplicated(err):
+		return "not confirmed by replicas"
+	case full(err), readOnly(err), cannotSave(err):
+		return "refused"
+	case clusterDown(err):
+		return "cluster down"
+	case passing(err):
+		return "busy or not ready"
+	}
+	return "no answer"
 }
 
 // notObtained reports who holds the lock run could not obtain, and what

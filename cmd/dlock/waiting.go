@@ -31,6 +31,8 @@ func downWords(err error) string {
 		return "Redis is a replica (read-only)"
 	case cannotSave(err):
 		return "Redis cannot save to disk (MISCONF)"
+	case clusterDown(err):
+		return "Redis Cluster down"
 	case passing(err):
 		return "Redis busy or not ready"
 	}
