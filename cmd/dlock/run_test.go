@@ -1328,3 +1328,39 @@ func TestAWaitEndedByARefusalSaysWhich(t *testing.T) {
 		}
 	}
 }
+
+// A --wait that ends while Redis stalls (its process stopped: connections
+// open, nothing answered) ends the run soon after, within the bound
+// docs/cli.md gives: --wait 2s took 16s. The attempt under way at --wait's
+// end ran on to the first attempt's 10s (go-redis ends a request at its
+// context's deadline, not at its cancellation, and the wait's deadline
+// was the first attempt's), and closing the client waited 3s for the
+// clean-ups a stalled server never answers and closing its subscription.
+// The read timeout, 60s, is longer than procTimeout: only the wait's end
+// ends a request. The last answer found the lock held, and the attempt
+// that --wait's end cut short counts for nothing: 73. The bound checked,
+// --wait and 8s, is a hang guard: the docs give 5s.
+func TestRunWaitEndsSoonOnAStalledServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
+	name := lockName(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	const wait = 2 * time.Second
+	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr() + "?read_timeout=60s"}, runArgs([]string{"--wait", wait.String()}, name, "exit", "0")...)
+	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
+	resume := srv.PauseAWhile(t)
+	r := p.wait(t)
+	resume()
+	last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
+	if r.code != exitNotObtained || !strings.Contains(last, "held by another holder; gave up after waiting 2s (--wait)") {
+		t.Errorf("code %d, want %d; stderr:\n%s", r.code, exitNotObtained, r.stderr)
+	}
+	if r.took > wait+8*time.Second {
+		t.Errorf("--wait %v on a stalled server: the run ended after %v", wait, r.took)
+	}
+}
