@@ -30,6 +30,14 @@ const (
 	defaultRedis = "redis://127.0.0.1:6379"
 	// pingTimeout bounds the first contact with Redis.
 	pingTimeout = 10 * time.Second
+	// closeTimeout bounds how long a command waits, as it exits, for its
+	// clients to close: for the library's clean-ups still under way
+	// (leaving a waiter set, giving back what an attempt cut short may
+	// have taken; up to 3s) and its subscription to close. A Redis that
+	// stalls answers none of them: what is not done by then is left to
+	// expire (a waiter's registration within seconds, a lock with its
+	// TTL), and the process's exit closes the connections.
+	closeTimeout = time.Second
 )
 
 // connFlags are the connection flags every command but version takes.
@@ -92,9 +100,21 @@ type conn struct {
 	display string
 }
 
+// close closes the dlock client and the Redis client, as the command
+// exits, waiting for them closeTimeout at most.
 func (c *conn) close() {
-	_ = c.locks.Close()
-	_ = c.rdb.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.locks.Close()
+		_ = c.rdb.Close()
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // connect parses the connection settings, opens the Redis client and

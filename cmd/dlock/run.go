@@ -129,7 +129,8 @@ Flags:
                        DURATION (default: wait as long as it takes); the first
                        attempt gets up to 10s to answer, so a free lock is
                        obtained however short DURATION is; a wait that ends
-                       while Redis fails is code 69
+                       while Redis fails is code 69 (on a Redis that stalls,
+                       dlock exits within about 5s of DURATION's end)
   --no-wait            give up at once with code 73 if the lock is held, as flock -n
   --ttl DURATION       the lease: how long the lock outlives dlock if it dies
                        (default 10s, at least 100ms)
@@ -494,15 +495,17 @@ func (a *app) obtain(name string, argv []string, o *runOptions, sigs <-chan os.S
 	} else {
 		wctx, wcancel := context.WithCancelCause(ctx)
 		w = a.newWaiter(c, name, meta, o.kind, o.quiet, wcancel, begin)
+		actx := context.Context(wctx) // the attempts'
 		if o.wait > 0 {
 			// The waiter ends the wait at --wait once the first attempt
-			// has its answer; the deadline bounds an attempt under way.
+			// has its answer; the deadline bounds an attempt under way:
+			// the first one's, then --wait's end (see waitCtx).
 			var tcancel context.CancelFunc
 			wctx, tcancel = context.WithDeadlineCause(wctx, later(begin.Add(o.wait), time.Now().Add(firstTry)), errWaitedOut)
 			defer tcancel()
-			w.giveUpAfter(o.wait)
+			actx = w.giveUpAfter(wctx, o.wait)
 		}
-		l, err = wait(wctx, append(opts, dlock.WithMaxWait(forever), dlock.WithOnRetry(w.onRetry))...)
+		l, err = wait(actx, append(opts, dlock.WithMaxWait(forever), dlock.WithOnRetry(w.onRetry))...)
 		w.stop()
 		if err != nil {
 			err = a.waitError(c, name, o, w, context.Cause(wctx), err)

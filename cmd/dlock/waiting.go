@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -37,6 +39,13 @@ func downWords(err error) string {
 		return "Redis busy or not ready"
 	}
 	return "Redis unreachable"
+}
+
+// isTimeout reports whether err is a timeout of the network: a request
+// that its deadline ended.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // redisRefused is the cause of a wait given up at once because Redis
@@ -76,6 +85,7 @@ type waiter struct {
 	failedAt time.Time     // when the first attempt failed; set before begun closes
 
 	limit   time.Duration // --wait, zero for none
+	ctx     *waitCtx      // the attempts' context, with limit
 	started time.Time     // when the wait began, with limit
 	timer   *time.Timer   // ends the wait after limit, from the first failed attempt on; nil before
 
@@ -92,9 +102,44 @@ const firstTry = pingTimeout
 
 // giveUpAfter ends the wait with errWaitedOut once d has passed since it
 // began, or once the first attempt has failed if that is later: until then
-// the wait's deadline, firstTry at least, bounds it (see obtain).
-func (w *waiter) giveUpAfter(d time.Duration) {
+// the wait's deadline, firstTry at least, bounds it (see obtain). It
+// returns the context for the attempts, ctx with the deadline moved to
+// the wait's end once the first attempt has failed (see waitCtx).
+func (w *waiter) giveUpAfter(ctx context.Context, d time.Duration) context.Context {
 	w.limit = d
+	w.ctx = &waitCtx{Context: ctx}
+	return w.ctx
+}
+
+// waitCtx is the context of the attempts of a wait with a --wait: its
+// deadline is the first attempt's (firstTry at least) until that attempt
+// has failed, and --wait's end from then on. The waiter ends the wait then
+// by cancelling it, and go-redis ends a request under way at its
+// context's deadline only (ContextTimeoutEnabled), not at its
+// cancellation: with the first attempt's deadline, an attempt sent just
+// before --wait's end ran on for its read timeout, up to that deadline.
+// The contexts the library derives from it without a deadline of their
+// own (WithCancel, or a WithTimeout longer than its deadline) ask it for
+// its deadline each time, and so see it move.
+type waitCtx struct {
+	context.Context
+	end atomic.Int64 // --wait's end in Unix nanoseconds, once the first attempt failed; 0 before
+}
+
+func (c *waitCtx) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	if e := c.end.Load(); e != 0 {
+		if end := time.Unix(0, e); !ok || end.Before(d) {
+			return end, true
+		}
+	}
+	return d, ok
+}
+
+// pastEnd reports whether --wait has ended, so that an attempt's timeout
+// may be the deadline of waitCtx, which cuts it short.
+func (w *waiter) pastEnd() bool {
+	return w.limit > 0 && !time.Now().Before(w.started.Add(w.limit))
 }
 
 // outcome returns what the attempts found: the last one's error, nil if
@@ -129,6 +174,7 @@ func (w *waiter) onRetry(failed int, err error) {
 	w.begin.Do(func() {
 		w.failedAt = time.Now()
 		if w.limit > 0 {
+			w.ctx.end.Store(w.started.Add(w.limit).UnixNano())
 			w.timer = time.AfterFunc(max(w.limit-time.Since(w.started), 0), func() { w.cancel(errWaitedOut) })
 		}
 		close(w.begun)
@@ -144,7 +190,9 @@ func (w *waiter) record(err error) {
 	case errors.Is(err, dlock.ErrNotObtained):
 		w.answered, w.lastErr, w.held = time.Now(), nil, true
 		return
-	case cutShort(err):
+	case cutShort(err), w.pastEnd() && isTimeout(err):
+		// An attempt cut short by the wait's end (waitCtx's deadline, which
+		// go-redis reports as a timeout) says nothing about Redis.
 		return
 	}
 	// Counted from the last answer, not from this first failure, which
