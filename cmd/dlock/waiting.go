@@ -120,7 +120,11 @@ func (w *waiter) giveUpAfter(ctx context.Context, d time.Duration) context.Conte
 // before --wait's end ran on for its read timeout, up to that deadline.
 // The contexts the library derives from it without a deadline of their
 // own (WithCancel, or a WithTimeout longer than its deadline) ask it for
-// its deadline each time, and so see it move.
+// its deadline each time, and so see it move. The context package asks
+// that successive calls of Deadline return the same: this one moves once,
+// only earlier, to when the waiter's timer cancels it (so Done closes at
+// the deadline it then reports), and only the attempts of this one wait
+// use it.
 type waitCtx struct {
 	context.Context
 	end atomic.Int64 // --wait's end in Unix nanoseconds, once the first attempt failed; 0 before
