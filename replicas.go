@@ -182,12 +182,19 @@ func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 	if left := time.Until(by); !by.IsZero() && left < timeout-time.Millisecond {
 		timeout = max(left, time.Millisecond)
 	}
-	if end, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, max(time.Until(end), time.Millisecond))
+	// The error says the timeout the caller set, which the latest call
+	// waited from when it was made, unless an earlier end cut it short.
+	said := r.timeout
+	if !stayBy.IsZero() {
+		said = timeout
+	}
+	if end, ok := ctx.Deadline(); ok && time.Until(end) < timeout {
+		timeout = max(time.Until(end), time.Millisecond)
+		said = timeout
 	}
 	acked, err := c.driver.(Replicator).EvalWait(ctx, r.replicas, timeout, calls...)
 	if err == nil && acked < r.replicas {
-		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, timeout)
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, r.replicas, said)
 	}
 	if err == nil {
 		return

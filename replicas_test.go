@@ -635,7 +635,7 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	fillReplicaLane(t, &wg, r, c, timeout)
-	var early error
+	var early, late error
 	var took time.Duration
 	wg.Add(2)
 	go func() { // queued at once
@@ -647,11 +647,16 @@ func TestAnAcquireQueuedForReplicasFailsAtItsOwnTimeout(t *testing.T) {
 	go func() { // queued near the end of the WAITs in flight
 		defer wg.Done()
 		time.Sleep(timeout * 8 / 10)
-		_, _ = c.TryLock(context.Background(), "late", dlock.WithReplicas(1, timeout))
+		_, late = c.TryLock(context.Background(), "late", dlock.WithReplicas(1, timeout))
 	}()
 	wg.Wait()
 	if !errors.Is(early, dlock.ErrNotReplicated) {
 		t.Errorf("err = %v, want ErrNotReplicated", early)
+	}
+	// The late one waited its timeout from when it was made, part of it
+	// queued, and its error says the timeout it was given.
+	if !errors.Is(late, dlock.ErrNotReplicated) || !strings.Contains(late.Error(), "acknowledged within "+timeout.String()) {
+		t.Errorf("the late acquire: err = %v, want ErrNotReplicated saying its %v timeout", late, timeout)
 	}
 	if took > timeout*16/10 { // with the late one's, up to twice it
 		t.Errorf("the early acquire failed after %v, want about its %v timeout", took, timeout)
