@@ -180,29 +180,40 @@ func TestACancelledCallerLeavesThePipelineItSends(t *testing.T) {
 // context.DeadlineExceeded, not the cancellation that gave the pipeline up.
 func TestACallerThatSendsAPipelineUntilItsDeadlineSeesItsDeadline(t *testing.T) {
 	e := newEnv(t)
+	entered := make(chan struct{}, 1)
 	d := &hookDriver{Driver: e.newDriver(t), beforeCtx: func(ctx context.Context, calls []*dlock.Call) {
 		if calls[0].Script.Name == "acquire" {
+			if strings.Contains(calls[0].Keys[0], "first") {
+				entered <- struct{}{}
+			}
 			<-ctx.Done() // a server that stalls, with a driver that ends the request at the context's end
 		}
 	}}
 	c := dlock.New(d, dlock.WithPipelines(1))
 	defer c.Close()
 	ctx := context.Background()
-	for i := range 20 {
-		first, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	for i := range 5 {
+		first, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			_, _ = c.TryLock(first, "first")
 		}()
-		awaitCond(t, 5*time.Second, func() bool { n, _ := dlock.Pipelines(c); return n == 1 })
-		second, cancel2 := context.WithTimeout(ctx, 60*time.Millisecond)
-		_, err := c.TryLock(second, "second") // queued, then sent by itself
-		if !errors.Is(err, context.DeadlineExceeded) {
+		<-entered
+		second, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+		res := make(chan error, 1)
+		go func() {
+			_, err := c.TryLock(second, "second")
+			res <- err
+		}()
+		// Queued behind the first (or gone at its deadline already), then
+		// sent by itself once the first leaves.
+		awaitCond(t, 5*time.Second, func() bool { _, q := dlock.Pipelines(c); return q == 1 || second.Err() != nil })
+		cancel()
+		if err := <-res; !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("round %d: %v, want context.DeadlineExceeded", i, err)
 		}
 		<-done
-		cancel()
 		cancel2()
 	}
 }
