@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -464,6 +465,96 @@ func TestMultiKeyAcrossClusterSlots(t *testing.T) {
 		t.Logf("%d acquisitions by %d lockers in %v, %d attempts refused", done.Load(), len(sets), time.Since(start), refused.Load())
 		if overlaps.Load() != 0 {
 			t.Errorf("%d times a name was held by two lockers at once", overlaps.Load())
+		}
+	})
+
+	// Eight clients lock random sets of 20 to 50 of 120 names (about as
+	// many slots), some given in key order and some not, overlapping one
+	// another's: no name is held by two at once, every wait ends within
+	// its bound, and once all are released no name is left taken, and no
+	// waiter set outlives its registration.
+	t.Run("ManyNamesInOverlappingSets", func(t *testing.T) {
+		const (
+			clients = 8
+			rounds  = 12
+			maxWait = 3 * time.Second
+			// A wait given up gives back and leaves the waiter sets
+			// within 2s more; the rest is room for a loaded machine.
+			bound = maxWait + 2*time.Second + 3*time.Second
+			many  = 120
+		)
+		all := make([]string, many)
+		for i := range all {
+			all[i] = "many:" + strconv.Itoa(i)
+		}
+		var holders [many]atomic.Int32
+		var overlaps, done, gaveUp atomic.Int32
+		var wg sync.WaitGroup
+		for w := range clients {
+			c, _ := e.newClient(t)
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					at := r.Perm(len(all))[:20+r.IntN(31)]
+					if r.IntN(2) == 0 {
+						slices.Sort(at)
+					}
+					names := make([]string, len(at))
+					for j, i := range at {
+						names[j] = all[i]
+					}
+					start := time.Now()
+					l, err := c.LockMulti(ctx, names, dlock.WithMaxWait(maxWait), dlock.WithTTL(time.Minute))
+					if took := time.Since(start); took > bound {
+						t.Errorf("client %d: LockMulti on %d names returned after %v, past %v", w, len(names), took, bound)
+					}
+					if errors.Is(err, dlock.ErrNotObtained) {
+						gaveUp.Add(1)
+						continue
+					} else if err != nil {
+						t.Errorf("client %d: LockMulti: %v", w, err)
+						return
+					}
+					for _, i := range at {
+						if holders[i].Add(1) != 1 {
+							overlaps.Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+					for _, i := range at {
+						holders[i].Add(-1)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("client %d: Release: %v", w, err)
+					}
+					done.Add(1)
+				}
+			}()
+		}
+		start := time.Now()
+		wg.Wait()
+		t.Logf("%d acquisitions by %d clients in %v, %d waits given up", done.Load(), clients, time.Since(start), gaveUp.Load())
+		if overlaps.Load() != 0 {
+			t.Errorf("%d times a name was held by two clients at once", overlaps.Load())
+		}
+		if done.Load() == 0 {
+			t.Error("no acquisition")
+		}
+		if got := e.taken(t, all...); len(got) > 0 {
+			t.Errorf("%d names left taken after every lock was released: %q", len(got), got)
+		}
+		for _, name := range all {
+			// A registration lasts waitLease (1.5s); a set kept past that
+			// would be renewed by a waiter that no longer waits.
+			left, err := e.rdb.PTTL(ctx, dlock.DefaultPrefix+"{"+name+"}:waiters").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left == -1 || left > 2*time.Second {
+				t.Errorf("%q: its waiter set is kept for %v after every wait ended", name, left)
+			}
 		}
 	})
 
