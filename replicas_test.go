@@ -839,3 +839,32 @@ func replicatedKnowingTheScripts(t *testing.T) (*redistest.Replicated, *dlock.Cl
 	}
 	return r, c
 }
+
+// An acquire WithReplicas whose context ends during its WAIT, on a server
+// that does not know the acquire script yet (a fresh server, one restarted,
+// a replica just promoted), failed with the NOSCRIPT reply of the pipeline's
+// first pass: the driver sends the calls answered so again by EVAL only once
+// the WAIT behind them has answered, which it never did. The error matched
+// neither context.DeadlineExceeded nor ErrNotReplicated, where the same
+// acquire on a server that knew the script failed with the deadline.
+func TestAWaitForReplicasCutShortWhereTheScriptWasUnknownEndsWithTheDeadline(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Primary.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(goredis.New(rdb))
+	defer c.Close()
+	r.Replicas[0].PauseAWhile(t) // the WAIT lasts until the context ends
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	l, err := c.TryLock(ctx, "cut-short", dlock.WithReplicas(1, 5*time.Second))
+	if err == nil {
+		_ = l.Release(context.Background())
+		t.Fatal("TryLock WithReplicas obtained the lock while the replica was paused")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Errorf("err = %v, want one matching context.DeadlineExceeded (or ErrNotReplicated)", err)
+	}
+	if strings.Contains(err.Error(), "NOSCRIPT") {
+		t.Errorf("err = %v: a reply the driver acts on, not the outcome", err)
+	}
+}
