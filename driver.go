@@ -177,6 +177,14 @@ func (c *Call) one() []*Call {
 	return c.alone[:]
 }
 
+// unknownScript reports whether err is a server's answer that it does not
+// know a call's script (NOSCRIPT) or function: the call did not run, and a
+// driver's second round sends it again.
+func unknownScript(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found")
+}
+
 // Unknown returns, for a driver's second round, the calls the server
 // answered without knowing their script (NOSCRIPT: send them again by
 // EVAL) or their function (send them again by FCALL once lib, the library
@@ -186,7 +194,7 @@ func Unknown(calls []*Call) (again []*Call, lib *Library) {
 		if c.Err == nil {
 			continue
 		}
-		if msg := c.Err.Error(); strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found") {
+		if unknownScript(c.Err) {
 			again = append(again, c)
 			if lib == nil {
 				lib = c.Lib

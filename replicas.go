@@ -200,7 +200,12 @@ func (c *Client) evalWait(ctx context.Context, r replication, calls []*Call) {
 		return
 	}
 	for _, call := range calls {
-		if call.Err == nil && !refused(call.Val) {
+		// A call the server answered without knowing its script never ran:
+		// the driver sends it again only once the WAIT behind it has
+		// answered (see ResendWait), so one whose WAIT failed ends with
+		// that failure (its context's deadline, say), not with the reply
+		// the driver would have acted on.
+		if (call.Err == nil && !refused(call.Val)) || (call.Err != nil && unknownScript(call.Err)) {
 			call.Val, call.Err = nil, err
 		}
 	}
