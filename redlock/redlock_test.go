@@ -706,6 +706,60 @@ func TestALockLostForRefreshesRefusedSaysWhy(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// TestALockLostOnANodeKeepsWhyWhenALateRefreshFindsItGone: node 0 gets
+// its refreshes late, so that its lock runs out by the local clock while
+// the refresh is on its way, and the refresh, run there once the key has
+// expired, finds it gone (dlock.ErrNotHeld). When nodes 1 and 2 run out
+// too, the lock is lost, and Err names node 0 as one that lost it: the
+// late refresh cleared the loss that the local clock had recorded there,
+// so that Err named only nodes 1 and 2.
+func TestALockLostOnANodeKeepsWhyWhenALateRefreshFindsItGone(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var d dlock.Driver = goredis.New(rdb)
+		if i == 0 {
+			d = &delayedDriver{Driver: d, delay: map[string]time.Duration{"refresh": 1500 * time.Millisecond}}
+		}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "gone", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nodes 1 and 2 hold it for 3s; node 0's refresh reaches it after its
+	// lock there ran out (1s), and finds the key gone.
+	if err := l.Refresh(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "node 0's lock runs out here", func() bool { return !slices.Contains(l.Nodes(), srvs[0].Addr()) })
+	waitDone(t, l, 6*time.Second)
+	err = l.Err()
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", err)
+	}
+	found := false
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ne *redlock.NodeError
+		if errors.As(e, &ne) && ne.Addr == srvs[0].Addr() {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("Err = %v, want a *NodeError for node 0, whose lock ran out first", err)
+	}
+}
+
 // TestNodeRestartedWithoutPersistenceWhileHeld restarts one of five nodes
 // (it comes back empty) under a lock refreshed automatically: the lock
 // stays held on the quorum, nobody else can take it, and the refresh takes
