@@ -986,16 +986,20 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 		err := atDeadline(ctx, nl.Refresh(ctx, ttl))
 		lost := false
 		l.mu.Lock()
-		l.nodes[i].busy = false
+		s := &l.nodes[i]
+		s.busy = false
 		rd.errs[i] = err
 		switch {
+		case s.lock != nl || !s.live:
+			// Its lock there ended while the refresh was on its way (its
+			// deadline passed): the loss recorded then says why.
 		case errors.Is(err, dlock.ErrNotHeld):
-			l.nodes[i].err = nil // the node's answer says why
+			s.err = nil // the node's answer says why
 			lost = l.loseLocked(i, nl, err)
 		default:
 			// Why the last refresh there failed, while it fails; told
 			// with the loss if it runs out there (see loseLocked).
-			l.nodes[i].err = err
+			s.err = err
 		}
 		// The node's deadline moved: later when refreshed, or earlier when
 		// a shorter TTL's outcome is unknown.
