@@ -802,6 +802,39 @@ func TestRunWaitRefusedForGood(t *testing.T) {
 	}
 }
 
+// A user that may not publish to dlock's channels (Redis 7.0's default
+// for a user made without &*, resetchannels) has the PUBLISH of the
+// release script refused inside the script: Redis 7.0 words it "The user
+// executing the script can't publish to the channel …" (and a key refused
+// there "… can't access at least one of the keys …"), a denial, code 78,
+// whose hint was that of an unknown failure: to check --redis and that
+// Redis is running.
+func TestARefusalInsideAScriptHasThePermissionHint(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "nochannels", "on", ">pw", "~*", "+@all", "resetchannels")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
+	name := lockName(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter, whom the release tells by PUBLISH.
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan struct{})
+	defer func() { cancel(); <-waited }()
+	go func() {
+		defer close(waited)
+		_, _ = c.Lock(ctx, name)
+	}()
+	waitFor(t, "the waiter's registration", func() bool { return srv.Do(t, "EXISTS", "dlock:{"+name+"}:waiters") == "1" })
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis://nochannels:pw@" + srv.Addr()}, "release", "--force", name)
+	if r.code != exitDenied || !strings.Contains(r.stderr, "the Redis user lacks a permission dlock needs") {
+		t.Errorf("exit code %d, want %d with the hint that the Redis user lacks a permission; stderr: %s", r.code, exitDenied, r.stderr)
+	}
+}
+
 // A server with a script command renamed away refuses it with ERR unknown
 // command and the command's first arguments: EVALSHA's are the script's
 // hash, the keys and the request's token, EVAL's the script's text. run
