@@ -303,8 +303,9 @@ func unreachable(display string, err error) error {
 		hint = "check the user and password in the URL, or DLOCK_PASSWORD"
 	case strings.Contains(msg, "NOPERM") && strings.Contains(msg, "'wait' command"):
 		hint = "the Redis user may not run WAIT, which --replicas sends after each acquire and refresh: grant it WAIT (+wait)"
-	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "can't run this command"), strings.Contains(msg, "ACL failure in script"):
-		// The last two: a command inside a script (Redis 7.0, and 7.2 on).
+	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "The user executing the script can't "), strings.Contains(msg, "ACL failure in script"):
+		// The last two: a command, a key or a channel inside a script
+		// (Redis 7.0, and 7.2 on).
 		hint = "the Redis user lacks a permission dlock needs: grant it the keys and channels under the prefix, and the scripting commands"
 	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "Unknown Redis command called from"):
 		hint = "the server does not know a command dlock needs: check that --redis or DLOCK_REDIS names a Redis server (not a sentinel, nor a proxy without scripts), and that no command dlock uses is renamed away"
