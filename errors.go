@@ -475,14 +475,15 @@ func scriptCommandUnknown(msg string) bool {
 // permissions to run the 'evalsha' command" and "… to access one of the
 // keys used as arguments", 7.2 on "User u has no permissions to run the
 // 'evalsha' command" and "No permissions to access a key".
+// The words are read at the end of the reply, after the user's name.
 func scriptRefused(msg string) bool {
-	m := strings.ToLower(msg)
+	m := strings.ToLower(strings.TrimSpace(msg))
 	for _, c := range []string{"evalsha", "eval", "fcall"} {
-		if strings.Contains(m, "run the '"+c+"'") {
+		if strings.HasSuffix(m, "run the '"+c+"' command") {
 			return true
 		}
 	}
-	return strings.Contains(m, "access one of the keys") || strings.Contains(m, "access a key")
+	return strings.HasSuffix(m, "access one of the keys used as arguments") || strings.HasSuffix(m, "access a key")
 }
 
 // unauthenticated is Redis's refusal of a request from a client that has

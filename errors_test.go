@@ -33,6 +33,7 @@ func TestRefusedForGoodLooksAtEveryError(t *testing.T) {
 		{"no permission, 7.2", server("NOPERM User u has no permissions to run the 'fcall' command"), true, false},
 		{"no permission for the keys", server("NOPERM this user has no permissions to access one of the keys used as arguments"), true, false},
 		{"no permission for the keys, 7.2", server("NOPERM No permissions to access a key"), true, false},
+		{"a user named for a script's refusal", server("NOPERM User run the 'eval' command has no permissions to run the 'wait' command"), true, true},
 		{"no permission for WAIT, after the script", server("NOPERM this user has no permissions to run the 'wait' command"), true, true},
 		{"in a script", server("ERR The user executing the script can't run this command or subcommand script: ..."), true, true},
 		{"a key in a script", server("ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: ..."), true, true},
