@@ -974,6 +974,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 	}
 	l.mu.Unlock()
 
+	caller := ctx
 	cut := l.r.fanOut(ctx, idx, func(ctx context.Context, i int) {
 		nl := locks[i]
 		if nl == nil {
@@ -996,6 +997,8 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 		case errors.Is(err, dlock.ErrNotHeld):
 			s.err = nil // the node's answer says why
 			lost = l.loseLocked(i, nl, err)
+		case err != nil && caller.Err() != nil && errors.Is(err, caller.Err()):
+			// Cut short by its caller: it says nothing of the node.
 		default:
 			// Why the last refresh there failed, while it fails; told
 			// with the loss if it runs out there (see loseLocked).

@@ -706,6 +706,46 @@ func TestALockLostForRefreshesRefusedSaysWhy(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// TestARefreshCutShortByItsCallerDoesNotHideWhyTheLastFailed: a manual
+// Refresh whose caller's context had ended fails on every node, which says
+// nothing of them: the loss that follows still names the refusal that
+// failed the refreshes before it (NOPERM), not the caller's cancellation.
+func TestARefreshCutShortByItsCallerDoesNotHideWhyTheLastFailed(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	for _, srv := range srvs {
+		srv.Do(t, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all")
+	}
+	r := newLockerOfOptions(t, srvs, func(_ int, o *redis.Options) { o.Username, o.Password = "locker", "pw" })
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "revoked", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range srvs[:2] {
+		srv.Do(t, "ACL", "SETUSER", "locker", "-evalsha", "-eval")
+	}
+	if err := l.Refresh(ctx, time.Second); !errors.Is(err, dlock.ErrDenied) {
+		t.Fatalf("Refresh: %v, want the nodes' refusal (ErrDenied)", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Refresh(cancelled, time.Second); err == nil {
+		t.Fatal("a Refresh whose context had ended succeeded")
+	}
+	waitDone(t, l, 5*time.Second)
+	err = l.Err()
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", err)
+	}
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ne *redlock.NodeError
+		if errors.As(e, &ne) && (ne.Addr == srvs[0].Addr() || ne.Addr == srvs[1].Addr()) && !strings.Contains(ne.Error(), "NOPERM") {
+			t.Errorf("a refused node's loss: %v, want it to say NOPERM", ne)
+		}
+	}
+	_ = l.Release(ctx)
+}
+
 // TestALockLostOnANodeKeepsWhyWhenALateRefreshFindsItGone: node 0 gets
 // its refreshes late, so that its lock runs out by the local clock while
 // the refresh is on its way, and the refresh, run there once the key has
