@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // AutoRefresh called again with a max hold shorter than what the watchdog
@@ -229,5 +234,141 @@ func TestTheWatchdogsPipelinesDoNotWaitForEachOther(t *testing.T) {
 	}
 	if lost > 0 {
 		t.Errorf("%d of %d locks lost", lost, n)
+	}
+}
+
+// lockMany takes n locks of c, named prefix:0 to prefix:n-1, with opts,
+// from 25 goroutines.
+func lockMany(t *testing.T, c *dlock.Client, prefix string, n int, opts ...dlock.Option) []*dlock.Lock {
+	t.Helper()
+	locks := make([]*dlock.Lock, n)
+	errs := make([]error, 25)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n && errs[w] == nil; i += len(errs) {
+				locks[i], errs[w] = c.TryLock(context.Background(), fmt.Sprintf("%s:%d", prefix, i), opts...)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return locks
+}
+
+// evalshaCalls returns how many EVALSHA commands srv has run.
+func evalshaCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	stats := srv.Do(t, "INFO", "commandstats")
+	_, rest, ok := strings.Cut(stats, "cmdstat_evalsha:calls=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// pipelineDriver counts the requests of refreshes under way, a pipeline
+// once.
+type pipelineDriver struct {
+	*goredis.Driver
+	pipelines atomic.Int64
+}
+
+func (d *pipelineDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if calls[0].Script.Name == "refresh" {
+		d.pipelines.Add(1)
+		defer d.pipelines.Add(-1)
+	}
+	d.Driver.Eval(ctx, calls...)
+}
+
+// A client over a go-redis pool of three connections, holding more locks
+// than two of the watchdog's pipelines take (1,000 each), on a server
+// whose replies are slow (here held until the test lets them go): the
+// watchdog sent every pipeline of its pass at once, which took all three
+// connections for as long as the replies took, and a Release made then
+// waited for the pass, its request not even sent. The watchdog now keeps
+// two connections of the pool (a quarter, and two at least) for other
+// calls: the Release reaches the server while the refreshes' replies are
+// still held.
+func TestTheWatchdogLeavesConnectionsOfASmallPoolToOtherCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.StartDelayProxy(t, srv.Addr())
+	// No read timeout: a request waits for its reply however long the
+	// proxy holds it, and for a connection as long.
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: 3, ReadTimeout: -1, PoolTimeout: time.Minute, MaxRetries: -1})
+	defer rdb.Close()
+	d := &pipelineDriver{Driver: goredis.New(rdb)}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := context.Background()
+	probe, err := c.TryLock(ctx, "probe", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every lock falls due while the watchdog is paused, so that one pass
+	// refreshes them all: three pipelines.
+	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
+	defer resume()
+	const n = 2001
+	locks := lockMany(t, c, "many", n, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
+	awaitCond(t, 10*time.Second, func() bool {
+		next, _ := dlock.NextRefresh(c, locks[n-1])
+		return time.Now().After(next)
+	})
+	// The server knows the scripts (EVALSHA runs them at the first
+	// round trip), and the three connections are open, idle.
+	if err := locks[0].Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.TryLock(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var warm sync.WaitGroup
+	for range 3 {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			rdb.Do(ctx, "BLPOP", "nothing", "0.05")
+		}()
+	}
+	warm.Wait()
+	ran := evalshaCalls(t, srv)
+	px.SetDelay(time.Hour)
+	defer px.SetDelay(0)
+	resume()
+	// The pass is under way: a pipeline ran on the server, and each
+	// request of refreshes sent has its connection.
+	awaitCond(t, 10*time.Second, func() bool {
+		st := rdb.PoolStats()
+		p := d.pipelines.Load()
+		return evalshaCalls(t, srv) >= ran+1000 && p > 0 && int64(st.TotalConns-st.IdleConns) == p
+	})
+	released := make(chan error, 1)
+	go func() { released <- probe.Release(ctx) }()
+	defer func() {
+		px.SetDelay(0)
+		if err := <-released; err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	}()
+	awaitCond(t, 10*time.Second, func() bool {
+		tok := srv.Do(t, "HGET", c.RedisKey("probe"), "token")
+		return tok == "" || tok == "(nil)"
+	})
+	if p := d.pipelines.Load(); p == 0 {
+		t.Error("the refreshes' replies came before the Release ran")
 	}
 }
