@@ -61,8 +61,9 @@
 // # Leases
 //
 // A held lock is a lease. WithAutoRefresh has the client's watchdog (one
-// goroutine for all its locks, refreshing in pipelined batches) keep it
-// alive until released. Done closes the moment the lock is known lost (a
+// goroutine for all its locks, refreshing in pipelined batches, which
+// leave a quarter of a bounded connection pool to other calls: see
+// Pooled) keep it alive until released. Done closes the moment the lock is known lost (a
 // refresh found it gone: a deletion is noticed at the next refresh), or
 // its local Deadline passes without a refresh, and Err says why (ErrLost);
 // Context returns a context cancelled then. Do runs a function under a

@@ -99,6 +99,25 @@ type Partitioned interface {
 	Server(ctx context.Context, key string) string
 }
 
+// Pooled is implemented by drivers whose client library sends each
+// request (a pipeline) on a connection of a bounded pool, one pool for
+// each server, and makes a request wait when every connection of its pool
+// is taken: go-redis (PoolSize), redigo (MaxActive). The watchdog, which
+// sends its refreshes in pipelines of up to 1,000 locks, all of a pass at
+// once, then leaves a quarter of each pool (at least two connections)
+// free for the client's other calls (acquires, releases) and the
+// application's: a pipeline beyond that waits for one of the watchdog's
+// own to return, but never so long that its locks' deadlines come before
+// a reply could (see watchdog.take). A driver that multiplexes requests on
+// shared connections (rueidis) has no such pool, and need not implement
+// it.
+type Pooled interface {
+	// PoolSize returns how many requests the client library has on the
+	// connections of one server's pool at once before the next waits for
+	// one (or fails), or 0 when it does not bound them.
+	PoolSize() int
+}
+
 // Subscription is a pub/sub connection opened by Driver.Subscribe. The
 // driver re-establishes it after a connection loss and re-subscribes its
 // channels; notices published meanwhile are lost, which dlock tolerates.

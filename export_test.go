@@ -184,3 +184,13 @@ func LanePipelines(c *Client, server string) (inflight, queued int, ok bool) {
 	defer b.mu.Unlock()
 	return b.inflight, len(b.queue), true
 }
+
+// HeldBack returns how many pipelines of refreshes c's watchdog held back
+// for its share of the driver's pool (see watchdog.take).
+func HeldBack(c *Client) int64 {
+	w := c.watchdogIfAny()
+	if w == nil {
+		return 0
+	}
+	return w.heldBack.Load()
+}

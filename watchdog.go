@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock/internal/keyslot"
@@ -19,7 +21,9 @@ import (
 // soon after, in pipelined batches, so that holding many locks costs a few
 // round trips per interval, not one goroutine and one round trip per lock.
 // On a Partitioned driver each server's locks go in a pipeline of their
-// own, sent from a goroutine of its own (see refreshBatch).
+// own, sent from a goroutine of its own (see refreshBatch). On a Pooled
+// driver the pipelines leave some of each server's pool to other calls
+// (see take).
 type watchdog struct {
 	c      *Client
 	cancel context.CancelFunc // cancels the refreshes under way
@@ -38,6 +42,30 @@ type watchdog struct {
 	sending sync.WaitGroup // the goroutines that send a pipeline of refreshes (see refreshBatch)
 	givers  sync.WaitGroup // the goroutines that give back what is left of lost locks
 	stopped bool           // under mu: close has begun, no give-back starts
+
+	// share is how many pipelines of refreshes the watchdog has out on one
+	// server's connection pool at once before the next waits for one of
+	// them to return (see take); 0 when the driver's pool is unbounded or
+	// unknown (see Pooled).
+	share  int
+	poolMu sync.Mutex
+	pools  map[string]*poolShare // by server ("" off a Partitioned driver), under poolMu
+	// trip is the longest time a pipeline of refreshes took lately (see
+	// give), in nanoseconds (see sendBy).
+	trip     atomic.Int64
+	heldBack atomic.Int64 // how many pipelines waited for another (tests)
+}
+
+// poolShare is the watchdog's part of one server's connection pool.
+type poolShare struct {
+	sent    []time.Time // when each pipeline out went, from take to give
+	waiting []*held     // the pipelines held back, first come first
+}
+
+// held is a pipeline held back (see take).
+type held struct {
+	turn chan struct{} // closed at its turn
+	sent time.Time     // set with it
 }
 
 const (
@@ -55,6 +83,9 @@ const (
 func newWatchdog(c *Client) *watchdog {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watchdog{c: c, cancel: cancel, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if p, ok := c.driver.(Pooled); ok {
+		w.share = watchdogShare(p.PoolSize())
+	}
 	go w.run(ctx)
 	return w
 }
@@ -254,21 +285,151 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 // a server, so that a server that stalls holds up only the refreshes of
 // its own locks (the others' replies are taken as they come, and the next
 // refreshes go out while it stalls).
+//
+// On a Pooled driver, a pipeline beyond the watchdog's share of its
+// server's pool first waits for one of the watchdog's own to return, or
+// for the latest time it can go and still be answered before its locks'
+// deadlines (see take).
 func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refreshing) {
-	groups := [][]refreshing{group}
+	groups, servers := [][]refreshing{group}, []string{""}
 	if w.c.lanes != nil {
-		groups = w.byServer(ctx, group)
+		groups, servers = w.byServer(ctx, group)
 	}
-	for _, g := range groups {
+	for i, g := range groups {
 		if len(g) == 0 {
 			continue
 		}
 		w.sending.Add(1)
 		go func() {
 			defer w.sending.Done()
+			if w.share == 0 {
+				w.refreshGroup(ctx, now, g)
+				return
+			}
+			sent := w.take(ctx, servers[i], earliest(g))
 			w.refreshGroup(ctx, now, g)
+			w.give(servers[i], sent)
 		}()
 	}
+}
+
+// watchdogShare returns the watchdog's share of a pool of size
+// connections (see Pooled): all but a quarter of it, and two connections
+// at least, kept for other calls, but one at least.
+func watchdogShare(size int) int {
+	if size <= 0 {
+		return 0
+	}
+	return max(size-max(size/4, 2), 1)
+}
+
+// take waits until the watchdog has fewer than its share of pipelines out
+// on server's pool, and counts one more, sent now, which it returns; or,
+// at the latest, until the pipeline must go to be answered before
+// deadline, its locks' earliest (see sendBy), or until the end of ctx
+// (Close): it then goes regardless, counted too. So a pass of many locks
+// (a pipeline for each 1,000) does not take every connection of a small
+// pool while the replies are slow, which would make the client's other
+// calls (a Release, an acquire) and the application's wait for the pass,
+// but its locks are not left to run out for the sake of those: a server
+// that answers slowly but in time keeps them. Each take is ended by give.
+func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) (sent time.Time) {
+	w.poolMu.Lock()
+	p := w.pools[server]
+	if p == nil {
+		if w.pools == nil {
+			w.pools = map[string]*poolShare{}
+		}
+		p = &poolShare{}
+		w.pools[server] = p
+	}
+	now := time.Now()
+	if len(p.sent) < w.share {
+		p.sent = append(p.sent, now)
+		w.poolMu.Unlock()
+		return now
+	}
+	h := &held{turn: make(chan struct{})}
+	p.waiting = append(p.waiting, h)
+	by := w.sendBy(deadline, slices.MinFunc(p.sent, time.Time.Compare))
+	w.poolMu.Unlock()
+	w.heldBack.Add(1)
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-h.turn:
+		return h.sent // counted by give, which gave it its turn
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	i := slices.Index(p.waiting, h)
+	if i < 0 {
+		return h.sent // given its turn meanwhile
+	}
+	p.waiting = slices.Delete(p.waiting, i, i+1)
+	now = time.Now()
+	p.sent = append(p.sent, now)
+	return now
+}
+
+// give ends a take of server's pool by a pipeline sent at sent, now
+// returned, and gives the turn to the pipelines held back, as far as the
+// share allows.
+func (w *watchdog) give(server string, sent time.Time) {
+	now := time.Now()
+	// The longest lately: each pipeline lets the last one's fade by an
+	// eighth, so that one slow reply long ago does not have pipelines go
+	// early for good.
+	for {
+		old := w.trip.Load()
+		if w.trip.CompareAndSwap(old, max(int64(now.Sub(sent)), old-old/8)) {
+			break
+		}
+	}
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	p := w.pools[server]
+	i := slices.Index(p.sent, sent)
+	p.sent = slices.Delete(p.sent, i, i+1)
+	for len(p.waiting) > 0 && len(p.sent) < w.share {
+		h := p.waiting[0]
+		p.waiting = slices.Delete(p.waiting, 0, 1)
+		h.sent = now
+		p.sent = append(p.sent, now)
+		close(h.turn)
+	}
+	if len(p.sent) == 0 && server != "" {
+		delete(w.pools, server) // nothing waits either: a server gone is forgotten
+	}
+}
+
+// sendBy returns the latest time a pipeline held back may go and still be
+// answered before deadline, its locks' earliest, as far as the watchdog
+// can tell: two of the longest recent round trips before it, and no later
+// than a pipeline that had not returned by then would have taken two of
+// its round trips so far, the oldest out being sent at oldest (the server
+// may have slowed down since the last reply: then that time is up a third
+// of the way from oldest to the deadline).
+func (w *watchdog) sendBy(deadline, oldest time.Time) time.Time {
+	by := deadline.Add(-2 * time.Duration(w.trip.Load()))
+	if slow := oldest.Add(deadline.Sub(oldest) / 3); slow.Before(by) {
+		by = slow
+	}
+	return by
+}
+
+// earliest returns the earliest deadline of a group of leases being
+// refreshed.
+func earliest(group []refreshing) time.Time {
+	deadline := group[0].deadline
+	for _, r := range group[1:] {
+		if r.deadline.Before(deadline) {
+			deadline = r.deadline
+		}
+	}
+	return deadline
 }
 
 // refreshing is a lease being refreshed, with its calls.
@@ -284,10 +445,9 @@ type refreshing struct {
 // cluster slot) goes with the others of the same servers. A call whose
 // server the driver cannot tell (a Ring, a slot map not at hand) counts
 // its hash slot instead, as lanes do.
-func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshing {
+func (w *watchdog) byServer(ctx context.Context, out []refreshing) (groups [][]refreshing, servers []string) {
 	p := w.c.lanes.p
 	index := map[string]int{}
-	var groups [][]refreshing
 	var key strings.Builder
 	for _, r := range out {
 		key.Reset()
@@ -310,10 +470,11 @@ func (w *watchdog) byServer(ctx context.Context, out []refreshing) [][]refreshin
 			i = len(groups)
 			index[key.String()] = i
 			groups = append(groups, nil)
+			servers = append(servers, key.String())
 		}
 		groups[i] = append(groups[i], r)
 	}
-	return groups
+	return groups, servers
 }
 
 // refreshGroup sends the refreshes of a group of leases in one pipeline,
@@ -323,13 +484,7 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 		return
 	}
 	// A refresh that cannot answer before the earliest deadline is useless.
-	deadline := group[0].deadline
-	for _, r := range group[1:] {
-		if r.deadline.Before(deadline) {
-			deadline = r.deadline
-		}
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(ctx, earliest(group))
 	defer cancel()
 	w.send(ctx, group)
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)

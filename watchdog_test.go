@@ -278,18 +278,26 @@ func evalshaCalls(t *testing.T, srv *redistest.Server) int {
 }
 
 // pipelineDriver counts the requests of refreshes under way, a pipeline
-// once.
+// once, and the refreshes that succeeded.
 type pipelineDriver struct {
 	*goredis.Driver
 	pipelines atomic.Int64
+	refreshed atomic.Int64
 }
 
 func (d *pipelineDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	if calls[0].Script.Name == "refresh" {
-		d.pipelines.Add(1)
-		defer d.pipelines.Add(-1)
+	if calls[0].Script.Name != "refresh" {
+		d.Driver.Eval(ctx, calls...)
+		return
 	}
+	d.pipelines.Add(1)
+	defer d.pipelines.Add(-1)
 	d.Driver.Eval(ctx, calls...)
+	for _, c := range calls {
+		if c.Err == nil {
+			d.refreshed.Add(1)
+		}
+	}
 }
 
 // A client over a go-redis pool of three connections, holding more locks
@@ -370,5 +378,79 @@ func TestTheWatchdogLeavesConnectionsOfASmallPoolToOtherCalls(t *testing.T) {
 	})
 	if p := d.pipelines.Load(); p == 0 {
 		t.Error("the refreshes' replies came before the Release ran")
+	}
+}
+
+// The watchdog's share of a go-redis pool holds its pipelines back only
+// while it has that many out (all but a quarter of the pool, and two
+// connections), and never past the time they must go to be answered
+// before their locks' deadlines: with replies a quarter of the TTL late,
+// a client whose pool leaves it one pipeline at a time (3 connections)
+// keeps every lock, though the three pipelines of its passes, one after
+// the other, would take longer than the locks have; one whose pool is
+// large (100) holds nothing back.
+func TestTheWatchdogsShareOfThePoolLosesNoLock(t *testing.T) {
+	for _, tc := range []struct {
+		pool int
+		held bool
+	}{{3, true}, {100, false}} {
+		t.Run(fmt.Sprintf("pool %d", tc.pool), func(t *testing.T) {
+			srv := redistest.Start(t)
+			px := redistest.StartDelayProxy(t, srv.Addr())
+			// A read timeout past the delay: the refreshes' contexts bound
+			// their waits.
+			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: tc.pool, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
+			defer rdb.Close()
+			d := &pipelineDriver{Driver: goredis.New(rdb)}
+			c := dlock.New(d)
+			defer c.Close()
+			// Every lock falls due while the watchdog is paused, so that
+			// its passes refresh them all: three pipelines each, which
+			// the pool (3) takes at once. Refreshed every 4s, each lock
+			// has at least 6s left then (8s, less the time taken to lock
+			// them all), its pipeline's reply 3s away.
+			resume := sync.OnceFunc(dlock.PauseWatchdog(c))
+			defer resume()
+			const n = 2001
+			const ttl = 12 * time.Second
+			locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithAutoRefresh())
+			if err := locks[0].Refresh(context.Background(), ttl); err != nil { // the server knows the script
+				t.Fatal(err)
+			}
+			awaitCond(t, 10*time.Second, func() bool {
+				next, _ := dlock.NextRefresh(c, locks[n-1])
+				return time.Now().After(next)
+			})
+			px.SetDelay(ttl / 4)
+			defer px.SetDelay(0)
+			resume()
+			// Each lock refreshed twice with late replies, or one lost.
+			refreshed := d.refreshed.Load()
+			awaitCond(t, 40*time.Second, func() bool {
+				if d.refreshed.Load() >= refreshed+2*n {
+					return true
+				}
+				for _, l := range locks {
+					if l.Err() != nil {
+						return true
+					}
+				}
+				return false
+			})
+			lost := 0
+			for _, l := range locks {
+				if l.Err() != nil {
+					if lost++; lost == 1 {
+						t.Errorf("lost with replies %v late: %v", ttl/4, l.Err())
+					}
+				}
+			}
+			if lost > 0 {
+				t.Errorf("%d of %d locks lost", lost, n)
+			}
+			if held := dlock.HeldBack(c); held > 0 != tc.held {
+				t.Errorf("%d pipelines held back with a pool of %d", held, tc.pool)
+			}
+		})
 	}
 }

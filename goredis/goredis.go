@@ -20,6 +20,15 @@
 // deadline, not at its cancellation: a call whose context is cancelled
 // (as dlock.Client.Close cancels the waits under way) waits for its reply,
 // or for the read timeout when the server stalls.
+//
+// The Driver tells dlock the client's PoolSize (see Driver.PoolSize): the
+// watchdog of a client holding many locks, whose refresh pipelines (one
+// for each 1,000 locks) each take a connection for as long as its reply
+// takes, keeps a quarter of the pool, two connections at least, for other
+// requests, as far as its locks' deadlines allow (see the README's
+// auto-refresh part). Give the pool a third more connections than a server
+// has thousands of locks refreshed automatically, so that the watchdog
+// holds nothing back.
 package goredis
 
 import (
@@ -28,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,11 +56,13 @@ type Driver struct {
 	plain   bool // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
+	pool    int // see PoolSize
 }
 
 var (
 	_ dlock.Driver      = (*Driver)(nil)
 	_ dlock.Partitioned = (*Driver)(nil)
+	_ dlock.Pooled      = (*Driver)(nil)
 )
 
 // New returns a Driver over rdb. The client stays the caller's: dlock never
@@ -65,7 +77,39 @@ func New(rdb redis.UniversalClient) *Driver {
 	if r, ok := rdb.(*redis.Ring); ok {
 		d.ring, d.shardOf = true, shardOf(r.Options())
 	}
+	d.pool = poolSize(rdb)
 	return d
+}
+
+// PoolSize returns how many requests the client has out at once on one
+// server's connections (a cluster's node, a Ring's shard): its PoolSize,
+// or MaxActiveConns when that is less (see dlock.Pooled). A request
+// beyond it waits for a connection, up to PoolTimeout.
+func (d *Driver) PoolSize() int { return d.pool }
+
+// poolSize reads rdb's PoolSize and MaxActiveConns (see PoolSize); 0 for
+// a client of another type.
+func poolSize(rdb redis.UniversalClient) int {
+	var size, most int
+	switch c := rdb.(type) {
+	case *redis.Client:
+		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
+	case *redis.ClusterClient:
+		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
+	case *redis.Ring:
+		// A Ring passes them on to each shard's client, which sets its
+		// default in place of 0.
+		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
+		if size == 0 {
+			size = 10 * runtime.GOMAXPROCS(0)
+		}
+	default:
+		return 0
+	}
+	if most > 0 && most < size {
+		return most
+	}
+	return size
 }
 
 // shardOf returns a function that finds the shard of a Ring's key as the

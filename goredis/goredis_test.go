@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -656,5 +657,31 @@ func TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce(t *testing.T) {
 	}
 	if took > timeout*17/10 {
 		t.Errorf("an acquire WithReplicas(1, %v) failed after %v, want about its timeout", timeout, took)
+	}
+}
+
+// PoolSize is what the client's pool lets out at once to one server (see
+// dlock.Pooled): its PoolSize, or MaxActiveConns when less, per node of a
+// cluster and shard of a Ring, with go-redis's defaults for none.
+func TestPoolSizeIsTheClientsPerServer(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		want int
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 7}), 7},
+		{"client, MaxActiveConns less", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 7, MaxActiveConns: 3}), 3},
+		{"client, MaxActiveConns more", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 7, MaxActiveConns: 30}), 7},
+		{"client, default", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), 10 * procs},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, PoolSize: 5}), 5},
+		{"cluster, default", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), 5 * procs},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, PoolSize: 6}), 6},
+		{"ring, default", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), 10 * procs},
+	} {
+		if got := goredis.New(tc.rdb).PoolSize(); got != tc.want {
+			t.Errorf("%s: PoolSize = %d, want %d", tc.name, got, tc.want)
+		}
+		_ = tc.rdb.Close()
 	}
 }

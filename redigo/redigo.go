@@ -71,6 +71,7 @@ var (
 	_ dlock.Driver     = (*Driver)(nil)
 	_ dlock.Scanner    = (*Driver)(nil)
 	_ dlock.Replicator = (*Driver)(nil)
+	_ dlock.Pooled     = (*Driver)(nil)
 )
 
 // New returns a Driver over pool. The pool stays the caller's: dlock never
@@ -90,6 +91,11 @@ func New(pool *redis.Pool, opts ...Option) *Driver {
 	}
 	return d
 }
+
+// PoolSize returns the pool's MaxActive, the most connections it has out
+// at once (0: no bound), beyond which a request waits for one (Wait) or
+// fails (see dlock.Pooled).
+func (d *Driver) PoolSize() int { return d.pool.MaxActive }
 
 // bound returns ctx, or when ctx can be cancelled but has no deadline, ctx
 // bounded by the driver's timeout. A ctx that never ends is returned as it

@@ -669,3 +669,16 @@ func TestAWaiterWhosePoolClosedIsNotGrantedTheLock(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// PoolSize is the pool's MaxActive (see dlock.Pooled): 0, no bound, by
+// default.
+func TestPoolSizeIsMaxActive(t *testing.T) {
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", "127.0.0.1:1") }}
+	if got := dlockredigo.New(pool).PoolSize(); got != 0 {
+		t.Errorf("PoolSize = %d without MaxActive, want 0", got)
+	}
+	pool.MaxActive = 5
+	if got := dlockredigo.New(pool).PoolSize(); got != 5 {
+		t.Errorf("PoolSize = %d, want MaxActive, 5", got)
+	}
+}
