@@ -490,6 +490,14 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	var lost []*lease // found lost by this batch
 	defer func() { w.giveBack(lost) }()
+	// The leases to refresh again, and when, put back together once the
+	// group's replies are all read: put back one by one, each would wake
+	// the goroutine, whose pass would take those put back so far, and
+	// a pipeline's locks would go out again in several, more at each
+	// round, until their pipelines took every connection of the pool.
+	back := make([]*lease, 0, len(group))
+	later := make([]time.Time, 0, len(group))
+	defer func() { w.scheduleAll(back, later) }()
 	// Close abandons the refreshes under way: their failures are not
 	// reported as failed refreshes.
 	abandoned := w.closing()
@@ -547,7 +555,8 @@ func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refr
 			}
 		}
 		if again {
-			w.schedule(s, next)
+			later = append(later, next)
+			back = append(back, s)
 		}
 		if notHeld && s.lose(err, true) {
 			lost = append(lost, s)
@@ -608,27 +617,30 @@ func (w *watchdog) reschedule(s *lease) {
 	}
 }
 
-// schedule puts a lease back with its next refresh time, and wakes the
-// goroutine when it is the first due.
-func (w *watchdog) schedule(s *lease, next time.Time) {
+// scheduleAll puts leases back, each with its next refresh time, and wakes
+// the goroutine when one of them is the first due.
+func (w *watchdog) scheduleAll(leases []*lease, next []time.Time) {
+	first := false
 	w.mu.Lock()
-	// Under mu (which the lease's mu nests in), so that a lease that
-	// ends meanwhile is either not put back or taken out by remove.
-	if !s.refreshing() {
-		w.mu.Unlock()
-		return // ended, or released, while it was out of the heap
-	}
-	if s.moved {
-		s.moved = false
-		s.mu.Lock()
-		if at := s.nextAt(); at.Before(next) {
-			next = at
+	for i, s := range leases {
+		// Under mu (which the lease's mu nests in), so that a lease that
+		// ends meanwhile is either not put back or taken out by remove.
+		if !s.refreshing() {
+			continue // ended, or released, while it was out of the heap
 		}
-		s.mu.Unlock()
+		at := next[i]
+		if s.moved {
+			s.moved = false
+			s.mu.Lock()
+			if by := s.nextAt(); by.Before(at) {
+				at = by
+			}
+			s.mu.Unlock()
+		}
+		s.next = at
+		heap.Push(&w.leases, s)
+		first = first || s.index == 0
 	}
-	s.next = next
-	heap.Push(&w.leases, s)
-	first := s.index == 0
 	w.mu.Unlock()
 	if first {
 		// The earliest now: the goroutine may be asleep until a later one
@@ -638,6 +650,12 @@ func (w *watchdog) schedule(s *lease, next time.Time) {
 		default:
 		}
 	}
+}
+
+// schedule puts a lease back with its next refresh time (see
+// scheduleAll).
+func (w *watchdog) schedule(s *lease, next time.Time) {
+	w.scheduleAll([]*lease{s}, []time.Time{next})
 }
 
 // leaseHeap orders leases by their next refresh.
