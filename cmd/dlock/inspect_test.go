@@ -19,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/goredis"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // status --json and ls --json describe a lock held by run: its holder's
@@ -548,4 +550,49 @@ func TestNamesThatAreNotUTF8(t *testing.T) {
 	if r := dlockRun(t, nil, "status", "--json", lockName(t)); r.code != 0 || strings.Contains(r.stdout, "name_base64") {
 		t.Errorf("a UTF-8 name has name_base64: %s", r.stdout)
 	}
+}
+
+// ls on a server that has not run the inspection script yet (a fresh
+// server, a restarted one, a replica just promoted) sends the script's
+// text once, not once per name: the first pipeline, by EVALSHA, is
+// answered NOSCRIPT for every name, and a second that sent the whole
+// script (some 35 KB) for each of them wrote about 1.9 GB for 54,000
+// locks, which ran past go-redis's write timeout: ls failed with code 69,
+// blaming the first name and telling to check that Redis runs.
+func TestListOnAServerThatDoesNotKnowTheScriptSendsItOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locks := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _ = locks.Close() })
+	const n = 200
+	for i := range n {
+		if _, err := locks.TryLock(context.Background(), "job:"+strconv.Itoa(i), dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Do(t, "SCRIPT", "FLUSH")
+	srv.Do(t, "CONFIG", "RESETSTAT")
+	r := dlockRun(t, []string{"DLOCK_REDIS=redis://" + srv.Addr()}, "ls", "--json")
+	var infos []infoJSON
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || r.code != 0 || len(infos) != n {
+		t.Fatalf("ls --json: code %d, %d records, stderr %q: %v", r.code, len(infos), r.stderr, err)
+	}
+	if evals := commandCalls(t, srv, "eval"); evals > 1 {
+		t.Errorf("ls of %d locks sent EVAL, with the script's text, %d times; want it once", n, evals)
+	}
+}
+
+// commandCalls returns how many times srv ran command since its last
+// CONFIG RESETSTAT.
+func commandCalls(t *testing.T, srv *redistest.Server, command string) int {
+	t.Helper()
+	for _, line := range strings.Split(srv.Do(t, "INFO", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }
