@@ -231,8 +231,9 @@ func sameTag(keys []string) bool {
 }
 
 // Eval runs the calls by EVALSHA, in one pipeline when there are several,
-// and runs again by EVAL those the server answered NOSCRIPT (it had not
-// seen the script yet, or has restarted or failed over since). Calls with
+// and runs again those the server answered NOSCRIPT (it had not seen the
+// script yet, or has restarted or failed over since): the first of each
+// script by EVAL, and the others by EVALSHA behind it (see runAgain). Calls with
 // a Lib run by FCALL, and again once the library is loaded where a server
 // answered that the function is missing (by EVAL where the server cannot
 // load it for want of memory, or the function is missing still).
@@ -382,22 +383,71 @@ func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, first bool) *r
 }
 
 func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
-	if len(calls) == 0 {
-		return
-	}
-	if len(calls) == 1 {
+	switch {
+	case len(calls) == 0:
+	case len(calls) == 1:
 		store(calls[0], send(ctx, d.rdb, calls[0], first))
-		return
+	case first:
+		d.pipeline(ctx, calls, func(int) bool { return true })
+	default:
+		d.runAgain(ctx, calls, 1)
 	}
+}
+
+// pipeline sends the calls in one pipeline, by EVALSHA those for which
+// bySHA is true and by EVAL the others (or by FCALL, see send), and stores
+// their replies.
+func (d *Driver) pipeline(ctx context.Context, calls []*dlock.Call, bySHA func(i int) bool) {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, call := range calls {
-			cmds[i] = send(ctx, p, call, first)
+			cmds[i] = send(ctx, p, call, bySHA(i))
 		}
 		return nil
 	})
 	storeAll(calls, cmds, err)
 }
+
+// runAgain is run's second round, for calls the server answered NOSCRIPT:
+// the first call of each script goes by EVAL, which loads the script where
+// it runs, and the calls after it by EVALSHA, in the same pipeline, so that
+// a pipeline of many calls of one script (ls of 50,000 names after a
+// restart) does not send the script's text (tens of KB) once for each.
+// Those answered NOSCRIPT all the same (on a cluster or a Ring, whose other
+// nodes the first call did not reach; or after a SCRIPT FLUSH in between)
+// go again so, up to maxEvalRounds rounds, and then all by EVAL. A call
+// answered NOSCRIPT did not run: sending it again is safe.
+func (d *Driver) runAgain(ctx context.Context, calls []*dlock.Call, round int) {
+	if round >= maxEvalRounds || len(calls) == 1 {
+		d.pipeline(ctx, calls, func(int) bool { return false })
+		return
+	}
+	bySHA := make([]bool, len(calls))
+	evalled := map[string]bool{}
+	for i, call := range calls {
+		if call.Lib != nil && call.Script.Function != "" {
+			continue // by FCALL
+		}
+		bySHA[i] = evalled[call.Script.SHA1]
+		evalled[call.Script.SHA1] = true
+	}
+	d.pipeline(ctx, calls, func(i int) bool { return bySHA[i] })
+	var again []*dlock.Call
+	for i, call := range calls {
+		if bySHA[i] && call.Err != nil && isReply(call.Err) && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
+			again = append(again, call)
+		}
+	}
+	if len(again) > 0 {
+		d.runAgain(ctx, again, round+1)
+	}
+}
+
+// maxEvalRounds bounds the rounds of runAgain: on a cluster or a Ring, each
+// loads the scripts on one more node at least (a cluster of three primaries
+// takes three), and a server whose scripts are flushed again and again
+// does not keep it going.
+const maxEvalRounds = 16
 
 // storeAll stores the replies of a pipeline that returned err. go-redis
 // leaves the commands of a pipeline it could not send (no connection, or
