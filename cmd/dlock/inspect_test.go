@@ -596,3 +596,31 @@ func commandCalls(t *testing.T, srv *redistest.Server, command string) int {
 	}
 	return 0
 }
+
+// A very long name (a kilobyte, say) is shown whole on its own line of ls,
+// and does not widen the NAME column of every other line: each was padded
+// to its width, so that 54,000 locks beside one such name made 60 MB of
+// table, every line wrapped on a terminal, and ls --watch, which cuts its
+// lines to the terminal's width, showed the names alone, without their
+// kind, holder or expiry, whichever lines the terminal had room for.
+func TestALongNameDoesNotWidenEveryLineOfLs(t *testing.T) {
+	t.Parallel()
+	c := libClient(t)
+	short, long := lockName(t)+":a", lockName(t)+":"+strings.Repeat("x", 1000)
+	for _, name := range []string{short, long} {
+		if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute), dlock.WithMetadata(`{"host":"h","pid":"1"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := dlockRun(t, nil, "ls", lockName(t)+":*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 3 {
+		t.Fatalf("ls: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(lines[1], short+" ") || len(lines[1]) > 200 || len(lines[0]) > 200 {
+		t.Errorf("ls: the lines of the header and of %q are %d and %d bytes wide, padded to the long name's width", short, len(lines[0]), len(lines[1]))
+	}
+	if !strings.HasPrefix(lines[2], long+" ") || !strings.Contains(lines[2], " lock ") || !strings.Contains(lines[2], "h pid 1") {
+		t.Errorf("ls: the long name's line does not show it whole, with its kind and holder: %q", lines[2])
+	}
+}
