@@ -94,8 +94,10 @@ func init() {
 		usage:   "ls [FLAGS] [PATTERN]",
 		conn:    true,
 		help: `Lists every lock that is held, and whose name matches PATTERN (Redis glob
-syntax: * ? [abc]; all names when left out), as a table sorted by name. It
-walks the keys with SCAN (on every primary of a cluster), never KEYS.
+syntax: * ? [abc]; all names when left out), as a table sorted by name (a
+name wider than 80 columns is shown whole, and does not widen the others'
+lines: the rest of its own line no longer lines up). It walks the keys with
+SCAN (on every primary of a cluster), never KEYS.
 
 Flags:
   --json              print a JSON array of inspection records (as status --json)

@@ -76,7 +76,11 @@ func cutWidth(s string, width int) string {
 
 // columns lays rows of cells out as lines, each column as wide as its
 // widest cell and two spaces from the next; the last cell of a line is not
-// padded.
+// padded. A cell wider than maxColumn (a name of a kilobyte) does not widen
+// its column: it is written whole, two spaces before the rest of its line,
+// which lines up no more, so that one such name does not pad every line to
+// its width (wrapping them all on a terminal, where ls --watch would cut
+// every line before its kind and holder).
 func columns(rows [][]string) []string {
 	var widths []int
 	for _, row := range rows {
@@ -84,7 +88,9 @@ func columns(rows [][]string) []string {
 			if i == len(widths) {
 				widths = append(widths, 0)
 			}
-			widths[i] = max(widths[i], displayWidth(cell))
+			if w := displayWidth(cell); w <= maxColumn {
+				widths[i] = max(widths[i], w)
+			}
 		}
 	}
 	lines := make([]string, len(rows))
@@ -93,13 +99,16 @@ func columns(rows [][]string) []string {
 		for i, cell := range row {
 			b.WriteString(cell)
 			if i < len(row)-1 {
-				b.WriteString(strings.Repeat(" ", widths[i]-displayWidth(cell)+2))
+				b.WriteString(strings.Repeat(" ", max(widths[i]-displayWidth(cell), 0)+2))
 			}
 		}
 		lines[j] = b.String()
 	}
 	return lines
 }
+
+// maxColumn is the widest cell that widens its column in columns.
+const maxColumn = 80
 
 // fitWidth returns line cut to the width of the terminal out writes to, if
 // it is one, so that it never wraps: a wrapped line could not be redrawn in
