@@ -101,7 +101,8 @@ SCAN (on every primary of a cluster), never KEYS.
 
 Flags:
   --json              print a JSON array of inspection records (as status --json)
-  --watch             list again every --interval; on a terminal the table is
+  --watch             list again --interval after each listing ends (as
+                      watch(1) does); on a terminal the table is
                       redrawn in place, cut to the terminal's size (the last
                       line then says how many lines it left out), otherwise
                       each listing follows the last (with --json, one array
@@ -111,8 +112,8 @@ Flags:
                       until Redis first answers, a refusal (a wrong password,
                       a missing permission, a TLS mismatch) or a usage error
                       ends it
-  --interval DURATION how often --watch lists (default 1s, at least 100ms; only
-                      with --watch)
+  --interval DURATION how long --watch waits between listings (default 1s, at
+                      least 100ms; only with --watch)
 
 Examples:
   dlock ls
@@ -251,16 +252,19 @@ func listJSON(infos []*dlock.Info, now time.Time) []infoJSON {
 	return out
 }
 
-// watchList lists every interval until ctx ends (Ctrl-C), which is a
-// normal end. Failures to use Redis are shown and retried; until Redis
+// watchList lists, and again interval after each listing ends, until ctx
+// ends (Ctrl-C), which is a normal end. Failures to use Redis are shown and retried; until Redis
 // first answers, only those to reach it: a refusal (a wrong password, a TLS
 // mismatch) or a usage error (a bad URL, a cluster node given as one
 // server) ends it then, as it ends a single ls.
 func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interval time.Duration) error {
 	tty := !asJSON && isTerminal(a.stdout)
 	drawn := 0 // lines of the last frame, on a terminal
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	// The next listing starts interval after the last one ended, as
+	// watch(1) does: one that takes longer (tens of thousands of locks)
+	// does not follow the last at once, keeping Redis busy.
+	next := time.NewTimer(interval)
+	defer next.Stop()
 	var c *conn
 	defer func() {
 		if c != nil {
@@ -314,10 +318,11 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 				fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
 			}
 		}
+		next.Reset(interval)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-next.C:
 		}
 	}
 }
