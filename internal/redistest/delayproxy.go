@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,54 +15,21 @@ import (
 // The delay may change at any time, and counts for the replies held then
 // too: a long one holds them until a shorter one lets them go.
 type DelayProxy struct {
-	ln     net.Listener
-	delay  atomic.Int64 // a time.Duration
-	mu     sync.Mutex
-	closed bool
-	conns  []net.Conn
-	copies sync.WaitGroup
+	proxy
+	delay atomic.Int64 // a time.Duration
 }
 
 // StartDelayProxy listens on a free loopback port and forwards to target,
 // with no delay until SetDelay, until the test ends.
 func StartDelayProxy(tb testing.TB, target string) *DelayProxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &DelayProxy{ln: ln}
-	p.copies.Add(1)
-	go func() {
-		defer p.copies.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				_, _ = c.Close(), s.Close()
-				return
-			}
-			p.conns = append(p.conns, c, s)
-			p.copies.Add(3)
-			p.mu.Unlock()
-			go p.forward(s, c)
-			replies := make(chan delayed, 1024)
-			go p.read(replies, s, c)
-			go p.write(c, replies)
-		}
-	}()
-	tb.Cleanup(func() {
-		p.close()
-		p.copies.Wait()
+	p := &DelayProxy{proxy: proxy{ln: listen(tb)}}
+	p.serve(tb, target, func(c, s net.Conn) {
+		p.copies.Add(3)
+		go p.forward(s, c)
+		replies := make(chan delayed, 1024)
+		go p.read(replies, s, c)
+		go p.write(c, replies)
 	})
 	return p
 }
@@ -74,21 +40,8 @@ type delayed struct {
 	read time.Time
 }
 
-// Addr is the address to dial instead of the server's.
-func (p *DelayProxy) Addr() string { return p.ln.Addr().String() }
-
 // SetDelay sets how long each reply is held back from when it was read.
 func (p *DelayProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
-
-func (p *DelayProxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	p.closed = true
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-}
 
 // forward copies requests from src to dst as they come.
 func (p *DelayProxy) forward(dst, src net.Conn) {
