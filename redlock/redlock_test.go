@@ -754,24 +754,7 @@ func TestARefreshCutShortByItsCallerDoesNotHideWhyTheLastFailed(t *testing.T) {
 // late refresh cleared the loss that the local clock had recorded there,
 // so that Err named only nodes 1 and 2.
 func TestALockLostOnANodeKeepsWhyWhenALateRefreshFindsItGone(t *testing.T) {
-	srvs := redistest.StartMasters(t, 3)
-	nodes := make([]redlock.Node, len(srvs))
-	for i, srv := range srvs {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		var d dlock.Driver = goredis.New(rdb)
-		if i == 0 {
-			d = &delayedDriver{Driver: d, delay: map[string]time.Duration{"refresh": 1500 * time.Millisecond}}
-		}
-		c := dlock.New(d)
-		t.Cleanup(func() { _ = c.Close() })
-		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
-	}
-	r, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
+	r, srvs := lockerWithNode0Late(t, map[string]time.Duration{"refresh": 1500 * time.Millisecond})
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "gone", redlock.WithTTL(time.Second))
 	if err != nil {
@@ -2678,26 +2661,9 @@ func TestALockerNotMadeByNewPanics(t *testing.T) {
 // of its lock there by the local clock, and it said the lock was released
 // on 0 nodes (node 0 had released it).
 func TestAReleaseCalledAgainDoesNotBlameANodeItFreed(t *testing.T) {
-	srvs := redistest.StartMasters(t, 3)
-	nodes := make([]redlock.Node, len(srvs))
-	for i, srv := range srvs {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		var d dlock.Driver = goredis.New(rdb)
-		if i == 0 {
-			// The grant reaches node 0 300ms late (within the node
-			// timeout), the refresh 1.8s late.
-			d = &delayedDriver{Driver: d, delay: map[string]time.Duration{"acquire": 300 * time.Millisecond, "refresh": 1800 * time.Millisecond}}
-		}
-		c := dlock.New(d)
-		t.Cleanup(func() { _ = c.Close() })
-		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
-	}
-	r, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
+	// The grant reaches node 0 300ms late (within the node timeout), the
+	// refresh 1.8s late.
+	r, srvs := lockerWithNode0Late(t, map[string]time.Duration{"acquire": 300 * time.Millisecond, "refresh": 1800 * time.Millisecond})
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "freed", redlock.WithTTL(2*time.Second))
 	if err != nil {
@@ -2869,4 +2835,29 @@ func TestARefreshWithAnEndedContextWaitsForNothingUnderWay(t *testing.T) {
 	if waited > 0 {
 		t.Errorf("%d of 20 Refreshes with an ended context, and nothing under way, say they waited for a Release or refresh", waited)
 	}
+}
+
+// lockerWithNode0Late returns a Locker over three masters, with a node
+// timeout of 500ms, whose requests to node 0 reach it late by the delay of
+// their script (see delayedDriver), and the masters.
+func lockerWithNode0Late(t *testing.T, delay map[string]time.Duration) (*redlock.Locker, []*redistest.Server) {
+	srvs := redistest.StartMasters(t, 3)
+	nodes := make([]redlock.Node, len(srvs))
+	for i, srv := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var d dlock.Driver = goredis.New(rdb)
+		if i == 0 {
+			d = &delayedDriver{Driver: d, delay: delay}
+		}
+		c := dlock.New(d)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
+	}
+	r, err := redlock.New(nodes, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, srvs
 }
