@@ -1003,14 +1003,7 @@ func TestRunGivesUpReachingRedisAtTheEndOfItsWait(t *testing.T) {
 // A --wait that ends while Redis fails is code 69, not a lock held.
 func TestRunWaitEndsWithRedisDown(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
-	name := lockName(t)
-	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	srv, name := heldOnItsOwnServer(t)
 	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr()}, runArgs([]string{"--wait", "2s"}, name, "exit", "0")...)
 	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
 	srv.Kill(t)
@@ -1375,14 +1368,7 @@ func TestAWaitEndedByARefusalSaysWhich(t *testing.T) {
 // --wait and 8s, is a hang guard: the docs give 5s.
 func TestRunWaitEndsSoonOnAStalledServer(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
-	name := lockName(t)
-	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	srv, name := heldOnItsOwnServer(t)
 	const wait = 2 * time.Second
 	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr() + "?read_timeout=60s"}, runArgs([]string{"--wait", wait.String()}, name, "exit", "0")...)
 	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
@@ -1396,4 +1382,18 @@ func TestRunWaitEndsSoonOnAStalledServer(t *testing.T) {
 	if r.took > wait+8*time.Second {
 		t.Errorf("--wait %v on a stalled server: the run ended after %v", wait, r.took)
 	}
+}
+
+// heldOnItsOwnServer starts a server of the test's own and takes a lock
+// there for a minute, by the library: its name.
+func heldOnItsOwnServer(t *testing.T) (*redistest.Server, string) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	c := dlock.New(goredis.New(rdb))
+	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
+	name := lockName(t)
+	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	return srv, name
 }
