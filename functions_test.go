@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -378,7 +377,7 @@ func TestFunctionsLoadedMeanwhileAreNotLoadedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats := srv.Do(t, "INFO", "commandstats")
-	if loads := cmdstat(stats, "function|load", "calls") - cmdstat(stats, "function|load", "failed_calls"); loads != 1 {
+	if loads := srv.CommandStat(t, "function|load", "calls") - srv.CommandStat(t, "function|load", "failed_calls"); loads != 1 {
 		t.Errorf("the library was loaded %d times, want once:\n%s", loads, stats)
 	}
 	if strings.Contains(stats, "cmdstat_eval:") {
@@ -408,24 +407,6 @@ func (h *beforeLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *beforeLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// cmdstat returns field (calls, failed_calls, ...) of command cmd in the
-// reply of INFO commandstats; 0 when the command is not there.
-func cmdstat(stats, cmd, field string) int {
-	for _, line := range strings.Split(stats, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, field+"="); ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // Loaded takes a refusal to load a library that is there already, this

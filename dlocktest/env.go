@@ -206,18 +206,7 @@ func (e *env) cmdstat(t testing.TB, cmd, field string) int {
 	t.Helper()
 	total := 0
 	for _, p := range e.primaries {
-		for _, line := range strings.Split(p.Do(t, "INFO", "commandstats"), "\n") {
-			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-			if !ok {
-				continue
-			}
-			for _, kv := range strings.Split(rest, ",") {
-				if v, ok := strings.CutPrefix(kv, field+"="); ok {
-					n, _ := strconv.Atoi(v)
-					total += n
-				}
-			}
-		}
+		total += p.CommandStat(t, cmd, field)
 	}
 	return total
 }

@@ -579,22 +579,9 @@ func TestListOnAServerThatDoesNotKnowTheScriptSendsItOnce(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || r.code != 0 || len(infos) != n {
 		t.Fatalf("ls --json: code %d, %d records, stderr %q: %v", r.code, len(infos), r.stderr, err)
 	}
-	if evals := commandCalls(t, srv, "eval"); evals > 1 {
+	if evals := srv.CommandStat(t, "eval", "calls"); evals > 1 {
 		t.Errorf("ls of %d locks sent EVAL, with the script's text, %d times; want it once", n, evals)
 	}
-}
-
-// commandCalls returns how many times srv ran command since its last
-// CONFIG RESETSTAT.
-func commandCalls(t *testing.T, srv *redistest.Server, command string) int {
-	t.Helper()
-	for _, line := range strings.Split(srv.Do(t, "INFO", "commandstats"), "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls="); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
-		}
-	}
-	return 0
 }
 
 // A very long name (a kilobyte, say) is shown whole on its own line of ls,

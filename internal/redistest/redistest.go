@@ -502,6 +502,27 @@ func (s *Server) Busy(tb testing.TB, first ...string) (end func()) {
 	return end
 }
 
+// CommandStat returns field (calls, failed_calls, rejected_calls, ...)
+// of command cmd ("evalsha", "function|load") in the server's INFO
+// commandstats, counted since it started or its last CONFIG RESETSTAT; 0
+// when the command has not run.
+func (s *Server) CommandStat(tb testing.TB, cmd, field string) int {
+	tb.Helper()
+	for _, line := range strings.Split(s.Do(tb, "INFO", "commandstats"), "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, field+"="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
 // Do sends one command to the server over a new connection and returns the
 // reply as text: a simple or bulk string as is, an integer in decimal, a nil
 // reply as "(nil)", and an array as its elements one per line. It fails tb on
