@@ -670,19 +670,13 @@ func TestRefreshWithoutAQuorumIsNotALoss(t *testing.T) {
 // node's deadline passed without a refresh, which reads as an outage, not
 // a permission to fix.
 func TestALockLostForRefreshesRefusedSaysWhy(t *testing.T) {
-	srvs := redistest.StartMasters(t, 3)
-	for _, srv := range srvs {
-		srv.Do(t, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all")
-	}
-	r := newLockerOfOptions(t, srvs, func(_ int, o *redis.Options) { o.Username, o.Password = "locker", "pw" })
+	r, srvs := lockerAsUser(t)
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "revoked", redlock.WithTTL(time.Second), redlock.WithAutoRefresh())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, srv := range srvs[:2] {
-		srv.Do(t, "ACL", "SETUSER", "locker", "-evalsha", "-eval")
-	}
+	revokeScripts(t, srvs[:2])
 	waitDone(t, l, 5*time.Second)
 	err = l.Err()
 	if !errors.Is(err, dlock.ErrLost) {
@@ -711,19 +705,13 @@ func TestALockLostForRefreshesRefusedSaysWhy(t *testing.T) {
 // nothing of them: the loss that follows still names the refusal that
 // failed the refreshes before it (NOPERM), not the caller's cancellation.
 func TestARefreshCutShortByItsCallerDoesNotHideWhyTheLastFailed(t *testing.T) {
-	srvs := redistest.StartMasters(t, 3)
-	for _, srv := range srvs {
-		srv.Do(t, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all")
-	}
-	r := newLockerOfOptions(t, srvs, func(_ int, o *redis.Options) { o.Username, o.Password = "locker", "pw" })
+	r, srvs := lockerAsUser(t)
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "revoked", redlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, srv := range srvs[:2] {
-		srv.Do(t, "ACL", "SETUSER", "locker", "-evalsha", "-eval")
-	}
+	revokeScripts(t, srvs[:2])
 	if err := l.Refresh(ctx, time.Second); !errors.Is(err, dlock.ErrDenied) {
 		t.Fatalf("Refresh: %v, want the nodes' refusal (ErrDenied)", err)
 	}
@@ -2860,4 +2848,22 @@ func lockerWithNode0Late(t *testing.T, delay map[string]time.Duration) (*redlock
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r, srvs
+}
+
+// lockerAsUser returns a Locker over three masters, whose node clients
+// log in as the ACL user "locker", and the masters.
+func lockerAsUser(t *testing.T) (*redlock.Locker, []*redistest.Server) {
+	srvs := redistest.StartMasters(t, 3)
+	for _, srv := range srvs {
+		srv.Do(t, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all")
+	}
+	return newLockerOfOptions(t, srvs, func(_ int, o *redis.Options) { o.Username, o.Password = "locker", "pw" }), srvs
+}
+
+// revokeScripts takes the script commands from the user "locker" on srvs
+// (see lockerAsUser): its requests there are refused (NOPERM).
+func revokeScripts(t *testing.T, srvs []*redistest.Server) {
+	for _, srv := range srvs {
+		srv.Do(t, "ACL", "SETUSER", "locker", "-evalsha", "-eval")
+	}
 }

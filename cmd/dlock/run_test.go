@@ -811,15 +811,8 @@ func TestRunWaitRefusedForGood(t *testing.T) {
 // Redis is running.
 func TestARefusalInsideAScriptHasThePermissionHint(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv, c, name := heldOnItsOwnServer(t)
 	srv.Do(t, "ACL", "SETUSER", "nochannels", "on", ">pw", "~*", "+@all", "resetchannels")
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	c := dlock.New(goredis.New(rdb))
-	t.Cleanup(func() { _, _ = c.Close(), rdb.Close() })
-	name := lockName(t)
-	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
 	// A waiter, whom the release tells by PUBLISH.
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{})
@@ -1003,7 +996,7 @@ func TestRunGivesUpReachingRedisAtTheEndOfItsWait(t *testing.T) {
 // A --wait that ends while Redis fails is code 69, not a lock held.
 func TestRunWaitEndsWithRedisDown(t *testing.T) {
 	t.Parallel()
-	srv, name := heldOnItsOwnServer(t)
+	srv, _, name := heldOnItsOwnServer(t)
 	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr()}, runArgs([]string{"--wait", "2s"}, name, "exit", "0")...)
 	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
 	srv.Kill(t)
@@ -1368,7 +1361,7 @@ func TestAWaitEndedByARefusalSaysWhich(t *testing.T) {
 // --wait and 8s, is a hang guard: the docs give 5s.
 func TestRunWaitEndsSoonOnAStalledServer(t *testing.T) {
 	t.Parallel()
-	srv, name := heldOnItsOwnServer(t)
+	srv, _, name := heldOnItsOwnServer(t)
 	const wait = 2 * time.Second
 	p := startDlock(t, []string{"DLOCK_REDIS=redis://" + srv.Addr() + "?read_timeout=60s"}, runArgs([]string{"--wait", wait.String()}, name, "exit", "0")...)
 	waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
@@ -1385,8 +1378,9 @@ func TestRunWaitEndsSoonOnAStalledServer(t *testing.T) {
 }
 
 // heldOnItsOwnServer starts a server of the test's own and takes a lock
-// there for a minute, by the library: its name.
-func heldOnItsOwnServer(t *testing.T) (*redistest.Server, string) {
+// there for a minute by a library client, which it returns, with the
+// lock's name.
+func heldOnItsOwnServer(t *testing.T) (*redistest.Server, *dlock.Client, string) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	c := dlock.New(goredis.New(rdb))
@@ -1395,5 +1389,5 @@ func heldOnItsOwnServer(t *testing.T) (*redistest.Server, string) {
 	if _, err := c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	return srv, name
+	return srv, c, name
 }
