@@ -490,7 +490,11 @@ func TestTheLocksOfAPipelineGoBackTogether(t *testing.T) {
 			}
 		},
 	})))
-	// Refreshed in one pass, a's reply read first.
+	// Refreshed in one pass, a's reply read first: both fall due while
+	// the watchdog is paused, however long the second acquire takes.
+	resume := sync.OnceFunc(dlock.PauseWatchdog(c.Load()))
+	defer resume()
+	var b *dlock.Lock
 	for _, name := range []string{"together:a", "together:b"} {
 		l, err := c.Load().TryLock(ctx, name, dlock.WithTTL(3*time.Second), dlock.WithAutoRefresh())
 		if err != nil {
@@ -500,7 +504,13 @@ func TestTheLocksOfAPipelineGoBackTogether(t *testing.T) {
 		if a.Load() == nil {
 			a.Store(l)
 		}
+		b = l
 	}
+	awaitCond(t, 10*time.Second, func() bool {
+		next, _ := dlock.NextRefresh(c.Load(), b)
+		return time.Now().After(next)
+	})
+	resume()
 	select {
 	case ok := <-back:
 		if ok {
