@@ -520,3 +520,39 @@ func TestTheLocksOfAPipelineGoBackTogether(t *testing.T) {
 		t.Fatal("no refresh")
 	}
 }
+
+// A pipeline of refreshes counts against the watchdog's share of the pool
+// while its request has a connection, not while the Refresh hooks of its
+// locks run once the replies are read: a hook that takes its time held the
+// next pipeline back, with the pool's connections idle, until the time the
+// next had to go regardless (a third of the way to its locks' deadlines),
+// and counted as a round trip of the server.
+func TestAPipelineHeldBackGoesWhenTheOneBeforeHasItsReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 3, MaxRetries: -1})
+	defer rdb.Close()
+	d := &pipelineDriver{Driver: goredis.New(rdb)}
+	hooked := make(chan struct{})
+	var once sync.Once
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{
+		Refresh: func(context.Context, dlock.HookInfo, error) {
+			// The first hook of a pass waits until the test ends.
+			once.Do(func() { <-hooked })
+		},
+	}))
+	defer c.Close()
+	defer close(hooked)
+	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
+	defer resume()
+	// Three pipelines, one at a time (a pool of 3); a third of the way to
+	// the locks' deadlines is some 19s away.
+	const n = 2001
+	locks := lockMany(t, c, "hooked", n, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
+	awaitCond(t, 10*time.Second, func() bool {
+		next, _ := dlock.NextRefresh(c, locks[n-1])
+		return time.Now().After(next)
+	})
+	refreshed := d.refreshed.Load()
+	resume()
+	awaitCond(t, 5*time.Second, func() bool { return d.refreshed.Load() >= refreshed+n })
+}
