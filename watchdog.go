@@ -302,13 +302,7 @@ func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refr
 		w.sending.Add(1)
 		go func() {
 			defer w.sending.Done()
-			if w.share == 0 {
-				w.refreshGroup(ctx, now, g)
-				return
-			}
-			sent := w.take(ctx, servers[i], earliest(g))
-			w.refreshGroup(ctx, now, g)
-			w.give(servers[i], sent)
+			w.refreshGroup(ctx, now, servers[i], g)
 		}()
 	}
 }
@@ -327,12 +321,13 @@ func watchdogShare(size int) int {
 // on server's pool, and counts one more, sent now, which it returns; or,
 // at the latest, until the pipeline must go to be answered before
 // deadline, its locks' earliest (see sendBy), or until the end of ctx
-// (Close): it then goes regardless, counted too. So a pass of many locks
-// (a pipeline for each 1,000) does not take every connection of a small
-// pool while the replies are slow, which would make the client's other
-// calls (a Release, an acquire) and the application's wait for the pass,
-// but its locks are not left to run out for the sake of those: a server
-// that answers slowly but in time keeps them. Each take is ended by give.
+// (Close, or that deadline): it then goes regardless, counted too. So a
+// pass of many locks (a pipeline for each 1,000) does not take every
+// connection of a small pool while the replies are slow, which would make
+// the client's other calls (a Release, an acquire) and the application's
+// wait for the pass, but its locks are not left to run out for the sake
+// of those: a server that answers slowly but in time keeps them. Each take
+// is ended by give, once the pipeline's request has returned.
 func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) (sent time.Time) {
 	w.poolMu.Lock()
 	p := w.pools[server]
@@ -477,16 +472,26 @@ func (w *watchdog) byServer(ctx context.Context, out []refreshing) (groups [][]r
 	return groups, servers
 }
 
-// refreshGroup sends the refreshes of a group of leases in one pipeline,
-// and schedules each one's next refresh, or ends it.
-func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, group []refreshing) {
+// refreshGroup sends the refreshes of a group of leases in one pipeline
+// to server (see byServer), and schedules each one's next refresh, or ends
+// it. On a Pooled driver the pipeline counts against the watchdog's share
+// of server's pool while its request is out, not while the replies are
+// read and the Refresh hooks run (see take).
+func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, server string, group []refreshing) {
 	if len(group) == 0 {
 		return
 	}
 	// A refresh that cannot answer before the earliest deadline is useless.
-	ctx, cancel := context.WithDeadline(ctx, earliest(group))
+	deadline := earliest(group)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	w.send(ctx, group)
+	if w.share > 0 {
+		sent := w.take(ctx, server, deadline)
+		w.send(ctx, group)
+		w.give(server, sent)
+	} else {
+		w.send(ctx, group)
+	}
 	debug := w.c.log.Enabled(ctx, slog.LevelDebug)
 	var lost []*lease // found lost by this batch
 	defer func() { w.giveBack(lost) }()
