@@ -107,10 +107,10 @@ type Partitioned interface {
 // once, then leaves a quarter of each pool (at least two connections)
 // free for the client's other calls (acquires, releases) and the
 // application's: a pipeline beyond that waits for one of the watchdog's
-// own to return, but never so long that its locks' deadlines come before
-// a reply could (see watchdog.take). A driver that multiplexes requests on
-// shared connections (rueidis) has no such pool, and need not implement
-// it.
+// own to return, but not past the time it must go to be answered before
+// its locks' deadlines, as far as the round trips seen tell (see
+// watchdog.take). A driver that multiplexes requests on shared
+// connections (rueidis) has no such pool, and need not implement it.
 type Pooled interface {
 	// PoolSize returns how many requests the client library has on the
 	// connections of one server's pool at once before the next waits for
