@@ -395,6 +395,9 @@ func TestTheWatchdogsShareOfThePoolLosesNoLock(t *testing.T) {
 		held bool
 	}{{3, true}, {100, false}} {
 		t.Run(fmt.Sprintf("pool %d", tc.pool), func(t *testing.T) {
+			// Mostly waits for the delayed replies: apart from the
+			// other's, as they take their time.
+			t.Parallel()
 			srv := redistest.Start(t)
 			px := redistest.StartDelayProxy(t, srv.Addr())
 			// A read timeout past the delay: the refreshes' contexts bound
