@@ -554,3 +554,57 @@ func TestAPipelineHeldBackGoesWhenTheOneBeforeHasItsReplies(t *testing.T) {
 	resume()
 	awaitCond(t, 5*time.Second, func() bool { return d.refreshed.Load() >= refreshed+n })
 }
+
+// A client whose pool leaves the watchdog one pipeline at a time (3
+// connections), its locks refreshed every 2s on a 12s TTL (some 9.5s left
+// at a refresh), on a server whose replies become 7.5s late: without the
+// watchdog's share of the pool its three pipelines went at once and each
+// reply came in time; held back a third of the way to their deadlines
+// (no round trip seen yet that slow), the second and third pipelines'
+// replies come after their locks' deadlines, and the locks are lost.
+// (R2: fails at 7ac548f by the design of take's bound; for the lead.)
+func TestAHeldBackPipelineIsAnsweredAsItWouldBeUnheld(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.StartDelayProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: 3, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
+	defer rdb.Close()
+	d := &pipelineDriver{Driver: goredis.New(rdb)}
+	c := dlock.New(d)
+	defer c.Close()
+	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
+	defer resume()
+	const n = 2001
+	const ttl = 12 * time.Second
+	locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithRefreshInterval(2*time.Second), dlock.WithAutoRefresh())
+	if err := locks[0].Refresh(context.Background(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, func() bool {
+		next, _ := dlock.NextRefresh(c, locks[n-1])
+		return time.Now().After(next)
+	})
+	px.SetDelay(7500 * time.Millisecond)
+	defer px.SetDelay(0)
+	resume()
+	refreshed := d.refreshed.Load()
+	awaitCond(t, 20*time.Second, func() bool {
+		if d.refreshed.Load() >= refreshed+n {
+			return true
+		}
+		for _, l := range locks {
+			if l.Err() != nil {
+				return true
+			}
+		}
+		return false
+	})
+	lost := 0
+	for _, l := range locks {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost", lost, n)
+	}
+}
