@@ -556,13 +556,13 @@ func TestAPipelineHeldBackGoesWhenTheOneBeforeHasItsReplies(t *testing.T) {
 }
 
 // A client whose pool leaves the watchdog one pipeline at a time (3
-// connections), its locks refreshed every 2s on a 12s TTL (some 9.5s left
-// at a refresh), on a server whose replies become 7.5s late: without the
-// watchdog's share of the pool its three pipelines went at once and each
-// reply came in time; held back a third of the way to their deadlines
-// (no round trip seen yet that slow), the second and third pipelines'
-// replies come after their locks' deadlines, and the locks are lost.
-// (R2: fails at 7ac548f by the design of take's bound; for the lead.)
+// connections), its locks refreshed every second on a 6s TTL (some 5s
+// left at a refresh), on a server whose replies become 3.5s late at once:
+// sent at once, its three pipelines' replies all came in time. Held back
+// a third of the way to their deadlines (no round trip that slow seen
+// yet), the second and third pipelines' replies came after their locks'
+// deadlines, and the locks were lost; a pipeline is held back a tenth of
+// the time its locks have left at most.
 func TestAHeldBackPipelineIsAnsweredAsItWouldBeUnheld(t *testing.T) {
 	srv := redistest.Start(t)
 	px := redistest.StartDelayProxy(t, srv.Addr())
@@ -574,8 +574,8 @@ func TestAHeldBackPipelineIsAnsweredAsItWouldBeUnheld(t *testing.T) {
 	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
 	defer resume()
 	const n = 2001
-	const ttl = 12 * time.Second
-	locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithRefreshInterval(2*time.Second), dlock.WithAutoRefresh())
+	const ttl = 6 * time.Second
+	locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
 	if err := locks[0].Refresh(context.Background(), ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestAHeldBackPipelineIsAnsweredAsItWouldBeUnheld(t *testing.T) {
 		next, _ := dlock.NextRefresh(c, locks[n-1])
 		return time.Now().After(next)
 	})
-	px.SetDelay(7500 * time.Millisecond)
+	px.SetDelay(3500 * time.Millisecond)
 	defer px.SetDelay(0)
 	resume()
 	refreshed := d.refreshed.Load()
