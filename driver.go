@@ -107,9 +107,9 @@ type Partitioned interface {
 // once, then leaves a quarter of each pool (at least two connections)
 // free for the client's other calls (acquires, releases) and the
 // application's: a pipeline beyond that waits for one of the watchdog's
-// own to return, but not past the time it must go to be answered before
-// its locks' deadlines, as far as the round trips seen tell (see
-// watchdog.take). A driver that multiplexes requests on shared
+// own to return, for a tenth of the time its locks have left at most, and
+// less when the round trips seen say it must go sooner to be answered
+// before their deadlines (see watchdog.take). A driver that multiplexes requests on shared
 // connections (rueidis) has no such pool, and need not implement it.
 type Pooled interface {
 	// PoolSize returns how many requests the client library has on the

@@ -326,8 +326,8 @@ func watchdogShare(size int) int {
 // connection of a small pool while the replies are slow, which would make
 // the client's other calls (a Release, an acquire) and the application's
 // wait for the pass, but its locks are not left to run out for the sake
-// of those: a server that answers slowly but in time keeps them. Each take
-// is ended by give, once the pipeline's request has returned.
+// of those: it waits a tenth of the time they have left at most. Each
+// take is ended by give, once the pipeline's request has returned.
 func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) (sent time.Time) {
 	w.poolMu.Lock()
 	p := w.pools[server]
@@ -346,7 +346,7 @@ func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) 
 	}
 	h := &held{turn: make(chan struct{})}
 	p.waiting = append(p.waiting, h)
-	by := w.sendBy(deadline, slices.MinFunc(p.sent, time.Time.Compare))
+	by := w.sendBy(deadline, now)
 	w.poolMu.Unlock()
 	w.heldBack.Add(1)
 	t := time.NewTimer(time.Until(by))
@@ -400,17 +400,20 @@ func (w *watchdog) give(server string, sent time.Time) {
 	}
 }
 
-// sendBy returns the latest time a pipeline held back may go and still be
-// answered before deadline, its locks' earliest, as far as the watchdog
-// can tell: two of the longest recent round trips before it, and no later
-// than a pipeline that had not returned by then would have taken two of
-// its round trips so far, the oldest out being sent at oldest (the server
-// may have slowed down since the last reply: then that time is up a third
-// of the way from oldest to the deadline).
-func (w *watchdog) sendBy(deadline, oldest time.Time) time.Time {
+// sendBy returns the latest time a pipeline held back at now may go and
+// still be answered before deadline, its locks' earliest, as far as the
+// watchdog can tell: two of the longest recent round trips before it. And
+// it waits no more than a tenth of the time its locks have left, whatever
+// the round trips seen say: replies may become slower at once (none that
+// slow seen yet, or on another server), and a pipeline held back longer
+// would lose its locks to replies that, sent at once, would have come in
+// time. So a pipeline held back is answered in time whenever its reply
+// takes less than nine tenths of what its locks had left, where one sent
+// at once needs it to take less than all of that.
+func (w *watchdog) sendBy(deadline, now time.Time) time.Time {
 	by := deadline.Add(-2 * time.Duration(w.trip.Load()))
-	if slow := oldest.Add(deadline.Sub(oldest) / 3); slow.Before(by) {
-		by = slow
+	if most := now.Add(deadline.Sub(now) / 10); most.Before(by) {
+		by = most
 	}
 	return by
 }
