@@ -22,6 +22,7 @@ var evalTests = []test{
 	{name: "UsesEVALSHA", run: testUsesEvalsha},
 	{name: "FallbackAfterScriptFlush", run: testFallback},
 	{name: "FallbackAfterScriptFlushInBatch", run: testFallbackBatch},
+	{name: "ScriptSentOncePerServer", run: testScriptSentOnce},
 	{name: "Pipeline", run: testPipeline},
 	{name: "Concurrent", run: testConcurrentEval},
 	{name: "EndedContext", run: testEndedContext},
@@ -267,6 +268,63 @@ func testFallbackBatch(t *testing.T, e *env) {
 			}
 		}
 		e.onPrimaries(t, "SCRIPT", "FLUSH")
+	}
+}
+
+// testScriptSentOnce: a pipeline of many calls of a few scripts, on
+// servers that know none of them (fresh, restarted, promoted, SCRIPT
+// FLUSH), sends each script's text by EVAL once to each server, not once
+// per call: ls of 54,000 locks after a restart wrote some 1.9 GB of the
+// inspection script's text (35 KB a call) and failed at the client's write
+// timeout. Every call still gets its own reply, and runs once.
+func testScriptSentOnce(t *testing.T, e *env) {
+	drv := e.driver(t)
+	ctx := timeout(t)
+	calls, check := manyCallsOfTwoScripts(t)
+	e.onPrimaries(t, "SCRIPT", "FLUSH")
+	e.onPrimaries(t, "CONFIG", "RESETSTAT")
+	drv.Eval(ctx, calls...)
+	check("Eval", calls)
+	e.checkEvalsPerPrimary(t, "a pipeline of 300 calls of 2 scripts", 2)
+}
+
+// manyCallsOfTwoScripts returns 300 calls of two scripts, alternating, on
+// keys in many slots (on a cluster, every primary's), and a function
+// that checks their replies: each call ran once.
+func manyCallsOfTwoScripts(t testing.TB) ([]*dlock.Call, func(what string, calls []*dlock.Call)) {
+	t.Helper()
+	incr := dlock.NewScript("incr", "return redis.call('INCR', KEYS[1])")
+	echo := dlock.NewScript("echo", "return {KEYS[1], ARGV[1]}")
+	calls := make([]*dlock.Call, 300)
+	for i := range calls {
+		key := fmt.Sprintf("%s{%d}", prefix(t), i)
+		if i%2 == 0 {
+			calls[i] = &dlock.Call{Script: incr, Keys: []string{key}}
+		} else {
+			calls[i] = &dlock.Call{Script: echo, Keys: []string{key}, Args: []any{i}}
+		}
+	}
+	return calls, func(what string, calls []*dlock.Call) {
+		t.Helper()
+		for i, call := range calls {
+			if i%2 == 0 {
+				checkReply(t, fmt.Sprintf("%s: call %d", what, i), call, int64(1))
+			} else {
+				checkReply(t, fmt.Sprintf("%s: call %d", what, i), call, []any{call.Keys[0], strconv.Itoa(i)})
+			}
+		}
+	}
+}
+
+// checkEvalsPerPrimary fails t when a primary ran EVAL more than scripts
+// times since the last CONFIG RESETSTAT.
+func (e *env) checkEvalsPerPrimary(t testing.TB, what string, scripts int) {
+	t.Helper()
+	for _, p := range e.primaries {
+		if n := p.CommandStat(t, "eval", "calls"); n > scripts {
+			t.Errorf("%s, on a server that knew neither: %s ran EVAL, with a script's text, %d times; want at most %d, once per script",
+				what, p.Addr(), n, scripts)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 var replicaTests = []test{
 	{name: "EvalWait", run: testEvalWait},
 	{name: "EvalWaitKilledConnections", run: testEvalWaitKilledConnections},
+	{name: "EvalWaitSendsScriptsOnce", run: testEvalWaitSendsScriptsOnce},
 	{name: "WithReplicas", run: testWithReplicas},
 }
 
@@ -102,6 +103,42 @@ func testEvalWait(t *testing.T, e *env) {
 	}
 	for i, call := range calls[:20] {
 		checkReply(t, fmt.Sprintf("with the replicas stopped, call %d", i), call, "again")
+	}
+}
+
+// testEvalWaitSendsScriptsOnce: as testScriptSentOnce, for EvalWait: a
+// pipeline of many calls on servers that know none of their scripts sends
+// each script's text once to each primary, and the replicas that WAIT
+// reports have the writes of the calls that went again.
+func testEvalWaitSendsScriptsOnce(t *testing.T, e *env) {
+	rep, ok := e.driver(t).(dlock.Replicator)
+	if !ok {
+		t.Skip("the driver has no Replicator")
+	}
+	if e.replicas() == 0 {
+		t.Skip("no replicas to WAIT for")
+	}
+	calls, check := manyCallsOfTwoScripts(t)
+	e.onPrimaries(t, "SCRIPT", "FLUSH")
+	e.onPrimaries(t, "CONFIG", "RESETSTAT")
+	acked, err := rep.EvalWait(timeout(t), e.replicas(), waitFor/2, calls...)
+	if err != nil || acked != e.replicas() {
+		t.Fatalf("EvalWait acknowledged by %d replicas, err %v; want %d", acked, err, e.replicas())
+	}
+	check("EvalWait", calls)
+	e.checkEvalsPerPrimary(t, "EvalWait of 300 calls of 2 scripts", 2)
+	if e.dep.Topology == Cluster { // a cluster's replicas answer MOVED
+		return
+	}
+	for i, call := range calls {
+		if i%2 != 0 {
+			continue
+		}
+		for _, r := range e.nodes[len(e.primaries):] { // WAIT returned: the replica has the write
+			if got := r.Do(t, "GET", call.Keys[0]); got != "1" {
+				t.Fatalf("replica %s: %s = %q after WAIT, want 1", r.Addr(), call.Keys[0], got)
+			}
+		}
 	}
 }
 
