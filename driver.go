@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,9 +22,9 @@ import (
 // pub/sub notices. Every method must be safe for concurrent use.
 type Driver interface {
 	// Eval runs every call's script with its keys and arguments, by EVALSHA
-	// with a fallback to EVAL when the server answers NOSCRIPT (or by FCALL,
-	// when the call has a Lib), and stores
-	// each reply in the call. Calls may be sent in one pipeline; each is
+	// with a fallback to EVAL when the server answers NOSCRIPT, once per
+	// script and server for a pipeline of many calls (see EvalAgain), or by
+	// FCALL, when the call has a Lib, and stores each reply in the call. Calls may be sent in one pipeline; each is
 	// routed by its first key. Replies are converted to nil (a nil reply),
 	// int64, string, or []any of those; an error reply or a failure to send
 	// is stored in Call.Err. An error reply inside an array reply is an
@@ -302,12 +303,12 @@ func AsScripts(calls []*Call, run func(calls []*Call)) {
 }
 
 // Resend is a driver's second round, for the calls Unknown returned (and
-// their library): those the server answered NOSCRIPT go again by EVAL;
-// those answered that their function is missing go again by FCALL once
-// load has loaded lib where they ran (load returns them as Loaded does), or
-// by EVAL (see AsScripts), as do those whose function is missing still.
-// run sends calls as a second round does: by EVAL, or FCALL for those with
-// a Lib.
+// their library): those the server answered NOSCRIPT go again with their
+// script's text (see EvalAgain); those answered that their function is
+// missing go again by FCALL once load has loaded lib where they ran (load
+// returns them as Loaded does), or as scripts (see AsScripts), as do those
+// whose function is missing still. run sends calls as a second round does:
+// through EvalAgain, which sends by FCALL those with a Lib.
 func Resend(again []*Call, lib *Library, load func(lib *Library, calls []*Call) (again, scripts []*Call), run func(calls []*Call)) {
 	var scripts []*Call
 	if lib != nil {
@@ -321,12 +322,15 @@ func Resend(again []*Call, lib *Library, load func(lib *Library, calls []*Call) 
 }
 
 // ResendWait is Resend for a driver's EvalWait, each of whose passes sends
-// WAIT after its calls: pass sends calls as run does, with WAIT, and
-// returns how many replicas acknowledged them. It returns the fewest of
+// WAIT after its calls: pass sends calls as EvalAgain's pass does, with
+// WAIT after them in the same pipeline, and returns how many replicas
+// acknowledged them. Every pass that sends a call again so waits: the
+// writes of a call sent by EVALSHA behind another's EVAL, or in a later
+// round, are confirmed as those of the first. It returns the fewest of
 // least and the passes' counts, or the error of the first pass that
 // failed, after which nothing more is sent (the calls not sent are given
 // that error).
-func ResendWait(again []*Call, lib *Library, least int, load func(lib *Library, calls []*Call) (again, scripts []*Call), pass func(calls []*Call) (int, error)) (int, error) {
+func ResendWait(again []*Call, lib *Library, least int, load func(lib *Library, calls []*Call) (again, scripts []*Call), pass func(calls []*Call, byEval []bool) (int, error)) (int, error) {
 	var err error
 	Resend(again, lib, load, func(calls []*Call) {
 		if err != nil {
@@ -335,13 +339,71 @@ func ResendWait(again []*Call, lib *Library, least int, load func(lib *Library, 
 			}
 			return
 		}
-		var acked int
-		if acked, err = pass(calls); err == nil {
-			least = min(least, acked)
-		}
+		err = EvalAgain(calls, func(calls []*Call, byEval []bool) error {
+			acked, err := pass(calls, byEval)
+			if err == nil {
+				least = min(least, acked)
+			}
+			return err
+		})
 	})
 	return least, err
 }
+
+// EvalAgain sends again, for a driver's second round (Resend's run), calls
+// the server answered NOSCRIPT: pass sends calls in one pipeline, by EVAL
+// those whose byEval is true and by EVALSHA the others (by FCALL, whatever
+// byEval says, those with a Lib whose Script has a Function), and stores
+// their replies. The first call of each script goes by EVAL, which loads
+// the script where it runs, and the calls after it by EVALSHA, behind it
+// in the same pipeline: a pipeline of many calls of one script (ls of
+// 54,000 names on a server just restarted) sends the script's text (35 KB
+// for the inspection script) once, not once for each call, which wrote
+// some 1.9 GB and failed at the client's write timeout. Those answered
+// NOSCRIPT all the same (on a cluster, whose other primaries the first
+// call did not reach; after a SCRIPT FLUSH in between) go again so, each
+// round sending every script once more to one server at least that lacks
+// it, for up to 16 rounds in all, the last by EVAL alone. A call answered
+// NOSCRIPT did not run: sending it again is safe. A pass that returns an
+// error ends EvalAgain, which returns it: the calls that would have gone
+// again get it.
+func EvalAgain(calls []*Call, pass func(calls []*Call, byEval []bool) error) error {
+	for round := 1; len(calls) > 0; round++ {
+		byEval := make([]bool, len(calls))
+		var sent []string // the SHA1s of the scripts sent by EVAL this round
+		for i, c := range calls {
+			switch {
+			case c.Lib != nil && c.Script.Function != "": // by FCALL
+			case round == evalRounds || len(calls) == 1:
+				byEval[i] = true
+			case !slices.Contains(sent, c.Script.SHA1):
+				byEval[i] = true
+				sent = append(sent, c.Script.SHA1)
+			}
+		}
+		err := pass(calls, byEval)
+		var again []*Call
+		for i, c := range calls {
+			if !byEval[i] && c.Err != nil && strings.HasPrefix(c.Err.Error(), "NOSCRIPT") &&
+				(c.Lib == nil || c.Script.Function == "") {
+				again = append(again, c)
+			}
+		}
+		if err != nil {
+			for _, c := range again {
+				c.Val, c.Err = nil, err
+			}
+			return err
+		}
+		calls = again
+	}
+	return nil
+}
+
+// evalRounds bounds EvalAgain's rounds: on a cluster, each loads the
+// scripts on one more primary at least (three primaries take three), and a
+// server whose scripts are flushed again and again does not keep it going.
+const evalRounds = 16
 
 // FailFunctions stores err, why the function library could not be loaded,
 // in the calls that run by FCALL, and returns the others.

@@ -13,7 +13,8 @@
 //
 // The suite checks the driver's side of the contract directly (script
 // replies of every shape, error replies and the server's refusals with its
-// own text, the EVALSHA fallback after SCRIPT FLUSH, pipelined batches,
+// own text, the EVALSHA fallback after SCRIPT FLUSH (each script's text
+// sent once per server for a pipeline of many calls), pipelined batches,
 // ended contexts, pub/sub delivery, reconnection after the opening's
 // context has ended (and the notify("", "") that says so; see
 // dlock.Subscription) and Close, SCAN, scripts and WAIT on one connection

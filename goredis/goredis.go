@@ -233,7 +233,8 @@ func sameTag(keys []string) bool {
 // Eval runs the calls by EVALSHA, in one pipeline when there are several,
 // and runs again those the server answered NOSCRIPT (it had not seen the
 // script yet, or has restarted or failed over since): the first of each
-// script by EVAL, and the others by EVALSHA behind it (see runAgain). Calls with
+// script by EVAL, and the others by EVALSHA behind it (see
+// dlock.EvalAgain). Calls with
 // a Lib run by FCALL, and again once the library is loaded where a server
 // answered that the function is missing (by EVAL where the server cannot
 // load it for want of memory, or the function is missing still).
@@ -244,12 +245,17 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.cluster {
 		calls = refuseAcrossSlots(calls)
 	}
-	d.run(ctx, calls, true)
+	d.run(ctx, calls, nil)
 	defer d.reloadAfterFailure(calls)
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return d.load(ctx, lib, calls)
-		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
+		}, func(calls []*dlock.Call) {
+			_ = dlock.EvalAgain(calls, func(calls []*dlock.Call, byEval []bool) error {
+				d.run(ctx, calls, byEval)
+				return nil
+			})
+		})
 	}
 	d.settle(ctx, calls)
 }
@@ -370,84 +376,37 @@ func firstKey(call *dlock.Call) string {
 }
 
 // send adds one call to c: by FCALL when it has a library, else by
-// EVALSHA, or by EVAL when first is false.
-func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, first bool) *redis.Cmd {
+// EVALSHA, or by EVAL when byEval is set.
+func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, byEval bool) *redis.Cmd {
 	switch {
 	case call.Lib != nil && call.Script.Function != "":
 		return c.FCall(ctx, call.Script.Function, call.Keys, call.Args...)
-	case first:
-		return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
-	default:
+	case byEval:
 		return c.Eval(ctx, call.Script.Src, call.Keys, call.Args...)
-	}
-}
-
-func (d *Driver) run(ctx context.Context, calls []*dlock.Call, first bool) {
-	switch {
-	case len(calls) == 0:
-	case len(calls) == 1:
-		store(calls[0], send(ctx, d.rdb, calls[0], first))
-	case first:
-		d.pipeline(ctx, calls, func(int) bool { return true })
 	default:
-		d.runAgain(ctx, calls, 1)
+		return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
 	}
 }
 
-// pipeline sends the calls in one pipeline, by EVALSHA those for which
-// bySHA is true and by EVAL the others (or by FCALL, see send), and stores
-// their replies.
-func (d *Driver) pipeline(ctx context.Context, calls []*dlock.Call, bySHA func(i int) bool) {
-	cmds := make([]*redis.Cmd, len(calls))
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, call := range calls {
-			cmds[i] = send(ctx, p, call, bySHA(i))
-		}
-		return nil
-	})
-	storeAll(calls, cmds, err)
-}
-
-// runAgain is run's second round, for calls the server answered NOSCRIPT:
-// the first call of each script goes by EVAL, which loads the script where
-// it runs, and the calls after it by EVALSHA, in the same pipeline, so that
-// a pipeline of many calls of one script (ls of 50,000 names after a
-// restart) does not send the script's text (tens of KB) once for each.
-// Those answered NOSCRIPT all the same (on a cluster or a Ring, whose other
-// nodes the first call did not reach; or after a SCRIPT FLUSH in between)
-// go again so, up to maxEvalRounds rounds, and then all by EVAL. A call
-// answered NOSCRIPT did not run: sending it again is safe.
-func (d *Driver) runAgain(ctx context.Context, calls []*dlock.Call, round int) {
-	if round >= maxEvalRounds || len(calls) == 1 {
-		d.pipeline(ctx, calls, func(int) bool { return false })
-		return
-	}
-	bySHA := make([]bool, len(calls))
-	evalled := map[string]bool{}
-	for i, call := range calls {
-		if call.Lib != nil && call.Script.Function != "" {
-			continue // by FCALL
-		}
-		bySHA[i] = evalled[call.Script.SHA1]
-		evalled[call.Script.SHA1] = true
-	}
-	d.pipeline(ctx, calls, func(i int) bool { return bySHA[i] })
-	var again []*dlock.Call
-	for i, call := range calls {
-		if bySHA[i] && call.Err != nil && isReply(call.Err) && strings.HasPrefix(call.Err.Error(), "NOSCRIPT") {
-			again = append(again, call)
-		}
-	}
-	if len(again) > 0 {
-		d.runAgain(ctx, again, round+1)
+// run sends the calls, in one pipeline when there are several, by EVAL
+// those whose byEval is set (byEval is nil for none) and by EVALSHA the
+// others (or by FCALL, see send), and stores their replies.
+func (d *Driver) run(ctx context.Context, calls []*dlock.Call, byEval []bool) {
+	switch len(calls) {
+	case 0:
+	case 1:
+		store(calls[0], send(ctx, d.rdb, calls[0], byEval != nil && byEval[0]))
+	default:
+		cmds := make([]*redis.Cmd, len(calls))
+		_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, call := range calls {
+				cmds[i] = send(ctx, p, call, byEval != nil && byEval[i])
+			}
+			return nil
+		})
+		storeAll(calls, cmds, err)
 	}
 }
-
-// maxEvalRounds bounds the rounds of runAgain: on a cluster or a Ring, each
-// loads the scripts on one more node at least (a cluster of three primaries
-// takes three), and a server whose scripts are flushed again and again
-// does not keep it going.
-const maxEvalRounds = 16
 
 // storeAll stores the replies of a pipeline that returned err. go-redis
 // leaves the commands of a pipeline it could not send (no connection, or
@@ -1003,9 +962,10 @@ func movedAny(calls []*dlock.Call) bool {
 }
 
 // evalWait pipelines the calls and WAIT on one connection of node, by
-// EVALSHA (or FCALL), then once more by EVAL (or FCALL, once the library
-// is loaded) for the calls the server answered without knowing their
-// script. The pipeline's replies are read within the WAIT's timeout and a
+// EVALSHA (or FCALL), then once more, with WAIT again, the calls the
+// server answered without knowing their script: the first of each script
+// by EVAL and the others by EVALSHA behind it (see dlock.EvalAgain), or by
+// FCALL once the library is loaded. The pipeline's replies are read within the WAIT's timeout and a
 // second more, whatever the client's read timeout: go-redis reads a
 // pipeline within that, and would take a WAIT still waiting for a failure
 // and send the whole pipeline again.
@@ -1018,16 +978,16 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 	// the server answered with NOSCRIPT confirms nothing, but waits all the
 	// same while a replica lags, and the next pass's WAIT has what is left.
 	end := time.Now().Add(timeout)
-	pass := func(calls []*dlock.Call, first bool) (int, error) {
+	pass := func(calls []*dlock.Call, byEval []bool) (int, error) {
 		wait := timeout
-		if !first {
+		if byEval != nil { // a second round
 			wait = max(time.Until(end), time.Millisecond)
 		}
 		cmds := make([]*redis.Cmd, len(calls))
 		var waitCmd *redis.Cmd
 		_, perr := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, call := range calls {
-				cmds[i] = send(ctx, p, call, first)
+				cmds[i] = send(ctx, p, call, byEval != nil && byEval[i])
 			}
 			waitCmd = p.Do(ctx, "WAIT", replicas, wait.Milliseconds())
 			return nil
@@ -1040,14 +1000,14 @@ func evalWait(ctx context.Context, node *redis.Client, replicas int, timeout tim
 		}
 		return waitCmd.Int()
 	}
-	least, err := pass(calls, true)
+	least, err := pass(calls, nil)
 	if err != nil {
 		return 0, err
 	}
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		least, err = dlock.ResendWait(again, lib, least, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return dlock.Loaded(calls, node.FunctionLoad(ctx, lib.Src).Err())
-		}, func(calls []*dlock.Call) (int, error) { return pass(calls, false) })
+		}, pass)
 		if err != nil {
 			return 0, err
 		}

@@ -110,9 +110,10 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Eval runs the calls by EVALSHA on one connection of the pool, several
-// calls as pipelines (see sendChunk), and runs
-// again by EVAL, on the same connection, those the server answered
-// NOSCRIPT (it had not seen the script yet, or has restarted since). Calls
+// calls as pipelines (see sendChunk), and runs again, on the same
+// connection, those the server answered NOSCRIPT (it had not seen the
+// script yet, or has restarted since): the first of each script by EVAL,
+// and the others by EVALSHA behind it (see dlock.EvalAgain). Calls
 // that all find their connection closed (an idle one of the pool that the
 // server closed: redigo hands those out unchecked) run once more on a new
 // connection.
@@ -234,36 +235,45 @@ func (d *Driver) timed(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, d.timeout)
 }
 
-// eval runs the calls on conn by EVALSHA, and by EVAL those answered
-// NOSCRIPT; calls with a Lib by FCALL, and again once the library is
-// loaded if the server answered that a function is missing.
+// eval runs the calls on conn by EVALSHA, and again those answered
+// NOSCRIPT, each script's text sent once (see dlock.EvalAgain); calls with
+// a Lib by FCALL, and again once the library is loaded if the server
+// answered that a function is missing.
 func eval(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlock.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	run(ctx, limit, conn, calls, true)
+	run(ctx, limit, conn, calls, nil)
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			_, err := do(ctx, limit, conn, "FUNCTION", "LOAD", lib.Src)
 			return dlock.Loaded(calls, err)
-		}, func(calls []*dlock.Call) { run(ctx, limit, conn, calls, false) })
+		}, func(calls []*dlock.Call) {
+			_ = dlock.EvalAgain(calls, func(calls []*dlock.Call, byEval []bool) error {
+				run(ctx, limit, conn, calls, byEval)
+				return nil
+			})
+		})
 	}
 }
 
-// run sends the calls on conn and stores their replies.
-func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlock.Call, bySHA bool) {
-	command := func(c *dlock.Call) (string, []any) {
+// run sends the calls on conn, by EVAL those whose byEval is set (byEval
+// is nil for none) and by EVALSHA the others (by FCALL those with a Lib),
+// and stores their replies.
+func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlock.Call, byEval []bool) {
+	evals := func(i int) bool { return byEval != nil && byEval[i] }
+	command := func(c *dlock.Call, byEval bool) (string, []any) {
 		args := make([]any, 0, 2+len(c.Keys)+len(c.Args))
 		name := "EVALSHA"
 		switch {
 		case c.Lib != nil && c.Script.Function != "":
 			name = "FCALL"
 			args = append(args, c.Script.Function)
-		case bySHA:
-			args = append(args, c.Script.SHA1)
-		default:
+		case byEval:
 			name = "EVAL"
 			args = append(args, c.Script.Src)
+		default:
+			args = append(args, c.Script.SHA1)
 		}
 		args = append(args, len(c.Keys))
 		for _, k := range c.Keys {
@@ -272,14 +282,14 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		return name, append(args, c.Args...)
 	}
 	for i, end := 0, 0; i < len(calls); i = end {
-		size := callSize(calls[i], bySHA)
-		for end = i + 1; end < len(calls) && size+callSize(calls[end], bySHA) <= sendChunk; end++ {
-			size += callSize(calls[end], bySHA)
+		size := callSize(calls[i], evals(i))
+		for end = i + 1; end < len(calls) && size+callSize(calls[end], evals(end)) <= sendChunk; end++ {
+			size += callSize(calls[end], evals(end))
 		}
 		chunk := calls[i:end]
 		if len(chunk) == 1 {
 			// One command: redigo writes and reads it within ctx.
-			name, args := command(chunk[0])
+			name, args := command(chunk[0], evals(i))
 			v, err := do(ctx, limit, conn, name, args...)
 			store(chunk[0], v, err)
 			if err != nil && !isReply(err) {
@@ -288,8 +298,8 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 			}
 			continue
 		}
-		for _, c := range chunk {
-			name, args := command(c)
+		for j, c := range chunk {
+			name, args := command(c, evals(i+j))
 			if err := conn.Send(name, args...); err != nil {
 				failAll(calls[i:], err)
 				return
@@ -327,10 +337,10 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 const sendChunk = 64 << 10
 
 // callSize estimates how many bytes the command of call takes on the wire:
-// by EVALSHA when bySHA is set, else by EVAL with the script's source.
-func callSize(c *dlock.Call, bySHA bool) int {
+// by EVAL with the script's source when byEval is set, else by EVALSHA.
+func callSize(c *dlock.Call, byEval bool) int {
 	n := 64 + len(c.Script.SHA1) + len(c.Script.Function)
-	if !bySHA {
+	if byEval {
 		n += len(c.Script.Src)
 	}
 	for _, k := range c.Keys {

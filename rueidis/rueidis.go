@@ -73,8 +73,10 @@ func (d *Driver) Server(ctx context.Context, key string) string {
 }
 
 // Eval runs the calls by EVALSHA, in one pipeline (DoMulti) when there are
-// several, and runs again by EVAL those the server answered NOSCRIPT (it
-// had not seen the script yet, or has restarted or failed over since).
+// several, and runs again those the server answered NOSCRIPT (it had not
+// seen the script yet, or has restarted or failed over since): the first
+// of each script by EVAL, and the others by EVALSHA behind it (see
+// dlock.EvalAgain).
 // Calls with a Lib run by FCALL, and again once the library is loaded where
 // a server answered that the function is missing (by EVAL where the server
 // cannot load it for want of memory, or the function is missing still).
@@ -177,14 +179,20 @@ func closedUnder(calls []*dlock.Call) []*dlock.Call {
 	return out
 }
 
-// eval runs the calls by EVALSHA (or FCALL), and again by EVAL those the
-// server answered NOSCRIPT (or by FCALL once the library is loaded).
+// eval runs the calls by EVALSHA (or FCALL), and again those the server
+// answered NOSCRIPT, each script's text sent once (see dlock.EvalAgain), or
+// by FCALL once the library is loaded.
 func (d *Driver) eval(ctx context.Context, calls []*dlock.Call) {
-	d.run(ctx, calls, true)
+	d.run(ctx, calls, nil)
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		dlock.Resend(again, lib, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return d.load(ctx, lib, calls)
-		}, func(calls []*dlock.Call) { d.run(ctx, calls, false) })
+		}, func(calls []*dlock.Call) {
+			_ = dlock.EvalAgain(calls, func(calls []*dlock.Call, byEval []bool) error {
+				d.run(ctx, calls, byEval)
+				return nil
+			})
+		})
 	}
 }
 
@@ -268,9 +276,12 @@ func loadError(r rueidis.RedisResult) error {
 	return replyError(&msg)
 }
 
-func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
+// run sends the calls, in one DoMulti when there are several, by EVAL
+// those whose byEval is set (byEval is nil for none) and by EVALSHA the
+// others (or by FCALL, see command), and stores their replies.
+func (d *Driver) run(ctx context.Context, calls []*dlock.Call, byEval []bool) {
 	if len(calls) == 1 {
-		store(calls[0], d.client.Do(ctx, command(d.client, calls[0], bySHA)))
+		store(calls[0], d.client.Do(ctx, command(d.client, calls[0], byEval != nil && byEval[0])))
 		return
 	}
 	// rueidis refuses (panics) to pipeline a command without a key beside
@@ -285,7 +296,7 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, call := range calls {
-		cmds[i] = command(d.client, call, bySHA)
+		cmds[i] = command(d.client, call, byEval != nil && byEval[i])
 		if len(call.Keys) == 0 && anyKey != "" {
 			cmds[i] = cmds[i].SetSlot(anyKey)
 		}
@@ -296,12 +307,12 @@ func (d *Driver) run(ctx context.Context, calls []*dlock.Call, bySHA bool) {
 }
 
 // command builds the FCALL, EVALSHA or EVAL of a call for c.
-func command(c rueidis.Client, call *dlock.Call, bySHA bool) rueidis.Completed {
+func command(c rueidis.Client, call *dlock.Call, byEval bool) rueidis.Completed {
 	name, script := "EVALSHA", call.Script.SHA1
 	switch {
 	case call.Lib != nil && call.Script.Function != "":
 		name, script = "FCALL", call.Script.Function
-	case !bySHA:
+	case byEval:
 		name, script = "EVAL", call.Script.Src
 	}
 	cmd := c.B().Arbitrary(name, script, strconv.Itoa(len(call.Keys)))

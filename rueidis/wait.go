@@ -77,24 +77,26 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 }
 
 // evalWait runs calls and WAIT as one pipeline on c, by EVALSHA (or FCALL),
-// then once more by EVAL (or FCALL, once the library is loaded) for the
-// calls the server answered without knowing their script, and by EVAL those
-// whose server could not load the library (see dlock.Loaded).
+// then once more, with WAIT again, the calls the server answered without
+// knowing their script: the first of each script by EVAL and the others by
+// EVALSHA behind it (see dlock.EvalAgain), or by FCALL once the library is
+// loaded; and as scripts those whose server could not load the library
+// (see dlock.Loaded).
 func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.Duration, calls []*dlock.Call) (int, error) {
 	// pass sends the calls and WAIT in one pipeline, and returns WAIT's
 	// reply. The passes all wait within timeout: the WAIT of a first pass
 	// the server answered with NOSCRIPT confirms nothing, but waits all the
 	// same while a replica lags, and the next pass's WAIT has what is left.
 	end := time.Now().Add(timeout)
-	pass := func(calls []*dlock.Call, bySHA bool) (int, error) {
+	pass := func(calls []*dlock.Call, byEval []bool) (int, error) {
 		wait := timeout
-		if !bySHA {
+		if byEval != nil { // a second round
 			wait = max(time.Until(end), time.Millisecond)
 		}
 		pipeline := func() rueidis.Commands {
 			cmds := make(rueidis.Commands, 0, len(calls)+1)
-			for _, call := range calls {
-				cmds = append(cmds, command(c, call, bySHA))
+			for i, call := range calls {
+				cmds = append(cmds, command(c, call, byEval != nil && byEval[i]))
 			}
 			// WAIT is a blocking command: the whole pipeline goes out on
 			// one connection of the blocking pool, in order.
@@ -116,14 +118,14 @@ func evalWait(ctx context.Context, c rueidis.Client, replicas int, timeout time.
 		acked, err := rs[len(calls)].AsInt64()
 		return int(acked), err
 	}
-	least, err := pass(calls, true)
+	least, err := pass(calls, nil)
 	if err != nil {
 		return 0, err
 	}
 	if again, lib := dlock.Unknown(calls); len(again) > 0 {
 		least, err = dlock.ResendWait(again, lib, least, func(lib *dlock.Library, calls []*dlock.Call) ([]*dlock.Call, []*dlock.Call) {
 			return dlock.Loaded(calls, loadError(c.Do(ctx, c.B().FunctionLoad().FunctionCode(lib.Src).Build())))
-		}, func(calls []*dlock.Call) (int, error) { return pass(calls, false) })
+		}, pass)
 		if err != nil {
 			return 0, err
 		}
