@@ -398,55 +398,19 @@ func TestTheWatchdogsShareOfThePoolLosesNoLock(t *testing.T) {
 			// Mostly waits for the delayed replies: apart from the
 			// other's, as they take their time.
 			t.Parallel()
-			srv := redistest.Start(t)
-			px := redistest.StartDelayProxy(t, srv.Addr())
-			// A read timeout past the delay: the refreshes' contexts bound
-			// their waits.
-			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: tc.pool, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
-			defer rdb.Close()
-			d := &pipelineDriver{Driver: goredis.New(rdb)}
-			c := dlock.New(d)
-			defer c.Close()
 			// Every lock falls due while the watchdog is paused, so that
 			// its passes refresh them all: three pipelines each, which
 			// the pool (3) takes at once. Refreshed every 4s, each lock
 			// has at least 6s left then (8s, less the time taken to lock
 			// them all), its pipeline's reply 3s away.
-			resume := sync.OnceFunc(dlock.PauseWatchdog(c))
-			defer resume()
 			const n = 2001
 			const ttl = 12 * time.Second
-			locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithAutoRefresh())
-			if err := locks[0].Refresh(context.Background(), ttl); err != nil { // the server knows the script
-				t.Fatal(err)
-			}
-			awaitCond(t, 10*time.Second, func() bool {
-				next, _ := dlock.NextRefresh(c, locks[n-1])
-				return time.Now().After(next)
-			})
-			px.SetDelay(ttl / 4)
-			defer px.SetDelay(0)
-			resume()
+			s := dueBehindADelay(t, tc.pool, n, ttl, dlock.WithAutoRefresh())
+			c := s.c
 			// Each lock refreshed twice with late replies, or one lost.
-			refreshed := d.refreshed.Load()
-			awaitCond(t, 40*time.Second, func() bool {
-				if d.refreshed.Load() >= refreshed+2*n {
-					return true
-				}
-				for _, l := range locks {
-					if l.Err() != nil {
-						return true
-					}
-				}
-				return false
-			})
-			lost := 0
-			for _, l := range locks {
-				if l.Err() != nil {
-					if lost++; lost == 1 {
-						t.Errorf("lost with replies %v late: %v", ttl/4, l.Err())
-					}
-				}
+			lost, first := s.refreshLate(t, ttl/4, 2, 40*time.Second)
+			if first != nil {
+				t.Errorf("lost with replies %v late: %v", ttl/4, first)
 			}
 			if lost > 0 {
 				t.Errorf("%d of %d locks lost", lost, n)
@@ -564,47 +528,75 @@ func TestAPipelineHeldBackGoesWhenTheOneBeforeHasItsReplies(t *testing.T) {
 // deadlines, and the locks were lost; a pipeline is held back a tenth of
 // the time its locks have left at most.
 func TestAHeldBackPipelineIsAnsweredAsItWouldBeUnheld(t *testing.T) {
+	const n = 2001
+	s := dueBehindADelay(t, 3, n, 6*time.Second, dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
+	lost, _ := s.refreshLate(t, 3500*time.Millisecond, 1, 20*time.Second)
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost", lost, n)
+	}
+}
+
+// dueLocks is a client over a go-redis pool, behind a DelayProxy, whose n
+// locks have all fallen due while its watchdog is paused.
+type dueLocks struct {
+	px     *redistest.DelayProxy
+	d      *pipelineDriver
+	c      *dlock.Client
+	locks  []*dlock.Lock
+	resume func()
+}
+
+// dueBehindADelay returns a client over a go-redis pool of pool
+// connections (a read timeout past any delay: the refreshes' contexts
+// bound their waits), on a server behind a DelayProxy, holding n locks
+// taken with a TTL of ttl and opts, all due for a refresh while its
+// watchdog is paused.
+func dueBehindADelay(t *testing.T, pool, n int, ttl time.Duration, opts ...dlock.Option) *dueLocks {
 	srv := redistest.Start(t)
 	px := redistest.StartDelayProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: 3, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
-	defer rdb.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: pool, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
 	d := &pipelineDriver{Driver: goredis.New(rdb)}
 	c := dlock.New(d)
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
-	defer resume()
-	const n = 2001
-	const ttl = 6 * time.Second
-	locks := lockMany(t, c, "many", n, dlock.WithTTL(ttl), dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
-	if err := locks[0].Refresh(context.Background(), ttl); err != nil {
+	t.Cleanup(resume)
+	locks := lockMany(t, c, "many", n, append(opts, dlock.WithTTL(ttl))...)
+	if err := locks[0].Refresh(context.Background(), ttl); err != nil { // the server knows the script
 		t.Fatal(err)
 	}
 	awaitCond(t, 10*time.Second, func() bool {
 		next, _ := dlock.NextRefresh(c, locks[n-1])
 		return time.Now().After(next)
 	})
-	px.SetDelay(3500 * time.Millisecond)
-	defer px.SetDelay(0)
-	resume()
-	refreshed := d.refreshed.Load()
-	awaitCond(t, 20*time.Second, func() bool {
-		if d.refreshed.Load() >= refreshed+n {
+	return &dueLocks{px: px, d: d, c: c, locks: locks, resume: resume}
+}
+
+// refreshLate has the replies come delay late and resumes the watchdog,
+// until every lock was refreshed times more, or one was lost, within
+// timeout: it returns how many were lost, and the first one's error.
+func (s *dueLocks) refreshLate(t *testing.T, delay time.Duration, times int, timeout time.Duration) (lost int, first error) {
+	s.px.SetDelay(delay)
+	t.Cleanup(func() { s.px.SetDelay(0) })
+	refreshed := s.d.refreshed.Load()
+	s.resume()
+	awaitCond(t, timeout, func() bool {
+		if s.d.refreshed.Load() >= refreshed+int64(times*len(s.locks)) {
 			return true
 		}
-		for _, l := range locks {
+		for _, l := range s.locks {
 			if l.Err() != nil {
 				return true
 			}
 		}
 		return false
 	})
-	lost := 0
-	for _, l := range locks {
-		if l.Err() != nil {
-			lost++
+	for _, l := range s.locks {
+		if err := l.Err(); err != nil {
+			if lost++; lost == 1 {
+				first = err
+			}
 		}
 	}
-	if lost > 0 {
-		t.Errorf("%d of %d locks lost", lost, n)
-	}
+	return lost, first
 }
