@@ -287,9 +287,8 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 // refreshes go out while it stalls).
 //
 // On a Pooled driver, a pipeline beyond the watchdog's share of its
-// server's pool first waits for one of the watchdog's own to return, or
-// for the latest time it can go and still be answered before its locks'
-// deadlines (see take).
+// server's pool first waits for one of the watchdog's own to return, for
+// a tenth of the time its locks have left at most (see take).
 func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refreshing) {
 	groups, servers := [][]refreshing{group}, []string{""}
 	if w.c.lanes != nil {
