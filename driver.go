@@ -102,8 +102,10 @@ type Partitioned interface {
 
 // Pooled is implemented by drivers whose client library sends each
 // request (a pipeline) on a connection of a bounded pool, one pool for
-// each server, and makes a request wait when every connection of its pool
-// is taken: go-redis (PoolSize), redigo (MaxActive). The watchdog, which
+// each server, and makes a request wait, or fail, when every connection of
+// its pool is taken: go-redis (a request beyond PoolSize waits, one beyond
+// a smaller MaxActiveConns fails), redigo (MaxActive: waits with Wait set,
+// fails without). The watchdog, which
 // sends its refreshes in pipelines of up to 1,000 locks, all of a pass at
 // once, then leaves a quarter of each pool (at least two connections)
 // free for the client's other calls (acquires, releases) and the

@@ -84,7 +84,12 @@ func New(rdb redis.UniversalClient) *Driver {
 // PoolSize returns how many requests the client has out at once on one
 // server's connections (a cluster's node, a Ring's shard): its PoolSize,
 // or MaxActiveConns when that is less (see dlock.Pooled). A request
-// beyond it waits for a connection, up to PoolTimeout.
+// beyond PoolSize waits for a connection, up to PoolTimeout; one beyond a
+// smaller MaxActiveConns fails at once (go-redis's "connection pool
+// exhausted"): dlock sends a release or a clean-up so refused again a
+// little later (see notSent), and an acquire or a refresh fails as on a
+// timeout (a wait tries again), but the application's own requests fail:
+// leave MaxActiveConns at 0, or at PoolSize or more.
 func (d *Driver) PoolSize() int { return d.pool }
 
 // poolSize reads rdb's PoolSize and MaxActiveConns (see PoolSize); 0 for
