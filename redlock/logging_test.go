@@ -1,0 +1,241 @@
+package redlock_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/redlock"
+)
+
+// loggedLocker returns a Locker over three masters whose node clients all
+// log, through one logger, every record from debug up as JSON; the
+// masters; and a function that returns the records written so far.
+func loggedLocker(t *testing.T) (*redlock.Locker, []*redistest.Server, func() []logRecord) {
+	t.Helper()
+	srvs := redistest.StartMasters(t, 3)
+	var buf redistest.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r := newLockerOf(t, srvs, func(_ int, d dlock.Driver) *dlock.Client { return dlock.New(d, dlock.WithLogger(logger)) })
+	return r, srvs, func() []logRecord { return parseRecords(t, buf.String()) }
+}
+
+// logRecord is one JSON log record.
+type logRecord map[string]any
+
+func (r logRecord) msg() string   { s, _ := r["msg"].(string); return s }
+func (r logRecord) level() string { s, _ := r["level"].(string); return s }
+func (r logRecord) err() string   { s, _ := r["err"].(string); return s }
+
+// warns reports whether the record is a warning or worse.
+func (r logRecord) warns() bool { return r.level() == "WARN" || r.level() == "ERROR" }
+
+// names returns the record's "names" attribute.
+func (r logRecord) names() []any { n, _ := r["names"].([]any); return n }
+
+func (r logRecord) String() string {
+	b, _ := json.Marshal(map[string]any(r))
+	return string(b)
+}
+
+func parseRecords(t *testing.T, out string) []logRecord {
+	t.Helper()
+	var recs []logRecord
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec logRecord
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		recs = append(recs, rec)
+	}
+	return recs
+}
+
+// awaitRecord waits up to 5s for a record that match accepts, and returns
+// it; the test fails with every record written if none comes.
+func awaitRecord(t *testing.T, logs func() []logRecord, what string, match func(logRecord) bool) logRecord {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		recs := logs()
+		if i := slices.IndexFunc(recs, match); i >= 0 {
+			return recs[i]
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no record %s within 5s; the log:\n%s", what, joinRecords(recs))
+		}
+	}
+}
+
+func joinRecords(recs []logRecord) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintln(&b, r)
+	}
+	return b.String()
+}
+
+// TestANodeLosingItsCopyWhileTheQuorumHoldsLogsNoLoss: one of three nodes
+// loses its copy of a held Redlock lock (the key deleted there, as by a
+// restart without persistence); a refresh finds it gone there and reaches
+// the other two, a quorum. The lock is held, so nothing warns of a loss:
+// the node's dlock client logged a warning, "dlock: lock lost", for its
+// lock there, which an operator reads as the lock lost. What is logged is
+// an info record of Redlock's that names the lock and the node and says
+// that the quorum still holds it.
+func TestANodeLosingItsCopyWhileTheQuorumHoldsLogsNoLoss(t *testing.T) {
+	r, srvs, logs := loggedLocker(t)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "dented", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Do(t, "DEL", "dlock:{dented}")
+	if err := l.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Refresh: %v; two of three nodes still hold it", err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	rec := awaitRecord(t, logs, "of Redlock's for node 0's loss", func(r logRecord) bool {
+		return strings.HasPrefix(r.msg(), "redlock: ") && r["addr"] == srvs[0].Addr()
+	})
+	if rec.level() != "INFO" || !strings.Contains(rec.msg(), "quorum still holds") ||
+		!slices.Equal(rec.names(), []any{"dented"}) || rec["node"] != 0.0 || rec["held"] != 2.0 || rec["quorum"] != 2.0 ||
+		!strings.Contains(rec.err(), "not held") {
+		t.Errorf("node 0's loss logged as %v; want INFO saying the quorum still holds, names [dented], node 0, held 2, quorum 2, and why (not held)", rec)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range logs() {
+		if rec.warns() || strings.Contains(rec.msg(), "lock lost") {
+			t.Errorf("a lock held on a quorum logged as lost: %v", rec)
+		}
+	}
+}
+
+// TestANodeRunOutWhileTheQuorumHoldsIsLoggedByTheNextRefresh: one of
+// three nodes stops answering (paused) while a lock is refreshed
+// automatically on the others, and its copy there runs out at its
+// deadline. That is logged by the refresh after it, as an info record of
+// Redlock's that names the node and says why (its deadline passed),
+// and no warning: the lock is held on the other two all along.
+func TestANodeRunOutWhileTheQuorumHoldsIsLoggedByTheNextRefresh(t *testing.T) {
+	r, srvs, logs := loggedLocker(t)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "limping", redlock.WithTTL(time.Second), redlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Pause(t)
+	rec := awaitRecord(t, logs, "of Redlock's for node 0's loss", func(r logRecord) bool {
+		return strings.HasPrefix(r.msg(), "redlock: ") && r["addr"] == srvs[0].Addr()
+	})
+	srvs[0].Resume(t)
+	if rec.level() != "INFO" || !strings.Contains(rec.msg(), "quorum still holds") || rec["node"] != 0.0 ||
+		!strings.Contains(rec.err(), "deadline passed") {
+		t.Errorf("node 0's loss logged as %v; want INFO saying the quorum still holds, for node 0, whose deadline passed", rec)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range logs() {
+		if rec.warns() || strings.Contains(rec.msg(), "lock lost") {
+			t.Errorf("a lock held on a quorum logged as lost: %v", rec)
+		}
+	}
+}
+
+// TestALostQuorumIsOneWarning: a Redlock lock that fewer than a quorum of
+// its three nodes hold any longer is logged once, as a warning of
+// Redlock's that names the lock and says why (the nodes that lost it and
+// their causes), however the loss is found: a refresh refused by two nodes
+// where another holder has it, a Release that finds it gone from two, or
+// every node's deadline passing without a refresh. The nodes' dlock clients
+// logged a "dlock: lock lost" warning for each node instead, and Redlock
+// nothing.
+func TestALostQuorumIsOneWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ttl   time.Duration
+		lose  func(t *testing.T, l *redlock.Lock, srvs []*redistest.Server)
+		nodes []int // the nodes the warning must name
+	}{
+		{"refreshes refused", 5 * time.Second, func(t *testing.T, l *redlock.Lock, srvs []*redistest.Server) {
+			for _, srv := range srvs[:2] {
+				srv.Do(t, "HSET", "dlock:{gone}", "token", "another-holder", "req", "another-holder")
+			}
+			if err := l.Refresh(context.Background(), 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("Refresh: %v, want ErrNotHeld", err)
+			}
+		}, []int{0, 1}},
+		{"found gone by Release", 5 * time.Second, func(t *testing.T, l *redlock.Lock, srvs []*redistest.Server) {
+			for _, srv := range srvs[:2] {
+				srv.Do(t, "DEL", "dlock:{gone}")
+			}
+			if err := l.Release(context.Background()); !errors.Is(err, dlock.ErrLost) {
+				t.Fatalf("Release: %v, want ErrLost", err)
+			}
+		}, []int{0, 1}},
+		{"deadlines passed", 300 * time.Millisecond, func(t *testing.T, l *redlock.Lock, _ []*redistest.Server) {
+			waitDone(t, l, 5*time.Second)
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srvs, logs := loggedLocker(t)
+			ctx := context.Background()
+			l, err := r.TryLock(ctx, "gone", redlock.WithTTL(tc.ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.lose(t, l, srvs)
+			waitDone(t, l, 5*time.Second)
+			if !errors.Is(l.Err(), dlock.ErrLost) {
+				t.Fatalf("Err = %v, want ErrLost", l.Err())
+			}
+			// Logged once Done has closed.
+			rec := awaitRecord(t, logs, `"redlock: lock lost"`, func(r logRecord) bool { return r.msg() == "redlock: lock lost" })
+			_ = l.Release(ctx) // says the loss again: not logged again
+			if !slices.Equal(rec.names(), []any{"gone"}) || !strings.Contains(rec.err(), "dlock: lock lost") || !strings.Contains(rec.err(), "quorum") {
+				t.Errorf("the loss logged as %v; want names [gone], and the error saying it is lost, with the quorum", rec)
+			}
+			for _, i := range tc.nodes {
+				if node := fmt.Sprintf("redlock: node %d (%s)", i, srvs[i].Addr()); !strings.Contains(rec.err(), node) {
+					t.Errorf("the loss's record does not name %s: %v", node, rec)
+				}
+			}
+			var warned []logRecord
+			for _, rec := range logs() {
+				if rec.warns() || rec.msg() == "dlock: lock lost" {
+					warned = append(warned, rec)
+				}
+				if strings.Contains(rec.msg(), "quorum still holds") {
+					// Nodes lost together: the first one's loss left a
+					// quorum only until the next.
+					t.Errorf("a node's loss said the quorum still held the lock, lost with it: %v", rec)
+				}
+			}
+			if len(warned) != 1 {
+				t.Errorf("%d warnings or losses logged, want Redlock's one:\n%s", len(warned), joinRecords(warned))
+			}
+		})
+	}
+}
