@@ -81,7 +81,9 @@ func WithPrefix(prefix string) ClientOption {
 // that panicked on one of dlock's own goroutines (see Hooks), and an info
 // record when the driver cannot subscribe (waiting then polls). Records
 // about a lock name it with the attribute "names", a list. Tokens are never
-// logged. The default discards everything.
+// logged. The loss of one node's lock of a Redlock lock (package redlock)
+// is a debug record, not a warning: Redlock logs whether the lock is lost.
+// The default discards everything.
 func WithLogger(l *slog.Logger) ClientOption {
 	return func(c *Client) {
 		if l != nil {

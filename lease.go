@@ -23,6 +23,7 @@ type lease struct {
 	holder leaseHolder
 	repl   replication // confirm acquire and refreshes on replicas
 	hook   *hooked     // the client's hooks; nil when it has none, or for an attached lock
+	part   bool        // one node's part of a Redlock lock: its loss is no warning (see friend.QuorumPart)
 
 	// interval is the auto-refresh period, a time.Duration; zero when off.
 	// It is written under mu, and read by the watchdog without it: under
@@ -105,7 +106,7 @@ type leaseHolder interface {
 }
 
 func (l *lease) init(c *Client, holder leaseHolder, o *options) {
-	l.c, l.holder, l.repl = c, holder, o.repl
+	l.c, l.holder, l.repl, l.part = c, holder, o.repl, o.part
 	l.ttl, l.maxHold = o.ttl, o.maxHold
 	l.interval.Store(int64(o.refreshInterval()))
 	l.index = -1
@@ -425,7 +426,12 @@ func (l *lease) endBy(err error, background bool) {
 	for _, f := range fns {
 		f()
 	}
-	if err != nil {
+	switch {
+	case err != nil && l.part:
+		// One node's part of a Redlock lock: the lock is lost only once
+		// fewer than a quorum hold it, which package redlock logs.
+		l.c.log.Debug("dlock: a Redlock node's lock ended", "names", l.holder.lockNames(), "err", err)
+	case err != nil:
 		l.c.log.Warn("dlock: lock lost", "names", l.holder.lockNames(), "err", err)
 	}
 	switch {

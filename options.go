@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode"
@@ -43,6 +44,7 @@ type options struct {
 	token    string
 	oneUse   bool // the token is used for this acquisition only (see friend.OneUseToken)
 	logHooks bool // the hooks' panics are logged, not raised (see friend.LogHookPanics)
+	part     bool // one node's part of a Redlock lock: its loss is no warning (see friend.QuorumPart)
 	owner    string
 	auto     bool          // refresh automatically
 	interval time.Duration // WithRefreshInterval; zero for the default
@@ -181,6 +183,8 @@ func init() {
 	}
 	friend.LostNotHeld = lostNotHeld
 	friend.LogHookPanics = func() any { return Option(func(o *options) { o.logHooks = true }) }
+	friend.QuorumPart = func() any { return Option(func(o *options) { o.part = true }) }
+	friend.Logger = func(c any) *slog.Logger { return c.(*Client).log }
 	friend.RefusedForGood = func(err error) bool {
 		refused, _ := refusedForGood(err)
 		return refused

@@ -61,6 +61,22 @@
 // dlock.ErrInvalidArgument and is returned before any request: ErrNoNodes,
 // ErrInvalidNode and ErrDuplicateNode from New, dlock's own for options.
 //
+// # Logging
+//
+// A Locker logs through log/slog (see WithLogger; by default through its
+// nodes' clients' logger when they all have the same one): a warning,
+// "redlock: lock lost", when one of its locks is lost, naming it
+// (attribute "names") and saying why (attribute "err": the error Err
+// returns, with each node that lost it and its cause), and an info record,
+// "redlock: a node lost the lock; the quorum still holds it", when a node
+// loses its copy of a lock that a quorum still holds (a node restarted
+// without persistence, or one whose deadline passed while it did not
+// answer), found by the next refresh or Release. The nodes' dlock clients
+// log the end of a node's lock as a debug record, "dlock: a Redlock node's
+// lock ended", not as the warning "dlock: lock lost" of a lock of their
+// own: one node's loss is not the lock's. A node's dlock.Hooks still see
+// each node's lock, its loss included.
+//
 // # What it rests on
 //
 // Redlock is safe only while its assumptions hold: the masters fail

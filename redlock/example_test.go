@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -24,7 +25,10 @@ func Example() {
 		defer locks.Close()
 		nodes = append(nodes, redlock.Node{Addr: addr, Client: locks})
 	}
-	locker, err := redlock.New(nodes)
+	// WithLogger: a warning when a lock is lost (fewer than a quorum hold
+	// it), with each node's cause; the default is the nodes' clients'
+	// logger when they all have the same one.
+	locker, err := redlock.New(nodes, redlock.WithLogger(slog.Default()))
 	if err != nil {
 		fmt.Println(err)
 		return

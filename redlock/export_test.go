@@ -1,6 +1,9 @@
 package redlock
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // DueOf returns the quorum deadline l's clock check trusts (see
 // expireIfDue), the zero time when none.
@@ -10,3 +13,6 @@ func DueOf(l *Lock) time.Time {
 	}
 	return time.Time{}
 }
+
+// LoggerOf returns the logger r logs through (see WithLogger).
+func LoggerOf(r *Locker) *slog.Logger { return r.log }

@@ -64,6 +64,7 @@ type Lock struct {
 	done      chan struct{}
 	err       error
 	onEnd     map[*int]func()
+	kept      []nodeLoss // nodes' losses yet to log (see logKept)
 }
 
 // nodeLock is the lock on one node.
@@ -314,7 +315,7 @@ func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration,
 	n := l.r.nodes[i]
 	// The token is this attempt's alone: its end is recorded on the node,
 	// so that a late copy of its request takes nothing there.
-	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), logHookPanics, dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), logHookPanics, quorumPart, dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
 	err = atDeadline(ctx, err)
 	var ended context.Context
 	if err == nil {
@@ -368,6 +369,8 @@ func (l *Lock) lose(i int, nl *dlock.Lock, err error) bool {
 	return l.loseLocked(i, nl, err)
 }
 
+// loseLocked is lose; l.mu must be held. A node's loss that leaves a
+// quorum holding the Lock is kept for logging (see logKept).
 func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
 	s := &l.nodes[i]
 	if s.lock != nl || !s.live {
@@ -389,11 +392,50 @@ func (l *Lock) loseLocked(i int, nl *dlock.Lock, err error) bool {
 	}
 	l.live--
 	lost := l.held && !l.stopped && l.live < l.r.quorum
+	switch {
+	case lost:
+		// The loss of the Lock says why, with every node's cause.
+		l.kept = nil
+	case l.held && !l.stopped && s.err != nil:
+		l.kept = append(l.kept, nodeLoss{node: i, err: s.err})
+	}
 	if lost && l.lostAt.IsZero() {
 		l.lostAt = l.quorumEndLocked()
 	}
 	l.setDueLocked()
 	return lost
+}
+
+// nodeLoss is a node's loss of its copy of a Lock that a quorum still
+// held then.
+type nodeLoss struct {
+	node int
+	err  error // why (see nodeLock.err)
+}
+
+// logKept logs the nodes' losses kept since it was last called, if the
+// Lock is still held: at the start of a refresh, for those its deadlines
+// and late answers found meanwhile, and at its end, for those it found.
+// Not at once: nodes lost together (refused in one round, or run out at
+// one deadline) would each say that the quorum still holds the Lock, just
+// before it is lost, which the Lock's loss says once, with their causes.
+// l.mu must not be held.
+func (l *Lock) logKept() {
+	l.mu.Lock()
+	kept, held := l.kept, l.live
+	l.kept = nil
+	alive := l.aliveLocked() == nil && held >= l.r.quorum
+	l.mu.Unlock()
+	if !alive {
+		return
+	}
+	// An info record, not a warning: the lock is held. But a node that
+	// came back empty (restarted without persistence) can give another
+	// locker the vote it needs, which an operator may want to know.
+	for _, k := range kept {
+		l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{l.name},
+			"node", k.node, "addr", l.r.nodes[k.node].Addr, "held", held, "quorum", l.r.quorum, "err", k.err)
+	}
 }
 
 // quorumEndLocked returns when fewer than a quorum of the nodes came to
@@ -755,6 +797,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	// yet to end the Lock with: Release returns the loss that Err will say.
 	l.expireIfDue()
 	l.endIfLost()
+	l.logKept()
 	l.mu.Lock()
 	if l.settled {
 		out := l.relOut
@@ -932,6 +975,7 @@ func (l *Lock) opDone()  { <-l.op }
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) error {
 	l.expireIfDue()
 	l.endIfLost() // not taken again on the nodes that lost it
+	l.logKept()   // those that ran out, or answered late, since the last round
 	l.mu.Lock()
 	if err := l.aliveLocked(); err != nil {
 		l.mu.Unlock()
@@ -1014,6 +1058,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 	})
 
 	l.expireIfDue()
+	l.logKept() // those this round found, unless the lock is lost
 	l.mu.Lock()
 	rd.cut = cut
 	if err := l.aliveLocked(); err != nil {
@@ -1173,9 +1218,15 @@ func (l *Lock) endAs(err error, relFailed bool) {
 	close(l.done)
 	fns := l.onEnd
 	l.onEnd = nil
+	held := l.held
 	l.mu.Unlock()
 	for _, f := range fns {
 		f()
+	}
+	if held && errors.Is(err, dlock.ErrLost) {
+		// Once, for the Lock: its nodes' clients log their nodes'
+		// losses as debug records (see quorumPart).
+		l.r.log.Warn("redlock: lock lost", "names", []string{l.name}, "err", err)
 	}
 }
 
@@ -1322,6 +1373,12 @@ func oneUse(token string) dlock.Option { return friend.OneUseToken(token).(dlock
 // locks (see Node.Client): the Locker calls them on goroutines of its own,
 // where nobody could recover a panic.
 var logHookPanics = friend.LogHookPanics().(dlock.Option)
+
+// quorumPart has the node client log the loss of a node lock as a debug
+// record, not as the warning "dlock: lock lost" of a lock of its own: the
+// Redlock is lost only once fewer than a quorum hold it, and its Locker
+// logs that (see WithLogger).
+var quorumPart = friend.QuorumPart().(dlock.Option)
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.
 func newToken() string {

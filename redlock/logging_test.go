@@ -239,3 +239,75 @@ func TestALostQuorumIsOneWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestTheLockersLoggerIsGivenOrTheNodesOwn: a Locker logs through the
+// logger given by WithLogger, else through its nodes' clients' logger
+// when they all have the same one, and else nowhere: the attributes of a
+// logger of one node's would mislabel a record about the lock. Given
+// WithLogger, the loss of a lock whose nodes' clients log nothing is
+// logged there.
+func TestTheLockersLoggerIsGivenOrTheNodesOwn(t *testing.T) {
+	shared := slog.New(slog.NewJSONHandler(&redistest.Buffer{}, nil))
+	given := slog.New(slog.NewJSONHandler(&redistest.Buffer{}, nil))
+	locker := func(t *testing.T, logger func(i int) *slog.Logger, opts ...redlock.LockerOption) *redlock.Locker {
+		nodes := make([]redlock.Node, 3)
+		for i := range nodes {
+			var copts []dlock.ClientOption
+			if l := logger(i); l != nil {
+				copts = append(copts, dlock.WithLogger(l))
+			}
+			c := dlock.New(&countingDriver{}, copts...)
+			t.Cleanup(func() { _ = c.Close() })
+			nodes[i] = redlock.Node{Addr: fmt.Sprintf("10.0.0.%d:6379", i+1), Client: c}
+		}
+		r, err := redlock.New(nodes, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	sharedLogger := func(int) *slog.Logger { return shared }
+	ownLoggers := func(i int) *slog.Logger { return shared.With("node", i) }
+	noLogger := func(int) *slog.Logger { return nil }
+	for _, tc := range []struct {
+		name   string
+		logger func(i int) *slog.Logger
+		opts   []redlock.LockerOption
+		want   *slog.Logger // nil: one that discards everything
+	}{
+		{"the clients' shared logger", sharedLogger, nil, shared},
+		{"clients with loggers of their own", ownLoggers, nil, nil},
+		{"clients without loggers", noLogger, nil, nil},
+		{"WithLogger over the clients' shared logger", sharedLogger, []redlock.LockerOption{redlock.WithLogger(given)}, given},
+		{"WithLogger over clients with loggers of their own", ownLoggers, []redlock.LockerOption{redlock.WithLogger(given)}, given},
+		{"WithLogger(nil)", sharedLogger, []redlock.LockerOption{redlock.WithLogger(nil)}, shared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := redlock.LoggerOf(locker(t, tc.logger, tc.opts...))
+			switch {
+			case tc.want != nil && got != tc.want:
+				t.Errorf("the Locker logs through %p, want %p", got, tc.want)
+			case tc.want == nil && got.Enabled(context.Background(), slog.LevelError):
+				t.Errorf("the Locker logs through %p, want one that discards everything", got)
+			}
+		})
+	}
+
+	t.Run("a loss logged through WithLogger's", func(t *testing.T) {
+		srvs := redistest.StartMasters(t, 3)
+		var buf redistest.Buffer
+		logger := slog.New(slog.NewJSONHandler(&buf, nil))
+		r := newLocker(t, srvs, redlock.WithLogger(logger))
+		l, err := r.TryLock(context.Background(), "given", redlock.WithTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, l, 5*time.Second)
+		rec := awaitRecord(t, func() []logRecord { return parseRecords(t, buf.String()) }, `"redlock: lock lost"`,
+			func(r logRecord) bool { return r.msg() == "redlock: lock lost" })
+		if rec.level() != "WARN" || !slices.Equal(rec.names(), []any{"given"}) {
+			t.Errorf("the loss logged as %v, want a warning naming the lock", rec)
+		}
+	})
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/friend"
 	"github.com/dlockio/dlock/internal/nilretry"
 )
 
@@ -82,6 +84,7 @@ type Locker struct {
 	nodes   []Node
 	quorum  int
 	timeout time.Duration
+	log     *slog.Logger
 
 	bg     context.Context // background work: refreshing; cancelled by Close
 	cancel context.CancelFunc
@@ -96,6 +99,7 @@ type LockerOption func(*lockerConfig)
 
 type lockerConfig struct {
 	timeout time.Duration
+	log     *slog.Logger
 	err     error
 }
 
@@ -110,6 +114,31 @@ func WithNodeTimeout(d time.Duration) LockerOption {
 			c.err = fmt.Errorf("%w: WithNodeTimeout(%v) must be positive", dlock.ErrInvalidOption, d)
 		}
 		c.timeout = d
+	}
+}
+
+// WithLogger sets where the Locker logs: a warning when one of its locks
+// is lost (fewer than a quorum of its nodes hold it: "redlock: lock lost",
+// with the error Lock.Err returns, which names the nodes that lost it and
+// why), and an info record when a node loses its copy of a lock that a
+// quorum still holds ("redlock: a node lost the lock; the quorum still
+// holds it", with the node's index, address and error, and how many nodes
+// hold it; told by the lock's next refresh or Release, so that nodes lost
+// together are told once, as the lock's loss). Records name the lock with the attribute "names", a list, as
+// dlock's do. The nodes' clients do not warn of their nodes' losses: they
+// log them as debug records, "dlock: a Redlock node's lock ended", since
+// a node's loss is not the lock's.
+//
+// The default is the logger of the nodes' clients when they all have the
+// same one (dlock.WithLogger given the same *slog.Logger), and otherwise
+// one that discards everything: give WithLogger when the clients log
+// through loggers of their own (one per node, say), whose attributes
+// would mislabel the Locker's records. A nil l keeps the default.
+func WithLogger(l *slog.Logger) LockerOption {
+	return func(c *lockerConfig) {
+		if l != nil {
+			c.log = l
+		}
 	}
 }
 
@@ -158,9 +187,24 @@ func New(nodes []Node, opts ...LockerOption) (*Locker, error) {
 		}
 		addrs[addr], clients[n.Client] = i, i
 	}
-	r := &Locker{nodes: append([]Node(nil), nodes...), quorum: len(nodes)/2 + 1, timeout: cfg.timeout}
+	if cfg.log == nil {
+		cfg.log = nodesLogger(nodes)
+	}
+	r := &Locker{nodes: append([]Node(nil), nodes...), quorum: len(nodes)/2 + 1, timeout: cfg.timeout, log: cfg.log}
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	return r, nil
+}
+
+// nodesLogger returns the logger of the nodes' clients when they all have
+// the same one, and else one that discards everything (see WithLogger).
+func nodesLogger(nodes []Node) *slog.Logger {
+	log := friend.Logger(nodes[0].Client)
+	for _, n := range nodes[1:] {
+		if friend.Logger(n.Client) != log {
+			return slog.New(slog.DiscardHandler)
+		}
+	}
+	return log
 }
 
 // Quorum returns how many nodes must hold a lock for it to count as held:

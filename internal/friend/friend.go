@@ -2,7 +2,10 @@
 // use, and nobody else.
 package friend
 
-import "context"
+import (
+	"context"
+	"log/slog"
+)
 
 // OneUseToken, set by package dlock, returns a dlock.Option (as any) that
 // gives an acquisition its token, as dlock.WithToken does, for that one
@@ -40,3 +43,17 @@ var RefusedForGood func(err error) bool
 // reads as lost does. Package redlock's Release returns it as a dlock
 // Lock's does.
 var LostNotHeld func(lost error) error
+
+// QuorumPart, set by package dlock, returns a dlock.Option (as any) that
+// marks the acquisition as one node's part of a lock held by a quorum:
+// the end of its Lock with an error is logged as a debug record, "dlock:
+// a Redlock node's lock ended", not as the warning "dlock: lock lost",
+// since a node's loss is not the lock's. Package redlock takes each node
+// with it, and logs itself whether the quorum still holds the lock.
+var QuorumPart func() any
+
+// Logger, set by package dlock, returns the logger of a *dlock.Client (as
+// any): the one given by dlock.WithLogger, or the client's own that
+// discards everything. Package redlock logs through its nodes' clients'
+// logger when they all have the same one.
+var Logger func(c any) *slog.Logger
