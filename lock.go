@@ -220,6 +220,11 @@ func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...Optio
 // the names wakes it. It waits in its client's line for its first name, but
 // does not hold up the callers behind it there: the name may be free while
 // it waits for another, and they try as if it were not ahead of them.
+// It holds no place in any name's line: a release hands a name to the
+// next caller of that name alone, so beside callers that take each name
+// alone without a pause, LockMulti may wait until its max wait runs out.
+// Where it must get its turn, have those callers take their names through
+// LockMulti too, or a coarser name that all of them lock first.
 // Across cluster slots, an attempt that is refused
 // gives back what it took before it waits, so it holds nothing while it
 // waits, and tries again from the first slot. If Redis does not answer
