@@ -415,10 +415,12 @@ func TestTokensNeverLogged(t *testing.T) {
 // TestAWaitEndsAtOnceWhenRedisRefusesTheClient: a missing or wrong
 // password, or a missing permission, or a server that does not know the
 // script commands (a sentinel's port, a proxy) or a command the scripts
-// call (renamed away), or a database it does not have, is not a Redis that
-// is down for a while: every waiting acquire ends at its first attempt
-// with Redis's refusal, not at the end of its wait with the refusal hidden
-// behind it, and the error matches ErrDenied, as TryLock's does.
+// call (renamed away), or a database it does not have, or a client name
+// it refuses (one with a space, which go-redis sends on every new
+// connection), is not a Redis that is down for a while: every waiting
+// acquire ends at its first attempt with Redis's refusal, not at the end
+// of its wait with the refusal hidden behind it, and the error matches
+// ErrDenied, as TryLock's does.
 func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 	srv := redistest.Start(t)
 	noScripts := redistest.Start(t, redistest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
@@ -448,6 +450,9 @@ func TestAWaitEndsAtOnceWhenRedisRefusesTheClient(t *testing.T) {
 		// A database the server does not have: every connection's SELECT
 		// is refused.
 		{"no such database", redis.Options{Password: "pw", DB: 99}, "DB index is out of range", nil},
+		// A client name Redis refuses: every connection's CLIENT SETNAME
+		// is refused.
+		{"a client name with a space", redis.Options{Password: "pw", ClientName: "my app"}, "Client names cannot contain spaces", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
