@@ -205,7 +205,8 @@
 // *ServerError keeps Redis's words): a missing or wrong password
 // (NOAUTH, WRONGPASS), a missing ACL permission (NOPERM), a server that
 // does not know the script commands (ERR unknown command), a database it
-// does not have, a TLS certificate that either side refuses.
+// does not have, a client name it refuses, a TLS certificate that either
+// side refuses.
 // errors.Is(err, ErrDenied) tells such a setting to fix from an outage.
 //
 // No input makes dlock panic, except a nil Driver given to

@@ -173,21 +173,23 @@ func (e *ServerError) Unwrap() error { return e.Err }
 // refusal by Redis that no retry changes (see ErrDenied).
 func (e *ServerError) Is(target error) bool { return target == ErrDenied && denied(e.Err) }
 
-// ErrDenied means that Redis refuses the client for a reason that no
-// retry changes: a setting to fix, not an outage. A *ServerError matches
-// it, its message still Redis's and its Err the driver's error, when the
-// client has not authenticated (NOAUTH) or its user name or password is
-// wrong, or its user is off (WRONGPASS); its ACL user lacks a permission
-// dlock needs, to run a command, to use a key, or to run a command inside
-// a script (NOPERM); the server does not know a command that dlock sends
-// or that its scripts call (ERR unknown command: a sentinel's port, a
-// proxy, a command renamed away); the client's database is not one the
-// server has; or the TLS handshake failed for a setting: the server's
-// certificate did not verify (an authority the client does not trust,
-// another host's name, its dates), or the server refused the client's
-// (none given, or one it does not trust). With WithFunctions, an
-// ErrNoFunctions for want of a permission or of the functions matches it
-// too.
+// ErrDenied means that Redis refuses the client for a reason that no retry
+// changes: a setting to fix, not an outage. A *ServerError matches it, its
+// message still Redis's and its Err the driver's error, when the client
+// has not authenticated (NOAUTH) or its user name or password is wrong, or
+// its user is off (WRONGPASS); its ACL user lacks a permission dlock
+// needs, to run a command, to use a key, or to run a command inside a
+// script (NOPERM); the server does not know a command that dlock sends or
+// that its scripts call (ERR unknown command: a sentinel's port, a proxy,
+// a command renamed away); the client's database is not one the server
+// has; the client's name is one Redis refuses (a space, a newline or a
+// special character in it: the Redis client sends it on every new
+// connection, ERR Client names cannot contain ...); or the TLS handshake
+// failed for a setting: the server's certificate did not verify (an
+// authority the client does not trust, another host's name, its dates), or
+// the server refused the client's (none given, or one it does not trust).
+// With WithFunctions, an ErrNoFunctions for want of a permission or of the
+// functions matches it too.
 //
 // A wait (Lock, LockMulti, Do, and those of RWMutex and Semaphore) ends at
 // its first attempt that Redis denies, instead of trying again until its
@@ -221,14 +223,14 @@ var ErrClosed = errors.New("dlock: client closed")
 // refusedForGood reports whether err is Redis refusing the client's
 // requests for a reason that no retry changes (ErrDenied: a password, a
 // permission, a command the server does not know, a database it does not
-// have, a TLS handshake refused for a setting), or the driver being unable
-// to do what was asked (ErrUnsupported), or the Redis client under the
-// driver being closed (ErrClosed). A waiting acquire ends at once with
-// such an error. ranInPart reports whether the request may have run in
-// part: a permission may be missing for a command inside a script, after
-// the script's earlier writes, where the other refusals come before
-// anything runs; a driver may find it cannot do a part after the scripts
-// ran (WAIT, for WithReplicas).
+// have, a client name it refuses, a TLS handshake refused for a setting),
+// or the driver being unable to do what was asked (ErrUnsupported), or the
+// Redis client under the driver being closed (ErrClosed). A waiting
+// acquire ends at once with such an error. ranInPart reports whether the
+// request may have run in part: a permission may be missing for a command
+// inside a script, after the script's earlier writes, where the other
+// refusals come before anything runs; a driver may find it cannot do a
+// part after the scripts ran (WAIT, for WithReplicas).
 func refusedForGood(err error) (refused, ranInPart bool) {
 	// Every error in err's tree counts, not only the first ServerError: a
 	// refusal joined behind another failure is still final.
@@ -394,7 +396,13 @@ func deniedReply(msg string) (denied, ranInPart bool) {
 	case strings.HasPrefix(msg, "NOAUTH "), strings.HasPrefix(msg, "WRONGPASS "),
 		// The client's database (go-redis DB, redigo DialDatabase) is not
 		// one of the server's: its SELECT is refused on every connection.
-		strings.HasPrefix(msg, "ERR DB index is out of range"):
+		strings.HasPrefix(msg, "ERR DB index is out of range"),
+		// The client's name (go-redis ClientName, redigo DialClientName,
+		// rueidis ClientName) has a space or a character Redis refuses:
+		// its CLIENT SETNAME, or HELLO's SETNAME, is refused on every
+		// new connection, before any request of dlock's. (rueidis's
+		// NewClient fails on it already, without the ERR.)
+		strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "Client names cannot contain "):
 		return true, false
 	case strings.HasPrefix(msg, "ERR unknown command "):
 		// Not a Redis that runs scripts (a sentinel, a proxy, EVALSHA

@@ -73,6 +73,7 @@ func TestServerErrorMatchesErrDenied(t *testing.T) {
 		{"no command of the script", errors.New("ERR Unknown Redis command called from script"), true},
 		{"no such database", errors.New("ERR DB index is out of range"), true},
 		{"a client name refused", errors.New("ERR Client names cannot contain spaces, newlines or special characters."), true},
+		{"a client name refused, rueidis", errors.New("Client names cannot contain spaces, newlines or special characters."), true},
 		{"wrapped by the driver", fmt.Errorf("redigo: %w", errors.New("WRONGPASS invalid")), true},
 		{"no functions, for want of a permission", fmt.Errorf("%w: %w", ErrNoFunctions, errors.New("NOPERM this user has no permissions to run the 'fcall' command")), true},
 		{"an unknown authority", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, true},
