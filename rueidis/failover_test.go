@@ -107,6 +107,54 @@ func TestFunctionsWithAReplicaDown(t *testing.T) {
 	}
 }
 
+// TestListReadsThePrimaryWithSendToReplicas: a client that sends its
+// read-only commands to replicas (SendToReplicas, as rueidis suggests it:
+// cmd.IsReadOnly()) still lists the locks the primary holds: its SCAN
+// goes to the primary, not to a replica that may lag behind it, which
+// here has stopped copying the primary (REPLICAOF NO ONE) since a lock
+// was taken on both: List showed nothing, the lock taken since missing
+// on the replica and the one released since gone from the primary.
+func TestListReadsThePrimaryWithSendToReplicas(t *testing.T) {
+	r := redistest.StartReplicated(t, 1, 0)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Primary.Addr()},
+		Standalone:     rueidis.StandaloneOption{ReplicaAddress: []string{r.Replicas[0].Addr()}},
+		SendToReplicas: func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	locks := dlock.New(dlockrueidis.New(client))
+	defer locks.Close()
+	ctx := context.Background()
+	before, err := locks.TryLock(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// StartReplicated's replica receives the primary's stream at once:
+	// WAIT returns when it has the lock.
+	if n := r.Primary.Do(t, "WAIT", "1", "5000"); n != "1" {
+		t.Fatalf("WAIT 1 = %s: the replica does not have the first lock", n)
+	}
+	r.Replicas[0].Do(t, "REPLICAOF", "NO", "ONE")
+	if _, err := locks.TryLock(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if err := before.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := locks.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, info := range infos {
+		names = append(names, info.Name)
+	}
+	if len(names) != 1 || names[0] != "after" {
+		t.Errorf("List = %q, want [\"after\"], as the primary holds", names)
+	}
+}
+
 // TestSubscriptionFollowsASentinelSwitch: after Sentinel switches to a new
 // primary while the old one lives on (here refusing REPLICAOF, so that it
 // never turns replica and passes the new primary's messages on), the
