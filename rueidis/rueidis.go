@@ -495,7 +495,9 @@ func (e *RedisError) Error() string { return e.msg }
 func (e *RedisError) Unwrap() error { return e.err }
 
 // Scan walks the keys matching match of Redis type typ with SCAN: on every
-// primary of a cluster, one after the other, and on the primary otherwise.
+// primary of a cluster, one after the other, and on the primary otherwise,
+// also for a client that sends read-only commands to replicas
+// (SendToReplicas, see scanCommand).
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
 	nodes := []rueidis.Client{d.client}
 	if d.client.Mode() == rueidis.ClientModeCluster {
@@ -544,7 +546,7 @@ func (d *Driver) primaries(ctx context.Context) ([]rueidis.Client, error) {
 func scan(ctx context.Context, c rueidis.Client, match, typ string, fn func(key string) error) error {
 	var cursor uint64
 	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(1000).Type(typ).Build()).AsScanEntry()
+		e, err := c.Do(ctx, scanCommand(c, cursor, match, typ)).AsScanEntry()
 		if err != nil {
 			return err
 		}
@@ -558,4 +560,15 @@ func scan(ctx context.Context, c rueidis.Client, match, typ string, fn func(key 
 		}
 		cursor = e.Cursor
 	}
+}
+
+// scanCommand builds a SCAN that is not flagged read-only, though it is:
+// a client given SendToReplicas asks that function about every command,
+// and one that sends read-only commands to replicas (cmd.IsReadOnly())
+// would walk a replica, which may lag behind its primary, and List would
+// leave out a lock taken a moment ago. Like rueidis's own SCAN, it is
+// sent again after a connection failure.
+func scanCommand(c rueidis.Client, cursor uint64, match, typ string) rueidis.Completed {
+	return c.B().Arbitrary("SCAN", strconv.FormatUint(cursor, 10)).
+		Args("MATCH", match, "COUNT", "1000", "TYPE", typ).Build().ToRetryable()
 }
