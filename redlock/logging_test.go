@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,4 +311,80 @@ func TestTheLockersLoggerIsGivenOrTheNodesOwn(t *testing.T) {
 			t.Errorf("the loss logged as %v, want a warning naming the lock", rec)
 		}
 	})
+}
+
+// TestANodesLossIsToldBeforeTheLocksLoss: a refresh finds that a node lost
+// its copy of the lock and logs it, saying that the quorum still holds the
+// lock; while that record is being written, the other nodes' deadlines
+// pass and the lock is lost. The node's record comes first, then the
+// warning of the lock's loss: the warning was written meanwhile, and the
+// record saying that the quorum still held the lock came after it.
+func TestANodesLossIsToldBeforeTheLocksLoss(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var buf redistest.Buffer
+	h := &gatedHandler{Handler: slog.NewJSONHandler(&buf, nil), writing: make(chan struct{}), warned: make(chan struct{}), gate: make(chan struct{})}
+	open := sync.OnceFunc(func() { close(h.gate) })
+	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "told", redlock.WithTTL(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Taken now: Done called once the deadlines have passed ends the lock
+	// itself, on this goroutine.
+	done := l.Done()
+	srvs[0].Do(t, "DEL", "dlock:{told}")
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		_ = l.Refresh(ctx, 400*time.Millisecond) // nodes 1 and 2, for 400ms
+	}()
+	t.Cleanup(func() {
+		open()
+		<-refreshed
+	})
+	select {
+	case <-h.writing:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("node 0's loss not logged within 5s; the log:\n%s", buf.String())
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost within 5s of nodes 1 and 2's deadlines")
+	}
+	select {
+	case <-h.warned: // written while node 0's record was
+	case <-time.After(200 * time.Millisecond):
+	}
+	open()
+	<-refreshed
+	logs := func() []logRecord { return parseRecords(t, buf.String()) }
+	awaitRecord(t, logs, `"redlock: lock lost"`, func(r logRecord) bool { return r.msg() == "redlock: lock lost" })
+	recs := logs()
+	info := slices.IndexFunc(recs, func(r logRecord) bool { return strings.Contains(r.msg(), "quorum still holds") })
+	lost := slices.IndexFunc(recs, func(r logRecord) bool { return r.msg() == "redlock: lock lost" })
+	if info < 0 || info > lost {
+		t.Errorf("node 0's loss not logged before the lock's; the log:\n%s", joinRecords(recs))
+	}
+}
+
+// gatedHandler passes records to its Handler, but holds a record of a
+// node's loss (one saying that the quorum still holds the lock) until gate
+// is closed, having closed writing; it closes warned at the first warning.
+type gatedHandler struct {
+	slog.Handler
+	writing, warned, gate chan struct{}
+	once                  sync.Once
+}
+
+func (h *gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case strings.Contains(r.Message, "quorum still holds"):
+		close(h.writing)
+		<-h.gate
+	case r.Level >= slog.LevelWarn:
+		h.once.Do(func() { close(h.warned) })
+	}
+	return h.Handler.Handle(ctx, r)
 }
