@@ -64,7 +64,14 @@ type Lock struct {
 	done      chan struct{}
 	err       error
 	onEnd     map[*int]func()
-	kept      []nodeLoss // nodes' losses yet to log (see logKept)
+	kept      []nodeLoss // nodes' losses yet to log (see logKept); nil once the Lock ended
+
+	// logMu is held by logKept from its look at the Lock to the end of its
+	// records, and by endAs for the warning of the loss, which so comes
+	// after them: a record saying that the quorum still holds the Lock
+	// never follows the one saying that it is lost. Taken before mu, never
+	// under it.
+	logMu sync.Mutex
 }
 
 // nodeLock is the lock on one node.
@@ -419,8 +426,11 @@ type nodeLoss struct {
 // Not at once: nodes lost together (refused in one round, or run out at
 // one deadline) would each say that the quorum still holds the Lock, just
 // before it is lost, which the Lock's loss says once, with their causes.
+// A loss found while it writes them is logged after them (see logMu).
 // l.mu must not be held.
 func (l *Lock) logKept() {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
 	l.mu.Lock()
 	kept, held := l.kept, l.live
 	l.kept = nil
@@ -1214,7 +1224,7 @@ func (l *Lock) endAs(err error, relFailed bool) {
 	if !l.relAt.IsZero() && l.relAt.Before(l.ended) {
 		l.ended = l.relAt // released: not to be relied on from then
 	}
-	l.stopped, l.err = true, err
+	l.stopped, l.err, l.kept = true, err, nil
 	close(l.done)
 	fns := l.onEnd
 	l.onEnd = nil
@@ -1225,8 +1235,11 @@ func (l *Lock) endAs(err error, relFailed bool) {
 	}
 	if held && errors.Is(err, dlock.ErrLost) {
 		// Once, for the Lock: its nodes' clients log their nodes'
-		// losses as debug records (see quorumPart).
+		// losses as debug records (see quorumPart). After the records of
+		// a logKept that found the Lock held (see logMu).
+		l.logMu.Lock()
 		l.r.log.Warn("redlock: lock lost", "names", []string{l.name}, "err", err)
+		l.logMu.Unlock()
 	}
 }
 
