@@ -125,9 +125,10 @@ func WithNodeTimeout(d time.Duration) LockerOption {
 // holds it", with the node's index, address and error, and how many nodes
 // hold it; told by the lock's next refresh or Release, so that nodes lost
 // together are told once, as the lock's loss). Records name the lock
-// with the attribute "names", a list, as dlock's do. The nodes' clients do not warn of their nodes' losses: they
-// log them as debug records, "dlock: a Redlock node's lock ended", since
-// a node's loss is not the lock's.
+// with the attribute "names", a list, as dlock's do. The nodes' clients
+// do not warn of their nodes' losses: they log them as debug records,
+// "dlock: a Redlock node's lock ended", since a node's loss is not the
+// lock's.
 //
 // The default is the logger of the nodes' clients when they all have the
 // same one (dlock.WithLogger given the same *slog.Logger), and otherwise
