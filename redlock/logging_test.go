@@ -311,6 +311,51 @@ func TestTheLockersLoggerIsGivenOrTheNodesOwn(t *testing.T) {
 			t.Errorf("the loss logged as %v, want a warning naming the lock", rec)
 		}
 	})
+
+	// Nodes' clients with loggers of their own, and no WithLogger: the
+	// Locker logs nothing, so the clients warn of their nodes' losses, as
+	// of locks of their own, rather than a lost lock go untold; given
+	// WithLogger, they do not.
+	for _, tc := range []struct {
+		name string
+		opts []redlock.LockerOption
+		warn bool
+	}{
+		{"a node's loss warned of by its own logger", nil, true},
+		{"a node's loss not warned of with WithLogger", []redlock.LockerOption{redlock.WithLogger(given)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := redistest.StartMasters(t, 3)
+			bufs := make([]redistest.Buffer, len(srvs))
+			r := newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client {
+				return dlock.New(d, dlock.WithLogger(slog.New(slog.NewJSONHandler(&bufs[i], nil))))
+			}, tc.opts...)
+			ctx := context.Background()
+			l, err := r.TryLock(ctx, "own", redlock.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srvs[0].Do(t, "DEL", "dlock:{own}")
+			if err := l.Refresh(ctx, 5*time.Second); err != nil {
+				t.Fatalf("Refresh: %v; two of three nodes still hold it", err)
+			}
+			node0 := func() []logRecord { return parseRecords(t, bufs[0].String()) }
+			if tc.warn {
+				awaitRecord(t, node0, `node 0's "dlock: lock lost"`, func(r logRecord) bool {
+					return r.msg() == "dlock: lock lost" && r.level() == "WARN"
+				})
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, rec := range node0() {
+				if rec.warns() {
+					t.Errorf("node 0's client warned with WithLogger given: %v", rec)
+				}
+			}
+		})
+	}
 }
 
 // TestANodesLossIsToldBeforeTheLocksLoss: a refresh finds that a node lost

@@ -209,16 +209,27 @@ func newWrappedLocker(t testing.TB, srvs []*redistest.Server, wrap func(i int, d
 	return newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client { return dlock.New(wrap(i, d)) })
 }
 
-// newLockerOf returns a Locker over the servers whose node i's client is
-// made by mk over its go-redis driver.
-func newLockerOf(t testing.TB, srvs []*redistest.Server, mk func(i int, d dlock.Driver) *dlock.Client) *redlock.Locker {
+// newLockerOf returns a Locker over the servers, with opts, whose node i's
+// client is made by mk over its go-redis driver.
+func newLockerOf(t testing.TB, srvs []*redistest.Server, mk func(i int, d dlock.Driver) *dlock.Client, opts ...redlock.LockerOption) *redlock.Locker {
 	t.Helper()
-	return newLockerOfOptions(t, srvs, func(int, *redis.Options) {}, mk)
+	return lockerOf(t, srvs, func(int, *redis.Options) {}, mk, opts)
 }
 
 // newLockerOfOptions is newLockerOf with the go-redis options of each node
 // set by set (and dlock clients made by dlock.New unless mk is given).
 func newLockerOfOptions(t testing.TB, srvs []*redistest.Server, set func(i int, o *redis.Options), mk ...func(i int, d dlock.Driver) *dlock.Client) *redlock.Locker {
+	t.Helper()
+	var mkClient func(i int, d dlock.Driver) *dlock.Client
+	if len(mk) > 0 {
+		mkClient = mk[0]
+	}
+	return lockerOf(t, srvs, set, mkClient, nil)
+}
+
+// lockerOf is newLockerOfOptions with the Locker's options, mk nil for
+// dlock.New.
+func lockerOf(t testing.TB, srvs []*redistest.Server, set func(i int, o *redis.Options), mk func(i int, d dlock.Driver) *dlock.Client, opts []redlock.LockerOption) *redlock.Locker {
 	t.Helper()
 	nodes := make([]redlock.Node, len(srvs))
 	for i, srv := range srvs {
@@ -227,15 +238,15 @@ func newLockerOfOptions(t testing.TB, srvs []*redistest.Server, set func(i int, 
 		rdb := redis.NewClient(o)
 		t.Cleanup(func() { _ = rdb.Close() })
 		var c *dlock.Client
-		if len(mk) > 0 {
-			c = mk[0](i, goredis.New(rdb))
+		if mk != nil {
+			c = mk(i, goredis.New(rdb))
 		} else {
 			c = dlock.New(goredis.New(rdb))
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		nodes[i] = redlock.Node{Addr: srv.Addr(), Client: c}
 	}
-	r, err := redlock.New(nodes, redlock.WithNodeTimeout(testNodeTimeout))
+	r, err := redlock.New(nodes, append([]redlock.LockerOption{redlock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
