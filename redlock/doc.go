@@ -72,10 +72,12 @@
 // loses its copy of a lock that a quorum still holds (a node restarted
 // without persistence, or one whose deadline passed while it did not
 // answer), found by the next refresh or Release. The nodes' dlock clients
-// log the end of a node's lock as a debug record, "dlock: a Redlock node's
-// lock ended", not as the warning "dlock: lock lost" of a lock of their
-// own: one node's loss is not the lock's. A node's dlock.Hooks still see
-// each node's lock, its loss included.
+// then log the end of a node's lock as a debug record, "dlock: a Redlock
+// node's lock ended", not as the warning "dlock: lock lost" of a lock of
+// their own: one node's loss is not the lock's. Clients with loggers of
+// their own and no WithLogger: the Locker logs nothing, and the clients
+// warn of each node's loss, so that a lost lock is not left untold. A
+// node's dlock.Hooks still see each node's lock, its loss included.
 //
 // # What it rests on
 //

@@ -322,7 +322,7 @@ func (l *Lock) take(ctx context.Context, i int, token string, ttl time.Duration,
 	n := l.r.nodes[i]
 	// The token is this attempt's alone: its end is recorded on the node,
 	// so that a late copy of its request takes nothing there.
-	nl, err := n.Client.TryLock(ctx, l.name, oneUse(token), logHookPanics, quorumPart, dlock.WithTTL(ttl), dlock.WithMetadata(l.meta))
+	nl, err := n.Client.TryLock(ctx, l.name, append([]dlock.Option{oneUse(token), dlock.WithTTL(ttl), dlock.WithMetadata(l.meta)}, l.r.nodeOpts...)...)
 	err = atDeadline(ctx, err)
 	var ended context.Context
 	if err == nil {
@@ -1390,7 +1390,8 @@ var logHookPanics = friend.LogHookPanics().(dlock.Option)
 // quorumPart has the node client log the loss of a node lock as a debug
 // record, not as the warning "dlock: lock lost" of a lock of its own: the
 // Redlock is lost only once fewer than a quorum hold it, and its Locker
-// logs that (see WithLogger).
+// logs that (see WithLogger). Not given when the Locker has no logger to
+// tell it (see Locker.nodeOpts).
 var quorumPart = friend.QuorumPart().(dlock.Option)
 
 // newToken returns 128 random bits from crypto/rand, base64url-encoded.

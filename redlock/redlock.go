@@ -85,6 +85,9 @@ type Locker struct {
 	quorum  int
 	timeout time.Duration
 	log     *slog.Logger
+	// nodeOpts are the options of every node's lock besides its token, TTL
+	// and metadata (see quorumPart).
+	nodeOpts []dlock.Option
 
 	bg     context.Context // background work: refreshing; cancelled by Close
 	cancel context.CancelFunc
@@ -126,15 +129,18 @@ func WithNodeTimeout(d time.Duration) LockerOption {
 // hold it; told by the lock's next refresh or Release, so that nodes lost
 // together are told once, as the lock's loss). Records name the lock
 // with the attribute "names", a list, as dlock's do. The nodes' clients
-// do not warn of their nodes' losses: they log them as debug records,
+// then do not warn of their nodes' losses: they log them as debug records,
 // "dlock: a Redlock node's lock ended", since a node's loss is not the
 // lock's.
 //
 // The default is the logger of the nodes' clients when they all have the
-// same one (dlock.WithLogger given the same *slog.Logger), and otherwise
-// one that discards everything: give WithLogger when the clients log
-// through loggers of their own (one per node, say), whose attributes
-// would mislabel the Locker's records. A nil l keeps the default.
+// same one (dlock.WithLogger given the same *slog.Logger). When they log
+// through loggers of their own (one per node, say, whose attributes would
+// mislabel the Locker's records), the Locker logs nothing by default, and
+// the nodes' clients warn of each node's loss as of a lock of their own,
+// "dlock: lock lost", so that a lost lock is not left untold: give
+// WithLogger to have the Locker's records instead. A nil l keeps the
+// default.
 func WithLogger(l *slog.Logger) LockerOption {
 	return func(c *lockerConfig) {
 		if l != nil {
@@ -188,24 +194,32 @@ func New(nodes []Node, opts ...LockerOption) (*Locker, error) {
 		}
 		addrs[addr], clients[n.Client] = i, i
 	}
+	nodeOpts := []dlock.Option{logHookPanics, quorumPart}
 	if cfg.log == nil {
-		cfg.log = nodesLogger(nodes)
+		var shared bool
+		if cfg.log, shared = nodesLogger(nodes); !shared {
+			// Nobody to tell of the lock's loss but the nodes' clients:
+			// they warn of their own nodes' losses, as of locks of their
+			// own, rather than the loss go untold.
+			nodeOpts = nodeOpts[:1]
+		}
 	}
-	r := &Locker{nodes: append([]Node(nil), nodes...), quorum: len(nodes)/2 + 1, timeout: cfg.timeout, log: cfg.log}
+	r := &Locker{nodes: append([]Node(nil), nodes...), quorum: len(nodes)/2 + 1, timeout: cfg.timeout, log: cfg.log, nodeOpts: nodeOpts}
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
 
-// nodesLogger returns the logger of the nodes' clients when they all have
-// the same one, and else one that discards everything (see WithLogger).
-func nodesLogger(nodes []Node) *slog.Logger {
+// nodesLogger returns the logger of the nodes' clients and true when they
+// all have the same one, and else one that discards everything and false
+// (see WithLogger).
+func nodesLogger(nodes []Node) (*slog.Logger, bool) {
 	log := friend.Logger(nodes[0].Client)
 	for _, n := range nodes[1:] {
 		if friend.Logger(n.Client) != log {
-			return slog.New(slog.DiscardHandler)
+			return slog.New(slog.DiscardHandler), false
 		}
 	}
-	return log
+	return log, true
 }
 
 // Quorum returns how many nodes must hold a lock for it to count as held:
