@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,17 +279,22 @@ func evalshaCalls(t *testing.T, srv *redistest.Server) int {
 }
 
 // pipelineDriver counts the requests of refreshes under way, a pipeline
-// once, and the refreshes that succeeded.
+// once, and the refreshes that succeeded; sending, when set before the
+// client is used, is called with each pipeline of refreshes as it goes.
 type pipelineDriver struct {
 	*goredis.Driver
 	pipelines atomic.Int64
 	refreshed atomic.Int64
+	sending   func(calls []*dlock.Call)
 }
 
 func (d *pipelineDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if calls[0].Script.Name != "refresh" {
 		d.Driver.Eval(ctx, calls...)
 		return
+	}
+	if d.sending != nil {
+		d.sending(calls)
 	}
 	d.pipelines.Add(1)
 	defer d.pipelines.Add(-1)
@@ -599,4 +605,61 @@ func (s *dueLocks) refreshLate(t *testing.T, delay time.Duration, times int, tim
 		}
 	}
 	return lost, first
+}
+
+// A client over a go-redis pool that leaves the watchdog one pipeline at a
+// time (3 connections), with three thousand locks, all due in one pass:
+// taken first, refreshed first (their refreshes were due first), those
+// with the longest TTL; last, those with the shortest. The pass cut its
+// leases into pipelines of 1,000 in the order they were due, and its
+// pipelines took the share in whatever order their goroutines ran: the
+// locks nearest their deadlines went last, held back behind those with
+// the most time left. A pass now sends its pipelines in the order of
+// their locks' deadlines.
+func TestAPassSendsItsPipelinesInTheOrderOfTheirDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 3, MaxRetries: -1})
+	defer rdb.Close()
+	tiers := []struct {
+		name string
+		ttl  time.Duration
+	}{{"late", time.Minute}, {"mid", 40 * time.Second}, {"soon", 20 * time.Second}}
+	var mu sync.Mutex
+	var order []string // the tier of each pipeline sent, in order
+	d := &pipelineDriver{Driver: goredis.New(rdb)}
+	d.sending = func(calls []*dlock.Call) {
+		tier := "mixed"
+		for _, tr := range tiers {
+			if strings.Contains(calls[0].Keys[0], tr.name+":") && strings.Contains(calls[len(calls)-1].Keys[0], tr.name+":") {
+				tier = tr.name
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, tier)
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	resume := sync.OnceFunc(dlock.PauseWatchdog(c))
+	defer resume()
+	var last *dlock.Lock
+	for _, tr := range tiers {
+		locks := lockMany(t, c, tr.name, 1000, dlock.WithTTL(tr.ttl), dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
+		last = locks[len(locks)-1]
+	}
+	awaitCond(t, 10*time.Second, func() bool {
+		next, _ := dlock.NextRefresh(c, last)
+		return time.Now().After(next)
+	})
+	resume()
+	awaitCond(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= len(tiers)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"soon", "mid", "late"}; !slices.Equal(order[:len(tiers)], want) {
+		t.Errorf("pipelines sent in the order %v, want %v (nearest deadline first)", order[:len(tiers)], want)
+	}
 }
