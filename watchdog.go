@@ -22,8 +22,9 @@ import (
 // round trips per interval, not one goroutine and one round trip per lock.
 // On a Partitioned driver each server's locks go in a pipeline of their
 // own, sent from a goroutine of its own (see refreshBatch). On a Pooled
-// driver the pipelines leave some of each server's pool to other calls
-// (see take).
+// driver the pipelines leave some of each server's pool to other calls,
+// those of the locks nearest their deadlines going first (see claim and
+// take).
 type watchdog struct {
 	c      *Client
 	cancel context.CancelFunc // cancels the refreshes under way
@@ -58,14 +59,19 @@ type watchdog struct {
 
 // poolShare is the watchdog's part of one server's connection pool.
 type poolShare struct {
-	sent    []time.Time // when each pipeline out went, from take to give
-	waiting []*held     // the pipelines held back, first come first
+	sent    []time.Time // when each pipeline out went, from claim or take to give, oldest first
+	waiting []*place    // the pipelines held back, earliest deadline first
 }
 
-// held is a pipeline held back (see take).
-type held struct {
-	turn chan struct{} // closed at its turn
-	sent time.Time     // set with it
+// place is a pipeline's place in the watchdog's share of a server's pool
+// (see claim).
+type place struct {
+	server   string
+	pool     *poolShare
+	deadline time.Time     // its locks' earliest
+	claimed  time.Time     // when it claimed its place
+	turn     chan struct{} // closed at its turn; nil when it went at once
+	sent     time.Time     // when it went: set with its turn, under poolMu
 }
 
 const (
@@ -205,8 +211,26 @@ func (w *watchdog) takeDue(now time.Time) []*lease {
 }
 
 // refresh refreshes the leases in pipelined batches and schedules each one's
-// next refresh, or drops it once it has ended.
+// next refresh, or drops it once it has ended. The leases go nearest
+// deadline first, so that the first pipelines, which take the watchdog's
+// share of a pool (see claim), are those of the locks with the least time
+// left: in the order they fell due, a lock with a long TTL refreshed
+// often would go before one near its deadline.
 func (w *watchdog) refresh(ctx context.Context, due []*lease) {
+	if len(due) > 1 {
+		type dueBy struct {
+			s        *lease
+			deadline time.Time
+		}
+		sorted := make([]dueBy, len(due))
+		for i, s := range due {
+			sorted[i] = dueBy{s, s.Deadline()} // read once: it takes the lease's lock
+		}
+		slices.SortStableFunc(sorted, func(a, b dueBy) int { return a.deadline.Compare(b.deadline) })
+		for i, d := range sorted {
+			due[i] = d.s
+		}
+	}
 	for len(due) > 0 {
 		n := min(len(due), refreshBatch)
 		w.refreshBatch(ctx, due[:n])
@@ -268,40 +292,57 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 		}
 		replicated[i] = append(replicated[i], r)
 	}
-	for _, g := range replicated {
-		w.refreshApart(ctx, now, g)
-	}
 	// Apart on one server too: a pipeline waited for here would hold up
 	// the next ones of this pass (more locks than refreshBatch) and the
 	// next passes, each as long as a round trip takes, until their locks'
 	// deadlines had passed unsent, on a server that answers every refresh
 	// in time but slowly.
-	w.refreshApart(ctx, now, plain)
+	w.refreshApart(ctx, now, append(replicated, plain))
 }
 
-// refreshApart sends the refreshes of group on goroutines of their own
+// refreshApart sends the refreshes of groups on goroutines of their own
 // that close waits for, so that the watchdog does not wait for their
-// replies before it sends the next: on a Partitioned driver, one pipeline
-// a server, so that a server that stalls holds up only the refreshes of
-// its own locks (the others' replies are taken as they come, and the next
-// refreshes go out while it stalls).
+// replies before it sends the next: a pipeline for each group, and on a
+// Partitioned driver for each server, so that a server that stalls holds
+// up only the refreshes of its own locks (the others' replies are taken
+// as they come, and the next refreshes go out while it stalls).
 //
-// On a Pooled driver, a pipeline beyond the watchdog's share of its
-// server's pool first waits for one of the watchdog's own to return, for
-// a tenth of the time its locks have left at most (see take).
-func (w *watchdog) refreshApart(ctx context.Context, now time.Time, group []refreshing) {
-	groups, servers := [][]refreshing{group}, []string{""}
-	if w.c.lanes != nil {
-		groups, servers = w.byServer(ctx, group)
+// On a Pooled driver, each pipeline first claims its place in the
+// watchdog's share of its server's pool, here on the watchdog's goroutine,
+// nearest deadline first (see claim); one beyond the share then waits for
+// one of the watchdog's own to return, for a tenth of the time its locks
+// have left at most (see take).
+func (w *watchdog) refreshApart(ctx context.Context, now time.Time, groups [][]refreshing) {
+	type pipeline struct {
+		server   string
+		group    []refreshing
+		deadline time.Time // its locks' earliest
 	}
-	for i, g := range groups {
-		if len(g) == 0 {
+	var pipelines []pipeline
+	for _, group := range groups {
+		if len(group) == 0 {
 			continue
+		}
+		gs, servers := [][]refreshing{group}, []string{""}
+		if w.c.lanes != nil {
+			gs, servers = w.byServer(ctx, group)
+		}
+		for i, g := range gs {
+			if len(g) > 0 {
+				pipelines = append(pipelines, pipeline{servers[i], g, earliest(g)})
+			}
+		}
+	}
+	slices.SortStableFunc(pipelines, func(a, b pipeline) int { return a.deadline.Compare(b.deadline) })
+	for _, p := range pipelines {
+		var at *place
+		if w.share > 0 {
+			at = w.claim(p.server, p.deadline)
 		}
 		w.sending.Add(1)
 		go func() {
 			defer w.sending.Done()
-			w.refreshGroup(ctx, now, servers[i], g)
+			w.refreshGroup(ctx, now, p.deadline, at, p.group)
 		}()
 	}
 }
@@ -316,19 +357,19 @@ func watchdogShare(size int) int {
 	return max(size-max(size/4, 2), 1)
 }
 
-// take waits until the watchdog has fewer than its share of pipelines out
-// on server's pool, and counts one more, sent now, which it returns; or,
-// at the latest, until the pipeline must go to be answered before
-// deadline, its locks' earliest (see sendBy), or until the end of ctx
-// (Close, or that deadline): it then goes regardless, counted too. So a
-// pass of many locks (a pipeline for each 1,000) does not take every
-// connection of a small pool while the replies are slow, which would make
-// the client's other calls (a Release, an acquire) and the application's
-// wait for the pass, but its locks are not left to run out for the sake
-// of those: it waits a tenth of the time they have left at most. Each
-// take is ended by give, once the pipeline's request has returned.
-func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) (sent time.Time) {
+// claim claims a place in the watchdog's share of server's pool for a
+// pipeline whose locks' earliest deadline is deadline, without waiting:
+// while the watchdog has fewer than its share of pipelines out there, the
+// pipeline is counted as sent now, and take returns at once; otherwise it
+// is held back, in line with those held before it by their deadlines,
+// earliest first, and take waits for its turn. The watchdog's goroutine
+// claims the places of a pass's pipelines before it starts theirs, nearest
+// deadline first (see refreshApart): so the pipelines that take the share
+// are those whose locks have the least time left, not those whose
+// goroutines happen to run first.
+func (w *watchdog) claim(server string, deadline time.Time) *place {
 	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
 	p := w.pools[server]
 	if p == nil {
 		if w.pools == nil {
@@ -338,41 +379,67 @@ func (w *watchdog) take(ctx context.Context, server string, deadline time.Time) 
 		w.pools[server] = p
 	}
 	now := time.Now()
+	at := &place{server: server, pool: p, deadline: deadline, claimed: now}
 	if len(p.sent) < w.share {
+		at.sent = now
 		p.sent = append(p.sent, now)
-		w.poolMu.Unlock()
-		return now
+		return at
 	}
-	h := &held{turn: make(chan struct{})}
-	p.waiting = append(p.waiting, h)
-	by := w.sendBy(deadline, now)
-	w.poolMu.Unlock()
+	at.turn = make(chan struct{})
+	// After those of the same deadline: first come first among them.
+	i, _ := slices.BinarySearchFunc(p.waiting, deadline, func(h *place, d time.Time) int {
+		if h.deadline.After(d) {
+			return 1
+		}
+		return -1
+	})
+	p.waiting = slices.Insert(p.waiting, i, at)
 	w.heldBack.Add(1)
-	t := time.NewTimer(time.Until(by))
+	return at
+}
+
+// take returns when the pipeline that claimed at may go: at once if it
+// was counted then; else it waits for its turn, given by give to the
+// pipeline held back with the earliest deadline once the watchdog has
+// fewer than its share of pipelines out on the server's pool; or, at the
+// latest, until the pipeline must go to be answered before its locks'
+// earliest deadline (see sendBy), or until the end of ctx (Close, or that
+// deadline): it then goes regardless, counted too. So a pass of many
+// locks (a pipeline for each 1,000) does not take every connection of a
+// small pool while the replies are slow, which would make the client's
+// other calls (a Release, an acquire) and the application's wait for the
+// pass, but its locks are not left to run out for the sake of those: it
+// waits a tenth of the time they have left at most. Each place is given
+// back by give, once the pipeline's request has returned.
+func (w *watchdog) take(ctx context.Context, at *place) {
+	if at.turn == nil {
+		return
+	}
+	t := time.NewTimer(time.Until(w.sendBy(at.deadline, at.claimed)))
 	defer t.Stop()
 	select {
-	case <-h.turn:
-		return h.sent // counted by give, which gave it its turn
+	case <-at.turn:
+		return // counted by give, which gave it its turn
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	w.poolMu.Lock()
 	defer w.poolMu.Unlock()
-	i := slices.Index(p.waiting, h)
+	p := at.pool
+	i := slices.Index(p.waiting, at)
 	if i < 0 {
-		return h.sent // given its turn meanwhile
+		return // given its turn meanwhile
 	}
 	p.waiting = slices.Delete(p.waiting, i, i+1)
-	now = time.Now()
-	p.sent = append(p.sent, now)
-	return now
+	at.sent = time.Now()
+	p.sent = append(p.sent, at.sent)
 }
 
-// give ends a take of server's pool by a pipeline sent at sent, now
-// returned, and gives the turn to the pipelines held back, as far as the
-// share allows.
-func (w *watchdog) give(server string, sent time.Time) {
-	now := time.Now()
+// give gives back the place at of a pipeline sent, now returned, and gives
+// the turn to the pipelines held back on its server's pool, earliest
+// deadline first, as far as the share allows.
+func (w *watchdog) give(at *place) {
+	now, sent := time.Now(), at.sent
 	// The longest lately: each pipeline lets the last one's fade by an
 	// eighth, so that one slow reply long ago does not have pipelines go
 	// early for good.
@@ -384,7 +451,7 @@ func (w *watchdog) give(server string, sent time.Time) {
 	}
 	w.poolMu.Lock()
 	defer w.poolMu.Unlock()
-	p := w.pools[server]
+	p := at.pool
 	i := slices.Index(p.sent, sent)
 	p.sent = slices.Delete(p.sent, i, i+1)
 	for len(p.waiting) > 0 && len(p.sent) < w.share {
@@ -394,8 +461,8 @@ func (w *watchdog) give(server string, sent time.Time) {
 		p.sent = append(p.sent, now)
 		close(h.turn)
 	}
-	if len(p.sent) == 0 && server != "" {
-		delete(w.pools, server) // nothing waits either: a server gone is forgotten
+	if len(p.sent) == 0 && at.server != "" {
+		delete(w.pools, at.server) // nothing waits either: a server gone is forgotten
 	}
 }
 
@@ -474,23 +541,20 @@ func (w *watchdog) byServer(ctx context.Context, out []refreshing) (groups [][]r
 	return groups, servers
 }
 
-// refreshGroup sends the refreshes of a group of leases in one pipeline
-// to server (see byServer), and schedules each one's next refresh, or ends
-// it. On a Pooled driver the pipeline counts against the watchdog's share
-// of server's pool while its request is out, not while the replies are
-// read and the Refresh hooks run (see take).
-func (w *watchdog) refreshGroup(ctx context.Context, now time.Time, server string, group []refreshing) {
-	if len(group) == 0 {
-		return
-	}
+// refreshGroup sends the refreshes of a group of leases, whose earliest
+// deadline is deadline, in one pipeline (to one server: see byServer), and
+// schedules each one's next refresh, or ends it. On a Pooled driver the
+// pipeline counts against the watchdog's share of its server's pool, at
+// its place at, while its request is out, not while the replies are read
+// and the Refresh hooks run (see take).
+func (w *watchdog) refreshGroup(ctx context.Context, now, deadline time.Time, at *place, group []refreshing) {
 	// A refresh that cannot answer before the earliest deadline is useless.
-	deadline := earliest(group)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if w.share > 0 {
-		sent := w.take(ctx, server, deadline)
+	if at != nil {
+		w.take(ctx, at)
 		w.send(ctx, group)
-		w.give(server, sent)
+		w.give(at)
 	} else {
 		w.send(ctx, group)
 	}
