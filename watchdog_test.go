@@ -663,3 +663,53 @@ func TestAPassSendsItsPipelinesInTheOrderOfTheirDeadlines(t *testing.T) {
 		t.Errorf("pipelines sent in the order %v, want %v (nearest deadline first)", order[:len(tiers)], want)
 	}
 }
+
+// A client whose pool leaves the watchdog one pipeline at a time (3
+// connections), its locks refreshed every second on a 10s TTL (some 9s
+// left at a refresh), whose refreshes have come back at once so far, on a
+// server whose replies become 8.4s late at once: sent at once, its three
+// pipelines' replies all come in time. Held back a tenth of the time
+// their locks had left (no round trip that slow seen yet), while the one
+// pipeline out took far longer than any round trip seen, the second and
+// third pipelines' replies came after their locks' deadlines, and the
+// locks were lost. A pipeline held back now goes once the oldest out has
+// been out for two of the longest recent round trips: the server has
+// slowed down.
+func TestAHeldBackPipelineGoesWhenTheServerSlowsDown(t *testing.T) {
+	// Mostly waits for the delayed replies.
+	t.Parallel()
+	const n = 2001
+	s := dueBehindADelay(t, 3, n, 10*time.Second, dlock.WithRefreshInterval(time.Second), dlock.WithAutoRefresh())
+	// A pass with quick replies: the watchdog has seen its round trips.
+	refreshed := s.d.refreshed.Load()
+	s.resume()
+	awaitCond(t, 10*time.Second, func() bool { return s.d.refreshed.Load() >= refreshed+n })
+	s.resume = sync.OnceFunc(dlock.PauseWatchdog(s.c))
+	t.Cleanup(s.resume)
+	// Every lock back in the watchdog's schedule, and due again.
+	var last time.Time
+	awaitCond(t, 10*time.Second, func() bool {
+		for _, l := range s.locks {
+			next, ok := dlock.NextRefresh(s.c, l)
+			if !ok {
+				return false
+			}
+			if next.After(last) {
+				last = next
+			}
+		}
+		return true
+	})
+	awaitCond(t, 10*time.Second, func() bool { return time.Now().After(last) })
+	held := dlock.HeldBack(s.c)
+	lost, first := s.refreshLate(t, 8400*time.Millisecond, 1, 20*time.Second)
+	if first != nil {
+		t.Errorf("lost with replies 8.4s late: %v", first)
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost", lost, n)
+	}
+	if dlock.HeldBack(s.c) == held {
+		t.Error("no pipeline held back: the pass never filled the watchdog's share")
+	}
+}
