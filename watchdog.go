@@ -59,7 +59,7 @@ type watchdog struct {
 
 // poolShare is the watchdog's part of one server's connection pool.
 type poolShare struct {
-	sent    []time.Time // when each pipeline out went, from claim or take to give, oldest first
+	sent    []time.Time // when each pipeline out went, from claim or take to give
 	waiting []*place    // the pipelines held back, earliest deadline first
 }
 
@@ -311,7 +311,8 @@ func (w *watchdog) refreshBatch(ctx context.Context, batch []*lease) {
 // watchdog's share of its server's pool, here on the watchdog's goroutine,
 // nearest deadline first (see claim); one beyond the share then waits for
 // one of the watchdog's own to return, for a tenth of the time its locks
-// have left at most (see take).
+// have left at most, and no longer than until the server has slowed down
+// (see take).
 func (w *watchdog) refreshApart(ctx context.Context, now time.Time, groups [][]refreshing) {
 	type pipeline struct {
 		server   string
@@ -403,36 +404,72 @@ func (w *watchdog) claim(server string, deadline time.Time) *place {
 // pipeline held back with the earliest deadline once the watchdog has
 // fewer than its share of pipelines out on the server's pool; or, at the
 // latest, until the pipeline must go to be answered before its locks'
-// earliest deadline (see sendBy), or until the end of ctx (Close, or that
-// deadline): it then goes regardless, counted too. So a pass of many
-// locks (a pipeline for each 1,000) does not take every connection of a
-// small pool while the replies are slow, which would make the client's
-// other calls (a Release, an acquire) and the application's wait for the
-// pass, but its locks are not left to run out for the sake of those: it
-// waits a tenth of the time they have left at most. Each place is given
-// back by give, once the pipeline's request has returned.
+// earliest deadline (see sendBy), until the server has slowed down (see
+// slowAt), or until the end of ctx (Close, or that deadline): it then
+// goes regardless, counted too. So a pass of many locks (a pipeline for
+// each 1,000) does not take every connection of a small pool while the
+// replies are slow, which would make the client's other calls (a
+// Release, an acquire) and the application's wait for the pass, but its
+// locks are not left to run out for the sake of those: it waits a tenth
+// of the time they have left at most, and no longer than the pipelines
+// out take as long as they have lately. Each place is given back by give,
+// once the pipeline's request has returned.
 func (w *watchdog) take(ctx context.Context, at *place) {
 	if at.turn == nil {
 		return
 	}
-	t := time.NewTimer(time.Until(w.sendBy(at.deadline, at.claimed)))
+	by := w.sendBy(at.deadline, at.claimed)
+	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
-	select {
-	case <-at.turn:
-		return // counted by give, which gave it its turn
-	case <-t.C:
-	case <-ctx.Done():
+	for {
+		w.poolMu.Lock()
+		p := at.pool
+		i := slices.Index(p.waiting, at)
+		if i < 0 {
+			w.poolMu.Unlock()
+			return // given its turn
+		}
+		now := time.Now()
+		until := by
+		if slow, ok := w.slowAt(p); ok && slow.Before(until) {
+			until = slow
+		}
+		if !now.Before(until) || ctx.Err() != nil {
+			p.waiting = slices.Delete(p.waiting, i, i+1)
+			at.sent = now
+			p.sent = append(p.sent, now)
+			w.poolMu.Unlock()
+			return
+		}
+		w.poolMu.Unlock()
+		// The oldest pipeline out may return meanwhile and another take
+		// its place: slowAt is then later, and the wait goes on.
+		t.Reset(until.Sub(now))
+		select {
+		case <-at.turn:
+			return // counted by give, which gave it its turn
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
-	w.poolMu.Lock()
-	defer w.poolMu.Unlock()
-	p := at.pool
-	i := slices.Index(p.waiting, at)
-	if i < 0 {
-		return // given its turn meanwhile
+}
+
+// slowAt returns when the server of pool p has slowed down, as far as
+// the watchdog can tell: when the oldest of its pipelines out there has
+// been out for two of the longest recent round trips (see give). Replies
+// may become slow at once, none that slow seen yet: then the pipelines
+// out are late too, and one held back for them protects no other call's
+// connection for long, while it costs its locks time they may need for
+// their own slow replies. ok is false while no pipeline is out there, or
+// before any round trip has been seen. So the share protects the other
+// calls before the first round trip, or while the replies are steadily
+// slow; after a sudden slowdown it gives way almost at once.
+func (w *watchdog) slowAt(p *poolShare) (at time.Time, ok bool) {
+	trip := time.Duration(w.trip.Load())
+	if trip <= 0 || len(p.sent) == 0 {
+		return time.Time{}, false
 	}
-	p.waiting = slices.Delete(p.waiting, i, i+1)
-	at.sent = time.Now()
-	p.sent = append(p.sent, at.sent)
+	return slices.MinFunc(p.sent, time.Time.Compare).Add(2 * trip), true
 }
 
 // give gives back the place at of a pipeline sent, now returned, and gives
@@ -475,7 +512,10 @@ func (w *watchdog) give(at *place) {
 // would lose its locks to replies that, sent at once, would have come in
 // time. So a pipeline held back is answered in time whenever its reply
 // takes less than nine tenths of what its locks had left, where one sent
-// at once needs it to take less than all of that.
+// at once needs it to take less than all of that. Once a round trip has
+// been seen, a sudden slowdown sends it sooner still: when the oldest
+// pipeline out has taken two of the longest recent round trips (see
+// slowAt).
 func (w *watchdog) sendBy(deadline, now time.Time) time.Time {
 	by := deadline.Add(-2 * time.Duration(w.trip.Load()))
 	if most := now.Add(deadline.Sub(now) / 10); most.Before(by) {
