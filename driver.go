@@ -100,25 +100,25 @@ type Partitioned interface {
 	Server(ctx context.Context, key string) string
 }
 
-// Pooled is implemented by drivers whose client library sends each
-// request (a pipeline) on a connection of a bounded pool, one pool for
-// each server, and makes a request wait, or fail, when every connection of
-// its pool is taken: go-redis (a request beyond PoolSize waits, one beyond
-// a smaller MaxActiveConns fails), redigo (MaxActive: waits with Wait set,
-// fails without). The watchdog, which
-// sends its refreshes in pipelines of up to 1,000 locks, all of a pass at
-// once, then leaves a quarter of each pool (at least two connections)
-// free for the client's other calls (acquires, releases) and the
-// application's: the pipelines of the locks nearest their deadlines go
-// first, and one beyond that share waits for one of the watchdog's own to
-// return, for a tenth of the time its locks have left at most, and less
-// when the round trips seen say it must go sooner to be answered before
-// their deadlines, or once the pipelines out take more than twice as long
-// as any lately (the server has slowed down: see watchdog.take). So the
-// share keeps connections for other calls before any round trip has been
-// seen, or while the replies are steadily slow; after a sudden slowdown it
-// gives way almost at once. A driver that multiplexes requests on shared
-// connections (rueidis) has no such pool, and need not implement it.
+// Pooled is implemented by drivers whose client library sends each request
+// (a pipeline) on a connection of a bounded pool, one pool for each server,
+// and makes a request wait, or fail, when every connection of its pool is
+// taken: go-redis (a request beyond PoolSize waits, one beyond a smaller
+// MaxActiveConns fails), redigo (MaxActive: waits with Wait set, fails
+// without). The watchdog, which sends its refreshes in pipelines of up to
+// 1,000 locks, all of a pass at once, then leaves a quarter of each pool
+// (at least two connections) free for the client's other calls (acquires,
+// releases) and the application's: the pipelines of the locks nearest their
+// deadlines go first, and one beyond that share waits for one of the
+// watchdog's own to return, for a tenth of the time its locks have left at
+// most, and less when the round trips seen say it must go sooner to be
+// answered before their deadlines, or once the pipelines out take more than
+// twice as long as any lately (the server has slowed down: see
+// watchdog.take). So the share keeps connections for other calls before any
+// round trip has been seen, or while the replies are steadily slow; after a
+// sudden slowdown it gives way almost at once. A driver that multiplexes
+// requests on shared connections (rueidis) has no such pool, and need not
+// implement it.
 type Pooled interface {
 	// PoolSize returns how many requests the client library has on the
 	// connections of one server's pool at once before the next waits for
