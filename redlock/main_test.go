@@ -209,6 +209,18 @@ func newWrappedLocker(t testing.TB, srvs []*redistest.Server, wrap func(i int, d
 	return newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client { return dlock.New(wrap(i, d)) })
 }
 
+// lockerWithNode0 is newWrappedLocker with node 0's driver alone wrapped
+// by wrap.
+func lockerWithNode0(t testing.TB, srvs []*redistest.Server, wrap func(d dlock.Driver) dlock.Driver) *redlock.Locker {
+	t.Helper()
+	return newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
+		if i == 0 {
+			return wrap(d)
+		}
+		return d
+	})
+}
+
 // newLockerOf returns a Locker over the servers, with opts, whose node i's
 // client is made by mk over its go-redis driver.
 func newLockerOf(t testing.TB, srvs []*redistest.Server, mk func(i int, d dlock.Driver) *dlock.Client, opts ...redlock.LockerOption) *redlock.Locker {

@@ -1465,13 +1465,7 @@ func newReleaseBreakingLocker(t *testing.T, srvs []*redistest.Server) (*redlock.
 func TestReleaseCountsANodeWhoseLockEndedOnlyByTheLocalClock(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	loser := &refreshLoser{}
-	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
-		if i == 0 {
-			loser.Driver = d
-			return loser
-		}
-		return d
-	})
+	r := lockerWithNode0(t, srvs, func(d dlock.Driver) dlock.Driver { loser.Driver = d; return loser })
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "stale", redlock.WithTTL(time.Second))
 	if err != nil {
@@ -1968,11 +1962,8 @@ func TestAReleaseJustPastTheDeadlineReportsTheLoss(t *testing.T) {
 // answer in time (ErrNodeTimeout). It had none.
 func TestAReleaseOfALostLockSaysWhichNodesDidNotRelease(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
-		if i == 0 {
-			return &slowDriver{Driver: d, script: "release", delay: 4 * testNodeTimeout, honour: true}
-		}
-		return d
+	r := lockerWithNode0(t, srvs, func(d dlock.Driver) dlock.Driver {
+		return &slowDriver{Driver: d, script: "release", delay: 4 * testNodeTimeout, honour: true}
 	})
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "which-nodes", redlock.WithTTL(400*time.Millisecond))
@@ -2455,13 +2446,7 @@ func (d *releaseStaller) Eval(ctx context.Context, calls ...*dlock.Call) {
 func TestANodeThatDoesNotAnswerItsReleaseIsGivenBackLater(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
 	staller := &releaseStaller{}
-	r := newWrappedLocker(t, srvs, func(i int, d dlock.Driver) dlock.Driver {
-		if i == 0 {
-			staller.Driver = d
-			return staller
-		}
-		return d
-	})
+	r := lockerWithNode0(t, srvs, func(d dlock.Driver) dlock.Driver { staller.Driver = d; return staller })
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "stalled-release", redlock.WithTTL(time.Minute))
 	if err != nil {
