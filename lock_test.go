@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -941,6 +942,32 @@ func TestFenceRetention(t *testing.T) {
 		}
 		if e.exists(t, "dlock:{"+fresh+"}:fence") {
 			t.Errorf("a fence counter for %s, from a client that keeps none", fresh)
+		}
+	}
+}
+
+// A fence retention within a millisecond of the longest duration keeps
+// the counter that long: rounded up to whole milliseconds without
+// overflowing into a negative time, which Redis refuses on every acquire.
+func TestFenceRetentionOfTheLongestDuration(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithFenceRetention(math.MaxInt64))
+	for _, take := range []func() (*dlock.Lock, error){
+		func() (*dlock.Lock, error) { return c.TryLock(ctx, "long") },
+		func() (*dlock.Lock, error) { return c.RWMutex("rw:long").TryLock(ctx) },
+	} {
+		l, err := take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"dlock:{long}:fence", "dlock:{rw:long}:fence"} {
+		if ttl, _ := strconv.ParseInt(e.srv.Do(t, "PTTL", key), 10, 64); ttl < math.MaxInt64/int64(time.Millisecond)-1000 {
+			t.Errorf("%s's PTTL = %d ms, want about %d", key, ttl, math.MaxInt64/int64(time.Millisecond))
 		}
 	}
 }
