@@ -149,7 +149,7 @@ func WithFenceRetention(d time.Duration) ClientOption {
 		case d <= 0:
 			c.fenceKeep = "0"
 		default:
-			c.fenceKeep = strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+			c.fenceKeep = strconv.FormatInt(ceilMilliseconds(d), 10) // no overflow near the longest d
 		}
 	}
 }
