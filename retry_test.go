@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -99,6 +100,25 @@ func TestJitterStaysInRange(t *testing.T) {
 	}
 	if d, _ := dlock.Jitter(dlock.ConstantBackoff(time.Second), 7).NextBackoff(1); d < 0 || d > time.Second {
 		t.Errorf("fraction above 1 not clamped: %v", d)
+	}
+}
+
+// Jitter spreads waits up to the longest duration too: a fraction of it
+// that rounds up to 2^63 as a float is no valid duration (on amd64 it
+// became negative and the wait went unjittered, on arm64 it saturated and
+// the random draw panicked).
+func TestJitterOfTheLongestWait(t *testing.T) {
+	s := dlock.Jitter(dlock.ConstantBackoff(math.MaxInt64), 1)
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		d, ok := s.NextBackoff(1)
+		if !ok || d < 0 {
+			t.Fatalf("jittered wait %v, %v", d, ok)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("every wait was %v: not jittered", slices.Collect(maps.Keys(seen)))
 	}
 }
 
