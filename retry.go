@@ -123,7 +123,7 @@ func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 
 // Jitter randomises the waits of s: each becomes a uniformly random duration
 // in [(1-fraction)×d, d]. A fraction of 1 gives "full jitter"; fractions
-// outside [0, 1] are clamped. A nil s (or a nil RetryFunc) makes WithRetry
+// outside [0, 1] are clamped, and NaN jitters nothing. A nil s (or a nil RetryFunc) makes WithRetry
 // fail with ErrInvalidOption.
 func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
 	if isNilRetry(s) {
@@ -133,16 +133,26 @@ func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
 		return n
 	}
 	fraction = min(max(fraction, 0), 1)
+	if math.IsNaN(fraction) {
+		fraction = 0
+	}
 	return RetryFunc(func(failed int) (time.Duration, bool) {
 		d, ok := s.NextBackoff(failed)
 		if !ok || d <= 0 || fraction == 0 {
 			return d, ok
 		}
-		span := time.Duration(float64(d) * fraction)
+		// The span is fraction×d, but d itself when that rounds to d's
+		// float or above: near the longest duration, that float is 2^63,
+		// which no conversion to a Duration gives back.
+		span := d
+		if f := float64(d) * fraction; f < float64(d) {
+			span = time.Duration(f)
+		}
 		if span <= 0 {
 			return d, ok
 		}
-		return d - rand.N(span+1), ok
+		// span+1 fits in a uint64 even when span is the longest duration.
+		return d - time.Duration(rand.Uint64N(uint64(span)+1)), ok
 	})
 }
 

@@ -120,6 +120,9 @@ func TestJitterOfTheLongestWait(t *testing.T) {
 	if len(seen) < 2 {
 		t.Errorf("every wait was %v: not jittered", slices.Collect(maps.Keys(seen)))
 	}
+	if d, _ := dlock.Jitter(dlock.ConstantBackoff(time.Second), math.NaN()).NextBackoff(1); d != time.Second {
+		t.Errorf("a NaN fraction gave %v, want the wait unjittered", d)
+	}
 }
 
 // TestStrategiesAreSharedSafely runs one strategy value from many goroutines
