@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,6 +71,34 @@ func TestInspectGivesAWritersFenceWithoutACounter(t *testing.T) {
 	}
 	if w.Fence() == 0 || info.Fence != w.Fence() || len(info.Holders) != 1 || info.Holders[0].Fence != w.Fence() {
 		t.Errorf("writer's fence %d; info = %+v", w.Fence(), info)
+	}
+}
+
+// A hold that lives longer than the longest time.Duration (made so by an
+// operator's PEXPIRE, or kept by WithMinHold(math.MaxInt64), which Redis
+// keeps in milliseconds rounded up) has the longest Duration as its TTL,
+// in Inspect and in Lock.TTL: its milliseconds times a million overflowed
+// into 0 or a negative time.
+func TestATTLPastTheLongestDurationReadsAsTheLongest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "long", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "PEXPIRE", "dlock:{long}", "10000000000000") // some 317 years
+	info, err := e.c.Inspect(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 1 || info.Holders[0].TTL != math.MaxInt64 {
+		t.Errorf("Inspect: holders %+v, want one with the longest TTL", info.Holders)
+	}
+	if left, err := l.TTL(ctx); err != nil || left != math.MaxInt64 {
+		t.Errorf("TTL = %v, %v; want the longest", left, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
