@@ -60,7 +60,7 @@ type Holder struct {
 	Metadata string        // the WithMetadata string
 	Count    int           // the hold count (above 1 when re-entered; 0 for an exclusive lock released and kept for its minimum hold, see WithMinHold)
 	Since    time.Time     // when it was obtained, by the server's clock
-	TTL      time.Duration // how long it has left unless refreshed
+	TTL      time.Duration // how long it has left unless refreshed (the longest Duration when it lives longer, as with WithMinHold(math.MaxInt64))
 	Fence    uint64        // its fencing token; 0 for read holds and permits
 }
 
@@ -142,7 +142,7 @@ func parseInfo(name string, v any) (*Info, bool) {
 		info.Holders = append(info.Holders, Holder{
 			Mode: mode, Owner: owner, Metadata: meta, Count: int(parseUint(h[3])),
 			Since: time.UnixMilli(int64(parseUint(h[4]))),
-			TTL:   max(time.Duration(pttl)*time.Millisecond, 0), Fence: parseUint(h[6]),
+			TTL:   max(milliseconds(pttl), 0), Fence: parseUint(h[6]),
 		})
 		// A writer's fence outlives its counter where the retention is
 		// shorter than its hold, or none.

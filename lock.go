@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -350,6 +351,16 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 	}
 	l.init(c, o)
 	return l, nil
+}
+
+// milliseconds returns ms milliseconds as a Duration, the longest one when
+// it is longer: Redis keeps expiries (an operator's PEXPIRE, a kept
+// WithMinHold(math.MaxInt64), rounded up) that no Duration holds.
+func milliseconds(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ceilMilliseconds returns d in whole milliseconds, rounded up.
@@ -755,7 +766,7 @@ func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, 
 		}
 		pttl, _ := r[1].(int64)
 		i, _ := r[2].(int64)
-		return "", nil, "", time.Duration(pttl)*time.Millisecond + time.Millisecond,
+		return "", nil, "", milliseconds(pttl + 1),
 			&refusal{key: p.keys[p.at1(l.names, i)], name: p.name(l.names, i), why: l.kind.refused, note: l.countNote(" (", ")")}
 	}
 	token, _ = r[1].(string)
@@ -1563,7 +1574,8 @@ func (l *Lock) AutoRefresh(opts ...Option) error {
 
 // TTL returns how long the lock has left on the server (the least of its
 // names' that have an expiry; 0 when none has, as after an operator's
-// PERSIST), or ErrNotHeld if it is no longer held: then, as for Refresh,
+// PERSIST; the longest Duration when the server keeps it longer, as after
+// an operator's PEXPIRE of more than some 292 years), or ErrNotHeld if it is no longer held: then, as for Refresh,
 // the lock ends as lost (Done closes) unless Release was called.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
@@ -1668,7 +1680,7 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 		return 0, fmt.Errorf("%w: %s is held by %q in holds of different tokens", ErrNotHeld, l.describe(), l.owner)
 	}
 	// -1ms for no expiry: only an operator can have done that (PERSIST).
-	left := time.Duration(max(least, -1)) * time.Millisecond
+	left := milliseconds(max(least, -1))
 	l.mu.Lock()
 	l.meta, l.fences = meta, fences
 	if attaching && heldWith != "" {
