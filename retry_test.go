@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"maps"
 	"math"
 	"slices"
@@ -140,4 +141,36 @@ func TestStrategiesAreSharedSafely(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A retry strategy that panics leaves nothing behind either, as a
+// WithOnRetry function that panics: the acquisition is abandoned (a
+// waiting writer's pending acquire goes, which kept every reader out for
+// the writer's TTL), AcquireDone sees it end, and the panic goes on.
+func TestAPanickingRetryStrategyLeavesNothingBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c, starts, dones := countingClient(t, e)
+	reader, err := e.c.RWMutex("panicky").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Release(ctx)
+	boom := dlock.RetryFunc(func(int) (time.Duration, bool) { panic("boom") })
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the strategy's panic", p)
+			}
+		}()
+		_, _ = c.RWMutex("panicky").Lock(ctx, dlock.WithTTL(time.Minute), dlock.WithRetry(boom))
+	}()
+	info, err := e.c.Inspect(ctx, "panicky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.WriterWaiting || info.Waiters != 0 {
+		t.Errorf("after the panic the writer still waits: %+v", info)
+	}
+	checkOnce(t, starts, dones)
 }
