@@ -20,7 +20,10 @@ import (
 // A wait shorter than a millisecond counts as one: a Redis that is down,
 // or that refuses every request, answers at once. Strategies are
 // stateless: one value may serve any number of calls and goroutines at
-// once.
+// once. NextBackoff runs on the waiting caller's goroutine: should it
+// panic, the wait is abandoned first (what its attempts left in Redis, a
+// waiting writer's place in line among them, is cleaned up), and the
+// panic goes on to the caller, as a WithOnRetry function's does.
 type RetryStrategy interface {
 	// NextBackoff returns the wait before the next attempt, given the number
 	// of attempts that failed so far (1 after the first failure), and false

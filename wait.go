@@ -1420,7 +1420,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			onRetry(o.onRetry, failed, err, func() { _ = abandon(uncertain, err) })
 		}
 		c.log.DebugContext(ctx, "dlock: attempt failed", "names", names, "attempt", failed, "err", err)
-		d, ok := o.retry.NextBackoff(failed)
+		d, ok := nextBackoff(o.retry, failed, func() { _ = abandon(uncertain, err) })
 		d = max(d, minBackoff)
 		if !ok {
 			if short {
@@ -1521,6 +1521,21 @@ func onRetry(f func(int, error), failed int, err error, abandon func()) {
 	}()
 	f(failed, err)
 	returned = true
+}
+
+// nextBackoff asks s for the wait after failed attempts; should it panic
+// or call runtime.Goexit, the acquisition is abandoned first, as for
+// onRetry, and the panic goes on.
+func nextBackoff(s RetryStrategy, failed int, abandon func()) (d time.Duration, ok bool) {
+	returned := false
+	defer func() {
+		if !returned {
+			abandon()
+		}
+	}()
+	d, ok = s.NextBackoff(failed)
+	returned = true
+	return d, ok
 }
 
 // maxWait returns the bound of a wait under ctx: the WithMaxWait given
