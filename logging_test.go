@@ -179,3 +179,49 @@ func captureLogs(level slog.Level) (*slog.Logger, func() string) {
 	var buf redistest.Buffer
 	return slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level})), buf.String
 }
+
+// A logger that panics as a wait logs a failed attempt leaves nothing
+// behind either, as a retry strategy that panics: the acquisition is
+// abandoned (a waiting writer's pending acquire goes), and the panic goes
+// on.
+func TestAPanickingLoggerLeavesNoWaitBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.newClient(t, dlock.WithLogger(slog.New(panickingHandler{msg: "dlock: attempt failed"})))
+	reader, err := e.c.RWMutex("logged").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Release(ctx)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the logger's panic", p)
+			}
+		}()
+		_, _ = c.RWMutex("logged").Lock(ctx, dlock.WithTTL(time.Minute))
+	}()
+	info, err := e.c.Inspect(ctx, "logged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.WriterWaiting || info.Waiters != 0 {
+		t.Errorf("after the panic the writer still waits: %+v", info)
+	}
+}
+
+// panickingHandler is a slog handler that panics on the records of one
+// message and drops the others.
+type panickingHandler struct{ msg string }
+
+func (h panickingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h panickingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		panic("boom")
+	}
+	return nil
+}
+
+func (h panickingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h panickingHandler) WithGroup(string) slog.Handler      { return h }
