@@ -1290,7 +1290,9 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	// that it ends within Close's bound (an unwait it has no time left for
 	// lapses with the registration, within 1.5s).
 	var gaveUp time.Time
+	abandoned := false
 	abandon := func(uncertain bool, err error) error {
+		abandoned = true
 		gaveUp = time.Now()
 		if gb := (*gaveBackError)(nil); errors.As(err, &gb) {
 			// Given up when that give-back began: it used that time.
@@ -1332,6 +1334,16 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 	uncertain := false // an attempt may have taken the lock without our knowing
 	retriedLate := false
 	aheadUnknown := false // the last attempt went ahead of its turn, and its outcome is unknown
+	defer func() {
+		// Every return but the lock's is by abandon: anything else is a
+		// panic or runtime.Goexit (of the retry strategy, the logger, a
+		// WithOnRetry function or hook), which abandons the acquisition
+		// first, so that no attempt leaves anything behind (a waiting
+		// writer's pending acquire, a registration), and goes on.
+		if !obtained && !abandoned {
+			_ = abandon(uncertain, nil)
+		}
+	}()
 	for failed := 0; ; {
 		// An owner's re-entry, or an acquire with its token, may succeed
 		// while the lock is held: its first attempt does not wait behind
@@ -1420,7 +1432,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 			onRetry(o.onRetry, failed, err, func() { _ = abandon(uncertain, err) })
 		}
 		c.log.DebugContext(ctx, "dlock: attempt failed", "names", names, "attempt", failed, "err", err)
-		d, ok := nextBackoff(o.retry, failed, func() { _ = abandon(uncertain, err) })
+		d, ok := o.retry.NextBackoff(failed)
 		d = max(d, minBackoff)
 		if !ok {
 			if short {
@@ -1521,21 +1533,6 @@ func onRetry(f func(int, error), failed int, err error, abandon func()) {
 	}()
 	f(failed, err)
 	returned = true
-}
-
-// nextBackoff asks s for the wait after failed attempts; should it panic
-// or call runtime.Goexit, the acquisition is abandoned first, as for
-// onRetry, and the panic goes on.
-func nextBackoff(s RetryStrategy, failed int, abandon func()) (d time.Duration, ok bool) {
-	returned := false
-	defer func() {
-		if !returned {
-			abandon()
-		}
-	}()
-	d, ok = s.NextBackoff(failed)
-	returned = true
-	return d, ok
 }
 
 // maxWait returns the bound of a wait under ctx: the WithMaxWait given
