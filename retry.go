@@ -23,7 +23,8 @@ import (
 // once. NextBackoff runs on the waiting caller's goroutine: should it
 // panic, the wait is abandoned first (what its attempts left in Redis, a
 // waiting writer's place in line among them, is cleaned up), and the
-// panic goes on to the caller, as a WithOnRetry function's does.
+// panic goes on to the caller, as a WithOnRetry function's or the
+// logger's does.
 type RetryStrategy interface {
 	// NextBackoff returns the wait before the next attempt, given the number
 	// of attempts that failed so far (1 after the first failure), and false
@@ -126,8 +127,8 @@ func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 
 // Jitter randomises the waits of s: each becomes a uniformly random duration
 // in [(1-fraction)×d, d]. A fraction of 1 gives "full jitter"; fractions
-// outside [0, 1] are clamped, and NaN jitters nothing. A nil s (or a nil RetryFunc) makes WithRetry
-// fail with ErrInvalidOption.
+// outside [0, 1] are clamped, and NaN jitters nothing. A nil s (or a nil
+// RetryFunc) makes WithRetry fail with ErrInvalidOption.
 func Jitter(s RetryStrategy, fraction float64) RetryStrategy {
 	if isNilRetry(s) {
 		return nilRetry("Jitter")
