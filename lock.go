@@ -1575,8 +1575,9 @@ func (l *Lock) AutoRefresh(opts ...Option) error {
 // TTL returns how long the lock has left on the server (the least of its
 // names' that have an expiry; 0 when none has, as after an operator's
 // PERSIST; the longest Duration when the server keeps it longer, as after
-// an operator's PEXPIRE of more than some 292 years), or ErrNotHeld if it is no longer held: then, as for Refresh,
-// the lock ends as lost (Done closes) unless Release was called.
+// an operator's PEXPIRE of more than some 292 years), or ErrNotHeld if it
+// is no longer held: then, as for Refresh, the lock ends as lost (Done
+// closes) unless Release was called.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
