@@ -14,7 +14,10 @@
 // writes only as far as the connection's buffers take them, and a host that
 // vanished without a reset takes nothing, so that writes past the socket's
 // send buffer wait for the write timeout (or, without one, for TCP to give
-// up).
+// up). Check idle connections, if at all, with TestOnBorrowContext and
+// redis.DoContext, which the request's context bounds: a TestOnBorrow gets
+// no context, and a PING in it to a server that hangs waits for the read
+// timeout.
 //
 // redigo speaks to one server: it knows neither Redis Cluster nor
 // Sentinel. On a cluster node, a call for a key that another node serves
@@ -57,8 +60,12 @@ type Option func(*Driver)
 // default is DefaultTimeout. A pool's connections have no read timeout
 // unless dialed with one, and without a bound a request to a server that
 // hangs (stopped, or cut off with no reset) would wait for as long as it
-// does. A dial is bounded only through the pool's DialContext (not Dial).
-// Values below 1ms are ignored: the earlier setting stays.
+// does. A dial is bounded only through the pool's DialContext (not Dial),
+// and a check of an idle connection only through the pool's
+// TestOnBorrowContext (not TestOnBorrow, which redigo gives no context: a
+// PING in it waits for the connection's read timeout, and without one, on
+// a server that hangs, for ever). Values below 1ms are ignored: the
+// earlier setting stays.
 func WithTimeout(d time.Duration) Option {
 	return func(drv *Driver) {
 		if d >= time.Millisecond {

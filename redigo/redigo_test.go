@@ -116,6 +116,52 @@ func TestARequestToAHungServerEnds(t *testing.T) {
 	}
 }
 
+// A pool's TestOnBorrowContext is given the request's context, bounded by
+// the driver's timeout: a PING in it (redis.DoContext) to a server that
+// hangs fails the request in time, where a TestOnBorrow, given no context,
+// waits for as long as the connection's read timeout, without one for ever.
+func TestATestOnBorrowContextIsBoundedByTheRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", srv.Addr())
+		},
+		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, _ time.Time) error {
+			_, err := redis.DoContext(c, ctx, "PING")
+			return err
+		},
+		MaxIdle: 4,
+	}
+	defer pool.Close()
+	locks := dlock.New(dlockredigo.New(pool, dlockredigo.WithTimeout(300*time.Millisecond)))
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.TryLock(ctx, "warm") // leaves an idle connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := srv.PauseAWhile(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := locks.TryLock(ctx, "hung")
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		resume()
+		t.Fatal("TryLock still waits on the hung server")
+	}
+	resume()
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("err = %v, want a timeout", err)
+	}
+}
+
 // A request whose context never ends does not wait for ever on a dial that
 // stalls (a host that vanished, a sentinel that does not answer): taking a
 // connection is bounded by WithTimeout too.
