@@ -270,6 +270,28 @@ func TestAnIdleConnectionTheServerClosedIsReplaced(t *testing.T) {
 	}
 }
 
+// TestAListOnAnIdleConnectionTheServerClosedIsSentAgain: List, whose SCAN
+// takes an idle connection of the pool as every request does, runs again
+// on a new connection when the server had closed it (CLIENT KILL, its
+// timeout, a restart), as a script call does.
+func TestAListOnAnIdleConnectionTheServerClosedIsSentAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	locks := dlock.New(dlockredigo.New(newPool(t, srv.Addr())))
+	defer locks.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := locks.TryLock(ctx, "listed") // leaves an idle connection in the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+	got, err := locks.List(ctx, "")
+	if err != nil || len(got) != 1 || got[0].Name != "listed" {
+		t.Errorf("List after the idle connection was closed: %v, %v; want the lock held", got, err)
+	}
+}
+
 // TestABatchToAHungServerEnds: a batch too large for the socket's buffers,
 // of large calls or of many small ones, sent to a server that stopped
 // reading, ends at its context's deadline too; the connection is dropped,
