@@ -150,9 +150,7 @@ func (d *Driver) evalRenewing(ctx context.Context, conn redis.Conn, calls []*dlo
 	if !closedUnder(calls) || ctx.Err() != nil {
 		return conn
 	}
-	dctx, cancel := d.timed(ctx)
-	fresh, err := dial(dctx, d.pool)
-	cancel()
+	fresh, err := d.dial(ctx)
 	if err != nil {
 		return conn
 	}
@@ -162,6 +160,16 @@ func (d *Driver) evalRenewing(ctx context.Context, conn redis.Conn, calls []*dlo
 	}
 	eval(ctx, d.timeout, fresh, calls)
 	return fresh
+}
+
+// dial opens a connection outside the pool, for a request that found its
+// pooled connection closed, bounded by ctx or the driver's timeout.
+func (d *Driver) dial(ctx context.Context) (redis.Conn, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	ctx, cancelDial := d.timed(ctx)
+	defer cancelDial()
+	return dial(ctx, d.pool)
 }
 
 // closedUnder reports whether every call failed because the connection
@@ -482,7 +490,10 @@ func (e *ClusterError) Unwrap() []error { return []error{dlock.ErrUnsupported, e
 // Redis Cluster node it fails with an error matching dlock.ErrUnsupported
 // instead, as it would see that node's keys only. It tells a cluster node
 // by INFO: for a user whose ACL denies INFO it assumes a single server, and
-// on a cluster node lists that node's keys alone.
+// on a cluster node lists that node's keys alone. When the pooled
+// connection it took was closed by the server (an idle one: the server's
+// timeout, CLIENT KILL, a restart), it goes on a new connection, as Eval
+// does.
 func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string) error) error {
 	gctx, cancel := d.bound(ctx)
 	conn, err := d.conn(gctx)
@@ -490,9 +501,19 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	// A user whose ACL denies INFO is assumed not to be on a cluster.
 	info, err := redis.String(d.do(ctx, conn, "INFO", "cluster"))
+	if dlock.ConnectionClosed(err) && ctx.Err() == nil {
+		// An idle connection of the pool that the server had closed (see
+		// evalRenewing): INFO, which changes nothing, goes once more on a
+		// new connection.
+		if fresh, derr := d.dial(ctx); derr == nil {
+			_ = conn.Close()
+			conn = fresh
+			info, err = redis.String(d.do(ctx, conn, "INFO", "cluster"))
+		}
+	}
 	if err != nil && !isReply(err) {
 		return err
 	}
