@@ -13,6 +13,7 @@ import (
 var scanTests = []test{
 	{name: "Keys", run: testScanKeys},
 	{name: "Stops", run: testScanStops},
+	{name: "KilledConnections", run: testScanKilledConnections},
 }
 
 // scanner returns the driver's Scanner, or, for a driver without one,
@@ -116,5 +117,34 @@ func testScanStops(t *testing.T, e *env) {
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Scan on an ended context: %v, want context.Canceled", err)
+	}
+}
+
+// testScanKilledConnections: a Scan after the servers closed every
+// connection of the driver's (CLIENT KILL, or their idle timeout) finds the
+// keys, round after round, as calls do (see testKilledConnections): List
+// must not fail for a connection that had long gone.
+func testScanKilledConnections(t *testing.T, e *env) {
+	sc := e.scanner(t)
+	ctx := timeout(t)
+	p := prefix(t)
+	want := map[string]bool{}
+	for _, srv := range e.primaries {
+		key := fmt.Sprintf("%sk:{%s}", p, e.tagOn(t, srv))
+		srv.Do(t, "HSET", key, "f", "v")
+		want[key] = true
+	}
+	for round := 1; round <= 3; round++ {
+		got := 0
+		err := sc.Scan(ctx, p+"k:*", "hash", func(key string) error {
+			if want[key] {
+				got++
+			}
+			return nil
+		})
+		if err != nil || got != len(want) {
+			t.Errorf("round %d: Scan found %d of %d keys, err %v", round, got, len(want), err)
+		}
+		e.killClients(t)
 	}
 }
