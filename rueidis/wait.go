@@ -320,6 +320,13 @@ func (d *Driver) readSlots(ctx context.Context) (*slotMap, error) {
 			}
 			node := nodes[addrs[i]]
 			answers[i].entries, answers[i].err = node.Do(ctx, node.B().ClusterSlots().Build()).ToArray()
+			if dlock.ConnectionClosed(answers[i].err) && ctx.Err() == nil {
+				// The connection the server had closed (CLIENT KILL, its
+				// idle timeout), which rueidis learns of only from a
+				// request that fails there, and does not send CLUSTER
+				// SLOTS again: once more, on the connection it dials anew.
+				answers[i].entries, answers[i].err = node.Do(ctx, node.B().ClusterSlots().Build()).ToArray()
+			}
 			answered <- i
 		}()
 	}
