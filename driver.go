@@ -111,12 +111,13 @@ type Partitioned interface {
 // releases) and the application's: the pipelines of the locks nearest their
 // deadlines go first, and one beyond that share waits for one of the
 // watchdog's own to return, for a tenth of the time its locks have left at
-// most, and less when the round trips seen say it must go sooner to be
-// answered before their deadlines, or once the pipelines out take more than
-// twice as long as any lately (the server has slowed down: see
-// watchdog.take). So the share keeps connections for other calls before any
-// round trip has been seen, or while the replies are steadily slow; after a
-// sudden slowdown it gives way almost at once. A driver that multiplexes
+// most, and less when the round trips seen on its server say it must go
+// sooner to be answered before their deadlines, or once the pipelines out
+// there take more than twice as long as any lately (the server has slowed
+// down: see watchdog.take). So the share keeps connections for other calls
+// before any round trip has been seen, or while the replies are steadily
+// slow, on a server slower than the others too; after a sudden slowdown it
+// gives way almost at once. A driver that multiplexes
 // requests on shared connections (rueidis) has no such pool, and need not
 // implement it.
 type Pooled interface {

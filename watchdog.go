@@ -48,20 +48,31 @@ type watchdog struct {
 	// server's connection pool at once before the next waits for one of
 	// them to return (see take); 0 when the driver's pool is unbounded or
 	// unknown (see Pooled).
-	share  int
-	poolMu sync.Mutex
-	pools  map[string]*poolShare // by server ("" off a Partitioned driver), under poolMu
-	// trip is the longest time a pipeline of refreshes took lately (see
-	// give), in nanoseconds (see sendBy).
-	trip     atomic.Int64
-	heldBack atomic.Int64 // how many pipelines waited for another (tests)
+	share    int
+	poolMu   sync.Mutex
+	pools    map[string]*poolShare // by server ("" off a Partitioned driver), under poolMu
+	swept    time.Time             // when forget last looked at pools, under poolMu
+	heldBack atomic.Int64          // how many pipelines waited for another (tests)
 }
 
 // poolShare is the watchdog's part of one server's connection pool.
 type poolShare struct {
 	sent    []time.Time // when each pipeline out went, from claim or take to give
 	waiting []*place    // the pipelines held back, earliest deadline first
+	// trip is the longest time a pipeline of refreshes took lately on
+	// this server (see give, sendBy and slowAt): its own, not the other
+	// servers', so that a server steadily slower than the others does not
+	// look as if it had just slowed down beside them.
+	trip     time.Duration
+	returned time.Time // when its last pipeline came back (see forget)
 }
+
+// forgetShare is how long a server's share with no pipeline out or held
+// back is kept, with its round trips, before it is forgotten (a server
+// gone from a cluster, say): longer than the usual refresh interval, so
+// that a server's next pass still finds the round trips of its last (see
+// slowAt).
+const forgetShare = 10 * time.Minute
 
 // place is a pipeline's place in the watchdog's share of a server's pool
 // (see claim).
@@ -418,8 +429,7 @@ func (w *watchdog) take(ctx context.Context, at *place) {
 	if at.turn == nil {
 		return
 	}
-	by := w.sendBy(at.deadline, at.claimed)
-	t := time.NewTimer(time.Until(by))
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		w.poolMu.Lock()
@@ -430,7 +440,7 @@ func (w *watchdog) take(ctx context.Context, at *place) {
 			return // given its turn
 		}
 		now := time.Now()
-		until := by
+		until := sendBy(at.deadline, at.claimed, p.trip)
 		if slow, ok := w.slowAt(p); ok && slow.Before(until) {
 			until = slow
 		}
@@ -443,7 +453,8 @@ func (w *watchdog) take(ctx context.Context, at *place) {
 		}
 		w.poolMu.Unlock()
 		// The oldest pipeline out may return meanwhile and another take
-		// its place: slowAt is then later, and the wait goes on.
+		// its place: slowAt is then later, and the wait goes on (sendBy
+		// too moves with the round trips seen meanwhile).
 		t.Reset(until.Sub(now))
 		select {
 		case <-at.turn:
@@ -456,20 +467,20 @@ func (w *watchdog) take(ctx context.Context, at *place) {
 
 // slowAt returns when the server of pool p has slowed down, as far as
 // the watchdog can tell: when the oldest of its pipelines out there has
-// been out for two of the longest recent round trips (see give). Replies
-// may become slow at once, none that slow seen yet: then the pipelines
-// out are late too, and one held back for them protects no other call's
-// connection for long, while it costs its locks time they may need for
-// their own slow replies. ok is false while no pipeline is out there, or
-// before any round trip has been seen. So the share protects the other
-// calls before the first round trip, or while the replies are steadily
-// slow; after a sudden slowdown it gives way almost at once.
+// been out for two of the longest recent round trips there (see give).
+// Replies may become slow at once, none that slow seen yet: then the
+// pipelines out are late too, and one held back for them protects no
+// other call's connection for long, while it costs its locks time they
+// may need for their own slow replies. ok is false while no pipeline is
+// out there, or before any round trip has been seen there. So the share
+// protects the other calls before the first round trip, or while the
+// replies are steadily slow, on a server slower than the others too;
+// after a sudden slowdown it gives way almost at once.
 func (w *watchdog) slowAt(p *poolShare) (at time.Time, ok bool) {
-	trip := time.Duration(w.trip.Load())
-	if trip <= 0 || len(p.sent) == 0 {
+	if p.trip <= 0 || len(p.sent) == 0 {
 		return time.Time{}, false
 	}
-	return slices.MinFunc(p.sent, time.Time.Compare).Add(2 * trip), true
+	return slices.MinFunc(p.sent, time.Time.Compare).Add(2 * p.trip), true
 }
 
 // give gives back the place at of a pipeline sent, now returned, and gives
@@ -477,18 +488,14 @@ func (w *watchdog) slowAt(p *poolShare) (at time.Time, ok bool) {
 // deadline first, as far as the share allows.
 func (w *watchdog) give(at *place) {
 	now, sent := time.Now(), at.sent
-	// The longest lately: each pipeline lets the last one's fade by an
-	// eighth, so that one slow reply long ago does not have pipelines go
-	// early for good.
-	for {
-		old := w.trip.Load()
-		if w.trip.CompareAndSwap(old, max(int64(now.Sub(sent)), old-old/8)) {
-			break
-		}
-	}
 	w.poolMu.Lock()
 	defer w.poolMu.Unlock()
 	p := at.pool
+	// The longest lately on this server: each pipeline lets the last
+	// one's fade by an eighth, so that one slow reply long ago does not
+	// have pipelines go early for good.
+	p.trip = max(now.Sub(sent), p.trip-p.trip/8)
+	p.returned = now
 	i := slices.Index(p.sent, sent)
 	p.sent = slices.Delete(p.sent, i, i+1)
 	for len(p.waiting) > 0 && len(p.sent) < w.share {
@@ -498,17 +505,36 @@ func (w *watchdog) give(at *place) {
 		p.sent = append(p.sent, now)
 		close(h.turn)
 	}
-	if len(p.sent) == 0 && at.server != "" {
-		delete(w.pools, at.server) // nothing waits either: a server gone is forgotten
+	if len(p.sent) == 0 {
+		w.forget(now) // nothing waits either
+	}
+}
+
+// forget forgets the shares of the servers that have had no pipeline out
+// or held back for forgetShare, with their round trips: a server gone is
+// not kept for good. Not at once: a server's next pass would then hold
+// its pipelines back as if no round trip had been seen there (see
+// slowAt). It looks once in forgetShare at most: there may be a share
+// for each slot of a cluster whose slot map is not at hand (see
+// byServer). Called with poolMu held.
+func (w *watchdog) forget(now time.Time) {
+	if now.Sub(w.swept) < forgetShare {
+		return
+	}
+	w.swept = now
+	for server, p := range w.pools {
+		if server != "" && len(p.sent) == 0 && len(p.waiting) == 0 && now.Sub(p.returned) > forgetShare {
+			delete(w.pools, server)
+		}
 	}
 }
 
 // sendBy returns the latest time a pipeline held back at now may go and
 // still be answered before deadline, its locks' earliest, as far as the
-// watchdog can tell: two of the longest recent round trips before it. And
-// it waits no more than a tenth of the time its locks have left, whatever
-// the round trips seen say: replies may become slower at once (none that
-// slow seen yet, or on another server), and a pipeline held back longer
+// watchdog can tell: two of the longest recent round trips on its server
+// (trip) before it. And it waits no more than a tenth of the time its
+// locks have left, whatever the round trips seen say: replies may become
+// slower at once (none that slow seen yet), and a pipeline held back longer
 // would lose its locks to replies that, sent at once, would have come in
 // time. So a pipeline held back is answered in time whenever its reply
 // takes less than nine tenths of what its locks had left, where one sent
@@ -516,8 +542,8 @@ func (w *watchdog) give(at *place) {
 // been seen, a sudden slowdown sends it sooner still: when the oldest
 // pipeline out has taken two of the longest recent round trips (see
 // slowAt).
-func (w *watchdog) sendBy(deadline, now time.Time) time.Time {
-	by := deadline.Add(-2 * time.Duration(w.trip.Load()))
+func sendBy(deadline, now time.Time, trip time.Duration) time.Time {
+	by := deadline.Add(-2 * trip)
 	if most := now.Add(deadline.Sub(now) / 10); most.Before(by) {
 		by = most
 	}
