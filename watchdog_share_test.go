@@ -55,3 +55,25 @@ func TestASteadilySlowServerKeepsItsShareBesideFastOnes(t *testing.T) {
 	<-went
 	w.give(held)
 }
+
+// A server's share that has had nothing out or held back is kept, with
+// its round trips, until it has been idle for forgetShare, and then
+// forgotten (a server gone from a cluster); the share of a client that is
+// not Partitioned ("") is kept for good.
+func TestAnIdleServersShareIsForgottenWithItsRoundTrips(t *testing.T) {
+	w := &watchdog{share: 1}
+	roundTrip(w, "gone", 100*time.Millisecond)
+	roundTrip(w, "", 100*time.Millisecond)
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	if p := w.pools["gone"]; p == nil || p.trip < 100*time.Millisecond {
+		t.Fatalf("a share just idle: %+v, want kept with its round trip of 100ms", p)
+	}
+	w.forget(time.Now().Add(forgetShare + time.Second))
+	if _, ok := w.pools["gone"]; ok {
+		t.Errorf("a share idle for more than %v kept", forgetShare)
+	}
+	if _, ok := w.pools[""]; !ok {
+		t.Error(`the share of server "" forgotten`)
+	}
+}
