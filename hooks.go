@@ -56,7 +56,11 @@ type Hooks struct {
 
 	// Refresh is called after every refresh of an obtained lock, by
 	// Lock.Refresh or by the watchdog: err is nil when the lock was
-	// extended.
+	// extended. The watchdog refreshes a lock from the moment it is
+	// obtained, so its first Refresh calls may come before the lock's
+	// AcquireDone hooks have returned (before a later set's is called)
+	// when they, or the caller's goroutine, take longer than its refresh
+	// interval; its End still comes after them.
 	Refresh func(ctx context.Context, h HookInfo, err error)
 
 	// ReleaseStart is called when Release begins; the context it returns

@@ -958,3 +958,33 @@ func TestAHookPanicOnDlocksOwnGoroutinesIsLogged(t *testing.T) {
 		}
 	})
 }
+
+// TestTheWatchdogsRefreshMayComeBeforeAcquireDoneReturns: the watchdog
+// refreshes an auto-refreshed lock from the moment it is obtained, so an
+// AcquireDone hook slower than the refresh interval sees a Refresh call of
+// that lock before it returns (see Hooks.Refresh).
+func TestTheWatchdogsRefreshMayComeBeforeAcquireDoneReturns(t *testing.T) {
+	e := newEnv(t)
+	refreshed := make(chan struct{})
+	var once sync.Once
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireDone: func(_ context.Context, _ dlock.HookInfo, r dlock.AcquireResult) {
+			if r.Outcome != dlock.OutcomeObtained {
+				return
+			}
+			select {
+			case <-refreshed:
+			case <-time.After(5 * time.Second):
+				t.Error("no Refresh call while AcquireDone ran for 5s")
+			}
+		},
+		Refresh: func(context.Context, dlock.HookInfo, error) { once.Do(func() { close(refreshed) }) },
+	}))
+	l, err := c.TryLock(context.Background(), "early", dlock.WithTTL(time.Second), dlock.WithAutoRefresh(), dlock.WithRefreshInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
