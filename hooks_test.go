@@ -471,6 +471,47 @@ func TestAPanicAfterTheLockIsObtainedGivesItBack(t *testing.T) {
 	}
 }
 
+// TestAPanicAfterALockIsObtainedWithATokenLeavesItsHold: a lock obtained
+// WithToken shares its hold with the Lock whose token it is, so a panic in
+// AcquireDone does not give it back; End's error says the lock is lost to
+// the panic, not that it was given back.
+func TestAPanicAfterALockIsObtainedWithATokenLeavesItsHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var panics atomic.Bool
+	var mu sync.Mutex
+	var ends []error
+	c := e.newClient(t, dlock.WithHooks(dlock.Hooks{
+		AcquireDone: func(context.Context, dlock.HookInfo, dlock.AcquireResult) {
+			if panics.Load() {
+				panic("boom")
+			}
+		},
+		End: func(_ dlock.HookInfo, _ time.Duration, err error) {
+			mu.Lock()
+			ends = append(ends, err)
+			mu.Unlock()
+		},
+	}))
+	held, err := c.TryLock(ctx, "token-then-panic", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	panics.Store(true)
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = c.TryLock(ctx, "token-then-panic", dlock.WithTTL(time.Minute), dlock.WithToken(held.Token()))
+	}()
+	if err := held.Refresh(ctx, time.Minute); err != nil {
+		t.Errorf("the Lock whose token it was: Refresh: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ends) != 1 || !errors.Is(ends[0], dlock.ErrLost) || strings.Contains(ends[0].Error(), "given back") {
+		t.Errorf("End: %v; want once, an ErrLost that does not say the hold was given back", ends)
+	}
+}
+
 // TestARefreshCloseAbandonsIsNotReportedAsFailed: Close ends a refresh
 // that is under way (its reply held back); that refresh is not reported as
 // a failed one, to the Refresh hook.
