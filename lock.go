@@ -539,7 +539,8 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 // lostToPanic gives back the lock of an acquisition that a panic or
 // runtime.Goexit ended after it was obtained (in a hook, or a logger):
 // its caller never gets the Lock, so nothing else would release it or
-// stop refreshing it. Its End hooks are called, with an error wrapping
+// stop refreshing it. One obtained WithToken is not given back, only no
+// longer refreshed: its hold may be another Lock's too. Its End hooks are called, with an error wrapping
 // ErrLost, only when AcquireDone said obtained (a panic in a later set of
 // hooks than one that counted the lock held). An acquisition ended before
 // it obtained the lock has given back what its attempts may hold (see
@@ -559,7 +560,13 @@ func (l *Lock) lostToPanic(ctx context.Context) {
 		l.ended()
 	}()
 	if told {
-		l.end(fmt.Errorf("%w: %s: given back: a panic or runtime.Goexit ended its acquisition before its caller got it", ErrLost, l.describe()))
+		// Given back, unless obtained WithToken: its hold may be another
+		// Lock's too, which the cleanup leaves it.
+		how := "given back"
+		if !l.ownReq {
+			how = "left to its token's other holders"
+		}
+		l.end(fmt.Errorf("%w: %s: %s: a panic or runtime.Goexit ended its acquisition before its caller got it", ErrLost, l.describe(), how))
 	} else {
 		l.drop()
 	}
