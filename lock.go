@@ -537,14 +537,14 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 }
 
 // lostToPanic gives back the lock of an acquisition that a panic or
-// runtime.Goexit ended after it was obtained (in a hook, or a logger):
-// its caller never gets the Lock, so nothing else would release it or
-// stop refreshing it. One obtained WithToken is not given back, only no
-// longer refreshed: its hold may be another Lock's too. Its End hooks are called, with an error wrapping
-// ErrLost, only when AcquireDone said obtained (a panic in a later set of
-// hooks than one that counted the lock held). An acquisition ended before
-// it obtained the lock has given back what its attempts may hold (see
-// onRetry).
+// runtime.Goexit ended after it was obtained (in a hook, or a logger): its
+// caller never gets the Lock, so nothing else would release it or stop
+// refreshing it. One obtained WithToken is not given back, only no longer
+// refreshed: its hold may be another Lock's too. Its End hooks are called,
+// with an error wrapping ErrLost, only when AcquireDone said obtained (a
+// panic in a later set of hooks than one that counted the lock held). An
+// acquisition ended before it obtained the lock has given back what its
+// attempts may hold (see onRetry).
 func (l *Lock) lostToPanic(ctx context.Context) {
 	l.mu.Lock()
 	started, told := l.started, l.hooksTold
