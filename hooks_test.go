@@ -396,9 +396,20 @@ func checkOnce(t *testing.T, starts, dones *atomic.Int64) {
 // acquire goes), AcquireDone sees it end, and the panic goes on.
 func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	c, starts, dones := countingClient(t, e)
-	reader, err := e.c.RWMutex("panicky").TryRLock(ctx, dlock.WithTTL(time.Minute))
+	writerPanicsInItsWait(t, e, c, "panicky", "the callback's", dlock.WithOnRetry(func(int, error) { panic("boom") }))
+	checkOnce(t, starts, dones)
+}
+
+// writerPanicsInItsWait has a writer of c's wait for name, held by a
+// reader of e's, with opts, which make its wait panic "boom" (what
+// panics, for the error's words); it checks that the panic reaches the
+// caller and that no writer is left waiting in Redis, which would keep
+// every reader out for the writer's TTL.
+func writerPanicsInItsWait(t *testing.T, e *env, c *dlock.Client, name, what string, opts ...dlock.Option) {
+	t.Helper()
+	ctx := context.Background()
+	reader, err := e.c.RWMutex(name).TryRLock(ctx, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,19 +417,18 @@ func TestAPanicInARetryHookLeavesNothingBehind(t *testing.T) {
 	func() {
 		defer func() {
 			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want the callback's panic", p)
+				t.Errorf("recovered %v, want %s panic", p, what)
 			}
 		}()
-		_, _ = c.RWMutex("panicky").Lock(ctx, dlock.WithTTL(time.Minute), dlock.WithOnRetry(func(int, error) { panic("boom") }))
+		_, _ = c.RWMutex(name).Lock(ctx, append([]dlock.Option{dlock.WithTTL(time.Minute)}, opts...)...)
 	}()
-	info, err := e.c.Inspect(ctx, "panicky")
+	info, err := e.c.Inspect(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.WriterWaiting || info.Waiters != 0 {
 		t.Errorf("after the panic the writer still waits: %+v", info)
 	}
-	checkOnce(t, starts, dones)
 }
 
 // A WithOnRetry function that ends its goroutine (runtime.Goexit, as

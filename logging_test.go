@@ -186,28 +186,8 @@ func captureLogs(level slog.Level) (*slog.Logger, func() string) {
 // on.
 func TestAPanickingLoggerLeavesNoWaitBehind(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	c := e.newClient(t, dlock.WithLogger(slog.New(panickingHandler{msg: "dlock: attempt failed"})))
-	reader, err := e.c.RWMutex("logged").TryRLock(ctx, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Release(ctx)
-	func() {
-		defer func() {
-			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want the logger's panic", p)
-			}
-		}()
-		_, _ = c.RWMutex("logged").Lock(ctx, dlock.WithTTL(time.Minute))
-	}()
-	info, err := e.c.Inspect(ctx, "logged")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.WriterWaiting || info.Waiters != 0 {
-		t.Errorf("after the panic the writer still waits: %+v", info)
-	}
+	writerPanicsInItsWait(t, e, c, "logged", "the logger's")
 }
 
 // panickingHandler is a slog handler that panics on the records of one

@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"context"
 	"maps"
 	"math"
 	"slices"
@@ -149,28 +148,8 @@ func TestStrategiesAreSharedSafely(t *testing.T) {
 // the writer's TTL), AcquireDone sees it end, and the panic goes on.
 func TestAPanickingRetryStrategyLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	c, starts, dones := countingClient(t, e)
-	reader, err := e.c.RWMutex("panicky").TryRLock(ctx, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Release(ctx)
 	boom := dlock.RetryFunc(func(int) (time.Duration, bool) { panic("boom") })
-	func() {
-		defer func() {
-			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want the strategy's panic", p)
-			}
-		}()
-		_, _ = c.RWMutex("panicky").Lock(ctx, dlock.WithTTL(time.Minute), dlock.WithRetry(boom))
-	}()
-	info, err := e.c.Inspect(ctx, "panicky")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.WriterWaiting || info.Waiters != 0 {
-		t.Errorf("after the panic the writer still waits: %+v", info)
-	}
+	writerPanicsInItsWait(t, e, c, "panicky", "the strategy's", dlock.WithRetry(boom))
 	checkOnce(t, starts, dones)
 }
