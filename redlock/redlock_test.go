@@ -879,7 +879,7 @@ func TestPausedNodesCostTheNodeTimeout(t *testing.T) {
 }
 
 // TestMutualExclusionUnderContention has 8 lockers, each with clients of
-// its own (as 8 processes would), take one lock 5 times each and do a
+// its own (as 8 processes would), take one lock 10 times each and do a
 // read-modify-write under it.
 func TestMutualExclusionUnderContention(t *testing.T) {
 	srvs := redistest.StartMasters(t, 5)
