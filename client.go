@@ -77,9 +77,10 @@ func WithPrefix(prefix string) ClientOption {
 
 // WithLogger sets where the client logs: debug records for acquisitions,
 // retries, refreshes and releases, warnings for losses and for failures it
-// cannot return to a caller, an error record, with its stack, for a hook
-// that panicked on one of dlock's own goroutines (see Hooks), and an info
-// record when the driver cannot subscribe (waiting then polls). Records
+// cannot return to a caller, error records for an automatic refresh that
+// Redis denies (ErrDenied: a setting to fix) and, with its stack, for a
+// hook that panicked on one of dlock's own goroutines (see Hooks), and an
+// info record when the driver cannot subscribe (waiting then polls). Records
 // about a lock name it with the attribute "names", a list. Tokens are never
 // logged. The loss of one node's lock of a Redlock lock (package redlock)
 // is a debug record, not a warning: Redlock logs whether the lock is lost.

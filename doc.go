@@ -164,8 +164,9 @@
 // MONITOR and client lists; Open reports ErrNoFunctions up front on a
 // server without functions. WithLogger logs acquisitions, retries,
 // refreshes and releases at debug level, refresh failures and losses as
-// warnings, and a hook's panic on one of its own goroutines as an error; it
-// is silent by default and never logs tokens. WithHooks
+// warnings, and an automatic refresh Redis denies (ErrDenied) and a
+// hook's panic on one of its own goroutines as errors; it is silent by
+// default and never logs tokens. WithHooks
 // follows every acquisition, refresh, release and loss for metrics and
 // tracing (package github.com/dlockio/dlock/otel turns the hooks into
 // OpenTelemetry metrics and spans).
