@@ -77,7 +77,6 @@ const forgetShare = 10 * time.Minute
 // place is a pipeline's place in the watchdog's share of a server's pool
 // (see claim).
 type place struct {
-	server   string
 	pool     *poolShare
 	deadline time.Time     // its locks' earliest
 	claimed  time.Time     // when it claimed its place
@@ -391,7 +390,7 @@ func (w *watchdog) claim(server string, deadline time.Time) *place {
 		w.pools[server] = p
 	}
 	now := time.Now()
-	at := &place{server: server, pool: p, deadline: deadline, claimed: now}
+	at := &place{pool: p, deadline: deadline, claimed: now}
 	if len(p.sent) < w.share {
 		at.sent = now
 		p.sent = append(p.sent, now)
