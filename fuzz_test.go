@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"math"
 	"path"
 	"strings"
 	"testing"
@@ -135,18 +136,66 @@ func FuzzOptions(f *testing.F) {
 	})
 }
 
-// FuzzRetry: strategies never ask for a negative wait.
+// FuzzRetry: strategies never ask for a negative wait, nor one past their
+// cap, whatever their parameters; and Jitter, over any of them (uncapped,
+// exponential, saturated at the longest duration, nested), stops where the
+// strategy stops and draws a wait in [(1-fraction)×d, d] of the strategy's
+// d.
 func FuzzRetry(f *testing.F) {
 	f.Add(int64(time.Millisecond), int64(time.Second), 5, 0.5)
 	f.Add(int64(-1), int64(0), 1000000, 2.0)
+	f.Add(int64(math.MaxInt64), int64(0), math.MaxInt, 1.0)
+	f.Add(int64(time.Hour), int64(-1), 64, 0.999999999)
+	f.Add(int64(math.MaxInt64/3), int64(math.MaxInt64), 3, 1e-300)
+	f.Add(int64(1), int64(math.MinInt64), math.MinInt, math.Inf(1))
+	f.Add(int64(math.MinInt64), int64(1), 0, math.NaN())
 	f.Fuzz(func(t *testing.T, a, b int64, failed int, frac float64) {
-		for _, s := range []RetryStrategy{
-			ConstantBackoff(time.Duration(a)), LinearBackoff(time.Duration(a), time.Duration(b)),
-			ExponentialBackoff(time.Duration(a), time.Duration(b)), Intervals(time.Duration(a), time.Duration(b)),
-			Jitter(ExponentialBackoff(time.Duration(a), time.Duration(b)), frac), LimitRetry(ConstantBackoff(time.Duration(a)), int(b%100)),
+		da, db := time.Duration(a), time.Duration(b)
+		for _, c := range []struct {
+			name  string
+			s     RetryStrategy
+			limit time.Duration // the documented cap, 0 for none
+		}{
+			{"ConstantBackoff(a)", ConstantBackoff(da), 0},
+			{"LinearBackoff(a, b)", LinearBackoff(da, db), max(db, 0)},
+			{"LinearBackoff(a, 0)", LinearBackoff(da, 0), 0},
+			{"ExponentialBackoff(a, b)", ExponentialBackoff(da, db), max(db, 0)},
+			{"ExponentialBackoff(a, 0)", ExponentialBackoff(da, 0), 0},
+			{"ExponentialBackoff(a, MaxInt64)", ExponentialBackoff(da, math.MaxInt64), 0},
+			{"Intervals(a, b)", Intervals(da, db), 0},
+			{"LimitRetry(ExponentialBackoff(a, 0), b)", LimitRetry(ExponentialBackoff(da, 0), int(b%100)), 0},
+			{"Jitter(LinearBackoff(a, 0))", Jitter(LinearBackoff(da, 0), frac), 0},
 		} {
-			if d, _ := s.NextBackoff(failed); d < 0 {
-				t.Fatalf("negative wait %v", d)
+			d0, ok0 := c.s.NextBackoff(failed)
+			if d0 < 0 || c.limit > 0 && d0 > c.limit {
+				t.Fatalf("%s.NextBackoff(%d) = %v, outside [0, %v]", c.name, failed, d0, c.limit)
+			}
+			if monotone := c.limit == 0 && !strings.HasPrefix(c.name, "Jitter") && !strings.HasPrefix(c.name, "Intervals"); monotone && ok0 && failed >= 1 && failed < math.MaxInt {
+				// Uncapped waits never shrink as failures add up.
+				if d1, ok1 := c.s.NextBackoff(failed + 1); ok1 && d1 < d0 {
+					t.Fatalf("%s: NextBackoff(%d) = %v after NextBackoff(%d) = %v", c.name, failed+1, d1, failed, d0)
+				}
+			}
+			if strings.HasPrefix(c.name, "Jitter") {
+				continue // random: no d0 to compare with below
+			}
+			d, ok := Jitter(c.s, frac).NextBackoff(failed)
+			if ok != ok0 {
+				t.Fatalf("Jitter(%s, %v).NextBackoff(%d) goes on %v, the strategy %v", c.name, frac, failed, ok, ok0)
+			}
+			if !ok {
+				continue
+			}
+			if d < 0 || d > d0 {
+				t.Fatalf("Jitter(%s, %v).NextBackoff(%d) = %v, outside [0, %v]", c.name, frac, failed, d, d0)
+			}
+			f := min(max(frac, 0), 1)
+			if math.IsNaN(frac) {
+				f = 0
+			}
+			// (1-f)×d0, less a float's rounding.
+			if least := float64(d0)*(1-f) - float64(d0)*1e-9 - 1; float64(d) < least {
+				t.Fatalf("Jitter(%s, %v).NextBackoff(%d) = %v, under (1-fraction)×%v", c.name, frac, failed, d, d0)
 			}
 		}
 	})
