@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // DefaultPrefix is the prefix of every Redis key and channel dlock writes,
@@ -81,7 +83,8 @@ func WithPrefix(prefix string) ClientOption {
 // Redis denies (ErrDenied: a setting to fix) and, with its stack, for a
 // hook that panicked on one of dlock's own goroutines (see Hooks), and an
 // info record when the driver cannot subscribe (waiting then polls). Records
-// about a lock name it with the attribute "names", a list. Tokens are never
+// about a lock name it with the attribute "names", a list (a name longer
+// than 256 bytes by its first bytes, "…" and its length). Tokens are never
 // logged. The loss of one node's lock of a Redlock lock (package redlock)
 // is a debug record, not a warning: Redlock logs whether the lock is lost.
 // The default discards everything.
@@ -256,13 +259,13 @@ func checkName(name string) error {
 	case name == "":
 		return ErrEmptyName
 	case name[0] == '}' && !hasHashTag(name):
-		return fmt.Errorf("%w: %q starts with '}' and has no hash tag of its own", ErrInvalidName, name)
+		return fmt.Errorf("%w: %s starts with '}' and has no hash tag of its own", ErrInvalidName, causes.Quote(name))
 	}
 	if hasHashTag(name) {
 		for _, s := range keySuffixes {
 			if strings.HasSuffix(name, s) {
-				return fmt.Errorf("%w: %q holds a hash tag and ends in %q, which names a key of the lock %q",
-					ErrInvalidName, name, s, strings.TrimSuffix(name, s))
+				return fmt.Errorf("%w: %s holds a hash tag and ends in %q, which names a key of the lock %s",
+					ErrInvalidName, causes.Quote(name), s, causes.Quote(strings.TrimSuffix(name, s)))
 			}
 		}
 	}
@@ -286,8 +289,8 @@ func (c *Client) checkName(name string) error {
 		return nil
 	}
 	if key := c.RedisKey(name); !hasHashTag(key) {
-		return fmt.Errorf("%w: %q with the prefix %q makes the key %q, whose hash tag is empty: the lock's keys would fall in different Redis Cluster slots",
-			ErrInvalidName, name, c.prefix, key)
+		return fmt.Errorf("%w: %s with the prefix %s makes the key %s, whose hash tag is empty: the lock's keys would fall in different Redis Cluster slots",
+			ErrInvalidName, causes.Quote(name), causes.Quote(c.prefix), causes.Quote(key))
 	}
 	return nil
 }

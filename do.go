@@ -123,7 +123,7 @@ func do(ctx context.Context, fn func(ctx context.Context) error, opts []Option, 
 				if later {
 					then = "it is given back in the background"
 				}
-				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; "+then, "names", l.names, "err", err)
+				l.c.log.WarnContext(ctx, "dlock: could not release after the function panicked; "+then, "names", l.lockNames(), "err", err)
 			}
 		}
 	}()

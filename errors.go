@@ -14,7 +14,9 @@ import (
 )
 
 // Errors returned by dlock. Match them with errors.Is: the returned errors
-// wrap them with details such as the key or argument concerned.
+// wrap them with details such as the key or argument concerned. A name,
+// key or token longer than 256 bytes is quoted in an error's text by its
+// first bytes and its length, not whole.
 var (
 	// ErrNotObtained means the lock is held by someone else: TryLock found it
 	// taken, or Lock gave up waiting.
@@ -127,7 +129,7 @@ type refusal struct {
 }
 
 func (r *refusal) Error() string {
-	return ErrNotObtained.Error() + ": " + strconv.Quote(r.name) + " " + r.why + r.note
+	return ErrNotObtained.Error() + ": " + causes.Quote(r.name) + " " + r.why + r.note
 }
 
 func (r *refusal) Unwrap() error { return ErrNotObtained }
@@ -163,7 +165,7 @@ func (e *ServerError) Error() string {
 	if e.Key == "" {
 		return fmt.Sprintf("dlock: redis request failed: %v", e.Err)
 	}
-	return fmt.Sprintf("dlock: redis request for %q failed: %v", e.Key, e.Err)
+	return fmt.Sprintf("dlock: redis request for %s failed: %v", causes.Quote(e.Key), e.Err)
 }
 
 // Unwrap returns the driver's error.
@@ -545,14 +547,14 @@ func scriptError(err error, key string, name func(i int64) string, keyOf func(na
 			i, _ := strconv.ParseInt(fields[0], 10, 64)
 			n := name(i)
 			if c.sentinel == ErrWrongType && len(fields) > 1 && strings.HasPrefix(fields[1], ":") {
-				return fmt.Errorf("%w: %q (at its key %q)", c.sentinel, n, keyOf(n)+fields[1])
+				return fmt.Errorf("%w: %s (at its key %s)", c.sentinel, causes.Quote(n), causes.Quote(keyOf(n)+fields[1]))
 			}
 			if c.sentinel == ErrKindMismatch && len(fields) > 1 {
 				if found := kindFound(fields[1]); found != "" {
-					return fmt.Errorf("%w: %q is %s", c.sentinel, n, found)
+					return fmt.Errorf("%w: %s is %s", c.sentinel, causes.Quote(n), found)
 				}
 			}
-			return fmt.Errorf("%w: %q", c.sentinel, n)
+			return fmt.Errorf("%w: %s", c.sentinel, causes.Quote(n))
 		}
 	}
 	return &ServerError{Key: key, Err: err}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/dlockio/dlock/internal/causes"
 )
 
 // ErrStaleFence means a write carried a fencing token older than the newest
@@ -64,7 +66,7 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	if len(r) > 1 {
 		newest, _ = r[1].(string)
 	}
-	return fmt.Errorf("%w: %q has seen fence %s, the write carried %d", ErrStaleFence, key, newest, fence)
+	return fmt.Errorf("%w: %s has seen fence %s, the write carried %d", ErrStaleFence, causes.Quote(key), newest, fence)
 }
 
 // notFenced is SetFenced's ErrWrongType: its key is the caller's data,
@@ -72,7 +74,7 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 type notFenced string
 
 func (key notFenced) Error() string {
-	return fmt.Sprintf(`dlock: key holds data that is not a fenced value: %q (a hash of "value" and "fence" only)`, string(key))
+	return fmt.Sprintf(`dlock: key holds data that is not a fenced value: %s (a hash of "value" and "fence" only)`, causes.Quote(string(key)))
 }
 
 // Is makes a notFenced match ErrWrongType.

@@ -12,7 +12,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -277,7 +276,7 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 	}
 	if why := badToken(token); why != "" {
 		// No lock holds it: WithToken refuses it.
-		return nil, fmt.Errorf("%w: Attach with a token that %s (%q)", ErrInvalidToken, why, token)
+		return nil, fmt.Errorf("%w: Attach with a token that %s (%s)", ErrInvalidToken, why, causes.Quote(token))
 	}
 	o := newOptions(opts)
 	if o.err != nil {
@@ -332,7 +331,7 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		// "{x}"), not only when they are spelt the same.
 		key, waiters, fence, late := c.lockKeys(name)
 		if seen[key] || (seen == nil && slices.Contains(keys[:i], key)) {
-			return nil, fmt.Errorf("%w: %q (the same lock as another name given)", ErrDuplicateName, name)
+			return nil, fmt.Errorf("%w: %s (the same lock as another name given)", ErrDuplicateName, causes.Quote(name))
 		}
 		if seen != nil {
 			seen[key] = true
@@ -642,7 +641,7 @@ func (l *Lock) obtained(ctx context.Context, o *options) error {
 		return fmt.Errorf("%s: %w", l.describe(), ErrClosed)
 	}
 	if l.c.log.Enabled(ctx, slog.LevelDebug) {
-		l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.names, "mode", l.kind.mode)
+		l.c.log.DebugContext(ctx, "dlock: obtained", "names", l.lockNames(), "mode", l.kind.mode)
 	}
 	return nil
 }
@@ -990,7 +989,7 @@ func (l *Lock) cleanUpLate(ctx context.Context, calls []*Call, dialLater bool) {
 func (l *Lock) cleanedUp(ctx context.Context, calls []*Call, logFailure bool) {
 	for _, call := range calls {
 		if call.Err != nil && logFailure {
-			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.names, "err", call.Err)
+			l.c.log.WarnContext(ctx, "dlock: could not clean up after a failed acquire; the lock expires with its TTL", "names", l.lockNames(), "err", call.Err)
 			return
 		}
 	}
@@ -1451,7 +1450,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	}
 	l.end(nil)
 	if l.c.log.Enabled(ctx, slog.LevelDebug) {
-		l.c.log.DebugContext(ctx, "dlock: released", "names", l.names)
+		l.c.log.DebugContext(ctx, "dlock: released", "names", l.lockNames())
 	}
 	return nil
 }
@@ -1533,7 +1532,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.hook.refresh(ctx, err)
 	}
 	if err == nil && l.c.log.Enabled(ctx, slog.LevelDebug) {
-		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.names, "ttl", ttl)
+		l.c.log.DebugContext(ctx, "dlock: refreshed", "names", l.lockNames(), "ttl", ttl)
 	}
 	return err
 }
@@ -1685,7 +1684,7 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 	if attaching && l.owner != "" && slices.ContainsFunc(tokens, func(t string) bool { return t != heldWith }) {
 		// Found by owner on several slots, in holds of different tokens:
 		// no one Lock stands for them.
-		return 0, fmt.Errorf("%w: %s is held by %q in holds of different tokens", ErrNotHeld, l.describe(), l.owner)
+		return 0, fmt.Errorf("%w: %s is held by %s in holds of different tokens", ErrNotHeld, l.describe(), causes.Quote(l.owner))
 	}
 	// -1ms for no expiry: only an operator can have done that (PERSIST).
 	left := milliseconds(max(least, -1))
@@ -1842,8 +1841,9 @@ func (l *Lock) reqValue() any {
 	return l.req
 }
 
-// lockNames returns the lock's names, for log records.
-func (l *Lock) lockNames() []string { return l.names }
+// lockNames returns the lock's names, for log records: each longer than
+// causes.QuoteMax bytes cut short.
+func (l *Lock) lockNames() []string { return causes.Shorts(l.names) }
 
 // describeNames is how many names of a multi-name lock its errors list.
 const describeNames = 8
@@ -1854,18 +1854,18 @@ func (l *Lock) describe() string {
 	var s string
 	switch {
 	case len(l.names) == 1:
-		s = strconv.Quote(l.names[0])
+		s = causes.Quote(l.names[0])
 	case len(l.names) > describeNames:
-		s = fmt.Sprintf("%q and %d more", l.names[:describeNames], len(l.names)-describeNames)
+		s = fmt.Sprintf("%s and %d more", causes.QuoteAll(l.names[:describeNames]), len(l.names)-describeNames)
 	default:
-		s = fmt.Sprintf("%q", l.names)
+		s = causes.QuoteAll(l.names)
 	}
 	return s + l.modeSuffix()
 }
 
 // describeName names one of the lock's names in messages, as describe
 // names the lock.
-func (l *Lock) describeName(name string) string { return strconv.Quote(name) + l.modeSuffix() }
+func (l *Lock) describeName(name string) string { return causes.Quote(name) + l.modeSuffix() }
 
 // countNote is what a semaphore's refusals add to their words, between
 // open and shut: the count its acquire was judged against, which callers

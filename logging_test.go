@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/goredis"
@@ -72,6 +73,68 @@ func TestLogRecordsNameTheLockAlike(t *testing.T) {
 		if !seen[msg] {
 			t.Errorf("no record %q", msg)
 		}
+	}
+}
+
+// TestAHugeNameIsCutShortInErrorsAndLogs: a name of a megabyte (of
+// two-byte runes) is quoted in errors, and given in log records, by its
+// first bytes, cut between runes, and its length, not whole: refused,
+// held by data dlock did not write, invalid, with an invalid token.
+func TestAHugeNameIsCutShortInErrorsAndLogs(t *testing.T) {
+	e := newEnv(t)
+	logger, logs := captureLogs(slog.LevelDebug)
+	c := e.newClient(t, dlock.WithLogger(logger))
+	ctx := context.Background()
+	huge := strings.Repeat("é", 1<<19) + "-x"
+	cutShort := func(what string, err error, sentinel error, length int) {
+		t.Helper()
+		if !errors.Is(err, sentinel) {
+			t.Fatalf("%s: err = %v, want %v", what, err, sentinel)
+		}
+		msg := err.Error()
+		if len(msg) > 1000 || !utf8.ValidString(msg) || !strings.Contains(msg, fmt.Sprintf("… (%d bytes)", length)) {
+			t.Errorf("%s: the error's text (%d bytes) does not cut the name short: %.400q", what, len(msg), msg)
+		}
+	}
+
+	l, err := c.TryLock(ctx, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.c.TryLock(ctx, huge)
+	cutShort("refused", err, dlock.ErrNotObtained, len(huge))
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Do(t, "SET", "dlock:{"+huge+"}", "not a lock")
+	_, err = c.TryLock(ctx, huge)
+	cutShort("wrong type", err, dlock.ErrWrongType, len(huge))
+	_, err = c.TryLock(ctx, "}"+huge)
+	cutShort("invalid name", err, dlock.ErrInvalidName, len(huge)+1)
+	_, err = c.TryLock(ctx, "other", dlock.WithToken(huge+" "))
+	cutShort("invalid token", err, dlock.ErrInvalidToken, len(huge)+1)
+
+	records := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs()), "\n") {
+		if len(line) > 2000 {
+			t.Errorf("a record of %d bytes: %.400s", len(line), line)
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		names, _ := rec["names"].([]any)
+		for _, n := range names {
+			s, _ := n.(string)
+			if !strings.HasPrefix(s, "éé") || !strings.HasSuffix(s, fmt.Sprintf("… (%d bytes)", len(huge))) {
+				t.Errorf("%s: a name %.80q…, want the name's first bytes, … and its length", rec["msg"], s)
+			}
+			records++
+		}
+	}
+	if records < 2 {
+		t.Errorf("%d records name the lock, want its acquisition and its release at least", records)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/dlockio/dlock/internal/causes"
 	"github.com/dlockio/dlock/internal/friend"
 	"github.com/dlockio/dlock/internal/nilretry"
 )
@@ -154,7 +155,7 @@ func WithMetadata(meta string) Option {
 func WithToken(token string) Option {
 	return func(o *options) {
 		if why := badToken(token); why != "" {
-			o.fail(fmt.Errorf("%w: WithToken(%q) %s", ErrInvalidToken, token, why))
+			o.fail(fmt.Errorf("%w: WithToken(%s) %s", ErrInvalidToken, causes.Quote(token), why))
 		}
 		o.token = token
 	}

@@ -806,7 +806,7 @@ func (h *waitHub) returnGrant(key, req string, fence uint64) {
 			Args: h.c.fenceArg([]any{req, "", member, strconv.FormatUint(fence, 10)}, 7)}
 		h.c.evalWith(ctx, replication{}, call)
 		if call.Err != nil {
-			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "names", []string{h.c.nameOf(key)}, "err", call.Err)
+			h.c.log.WarnContext(ctx, "dlock: could not give back a lock granted to a caller that was gone; it expires with its TTL", "names", []string{causes.Short(h.c.nameOf(key))}, "err", call.Err)
 		}
 	}()
 }
@@ -1431,7 +1431,7 @@ func (c *Client) waitFor(ctx context.Context, keys, names []string, what string,
 		if o.onRetry != nil {
 			onRetry(o.onRetry, failed, err, func() { _ = abandon(uncertain, err) })
 		}
-		c.log.DebugContext(ctx, "dlock: attempt failed", "names", names, "attempt", failed, "err", err)
+		c.log.DebugContext(ctx, "dlock: attempt failed", "names", causes.Shorts(names), "attempt", failed, "err", err)
 		d, ok := o.retry.NextBackoff(failed)
 		d = max(d, minBackoff)
 		if !ok {
@@ -1728,7 +1728,7 @@ func (c *Client) unwaitKeys(ctx context.Context, keys []string) {
 		// serves no waiter set of the name: the client's attempts were
 		// redirected too.
 		if call.Err != nil && !(errors.Is(call.Err, ErrUnsupported) && redirection(call.Err)) {
-			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{c.nameOf(keys[i])}, "err", call.Err)
+			c.log.WarnContext(ctx, "dlock: could not leave a waiter set; the registration expires by itself", "names", []string{causes.Short(c.nameOf(keys[i]))}, "err", call.Err)
 		}
 	}
 }

@@ -443,7 +443,7 @@ func (l *Lock) logKept() {
 	// came back empty (restarted without persistence) can give another
 	// locker the vote it needs, which an operator may want to know.
 	for _, k := range kept {
-		l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{l.name},
+		l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{causes.Short(l.name)},
 			"node", k.node, "addr", l.r.nodes[k.node].Addr, "held", held, "quorum", l.r.quorum, "err", k.err)
 	}
 }
@@ -567,7 +567,7 @@ func (l *Lock) endLost() {
 		why = dlock.ErrMaxHold
 	}
 	l.mu.Unlock()
-	var top error = fmt.Errorf("%w: %q is held on %d of %d nodes, below the quorum of %d", dlock.ErrLost, l.name, held, len(l.nodes), l.r.quorum)
+	var top error = fmt.Errorf("%w: %s is held on %d of %d nodes, below the quorum of %d", dlock.ErrLost, causes.Quote(l.name), held, len(l.nodes), l.r.quorum)
 	if why != nil {
 		top = &causes.Error{Msg: top.Error() + ": " + causes.Unprefixed(why), Errs: []error{top, why}}
 	}
@@ -639,19 +639,19 @@ func (l *Lock) failure(ctx context.Context, rd *round, did string, late time.Dur
 		outs = append(outs, outcome{i, err})
 	}
 	n, q := len(l.nodes), l.r.quorum
-	top := fmt.Errorf("redlock: %q %s on %d of %d nodes, quorum %d", l.name, did, got, n, q)
+	top := fmt.Errorf("redlock: %s %s on %d of %d nodes, quorum %d", causes.Quote(l.name), did, got, n, q)
 	if did == "obtained" {
 		switch {
 		case late > 0 && got >= q:
-			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d, but the round took %v, past the validity of the TTL", ErrNoQuorum, l.name, got, n, q, late)
+			top = fmt.Errorf("%w: %s obtained on %d of %d nodes, quorum %d, but the round took %v, past the validity of the TTL", ErrNoQuorum, causes.Quote(l.name), got, n, q, late)
 		case refused > n-q:
-			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d", dlock.ErrNotObtained, l.name, got, n, q)
+			top = fmt.Errorf("%w: %s obtained on %d of %d nodes, quorum %d", dlock.ErrNotObtained, causes.Quote(l.name), got, n, q)
 		case refused+foreign > n-q:
-			top = fmt.Errorf("redlock: %q obtained on %d of %d nodes, quorum %d; %d hold other data under its key", l.name, got, n, q, foreign)
+			top = fmt.Errorf("redlock: %s obtained on %d of %d nodes, quorum %d; %d hold other data under its key", causes.Quote(l.name), got, n, q, foreign)
 		case got+failing >= q:
-			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d; %d failed", ErrNoQuorum, l.name, got, n, q, failing)
+			top = fmt.Errorf("%w: %s obtained on %d of %d nodes, quorum %d; %d failed", ErrNoQuorum, causes.Quote(l.name), got, n, q, failing)
 		default:
-			top = fmt.Errorf("%w: %q obtained on %d of %d nodes, quorum %d", errNoAnswer, l.name, got, n, q)
+			top = fmt.Errorf("%w: %s obtained on %d of %d nodes, quorum %d", errNoAnswer, causes.Quote(l.name), got, n, q)
 		}
 	}
 	if cutShort > 0 {
@@ -815,7 +815,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if errors.Is(out, dlock.ErrLost) {
 			return out // the first found it lost before: it says so again
 		}
-		return fmt.Errorf("%w: %q was already released", dlock.ErrNotHeld, l.name)
+		return fmt.Errorf("%w: %s was already released", dlock.ErrNotHeld, causes.Quote(l.name))
 	}
 	var lost error // lost before: Release gives back what is left, and says so
 	if l.stopped && !l.released {
@@ -879,11 +879,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		retry = true
 		hideNotHeld(rd.errs)
 		err = l.failure(ctx, rd, "released", 0)
-		err = errors.Join(fmt.Errorf("%w: %q released on %d of %d nodes; Release again retries the others", ErrNoQuorum, l.name, freed, len(l.nodes)), err)
+		err = errors.Join(fmt.Errorf("%w: %s released on %d of %d nodes; Release again retries the others", ErrNoQuorum, causes.Quote(l.name), freed, len(l.nodes)), err)
 	default:
 		l.settled = true
 		err = l.failure(ctx, rd, "released", 0)
-		err = errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
+		err = errors.Join(fmt.Errorf("%w: %s", dlock.ErrNotHeld, causes.Quote(l.name)), err)
 		if l.relFailed {
 			// Given up by an earlier Release: nothing is left to retry.
 			l.err, l.relFailed = err, false
@@ -968,7 +968,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		select {
 		case l.op <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("redlock: %q: Refresh waited for the Release or refresh under way: %w", l.name, ctxEnd(ctx))
+			return fmt.Errorf("redlock: %s: Refresh waited for the Release or refresh under way: %w", causes.Quote(l.name), ctxEnd(ctx))
 		}
 	}
 	defer l.opDone()
@@ -1091,7 +1091,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 	l.mu.Unlock()
 	if live < l.r.quorum {
 		l.endLost()
-		return errors.Join(fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.name), err)
+		return errors.Join(fmt.Errorf("%w: %s", dlock.ErrNotHeld, causes.Quote(l.name)), err)
 	}
 	return errors.Join(ErrNoQuorum, err)
 }
@@ -1101,7 +1101,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 func (l *Lock) aliveLocked() error {
 	switch {
 	case l.released:
-		return fmt.Errorf("%w: %q was released", dlock.ErrNotHeld, l.name)
+		return fmt.Errorf("%w: %s was released", dlock.ErrNotHeld, causes.Quote(l.name))
 	case l.stopped:
 		return causes.Also(dlock.ErrNotHeld, l.err)
 	}
@@ -1238,7 +1238,7 @@ func (l *Lock) endAs(err error, relFailed bool) {
 		// losses as debug records (see quorumPart). After the records of
 		// a logKept that found the Lock held (see logMu).
 		l.logMu.Lock()
-		l.r.log.Warn("redlock: lock lost", "names", []string{l.name}, "err", err)
+		l.r.log.Warn("redlock: lock lost", "names", []string{causes.Short(l.name)}, "err", err)
 		l.logMu.Unlock()
 	}
 }
