@@ -377,6 +377,7 @@ func TestFunctionsLoadedMeanwhileAreNotLoadedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats := srv.Do(t, "INFO", "commandstats")
+	t.Logf("FUNCTION LOAD: %d calls, %dµs of the server's time in all", srv.CommandStat(t, "function|load", "calls"), srv.CommandStat(t, "function|load", "usec"))
 	if loads := srv.CommandStat(t, "function|load", "calls") - srv.CommandStat(t, "function|load", "failed_calls"); loads != 1 {
 		t.Errorf("the library was loaded %d times, want once:\n%s", loads, stats)
 	}
