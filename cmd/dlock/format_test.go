@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,10 +134,13 @@ func TestFlagError(t *testing.T) {
 
 func TestRedraw(t *testing.T) {
 	var b bytes.Buffer
-	n := redraw(&b, 0, []string{"a", "b"})
-	n = redraw(&b, n, []string{"c"})
-	if want := "a\x1b[K\nb\x1b[K\n\x1b[J\r\x1b[2Ac\x1b[K\n\x1b[J"; b.String() != want || n != 1 {
-		t.Errorf("got %q (%d lines), want %q", b.String(), n, want)
+	n, _ := redraw(&b, 0, []string{"a", "b"})
+	n, err := redraw(&b, n, []string{"c"})
+	if want := "a\x1b[K\nb\x1b[K\n\x1b[J\r\x1b[2Ac\x1b[K\n\x1b[J"; b.String() != want || n != 1 || err != nil {
+		t.Errorf("got %q (%d lines, %v), want %q", b.String(), n, err, want)
+	}
+	if _, err := redraw(fullWriter{}, n, []string{"d"}); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a write that fails: %v, want %v", err, syscall.ENOSPC)
 	}
 }
 

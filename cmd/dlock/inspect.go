@@ -111,7 +111,8 @@ Flags:
                       the start, is shown and tried again each interval;
                       until Redis first answers, a refusal (a wrong password,
                       a missing permission, a TLS mismatch) or a usage error
-                      ends it
+                      ends it, and so does a listing that cannot be written
+                      (a full disk: code 70)
   --interval DURATION how long --watch waits between listings (default 1s, at
                       least 100ms; only with --watch)
 
@@ -291,10 +292,13 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 		if ctx.Err() != nil {
 			return nil
 		}
+		// A listing that cannot be written (a full disk) ends the watch,
+		// as it fails a single ls: listing on would write nothing.
+		var werr error
 		switch {
 		case asJSON && err == nil:
 			b, _ := marshal(listJSON(infos, now))
-			fmt.Fprintf(a.stdout, "%s\n", b)
+			_, werr = fmt.Fprintf(a.stdout, "%s\n", b)
 		case asJSON:
 			fmt.Fprintf(a.stderr, "dlock ls: %s (retrying)\n", oneLine(err.Error()))
 		default:
@@ -313,10 +317,13 @@ func (a *app) watchList(ctx context.Context, pattern string, asJSON bool, interv
 				lines = append(lines, tableLines(infos, now)...)
 			}
 			if tty {
-				drawn = redraw(a.stdout, drawn, fitFrame(a.stdout, lines))
+				drawn, werr = redraw(a.stdout, drawn, fitFrame(a.stdout, lines))
 			} else {
-				fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
+				_, werr = fmt.Fprintln(a.stdout, strings.Join(lines, "\n")+"\n")
 			}
+		}
+		if werr != nil {
+			return werr
 		}
 		next.Reset(interval)
 		select {
@@ -442,8 +449,8 @@ func isTerminal(w any) bool {
 }
 
 // redraw replaces the last frame of drawn lines with lines, in place, and
-// returns how many it drew.
-func redraw(w interface{ Write([]byte) (int, error) }, drawn int, lines []string) int {
+// returns how many it drew, and the write's error.
+func redraw(w interface{ Write([]byte) (int, error) }, drawn int, lines []string) (int, error) {
 	var b strings.Builder
 	if drawn > 0 {
 		fmt.Fprintf(&b, "\r\x1b[%dA", drawn) // to the first line of the last frame
@@ -453,6 +460,6 @@ func redraw(w interface{ Write([]byte) (int, error) }, drawn int, lines []string
 		b.WriteString("\x1b[K\n") // clear what was left of the old line
 	}
 	b.WriteString("\x1b[J") // and any lines below
-	_, _ = w.Write([]byte(b.String()))
-	return len(lines)
+	_, err := w.Write([]byte(b.String()))
+	return len(lines), err
 }

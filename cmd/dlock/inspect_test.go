@@ -358,6 +358,31 @@ func TestAReportThatCannotBeWrittenFails(t *testing.T) {
 	}
 }
 
+// ls --watch ends (70) when a listing cannot be written (a full disk), as
+// a single ls does: it listed on and on, every interval, writing nothing
+// and saying nothing.
+func TestAWatchThatCannotWriteFails(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	if _, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ls", "--watch", "--interval", "100ms", name}, {"ls", "--watch", "--json", "--interval", "100ms", name}} {
+		var stderr strings.Builder
+		a := &app{stdout: fullWriter{}, stderr: &stderr, lookupEnv: env("DLOCK_REDIS", redisURL)}
+		done := make(chan int, 1)
+		go func() { done <- a.main(args) }()
+		select {
+		case code := <-done:
+			if code != exitInternal || !strings.Contains(stderr.String(), "no space left on device") {
+				t.Errorf("%q: code %d, stderr %q; want %d and the write's error", args, code, stderr.String(), exitInternal)
+			}
+		case <-time.After(procTimeout):
+			t.Fatalf("%q: still listing %v after its first listing could not be written", args, procTimeout)
+		}
+	}
+}
+
 // release --force that freed the lock exits 0 when what it removed cannot
 // be printed, saying so on stderr: it exited 70, and a script took the
 // release for failed.
