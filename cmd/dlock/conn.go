@@ -125,6 +125,11 @@ func (a *app) connect(ctx context.Context, name string) (*conn, error) {
 	if err != nil {
 		return nil, usage(a.cmd, "%v", err)
 	}
+	if err := checkName(t.prefix, name); err != nil {
+		// Bad usage whatever the server: said before any contact, not
+		// after a wait for a Redis that cannot be reached.
+		return nil, usage(a.cmd, "%s", libMsg(err))
+	}
 	rdb, err := t.open(ctx, a.cmd, name)
 	if err != nil {
 		return nil, err
@@ -139,6 +144,41 @@ func (a *app) connect(ctx context.Context, name string) (*conn, error) {
 	}
 	locks := dlock.New(goredis.New(rdb), dlock.WithPrefix(t.prefix), dlock.WithFenceRetention(t.fenceRetention))
 	return &conn{rdb: rdb, locks: locks, display: t.display}, nil
+}
+
+// checkName returns the library's error for a lock name that it refuses
+// on any deployment with prefix (dlock.ErrInvalidArgument: "{x}:fence", a
+// key of the lock "{x}"; a name that leaves its key an empty hash tag),
+// and nil for any other ("" too: ls takes none). The library checks a
+// name before it sends a request: it is asked here through a driver that
+// sends none, so that the rule stays the library's alone.
+func checkName(prefix, name string) error {
+	if name == "" {
+		return nil
+	}
+	locks := dlock.New(offline{}, dlock.WithPrefix(prefix))
+	defer locks.Close()
+	_, err := locks.Inspect(context.Background(), name)
+	if errors.Is(err, dlock.ErrInvalidArgument) {
+		return err
+	}
+	return nil
+}
+
+// offline is a dlock.Driver that reaches no server: every call fails
+// with errOffline.
+type offline struct{}
+
+var errOffline = errors.New("no server")
+
+func (offline) Eval(_ context.Context, calls ...*dlock.Call) {
+	for _, c := range calls {
+		c.Err = errOffline
+	}
+}
+
+func (offline) Subscribe(context.Context, func(string, string)) (dlock.Subscription, error) {
+	return nil, dlock.ErrUnsupported
 }
 
 // open opens the client of t and checks that Redis answers: on a Redis

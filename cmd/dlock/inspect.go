@@ -43,7 +43,7 @@ Examples:
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			asJSON := fs.Bool("json", false, "")
 			return func(a *app, args []string) error {
-				if err := wantArgs(statusCommand, args, 1, 1, "the lock's NAME"); err != nil {
+				if err := wantName(statusCommand, args); err != nil {
 					return err
 				}
 				ctx, stopped := stoppable()
@@ -370,7 +370,7 @@ Examples:
 			force := fs.Bool("force", false, "")
 			asJSON := fs.Bool("json", false, "")
 			return func(a *app, args []string) error {
-				if err := wantArgs(releaseCommand, args, 1, 1, "the lock's NAME"); err != nil {
+				if err := wantName(releaseCommand, args); err != nil {
 					return err
 				}
 				if !*force {

@@ -377,6 +377,18 @@ func usage(c *command, format string, args ...any) error {
 	return fail(exitUsage, "%s (see '%s')", fmt.Sprintf(format, args...), see)
 }
 
+// wantName checks that args are one lock name, not empty: an empty one
+// is bad usage before any contact with Redis.
+func wantName(c *command, args []string) error {
+	if err := wantArgs(c, args, 1, 1, "the lock's NAME"); err != nil {
+		return err
+	}
+	if args[0] == "" {
+		return usage(c, "the lock's NAME is empty")
+	}
+	return nil
+}
+
 // wantArgs checks the number of positional arguments.
 func wantArgs(c *command, args []string, min, max int, what string) error {
 	switch {

@@ -680,6 +680,40 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+// A name the library refuses whatever the server ("{x}:fence", a key of
+// the lock "{x}"; one that leaves its key an empty hash tag with the
+// prefix; an empty one) is bad usage (64) before dlock connects: with
+// Redis unreachable it was 69, and a waiting run retried it for 30s, or to
+// --wait's end.
+func TestAnInvalidNameIsBadUsageBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	down := []string{"DLOCK_REDIS=redis://" + closedAddr(t)}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{down, []string{"status", "{x}:fence"}, `"{x}:fence" holds a hash tag and ends in ":fence", which names a key of the lock "{x}" (see 'dlock status --help')`},
+		{down, []string{"release", "--force", "{x}:waiters"}, `"{x}:waiters" holds a hash tag and ends in ":waiters"`},
+		{down, runArgs([]string{"--no-wait"}, "}x", "exit", "0"), `"}x" starts with '}' and has no hash tag of its own (see 'dlock run --help')`},
+		{down, runArgs([]string{"--wait", "1m"}, "{x}:late", "exit", "0"), `"{x}:late" holds a hash tag and ends in ":late"`},
+		{down, runArgs(nil, "job", "exit", "0"), `"job" with the prefix "p{}:" makes the key "p{}:{job}", whose hash tag is empty`},
+		{down, []string{"status", ""}, "dlock status: the lock's NAME is empty (see 'dlock status --help')"},
+		{down, []string{"release", "--force", ""}, "dlock release: the lock's NAME is empty (see 'dlock release --help')"},
+		// The same, with Redis up.
+		{nil, []string{"status", ""}, "dlock status: the lock's NAME is empty (see 'dlock status --help')"},
+		{nil, []string{"status", "{x}:fence"}, `"{x}:fence" holds a hash tag and ends in ":fence"`},
+		{nil, runArgs(nil, "{x}:late", "exit", "0"), `"{x}:late" holds a hash tag and ends in ":late"`},
+	} {
+		env := tc.env
+		if strings.Contains(tc.want, `"p{}:"`) {
+			env = append(env[:len(env):len(env)], "DLOCK_PREFIX=p{}:")
+		}
+		r := dlockRun(t, env, tc.args...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+}
+
 // A command that does not exist is 127, as in the shell.
 func TestRunCommandNotFound(t *testing.T) {
 	t.Parallel()
