@@ -80,21 +80,33 @@ const envHelp = `Environment:
   the rest of dlock's environment as it is.
 `
 
-const exitHelp = `Exit codes:
-  0        success; run: the command exited 0
-  1-255    run: the command's own exit code, passed through whatever it is; it may
+// exitRows are the exit codes, as the help lists them: all of them in
+// the overview and in run's help, and those that are not run's alone in the
+// help of the other commands that use Redis (status, ls, release).
+var exitRows = []struct {
+	text    string // the row: its code and what it means, wrapped
+	runOnly bool   // only run exits with it
+}{
+	{`  0        success; run: the command exited 0
+`, false},
+	{`  1-255    run: the command's own exit code, passed through whatever it is; it may
            be one of the codes below (an exit 130 looks like SIGINT's): dlock's own
            come with its line on stderr
-  126      run: the command was found but could not be executed
-  127      run: the command was not found
-  128+N    run: the command was killed by signal N (or dlock was, while waiting
+`, true},
+	{`  126      run: the command was found but could not be executed
+`, true},
+	{`  127      run: the command was not found
+`, true},
+	{`  128+N    run: the command was killed by signal N (or dlock was, while waiting
            or before the command started); status, ls, release: signal N
            (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stopped it before Redis answered
-  64       bad usage: a flag, argument, URL or name is wrong (also a name whose key
+`, false},
+	{`  64       bad usage: a flag, argument, URL or name is wrong (also a name whose key
            holds other data or that another kind of lock uses, a database or
            cluster the server does not have, and a Redis Cluster node given as
            one server, without --cluster); the message says which
-  69       Redis could not be used, for now: unreachable (also when --wait ran
+`, false},
+	{`  69       Redis could not be used, for now: unreachable (also when --wait ran
            out while it failed), busy or not ready (BUSY, LOADING; MASTERDOWN:
            a replica without its primary), a Redis Cluster down or resharding
            (CLUSTERDOWN, TRYAGAIN), full (OOM), a replica, which takes no
@@ -102,19 +114,37 @@ const exitHelp = `Exit codes:
            replicas (run --replicas N: fewer than N confirmed the lock), or a
            connection closed at once (a TLS port reached without rediss://) or
            left without a TLS handshake (rediss:// to a plain-text port)
-  70       an unexpected failure
-  73       run: the lock was not obtained (--no-wait, or --wait ran out)
-  74       run: the lock was lost while the command ran; the command was stopped
+`, false},
+	{`  70       an unexpected failure
+`, false},
+	{`  73       run: the lock was not obtained (--no-wait, or --wait ran out)
+`, true},
+	{`  74       run: the lock was lost while the command ran; the command was stopped
            (or, found lost only once it had exited, was not)
-  78       Redis refuses dlock for good, a setting to fix (a run gives up at
+`, true},
+	{`  78       Redis refuses dlock for good, a setting to fix (a run gives up at
            once, however long it may wait): a wrong or missing password
            (WRONGPASS, NOAUTH), a missing permission (NOPERM), a command the
            server does not know (ERR unknown command: a sentinel's port, a
            proxy, a command renamed away), a TLS certificate refused
            (--tls-ca, --tls-server-name; --tls-cert and --tls-key for the
            server)
-  When dlock exits with a code of its own it prints one line on stderr saying why.
-`
+`, false},
+}
+
+// exitHelp returns the exit codes' help: for c, those it can exit with;
+// for nil, every one.
+func exitHelp(c *command) string {
+	var b strings.Builder
+	b.WriteString("Exit codes:\n")
+	for _, r := range exitRows {
+		if c == nil || c == runCommand || !r.runOnly {
+			b.WriteString(r.text)
+		}
+	}
+	b.WriteString("  When dlock exits with a code of its own it prints one line on stderr saying why.\n")
+	return b.String()
+}
 
 // printTopHelp writes the overview to w; its error is the write's.
 func (a *app) printTopHelp(w io.Writer) error {
@@ -142,7 +172,7 @@ Examples:
 	b.WriteString("\n")
 	b.WriteString(envHelp)
 	b.WriteString("\n")
-	b.WriteString(exitHelp)
+	b.WriteString(exitHelp(nil))
 	b.WriteString("\nRun 'dlock COMMAND --help' for the flags of a command.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -159,9 +189,11 @@ func (a *app) printHelp(w io.Writer, c *command) error {
 		b.WriteString("\n")
 		b.WriteString(envHelp)
 	}
-	if c == runCommand {
+	if c.conn {
+		// The commands that use Redis have codes of their own; help and
+		// version have only 0, 64 and 70.
 		b.WriteString("\n")
-		b.WriteString(exitHelp)
+		b.WriteString(exitHelp(c))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -52,7 +52,7 @@ func exitConsts(t *testing.T) map[int]string {
 func helpEntries() map[string]string {
 	entries := map[string]string{}
 	code := ""
-	for _, line := range strings.Split(exitHelp, "\n")[1:] {
+	for _, line := range strings.Split(exitHelp(nil), "\n")[1:] {
 		if m := helpCode.FindStringSubmatch(line); m != nil {
 			code = m[1]
 		} else if !strings.HasPrefix(line, "           ") {

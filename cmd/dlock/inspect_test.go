@@ -464,6 +464,26 @@ func TestHelp(t *testing.T) {
 			t.Errorf("run --help's exit codes do not say %q", want)
 		}
 	}
+	// The other commands that use Redis list the codes they can exit with,
+	// not run's own (they listed none).
+	for _, name := range []string{"status", "ls", "release"} {
+		r := dlockRun(t, nil, name, "--help")
+		for _, code := range []string{"0", "128+N", "64", "69", "70", "78"} {
+			if !strings.Contains(r.stdout, "\nExit codes:\n") || !strings.Contains(r.stdout, "\n  "+code+" ") {
+				t.Errorf("%s --help does not document exit code %s", name, code)
+			}
+		}
+		for _, code := range []string{"1-255", "73", "74", "126", "127"} {
+			if strings.Contains(r.stdout, "\n  "+code+" ") {
+				t.Errorf("%s --help documents run's exit code %s", name, code)
+			}
+		}
+	}
+	for _, name := range []string{"version", "help"} {
+		if r := dlockRun(t, nil, name, "--help"); strings.Contains(r.stdout, "Exit codes:") {
+			t.Errorf("%s --help lists the exit codes of the commands that use Redis", name)
+		}
+	}
 	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
 		r := dlockRun(t, nil, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Commands:") || !strings.Contains(r.stdout, "Exit codes:") {
