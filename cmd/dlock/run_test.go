@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,21 +423,33 @@ func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
 	waitForLine(t, file, "end ")
 }
 
-// A run that is interrupted while waiting gives up with 128+N and never
-// runs the command.
+// A run that is interrupted while waiting (with --wait or without) gives
+// up with 128+N, never runs the command, and leaves nothing in Redis: the
+// holder keeps the lock, and no client is left waiting for it.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
 	t.Parallel()
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT} {
+	for _, tc := range []struct {
+		sig   syscall.Signal
+		flags []string
+	}{{syscall.SIGINT, nil}, {syscall.SIGQUIT, nil}, {syscall.SIGTERM, []string{"--wait", "1m"}}, {syscall.SIGHUP, []string{"--wait", "1m", "--shared"}}} {
+		sig := tc.sig
 		t.Run(sigName(sig), func(t *testing.T) {
 			t.Parallel()
 			name := lockName(t)
-			l, err := libClient(t).TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+			c := libClient(t)
+			var l *dlock.Lock
+			var err error
+			if slices.Contains(tc.flags, "--shared") {
+				l, err = c.RWMutex(name).TryLock(context.Background(), dlock.WithTTL(time.Minute))
+			} else {
+				l, err = c.TryLock(context.Background(), name, dlock.WithTTL(time.Minute))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Release(context.Background())
 			ran := filepath.Join(t.TempDir(), "ran")
-			p := startDlock(t, nil, runArgs(nil, name, "job", ran, "0")...)
+			p := startDlock(t, nil, runArgs(tc.flags, name, "job", ran, "0")...)
 			waitFor(t, "the waiting line", func() bool { return strings.Contains(p.stderr.String(), "waiting for") })
 			p.signal(t, sig)
 			r := p.wait(t)
@@ -446,6 +459,13 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 			}
 			if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
 				t.Error("the command ran")
+			}
+			info, err := c.Inspect(context.Background(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 || info.WaitingClients != 0 || info.Waiters != 0 {
+				t.Errorf("left in Redis: %d holders, %d waiting clients, %d waiters; want the holder alone", len(info.Holders), info.WaitingClients, info.Waiters)
 			}
 		})
 	}
