@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -348,6 +351,57 @@ func ExampleWithHooks() {
 	// exclusive [hooks:example] obtained after 1 attempt(s)
 	// exclusive [hooks:example] not_obtained after 1 attempt(s)
 	// released [hooks:example] true
+}
+
+// ExampleHooks counts acquisitions by outcome and logs the locks that are
+// lost, as a service would feed its own metrics and logs. The End hook is
+// called once for every lock obtained: with a nil error when it is
+// released, with one matching ErrLost when it is lost.
+func ExampleHooks() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// Hooks run on several goroutines at once (the watchdog's among
+	// them): counters they update must be safe for concurrent use.
+	var obtained, refused atomic.Int64
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // no time, for the example's output
+			}
+			return a
+		},
+	}))
+	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(dlock.Hooks{
+		AcquireDone: func(ctx context.Context, h dlock.HookInfo, r dlock.AcquireResult) {
+			switch r.Outcome {
+			case dlock.OutcomeObtained:
+				obtained.Add(1)
+			case dlock.OutcomeNotObtained:
+				refused.Add(1)
+			}
+		},
+		End: func(h dlock.HookInfo, held time.Duration, err error) {
+			if errors.Is(err, dlock.ErrLost) {
+				log.Warn("lock lost", "names", h.Names, "force_released", errors.Is(err, dlock.ErrForceReleased))
+			}
+		},
+	}))
+	defer locks.Close()
+
+	a, _ := locks.TryLock(ctx, "hooks:report")
+	_, _ = locks.TryLock(ctx, "hooks:report")      // held: not obtained
+	_, _ = locks.ForceRelease(ctx, "hooks:report") // an operator frees it
+	err := a.Refresh(ctx, time.Minute)             // the holder finds it gone: End logs the loss
+	<-a.Done()                                     // closed once the End hooks have returned
+	b, _ := locks.TryLock(ctx, "hooks:report")
+	_ = b.Release(ctx) // End with a nil error: not logged
+	fmt.Println("refresh:", errors.Is(err, dlock.ErrNotHeld))
+	fmt.Println("obtained:", obtained.Load(), "refused:", refused.Load())
+	// Output:
+	// level=WARN msg="lock lost" names=[hooks:report] force_released=true
+	// refresh: true
+	// obtained: 2 refused: 1
 }
 
 func ExampleWithFunctions() {
