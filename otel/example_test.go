@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // Example_prometheus exports the metrics to Prometheus: an OpenTelemetry
@@ -78,4 +80,54 @@ func Example_prometheus() {
 	// dlock_acquisitions_total{dlock_acquire_outcome="obtained",dlock_acquire_wait="false",dlock_lock_mode="exclusive"} 1
 	// dlock_held_locks{dlock_lock_mode="exclusive"} 0
 	// dlock_hold_duration_seconds_count{dlock_hold_end="released",dlock_lock_mode="exclusive"} 1
+}
+
+// Example_tracing records the spans: dlock.acquire and dlock.release are
+// children of the span in the context given to the call. A SpanRecorder
+// stands in for the exporter an application would give its
+// TracerProvider.
+func Example_tracing() {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(context.Background())
+
+	hooks, err := dlockotel.Hooks(dlockotel.WithTracerProvider(tp))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb), dlock.WithHooks(hooks))
+	defer locks.Close()
+
+	// The request the lock is taken for has a span of its own.
+	ctx, request := tp.Tracer("example").Start(context.Background(), "POST /orders/42")
+	l, err := locks.TryLock(ctx, "orders:42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := l.Release(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	request.End()
+
+	for _, s := range spans.Ended() {
+		if s.Parent().SpanID() != request.SpanContext().SpanID() {
+			continue // the request's own span
+		}
+		fmt.Print(s.Name(), " under the request's span:")
+		for _, kv := range s.Attributes() {
+			switch kv.Key {
+			case "dlock.lock.names", "dlock.acquire.outcome", "dlock.release.outcome":
+				fmt.Print(" ", kv.Key, "=", kv.Value.Emit())
+			}
+		}
+		fmt.Println()
+	}
+	// Output:
+	// dlock.acquire under the request's span: dlock.lock.names=["orders:42"] dlock.acquire.outcome=obtained
+	// dlock.release under the request's span: dlock.lock.names=["orders:42"] dlock.release.outcome=released
 }
