@@ -66,12 +66,13 @@ type Lock struct {
 	onEnd     map[*int]func()
 	kept      []nodeLoss // nodes' losses yet to log (see logKept); nil once the Lock ended
 
-	// logMu is held by logKept from its look at the Lock to the end of its
-	// records, and by endAs for the warning of the loss, which so comes
-	// after them: a record saying that the quorum still holds the Lock
-	// never follows the one saying that it is lost. Taken before mu, never
-	// under it.
-	logMu sync.Mutex
+	// The Lock's records, queued under mu in the order of what they tell
+	// (a record saying that the quorum still holds the Lock never follows
+	// the one saying that it is lost), and written by one goroutine at a
+	// time, under no lock and outside op's turn (see writeLogs): a slog
+	// handler may be slow, or call this Lock's methods.
+	logs    []func()
+	writing bool // a goroutine is writing the queued records
 }
 
 // nodeLock is the lock on one node.
@@ -420,32 +421,59 @@ type nodeLoss struct {
 	err  error // why (see nodeLock.err)
 }
 
-// logKept logs the nodes' losses kept since it was last called, if the
-// Lock is still held: at the start of a refresh, for those its deadlines
-// and late answers found meanwhile, and at its end, for those it found.
-// Not at once: nodes lost together (refused in one round, or run out at
-// one deadline) would each say that the quorum still holds the Lock, just
-// before it is lost, which the Lock's loss says once, with their causes.
-// A loss found while it writes them is logged after them (see logMu).
+// logKept queues the records of the nodes' losses kept since it was last
+// called, if the Lock is still held: at the start of a refresh, for those
+// its deadlines and late answers found meanwhile, and at its end, for
+// those it found. Not at once: nodes lost together (refused in one round,
+// or run out at one deadline) would each say that the quorum still holds
+// the Lock, just before it is lost, which the Lock's loss says once, with
+// their causes. It is called within op's turn, whose end writes them (see
+// opDone); a loss found meanwhile is queued, and so written, after them.
 // l.mu must not be held.
 func (l *Lock) logKept() {
-	l.logMu.Lock()
-	defer l.logMu.Unlock()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	kept, held := l.kept, l.live
 	l.kept = nil
-	alive := l.aliveLocked() == nil && held >= l.r.quorum
-	l.mu.Unlock()
-	if !alive {
+	if l.aliveLocked() != nil || held < l.r.quorum {
 		return
 	}
 	// An info record, not a warning: the lock is held. But a node that
 	// came back empty (restarted without persistence) can give another
 	// locker the vote it needs, which an operator may want to know.
 	for _, k := range kept {
-		l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{causes.Short(l.name)},
-			"node", k.node, "addr", l.r.nodes[k.node].Addr, "held", held, "quorum", l.r.quorum, "err", k.err)
+		l.logs = append(l.logs, func() {
+			l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{causes.Short(l.name)},
+				"node", k.node, "addr", l.r.nodes[k.node].Addr, "held", held, "quorum", l.r.quorum, "err", k.err)
+		})
 	}
+}
+
+// writeLogs writes the queued records, in order, unless another goroutine
+// is writing them, which then writes these too. It writes under no lock:
+// a handler that calls this Lock's methods (a Release of the lock it is
+// told is lost) queues their records after the one it is given, and
+// returns. It is called outside op's turn: by opDone, and by endAs when
+// nobody has the turn (whoever has it writes the records at its end).
+// l.mu must not be held.
+func (l *Lock) writeLogs() {
+	l.mu.Lock()
+	if l.writing {
+		l.mu.Unlock()
+		return
+	}
+	l.writing = true
+	for len(l.logs) > 0 {
+		logs := l.logs
+		l.logs = nil
+		l.mu.Unlock()
+		for _, write := range logs {
+			write()
+		}
+		l.mu.Lock()
+	}
+	l.writing = false
+	l.mu.Unlock()
 }
 
 // quorumEndLocked returns when fewer than a quorum of the nodes came to
@@ -976,9 +1004,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 // opStart waits for the Refresh or Release under way, if any, to end, and
-// takes its turn; opDone ends it.
+// takes its turn; opDone ends it, and writes the records queued meanwhile
+// (see writeLogs).
 func (l *Lock) opStart() { l.op <- struct{}{} }
-func (l *Lock) opDone()  { <-l.op }
+func (l *Lock) opDone() {
+	<-l.op
+	l.writeLogs()
+}
 
 // refresh is Refresh; l.op must be held. manual is set for a call of
 // Refresh, which a running automatic refresh goes on from.
@@ -1228,18 +1260,24 @@ func (l *Lock) endAs(err error, relFailed bool) {
 	close(l.done)
 	fns := l.onEnd
 	l.onEnd = nil
-	held := l.held
+	if l.held && errors.Is(err, dlock.ErrLost) {
+		// Once, for the Lock: its nodes' clients log their nodes'
+		// losses as debug records (see quorumPart). Queued after the
+		// records of a logKept that found the Lock held.
+		l.logs = append(l.logs, func() {
+			l.r.log.Warn("redlock: lock lost", "names", []string{l.name}, "err", err)
+		})
+	}
 	l.mu.Unlock()
 	for _, f := range fns {
 		f()
 	}
-	if held && errors.Is(err, dlock.ErrLost) {
-		// Once, for the Lock: its nodes' clients log their nodes'
-		// losses as debug records (see quorumPart). After the records of
-		// a logKept that found the Lock held (see logMu).
-		l.logMu.Lock()
-		l.r.log.Warn("redlock: lock lost", "names", []string{causes.Short(l.name)}, "err", err)
-		l.logMu.Unlock()
+	// A Refresh or a Release that has the turn (maybe on this goroutine)
+	// writes the records at its end, which comes after they were queued.
+	// When nobody has it (a node's deadline, or a look at the Lock, found
+	// the loss), they are written now.
+	if len(l.op) == 0 {
+		l.writeLogs()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,4 +433,110 @@ func (h *gatedHandler) Handle(ctx context.Context, r slog.Record) error {
 		h.once.Do(func() { close(h.warned) })
 	}
 	return h.Handler.Handle(ctx, r)
+}
+
+// callbackHandler passes records to its Handler, having first called on
+// with each: a handler that calls back into the Lock it is told of.
+type callbackHandler struct {
+	slog.Handler
+	on func(slog.Record)
+}
+
+func (h *callbackHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.on(r)
+	return h.Handler.Handle(ctx, r)
+}
+
+// TestALogHandlerMayReleaseTheLockItIsToldIsLost: the warning of a lock's
+// loss goes to a handler that releases the lock it names (an application
+// tidying up after a loss). The loss is found by the nodes' deadlines,
+// on a goroutine of their own; the handler's Release returns the loss,
+// and does not wait for the record being written, as it did (it waited
+// forever) while the warning was written under the mutex that orders the
+// Lock's records.
+func TestALogHandlerMayReleaseTheLockItIsToldIsLost(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var (
+		buf      redistest.Buffer
+		held     atomic.Pointer[redlock.Lock]
+		released = make(chan error, 1)
+	)
+	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
+		if r.Message != "redlock: lock lost" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		released <- held.Load().Release(ctx)
+	}}
+	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	l, err := r.TryLock(context.Background(), "tidied", redlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Store(l)
+	select {
+	case err := <-released:
+		if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("the handler's Release = %v, want the loss (ErrLost, ErrNotHeld)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the handler's Release did not return within 10s of the loss (Done closed: %v); the log:\n%s", isClosed(l.Done()), buf.String())
+	}
+}
+
+// TestALogHandlerMayReleaseTheLockWhoseNodeItIsToldLost: the record of a
+// node's loss (the quorum still holds the lock) goes to a handler that
+// releases the lock it names. The Refresh that found the loss returns, and
+// so does the handler's Release, which waited forever for the Refresh's
+// turn while the record was written within it.
+func TestALogHandlerMayReleaseTheLockWhoseNodeItIsToldLost(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var (
+		buf      redistest.Buffer
+		held     atomic.Pointer[redlock.Lock]
+		released = make(chan error, 1)
+	)
+	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
+		if !strings.Contains(r.Message, "quorum still holds") {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		released <- held.Load().Release(ctx)
+	}}
+	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "dented", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Store(l)
+	srvs[0].Do(t, "DEL", "dlock:{dented}")
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(ctx, 5*time.Second) }()
+	for range 2 {
+		select {
+		case err := <-refreshed:
+			if err != nil {
+				t.Errorf("Refresh: %v; two of three nodes still held it", err)
+			}
+		case err := <-released:
+			if err != nil {
+				t.Errorf("the handler's Release: %v; two of three nodes held it", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Refresh or the handler's Release did not return within 10s; the log:\n%s", buf.String())
+		}
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
