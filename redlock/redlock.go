@@ -131,7 +131,10 @@ func WithNodeTimeout(d time.Duration) LockerOption {
 // with the attribute "names", a list, as dlock's do. The nodes' clients
 // then do not warn of their nodes' losses: they log them as debug records,
 // "dlock: a Redlock node's lock ended", since a node's loss is not the
-// lock's.
+// lock's. A Lock's records are written one at a time, in the order of what
+// they tell, and under none of its locks: the handler may call the
+// methods of the Lock it is told of (Release, say), but not Locker.Close,
+// which may wait for the goroutine writing the record.
 //
 // The default is the logger of the nodes' clients when they all have the
 // same one (dlock.WithLogger given the same *slog.Logger). When they log
