@@ -135,9 +135,11 @@ func (rd *round) succeeded() int {
 // time the round took and an allowance for clock drift (1% of the TTL +
 // 2ms), has not run out. Otherwise the lock is released on every node that
 // granted it, also on nodes that answer after the node timeout: each
-// release has 2s, whatever the node timeout, and those still under way
-// when TryLock returns (after the node timeout) go on in the background,
-// which Locker.Close waits for. The error joins a *NodeError for every node
+// release has 2s, whatever the node timeout. TryLock waits for them at most
+// the node timeout, after the node timeout it may have waited for the
+// grants (twice the node timeout in all, when a node that granted the lock
+// stalls before its release); those still under way then go on in the
+// background, which Locker.Close waits for. The error joins a *NodeError for every node
 // that did not grant the lock, and matches:
 //   - dlock.ErrNotObtained when the nodes that refused the lock rule out a
 //     quorum on their own: it is held by another;
