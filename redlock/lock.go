@@ -469,13 +469,29 @@ func (l *Lock) writeLogs() {
 		logs := l.logs
 		l.logs = nil
 		l.mu.Unlock()
-		for _, write := range logs {
-			write()
-		}
+		l.write(logs)
 		l.mu.Lock()
 	}
 	l.writing = false
 	l.mu.Unlock()
+}
+
+// write writes records for writeLogs. A handler's panic goes on to the
+// caller, leaving the records after that one queued for the next
+// writeLogs, which it lets write them.
+func (l *Lock) write(logs []func()) {
+	i := 0
+	defer func() {
+		if i < len(logs) { // the record i panicked
+			l.mu.Lock()
+			l.logs = append(logs[i+1:], l.logs...)
+			l.writing = false
+			l.mu.Unlock()
+		}
+	}()
+	for ; i < len(logs); i++ {
+		logs[i]()
+	}
 }
 
 // quorumEndLocked returns when fewer than a quorum of the nodes came to

@@ -540,3 +540,45 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// TestALogHandlersPanicLeavesLaterRecordsWritten: the handler panics at
+// the record of a node's loss, which the Refresh that found it then
+// raises. The record of the next node's loss is written all the same.
+func TestALogHandlersPanicLeavesLaterRecordsWritten(t *testing.T) {
+	srvs := redistest.StartMasters(t, 5)
+	var (
+		buf      redistest.Buffer
+		panicked atomic.Bool
+	)
+	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
+		if strings.Contains(r.Message, "quorum still holds") && panicked.CompareAndSwap(false, true) {
+			panic("the handler failed")
+		}
+	}}
+	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "dented", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	refresh := func() (p any) {
+		defer func() { p = recover() }()
+		if err := l.Refresh(ctx, 5*time.Second); err != nil {
+			t.Errorf("Refresh: %v; a quorum still held it", err)
+		}
+		return nil
+	}
+	srvs[0].Do(t, "DEL", "dlock:{dented}")
+	if p := refresh(); p == nil {
+		t.Fatal("the handler's panic did not reach the Refresh that wrote its record")
+	}
+	srvs[1].Do(t, "DEL", "dlock:{dented}")
+	if p := refresh(); p != nil {
+		t.Fatalf("Refresh panicked again: %v", p)
+	}
+	logs := func() []logRecord { return parseRecords(t, buf.String()) }
+	awaitRecord(t, logs, "of node 1's loss", func(r logRecord) bool {
+		return strings.Contains(r.msg(), "quorum still holds") && r["addr"] == srvs[1].Addr()
+	})
+}
