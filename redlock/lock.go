@@ -1283,7 +1283,7 @@ func (l *Lock) endAs(err error, relFailed bool) {
 		// losses as debug records (see quorumPart). Queued after the
 		// records of a logKept that found the Lock held.
 		l.logs = append(l.logs, func() {
-			l.r.log.Warn("redlock: lock lost", "names", []string{l.name}, "err", err)
+			l.r.log.Warn("redlock: lock lost", "names", []string{causes.Short(l.name)}, "err", err)
 		})
 	}
 	l.mu.Unlock()
