@@ -243,14 +243,27 @@ const refreshNudge = 200 * time.Millisecond
 // topology again, which rueidis does only after a request routed by slot
 // fails or is redirected (or every ShardsRefreshInterval, off by default):
 // it sends one, EXISTS of key, a key in that slot (a read that changes
-// nothing), bounded by refreshNudge. Without it a shard subscription could
-// wait for good for a primary that took over in a failover.
+// nothing), bounded by refreshNudge (see nudgeCommand). Without it a shard
+// subscription could wait for good for a primary that took over in a
+// failover, and List fail for good.
 func (d *Driver) unconnected(ctx context.Context, addr, key, what string) error {
 	d.slots.Store(nil)
 	nctx, cancel := context.WithTimeout(ctx, refreshNudge)
 	defer cancel()
-	_ = d.client.Do(nctx, d.client.B().Exists().Key(key).Build()).Error()
+	_ = d.client.Do(nctx, nudgeCommand(d.client, key)).Error()
 	return fmt.Errorf("dlockrueidis: no connection to %q, %s", addr, what)
+}
+
+// nudgeCommand builds the EXISTS of key that unconnected sends, not
+// flagged read-only, though it is, as scanCommand's SCAN: a client that
+// sends read-only commands to replicas (SendToReplicas: cmd.IsReadOnly())
+// would send it to a replica of the slot that it knows, which answers
+// when it copies the new primary, and the client would not read the
+// topology again; the slot's primary as the client knows it fails or
+// redirects it (MOVED), and that makes the client read it. Like rueidis's
+// own EXISTS, it is sent again after a connection failure.
+func nudgeCommand(c rueidis.Client, key string) rueidis.Completed {
+	return c.B().Arbitrary("EXISTS").Keys(key).Build().ToRetryable()
 }
 
 // keyIn returns a key in slot (every slot has one among the first few
