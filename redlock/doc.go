@@ -71,7 +71,9 @@
 // "redlock: a node lost the lock; the quorum still holds it", when a node
 // loses its copy of a lock that a quorum still holds (a node restarted
 // without persistence, or one whose deadline passed while it did not
-// answer), found by the next refresh or Release. The nodes' dlock clients
+// answer), found by the next refresh or Release, and a warning, "redlock:
+// refresh did not reach a quorum; retrying until the lock's deadline",
+// when an automatic refresh fails (once, until one succeeds again). The nodes' dlock clients
 // then log the end of a node's lock as a debug record, "dlock: a Redlock
 // node's lock ended", not as the warning "dlock: lock lost" of a lock of
 // their own: one node's loss is not the lock's. Clients with loggers of

@@ -451,6 +451,22 @@ func (l *Lock) logKept() {
 	}
 }
 
+// logUnlessEnded queues record and writes it, unless the Lock has ended,
+// whose records say how: a record that it is held goes no later than its
+// end's. Called outside op's turn. l.mu must not be held.
+func (l *Lock) logUnlessEnded(record func()) {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		return
+	default:
+	}
+	l.logs = append(l.logs, record)
+	l.mu.Unlock()
+	l.writeLogs()
+}
+
 // writeLogs writes the queued records, in order, unless another goroutine
 // is writing them, which then writes these too. It writes under no lock:
 // a handler that calls this Lock's methods (a Release of the lock it is
@@ -1168,6 +1184,7 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 	return l.r.goOwned(func() {
 		timer := time.NewTimer(interval - time.Since(from))
 		defer timer.Stop()
+		failing := false // the last refresh did not reach a quorum
 		for {
 			select {
 			case <-l.done:
@@ -1196,10 +1213,20 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 			case err == nil && last:
 				return
 			case err == nil:
+				failing = false
 				timer.Reset(interval - time.Since(from))
 			default:
 				// Not refreshed on a quorum, but still held on one: try
 				// again soon, until the nodes' deadlines end the lock.
+				// Warned of once a run of failures: it is retried up to
+				// four times a second.
+				if !failing {
+					l.logUnlessEnded(func() {
+						l.r.log.Warn("redlock: refresh did not reach a quorum; retrying until the lock's deadline",
+							"names", []string{causes.Short(l.name)}, "err", err)
+					})
+				}
+				failing = true
 				timer.Reset(min(interval/4, maxRetryDelay))
 			}
 		}

@@ -166,6 +166,59 @@ func TestANodeRunOutWhileTheQuorumHoldsIsLoggedByTheNextRefresh(t *testing.T) {
 	}
 }
 
+// TestAFailedAutomaticRefreshIsWarnedOfOnceARun: two of three nodes stop
+// answering (paused) while a lock is refreshed automatically; its refresh,
+// retried four times a second, reaches no quorum, which is warned of once
+// for the run of failures, naming the lock, and again after a refresh
+// succeeded in between. The lock is held throughout.
+func TestAFailedAutomaticRefreshIsWarnedOfOnceARun(t *testing.T) {
+	r, srvs, logs := loggedLocker(t)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "stalled", redlock.WithTTL(3*time.Second), redlock.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "redlock: refresh did not reach a quorum; retrying until the lock's deadline"
+	warnings := func() (n int) {
+		for _, rec := range logs() {
+			if rec.msg() == msg {
+				n++
+			}
+		}
+		return n
+	}
+	for run := 1; run <= 2; run++ {
+		resume1, resume2 := srvs[1].PauseAWhile(t), srvs[2].PauseAWhile(t)
+		rec := awaitRecord(t, logs, fmt.Sprintf("of failed refresh %d", run), func(r logRecord) bool { return r.msg() == msg && warnings() == run })
+		if rec.level() != "WARN" || !slices.Equal(rec.names(), []any{"stalled"}) || rec.err() == "" {
+			t.Errorf("logged as %v; want WARN naming [stalled], with the error", rec)
+		}
+		// Three more failed refreshes, seen on the node that answers.
+		sent := srvs[0].CommandStat(t, "evalsha", "calls")
+		eventually(t, 5*time.Second, "three more refreshes", func() bool { return srvs[0].CommandStat(t, "evalsha", "calls") >= sent+3 })
+		if n := warnings(); n != run {
+			t.Errorf("run %d of failed refreshes: %d warnings in all, want %d", run, n, run)
+		}
+		before := l.Deadline()
+		resume1()
+		resume2()
+		eventually(t, 5*time.Second, "a refresh after the nodes resumed", func() bool { return l.Deadline().After(before) })
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range logs() {
+		if strings.Contains(rec.msg(), "lock lost") {
+			t.Errorf("a lock held on a quorum logged as lost: %v", rec)
+		}
+	}
+}
+
 // TestALostQuorumIsOneWarning: a Redlock lock that fewer than a quorum of
 // its three nodes hold any longer is logged once, as a warning of
 // Redlock's that names the lock and says why (the nodes that lost it and

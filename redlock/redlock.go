@@ -127,7 +127,10 @@ func WithNodeTimeout(d time.Duration) LockerOption {
 // quorum still holds ("redlock: a node lost the lock; the quorum still
 // holds it", with the node's index, address and error, and how many nodes
 // hold it; told by the lock's next refresh or Release, so that nodes lost
-// together are told once, as the lock's loss). Records name the lock
+// together are told once, as the lock's loss), and a warning when an
+// automatic refresh does not reach a quorum ("redlock: refresh did not
+// reach a quorum; retrying until the lock's deadline", with its error;
+// once for a run of failed refreshes, until one succeeds). Records name the lock
 // with the attribute "names", a list, as dlock's do. The nodes' clients
 // then do not warn of their nodes' losses: they log them as debug records,
 // "dlock: a Redlock node's lock ended", since a node's loss is not the
