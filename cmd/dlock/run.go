@@ -196,9 +196,13 @@ Examples:
 			durationFlag(fs, &o.grace, "grace")
 			durationFlag(fs, &o.minHold, "min-hold")
 			fs.Func("metadata", "", func(s string) error {
+				// The flag package names the flag and quotes s.
 				k, v, ok := strings.Cut(s, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("--metadata %q: write KEY=VALUE", s)
+				switch {
+				case !ok:
+					return errors.New("write KEY=VALUE")
+				case k == "":
+					return errors.New("the KEY is empty; write KEY=VALUE")
 				}
 				o.meta = append(o.meta, [2]string{k, v})
 				return nil

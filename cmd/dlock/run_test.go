@@ -700,6 +700,45 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+// A flag's bad value is named once, with the flag: --metadata's said
+// `invalid value "=v" for flag --metadata: --metadata "=v": write
+// KEY=VALUE`, naming the flag twice.
+func TestFlagErrorsNameTheFlagOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag string
+		args []string
+	}{
+		{"metadata", []string{"run", "--metadata", "=v", "job", "--", "true"}},
+		{"metadata", []string{"run", "--metadata=novalue", "job", "--", "true"}},
+		{"wait", []string{"run", "--wait", "x", "job", "--", "true"}},
+		{"wait", []string{"run", "--wait", "-1s", "job", "--", "true"}},
+		{"ttl", []string{"run", "--ttl", "x", "job", "--", "true"}},
+		{"grace", []string{"run", "--grace", "9999999h", "job", "--", "true"}},
+		{"min-hold", []string{"run", "--min-hold", "x", "job", "--", "true"}},
+		{"semaphore", []string{"run", "--semaphore", "x", "job", "--", "true"}},
+		{"semaphore", []string{"run", "--semaphore", "-99999999999999999999", "job", "--", "true"}},
+		{"replicas", []string{"run", "--replicas", "x", "job", "--", "true"}},
+		{"replicas", []string{"run", "--replicas", "-99999999999999999999", "job", "--", "true"}},
+		{"replicas-timeout", []string{"run", "--replicas", "1", "--replicas-timeout", "x", "job", "--", "true"}},
+		{"quiet", []string{"run", "--quiet=x", "job", "--", "true"}},
+		{"interval", []string{"ls", "--watch", "--interval", "x"}},
+		{"json", []string{"status", "--json=x", "job"}},
+		{"cluster", []string{"--cluster=x", "ls"}},
+		{"cluster", []string{"ls", "--cluster=x"}},
+		{"fence-retention", []string{"--fence-retention", "x", "ls"}},
+		{"redis", []string{"status", "--redis"}},
+	} {
+		var stdout, stderr strings.Builder
+		a := &app{stdout: &stdout, stderr: &stderr, lookupEnv: env()}
+		code := a.main(tc.args)
+		named := regexp.MustCompile(`(^|[^-\w])--`+regexp.QuoteMeta(tc.flag)+`([^-\w]|$)`).FindAllString(stderr.String(), -1)
+		if code != exitUsage || len(named) != 1 {
+			t.Errorf("%q: code %d, stderr %q; want %d and --%s named once", tc.args, code, stderr.String(), exitUsage, tc.flag)
+		}
+	}
+}
+
 // A name the library refuses whatever the server ("{x}:fence", a key of
 // the lock "{x}"; one that leaves its key an empty hash tag with the
 // prefix; an empty one) is bad usage (64) before dlock connects: with
