@@ -505,6 +505,33 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// --version with anything after it is bad usage (64), as version with an
+// argument is: `dlock --version run x -- true` printed the version and
+// exited 0, and `dlock version extra` exited 64. Connection flags before
+// it, or before version, are global and ignored (an alias may put them
+// there).
+func TestVersionFlagTakesNoArguments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--version", "run", "x", "--", "true"}, `dlock: unexpected argument "run" after --version (see 'dlock version --help')`},
+		{[]string{"--version", "extra"}, `unexpected argument "extra" after --version`},
+		{[]string{"--redis", redisURL, "--version", "ls"}, `unexpected argument "ls" after --version`},
+		{[]string{"version", "extra"}, `dlock version: unexpected argument "extra"`},
+	} {
+		r := dlockRun(t, nil, tc.args...)
+		checkOneLine(t, r, exitUsage, tc.want)
+	}
+	for _, args := range [][]string{{"--redis", redisURL, "--version"}, {"--version", "--redis", redisURL}, {"--redis", redisURL, "version"}, {"-version", "--"}} {
+		r := dlockRun(t, nil, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || r.stderr != "" {
+			t.Errorf("%q: code %d, stdout %q, stderr %q; want 0 and the version", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 // Names and metadata are anyone's text: status and ls write the
 // characters a terminal would act on (ESC, tabs, newlines) as escapes, so
 // that a lock cannot redraw the screen or shift a table's columns.

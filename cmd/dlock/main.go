@@ -184,10 +184,17 @@ func (a *app) dispatch(args []string) error {
 		}
 		return usage(nil, "%v", flagError(err, args))
 	}
+	rest := global.Args()
 	if *showVersion {
+		// --version is version, which takes no arguments: a command after
+		// it is a mistake, not one to ignore. The connection flags around
+		// it are global, and ignored, as version ignores those before it
+		// (an alias may hold them).
+		if len(rest) > 0 {
+			return usage(versionCommand, "unexpected argument %q after --version", rest[0])
+		}
 		return printVersion(a.stdout)
 	}
-	rest := global.Args()
 	if len(rest) == 0 {
 		return usage(nil, "missing the command: run, status, ls, release, version or help")
 	}

@@ -24,7 +24,8 @@ func init() {
 		summary: "print dlock's version",
 		usage:   "version",
 		help: `Prints the version of dlock, the VCS revision it was built from when known,
-and the Go version and platform. Also: dlock --version.
+and the Go version and platform. Also: dlock --version, which takes no
+arguments either.
 `,
 		flags: func(fs *flag.FlagSet) func(*app, []string) error {
 			return func(a *app, args []string) error {
