@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +15,8 @@ func init() {
 		name:    "help",
 		summary: "show the help of a command",
 		usage:   "help [COMMAND]",
-		help: `Shows the help of COMMAND, or the overview.
+		help: `Shows the help of COMMAND, or the overview. So do dlock --help [COMMAND]
+and dlock COMMAND --help.
 
 Examples:
   dlock help
@@ -28,14 +30,48 @@ Examples:
 				if len(args) == 0 {
 					return a.printTopHelp(a.stdout)
 				}
-				c := lookup(args[0])
-				if c == nil {
-					return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", args[0])
-				}
-				return a.printHelp(a.stdout, c)
+				return a.helpOf(args[0])
 			}
 		},
 	}
+}
+
+// helpOf writes the help of the command called name; one dlock does not
+// have is bad usage.
+func (a *app) helpOf(name string) error {
+	c := lookup(name)
+	if c == nil {
+		return noSuchCommand(name)
+	}
+	return a.printHelp(a.stdout, c)
+}
+
+// noSuchCommand is the bad usage of naming a command dlock does not have.
+func noSuchCommand(name string) error {
+	return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", name)
+}
+
+// helpFlag answers `dlock [FLAGS] --help [FLAGS] [COMMAND [ARGS...]]`,
+// once global has stopped at the --help (or -h): the help of COMMAND, as
+// `dlock help COMMAND` and `dlock COMMAND --help` show it, else the
+// overview. The flags after --help are read to find COMMAND (one that does
+// not parse leaves the overview); what follows COMMAND is not read, as
+// `dlock COMMAND --help ARGS...` reads none of ARGS.
+func (a *app) helpFlag(global *flag.FlagSet) error {
+	for {
+		err := global.Parse(global.Args())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, flag.ErrHelp) {
+			return a.printTopHelp(a.stdout)
+		}
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		return a.printTopHelp(a.stdout)
+	}
+	return a.helpOf(rest[0])
 }
 
 const connHelp = `Connection flags (every command but version; also accepted before the command):

@@ -409,7 +409,7 @@ func TestAReleaseThatCannotBePrintedSucceeds(t *testing.T) {
 // Help that cannot be written fails (70), as version does: it exited 0.
 func TestHelpThatCannotBeWrittenFails(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "run"}, {"run", "--help"}, {"status", "-h"}, {"--redis", "redis://x", "ls", "--help"}, {"version"}} {
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "run"}, {"--help", "run"}, {"run", "--help"}, {"status", "-h"}, {"--redis", "redis://x", "ls", "--help"}, {"version"}} {
 		var stderr strings.Builder
 		a := &app{stdout: fullWriter{}, stderr: &stderr, lookupEnv: env()}
 		if code := a.main(args); code != exitInternal || !strings.Contains(stderr.String(), "no space left on device") {
@@ -530,6 +530,38 @@ func TestVersionFlagTakesNoArguments(t *testing.T) {
 			t.Errorf("%q: code %d, stdout %q, stderr %q; want 0 and the version", args, r.code, r.stdout, r.stderr)
 		}
 	}
+}
+
+// `dlock --help COMMAND` (or -h) shows COMMAND's help, as `dlock help
+// COMMAND` and `dlock COMMAND --help` do; it showed the overview. An
+// unknown COMMAND is bad usage, as it is for help.
+func TestHelpFlagBeforeACommand(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		want := dlockRun(t, nil, "help", c.name)
+		if want.code != 0 || !strings.HasPrefix(want.stdout, "Usage: dlock "+c.name) {
+			t.Fatalf("help %s: code %d, stdout %q", c.name, want.code, want.stdout)
+		}
+		for _, args := range [][]string{
+			{"--help", c.name},
+			{"-h", c.name},
+			{"-help", c.name, "x"},
+			{"--redis", redisURL, "--help", c.name},
+			{"--help", "--redis", redisURL, c.name},
+			{c.name, "--help"},
+		} {
+			r := dlockRun(t, nil, args...)
+			if r.code != 0 || r.stderr != "" || r.stdout != want.stdout {
+				t.Errorf("%q: code %d, stderr %q, stdout %.60q…; want 0 and the help of %s", args, r.code, r.stderr, r.stdout, c.name)
+			}
+		}
+	}
+	r := dlockRun(t, nil, "--help", "run", "job", "--", "true")
+	if want := dlockRun(t, nil, "run", "--help", "job", "--", "true"); r.code != 0 || r.stdout != want.stdout {
+		t.Errorf("--help run job -- true: code %d, stdout %.60q…; want 0 and run's help", r.code, r.stdout)
+	}
+	checkOneLine(t, dlockRun(t, nil, "--help", "frobnicate"), exitUsage, `unknown command "frobnicate"`)
+	checkOneLine(t, dlockRun(t, nil, "help", "frobnicate"), exitUsage, `unknown command "frobnicate"`)
 }
 
 // Names and metadata are anyone's text: status and ls write the

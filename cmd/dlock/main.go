@@ -180,7 +180,7 @@ func (a *app) dispatch(args []string) error {
 	showVersion := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return a.printTopHelp(a.stdout)
+			return a.helpFlag(global)
 		}
 		return usage(nil, "%v", flagError(err, args))
 	}
@@ -200,7 +200,7 @@ func (a *app) dispatch(args []string) error {
 	}
 	a.cmd = lookup(rest[0])
 	if a.cmd == nil {
-		return usage(nil, "unknown command %q; the commands are run, status, ls, release, version and help", rest[0])
+		return noSuchCommand(rest[0])
 	}
 	fs := flag.NewFlagSet(a.cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
