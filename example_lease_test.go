@@ -111,9 +111,15 @@ func ExampleClient_SetFenced() {
 	fmt.Println(locks.SetFenced(ctx, "report:body", cur.Fence(), "new"))
 	err = locks.SetFenced(ctx, "report:body", old.Fence(), "stale")
 	fmt.Println(errors.Is(err, dlock.ErrStaleFence))
+
+	// The value is the field "value" of a hash at the key, as given: read it
+	// with the Redis client.
+	body, _ := rdb.HGet(ctx, "report:body", "value").Result()
+	fmt.Println(body)
 	// Output:
 	// <nil>
 	// true
+	// new
 }
 
 func ExampleLockFromContext() {
