@@ -91,6 +91,42 @@ func ExampleLock_Done() {
 	// Output: lost: true
 }
 
+// ExampleLock_Context runs a scheduled job on one instance of a fleet at a
+// time: the instance that obtains the lock keeps it refreshed and hands the
+// job a context that ends the moment the lock is known lost; the others skip
+// the run. (TryDo does the same in one call.)
+func ExampleLock_Context() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	// Refreshed every third of the TTL: a loss is known within that.
+	opts := []dlock.Option{dlock.WithTTL(time.Second), dlock.WithAutoRefresh()}
+	l, err := locks.TryLock(ctx, "cron:reindex", opts...)
+	if err != nil {
+		fmt.Println(err) // ErrNotObtained: another instance runs it
+		return
+	}
+	defer l.Release(ctx)
+
+	_, err = locks.TryLock(ctx, "cron:reindex", opts...) // another instance's tick
+	fmt.Println("second instance skips:", errors.Is(err, dlock.ErrNotObtained))
+
+	job := func(ctx context.Context) error {
+		// An operator frees the lock while the job runs...
+		_, _ = locks.ForceRelease(context.Background(), "cron:reindex")
+		<-ctx.Done() // ...and the job's context ends at the next refresh.
+		return context.Cause(ctx)
+	}
+	err = job(l.Context(ctx))
+	fmt.Println("job stopped, lock lost:", errors.Is(err, dlock.ErrLost))
+	// Output:
+	// second instance skips: true
+	// job stopped, lock lost: true
+}
+
 func ExampleClient_SetFenced() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
