@@ -237,6 +237,48 @@ func ExampleRWMutex_Lock() {
 	// writer in
 }
 
+// ExampleRWMutex_Do rebuilds a cache that many readers use: readers hold the
+// read lock together (RDo), and the rebuild takes the write lock (Do), which
+// waits for the readers in to leave and keeps new ones out until it is done.
+func ExampleRWMutex_Do() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks := dlock.New(goredis.New(rdb))
+	defer locks.Close()
+
+	cache := locks.RWMutex("cache:products")
+	var readersIn atomic.Int32 // the cache's readers, across the fleet
+	var version atomic.Int32   // the cache, as a shared store would hold it
+
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := cache.RDo(ctx, func(ctx context.Context) error {
+				readersIn.Add(1)
+				defer readersIn.Add(-1)
+				_ = version.Load() // read the cache
+				return nil
+			})
+			if err != nil {
+				fmt.Println("read:", err)
+			}
+		}()
+	}
+	err := cache.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("readers in during the rebuild:", readersIn.Load())
+		version.Add(1) // rebuild the cache
+		return nil
+	})
+	wg.Wait()
+	fmt.Println("rebuilt:", err == nil, "version", version.Load())
+	// Output:
+	// readers in during the rebuild: 0
+	// rebuilt: true version 1
+}
+
 func ExampleClient_Semaphore() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
