@@ -303,24 +303,48 @@ func ExampleClient_Semaphore() {
 	// third of three permits: true
 }
 
+// ExampleSemaphore_Do limits the calls to a partner's API to 3 at once
+// across processes: here two clients, as two processes would each have,
+// make 8 calls from goroutines of their own.
 func ExampleSemaphore_Do() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	locks := dlock.New(goredis.New(rdb))
-	defer locks.Close()
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+	)
+	callAPI := func(ctx context.Context) error { // ctx is cancelled if the permit is lost
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond) // the call
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}
 
-	// At most 5 calls to the partner's API at once, across processes; wait
-	// up to 2 seconds for a permit.
-	partner := locks.Semaphore("partner-api", 5)
-	err := partner.Do(ctx, func(ctx context.Context) error {
-		fmt.Println("calling the partner's API under a permit")
-		return nil // ctx is cancelled if the permit is lost
-	}, dlock.WithMaxWait(2*time.Second))
-	fmt.Println("err:", err)
-	// Output:
-	// calling the partner's API under a permit
-	// err: <nil>
+	var wg sync.WaitGroup
+	for range 2 { // two processes
+		rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		locks := dlock.New(goredis.New(rdb))
+		defer locks.Close()
+		partner := locks.Semaphore("partner-api", 3) // every caller gives the same count
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Waits for a permit, 10 seconds at most.
+				if err := partner.Do(ctx, callAPI, dlock.WithMaxWait(10*time.Second)); err != nil {
+					fmt.Println("err:", err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	fmt.Println("at most 3 calls at once:", most <= 3)
+	// Output: at most 3 calls at once: true
 }
 
 func ExampleClient_Inspect() {
