@@ -1239,24 +1239,26 @@ func (l *Lock) releaseAfterReporting(ctx context.Context, reportLoss bool) error
 	return l.releaseReporting(ctx, reportLoss)
 }
 
-// Release gives the lock up. It returns ErrNotHeld if Redis no longer had
-// it: released already, expired or taken over; with several names, the names
-// still held are released all the same. Such a Release ends the lock as
-// lost, and its error matches ErrLost too, as Err then does. It also returns
-// ErrNotHeld, with the loss Err reports (ErrLost), for a Lock that had ended
-// as lost before Release was called: one ended by its local deadline (Done
-// closed: a refresh that did not come in time, WithMaxHold) may still be on
-// the server for the drift allowance (1% of the TTL, and 2ms), which Release
-// frees all the same, but the work done under it may have outlived the time
-// it was safe (its End hooks and log see the loss, not a release); when the
-// request fails, its error is joined to the loss (the server may then keep
-// the name until its TTL). So does a Release whose reply comes after the
-// lock's deadline, as a Refresh does, even though it freed the name: Done
-// closes at the deadline whatever is under way, the lock ending as lost
-// then, and Release, Err and the End hooks say so alike. A lock re-entered
-// by its owner (WithOwner) is freed when every acquisition has been
-// released. One obtained WithMinHold stays taken, by nobody, until its
-// minimum hold has passed, when the Release that frees it comes sooner (a
+// Release gives the lock up. It returns ErrNotHeld if Redis no longer had it:
+// expired, taken over, force-released, or released by another Lock of its
+// token (one attached to it); with several names, the names still held are
+// released all the same. Such a Release ends the lock as lost, and its error
+// matches ErrLost too, as Err then does. A Release called after one of its
+// own freed the Lock returns ErrNotHeld alone, without asking Redis, and Err
+// stays nil. It also returns ErrNotHeld, with the loss Err reports (ErrLost),
+// for a Lock that had ended as lost before Release was called: one ended by
+// its local deadline (Done closed: a refresh that did not come in time,
+// WithMaxHold) may still be on the server for the drift allowance (1% of the
+// TTL, and 2ms), which Release frees all the same, but the work done under it
+// may have outlived the time it was safe (its End hooks and log see the loss,
+// not a release); when the request fails, its error is joined to the loss
+// (the server may then keep the name until its TTL). So does a Release whose
+// reply comes after the lock's deadline, as a Refresh does, even though it
+// freed the name: Done closes at the deadline whatever is under way, the lock
+// ending as lost then, and Release, Err and the End hooks say so alike. A
+// lock re-entered by its owner (WithOwner) is freed when every acquisition
+// has been released. One obtained WithMinHold stays taken, by nobody, until
+// its minimum hold has passed, when the Release that frees it comes sooner (a
 // Release sent again after that time reports ErrNotHeld, and ErrLost, the
 // kept hold having run out and taken the record of the first with it). Done
 // is closed once Release returns without a Redis error (unless End hooks run
@@ -1265,20 +1267,19 @@ func (l *Lock) releaseAfterReporting(ctx context.Context, reportLoss bool) error
 // with its TTL, as a crashed holder's would; calling Release again frees it
 // sooner. A request that fails (a connection the server closed under it) is
 // sent once more at once before Release gives up; one that timed out (a
-// server that stalled) is not. Every Release of one Lock is the same
-// request: one whose first call ran on the server but whose reply was lost
-// counts as done (while the name keeps its record: an exclusive lock's last
-// eight releases or more, a read/write lock's or semaphore's last 64 or two
+// server that stalled) is not. Every Release of one Lock is the same request:
+// one whose first call ran on the server but whose reply was lost counts as
+// done (while the name keeps its record: an exclusive lock's last eight
+// releases or more, a read/write lock's or semaphore's last 64 or two
 // seconds'; after more releases of others came between, it reports
 // ErrNotHeld, and ErrLost, as dlock cannot tell it from a lock that expired,
 // the lock freed all the same), and so do Releases called at once from
 // several goroutines (each returns nil when the lock was freed); only a
-// Release called after one has returned reports ErrNotHeld for a lock
-// already released. A ctx that has already ended when Release is called
-// (that of a request a deferred Release belongs to, say) does not stop it:
-// Release then keeps ctx's values and gives itself up to 2 seconds, since a
-// lock given back is never wrong and one left behind blocks others for its
-// TTL.
+// Release called after one has returned reports ErrNotHeld for a lock already
+// released. A ctx that has already ended when Release is called (that of a
+// request a deferred Release belongs to, say) does not stop it: Release then
+// keeps ctx's values and gives itself up to 2 seconds, since a lock given
+// back is never wrong and one left behind blocks others for its TTL.
 //
 // Release panics if l is nil: check the error of the call that obtained it.
 func (l *Lock) Release(ctx context.Context) error {
