@@ -178,6 +178,19 @@
 // tag (see Client.RedisKey). A name whose key already holds data dlock did
 // not write is refused with ErrWrongType and left untouched.
 //
+// # Drivers
+//
+// Applications use a driver that comes with dlock: package
+// github.com/dlockio/dlock/goredis (go-redis v9, in this module), or the
+// rueidis and redigo drivers, modules of their own. The Driver interface,
+// its Subscription, the interfaces a driver may add to it (Scanner,
+// Replicator, Partitioned, Pooled, ShardedSubscriber), Call, Script,
+// Scripts, and the helpers AsScripts, Unknown, Resend, ResendWait,
+// EvalAgain, Loaded, FailFunctions and ConnectionClosed are for writing a
+// driver for another Redis client; package
+// github.com/dlockio/dlock/dlocktest is the conformance suite it runs. Code
+// that only takes locks needs none of them.
+//
 // # Errors
 //
 // Errors match the package's sentinels with errors.Is:
