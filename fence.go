@@ -33,7 +33,8 @@ var ErrStaleFence = errors.New("dlock: stale fencing token")
 //
 //	UPDATE reports SET body = $2, fence = $1 WHERE id = $3 AND fence <= $1
 //
-// where no updated row means a stale holder; over HTTP, send the fence in
+// where no updated row means a stale holder (fence a 64-bit column: see
+// Lock.Fence); over HTTP, send the fence in
 // a header and have the server answer 409 Conflict to one older than the
 // newest it accepted.
 func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value string) error {

@@ -1741,7 +1741,9 @@ func (l *Lock) Metadata() string {
 // that remembers the largest fence it has seen can refuse a writer whose
 // lock has since passed to another. For a lock on several names it is the
 // first name's fence; see Fences. A re-entry or repeated acquire keeps the
-// fence of the hold it joins.
+// fence of the hold it joins. A read hold and a semaphore's permit have no
+// fence: 0. Fences do not count from 1: each is at least the server's clock
+// in microseconds (over 10^15), so a resource keeps them in 64 bits.
 func (l *Lock) Fence() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
