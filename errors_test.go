@@ -188,3 +188,27 @@ func TestMaxWaitPassedSaysHowToWaitLonger(t *testing.T) {
 		}
 	}
 }
+
+// Errors of bad options say what to give instead, or where a value the
+// caller did not give came from.
+func TestBadOptionErrorsSayWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		sentinel error
+		says     string
+	}{
+		{"nil retry", newOptions([]Option{WithRetry(nil)}).err, ErrInvalidOption, "NoRetry()"},
+		{"max hold under the default TTL", newOptions([]Option{WithMaxHold(time.Second)}).err, ErrInvalidOption, "TTL 10s (the default: see WithTTL)"},
+		{"max hold under a TTL given", newOptions([]Option{WithTTL(time.Minute), WithMaxHold(time.Second)}).err, ErrInvalidOption, "TTL 1m0s"},
+		{"refresh interval past the default TTL", newOptions([]Option{WithRefreshInterval(time.Minute)}).err, ErrInvalidOption, "TTL 10s (the default: see WithTTL)"},
+		{"no permits", new(Semaphore).SetPermits(0), ErrInvalidPermits, "at least 1"},
+	} {
+		if !errors.Is(tc.err, tc.sentinel) || !strings.Contains(tc.err.Error(), tc.says) {
+			t.Errorf("%s: %v, want %v saying %q", tc.name, tc.err, tc.sentinel, tc.says)
+		}
+	}
+	if err := newOptions([]Option{WithTTL(time.Minute), WithMaxHold(time.Second)}).err; strings.Contains(err.Error(), "default") {
+		t.Errorf("a TTL given called the default: %v", err)
+	}
+}

@@ -100,7 +100,7 @@ func WithTTL(ttl time.Duration) Option {
 func WithRetry(s RetryStrategy) Option {
 	return func(o *options) {
 		if what := nilretry.Refused(s); what != "" {
-			o.fail(fmt.Errorf("%w: %s", ErrInvalidOption, what))
+			o.fail(fmt.Errorf("%w: %s (NoRetry() retries nothing; without WithRetry, DefaultRetry)", ErrInvalidOption, what))
 		}
 		o.retry = s
 	}
@@ -312,14 +312,23 @@ func (o *options) refreshInterval() time.Duration {
 // allowance.
 func refreshesInTime(interval, ttl time.Duration) bool { return interval < ttl-drift(ttl) }
 
+// defaultNote says, after a TTL in checkLease's errors, that it is the
+// default, which a caller who gave no WithTTL may not have in mind.
+func defaultNote(ttl time.Duration) string {
+	if ttl == DefaultTTL {
+		return " (the default: see WithTTL)"
+	}
+	return ""
+}
+
 // checkLease validates the lease options against a TTL.
 func (o *options) checkLease(ttl time.Duration) error {
 	if o.auto && !refreshesInTime(o.refreshInterval(), ttl) {
-		return fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v less %v for clock drift",
-			ErrInvalidOption, o.refreshInterval(), ttl, drift(ttl))
+		return fmt.Errorf("%w: refresh interval %v does not come before the lock's deadline: its TTL %v%s less %v for clock drift",
+			ErrInvalidOption, o.refreshInterval(), ttl, defaultNote(ttl), drift(ttl))
 	}
 	if o.maxHold > 0 && o.maxHold < ttl {
-		return fmt.Errorf("%w: max hold %v is shorter than the TTL %v", ErrInvalidOption, o.maxHold, ttl)
+		return fmt.Errorf("%w: max hold %v is shorter than the TTL %v%s", ErrInvalidOption, o.maxHold, ttl, defaultNote(ttl))
 	}
 	return nil
 }

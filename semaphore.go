@@ -84,7 +84,7 @@ func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
 // It sends nothing to Redis.
 func (s *Semaphore) SetPermits(n int) error {
 	if n < 1 {
-		return fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+		return fmt.Errorf("%w: %d (a semaphore needs at least 1)", ErrInvalidPermits, n)
 	}
 	if old := s.permits.Swap(int64(n)); int64(n) != old && s.c != nil {
 		s.c.wakeWaiters(s.c.RedisKey(s.name))
@@ -117,7 +117,7 @@ func (s *Semaphore) hold(token string, o *options) (*Lock, error) {
 		return nil, errMinHoldKind
 	}
 	if n := s.permits.Load(); n < 1 {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+		return nil, fmt.Errorf("%w: %d (a semaphore needs at least 1)", ErrInvalidPermits, n)
 	}
 	key := s.c.RedisKey(s.name)
 	l := &Lock{kind: permitHold, names: []string{s.name}, req: token, token: token, owner: o.owner, meta: o.metadata,

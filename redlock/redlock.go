@@ -424,7 +424,7 @@ func WithMetadata(meta string) Option {
 func WithRetry(s dlock.RetryStrategy) Option {
 	return func(o *options) {
 		if what := nilretry.Refused(s); what != "" {
-			o.fail(fmt.Errorf("%w: %s", dlock.ErrInvalidOption, what))
+			o.fail(fmt.Errorf("%w: %s (dlock.NoRetry() retries nothing; without WithRetry, DefaultRetry)", dlock.ErrInvalidOption, what))
 		}
 		o.retry = s
 	}
