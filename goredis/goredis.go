@@ -1,6 +1,8 @@
 // Package goredis lets dlock use a go-redis v9 client: a single node, a
 // Sentinel-managed failover client, or a Redis Cluster, anything that
-// implements redis.UniversalClient. On a Ring, a lock on names of several
+// implements redis.UniversalClient (a type of yours that embeds a cluster
+// client or a Ring is taken for what it embeds; any other for a single
+// server: see New). On a Ring, a lock on names of several
 // hash tags is refused with dlock.ErrUnsupported: a Ring would run its
 // script on the first name's shard only. A Ring cannot subscribe either
 // (its shards' channels are separate): waits on it poll. A Ring moves
@@ -51,9 +53,11 @@ import (
 // Driver carries dlock's requests over a go-redis client.
 type Driver struct {
 	rdb     redis.UniversalClient
-	ring    bool // rdb is a Ring: see refuseAcrossShards
-	cluster bool // rdb is a cluster client: see refuseAcrossSlots
-	plain   bool // rdb is a Client: see settle
+	ring    bool          // rdb is a Ring: see refuseAcrossShards
+	cluster bool          // rdb is a cluster client: see refuseAcrossSlots
+	clu     clusterClient // rdb as a cluster client, nil elsewhere
+	rng     ringClient    // rdb as a Ring, nil elsewhere
+	plain   bool          // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
 	pool    int // see PoolSize
@@ -66,19 +70,60 @@ var (
 )
 
 // New returns a Driver over rdb. The client stays the caller's: dlock never
-// closes it. New panics if rdb is nil.
+// closes it. A type of the caller's that embeds a *redis.ClusterClient or a
+// *redis.Ring (a wrapper that instruments one, say) is taken for what it
+// embeds, by the methods it gets from it (Options among them): on a Ring,
+// a lock on names of several hash tags is refused as on the Ring itself.
+// Another implementation of redis.UniversalClient is taken for a single
+// server. New panics if rdb is nil, or a nil *redis.Client, ClusterClient
+// or Ring.
 func New(rdb redis.UniversalClient) *Driver {
-	if rdb == nil {
+	if isNil(rdb) {
 		panic("goredis: New with a nil client")
 	}
 	d := &Driver{rdb: rdb}
-	_, d.cluster = rdb.(*redis.ClusterClient)
+	d.clu, d.cluster = rdb.(clusterClient)
 	_, d.plain = rdb.(*redis.Client)
-	if r, ok := rdb.(*redis.Ring); ok {
-		d.ring, d.shardOf = true, shardOf(r.Options())
+	if r, ok := rdb.(ringClient); ok {
+		d.rng, d.ring, d.shardOf = r, true, shardOf(r.Options())
 	}
 	d.pool = poolSize(rdb)
 	return d
+}
+
+// isNil reports whether rdb is nil, or a nil pointer to one of go-redis's
+// clients, whose methods would fail deep inside go-redis.
+func isNil(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
+
+// clusterClient is what the driver uses of a *redis.ClusterClient beyond
+// redis.UniversalClient: a cluster client has it, and so has a type that
+// embeds one.
+type clusterClient interface {
+	redis.UniversalClient
+	Options() *redis.ClusterOptions
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	ReloadState(ctx context.Context)
+}
+
+// ringClient is what the driver uses of a *redis.Ring beyond
+// redis.UniversalClient: a Ring has it, and so has a type that embeds one.
+type ringClient interface {
+	redis.UniversalClient
+	Options() *redis.RingOptions
+	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
 // PoolSize returns how many requests the client has out at once on one
@@ -97,11 +142,11 @@ func (d *Driver) PoolSize() int { return d.pool }
 func poolSize(rdb redis.UniversalClient) int {
 	var size, most int
 	switch c := rdb.(type) {
-	case *redis.Client:
+	case interface{ Options() *redis.Options }: // a Client, or a type that embeds one
 		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
-	case *redis.ClusterClient:
+	case clusterClient:
 		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
-	case *redis.Ring:
+	case ringClient:
 		// A Ring passes them on to each shard's client, which sets its
 		// default in place of 0.
 		size, most = c.Options().PoolSize, c.Options().MaxActiveConns
@@ -138,8 +183,7 @@ func shardOf(opt *redis.RingOptions) func(key string) string {
 // Partitioned reports whether the client spreads keys over several servers:
 // a Redis Cluster or a Ring (see dlock.Partitioned).
 func (d *Driver) Partitioned() bool {
-	_, cluster := d.rdb.(*redis.ClusterClient)
-	return cluster || d.ring
+	return d.cluster || d.ring
 }
 
 // Server returns the address of the primary that serves key's slot on a
@@ -150,11 +194,10 @@ func (d *Driver) Server(ctx context.Context, key string) string {
 	if d.shardOf != nil {
 		return d.shardOf(key)
 	}
-	c, ok := d.rdb.(*redis.ClusterClient)
-	if !ok {
+	if d.clu == nil {
 		return ""
 	}
-	node, err := c.MasterForKey(ctx, key)
+	node, err := d.clu.MasterForKey(ctx, key)
 	if err != nil {
 		return ""
 	}
@@ -282,8 +325,8 @@ func redirected(err error) error {
 // sending to a failed primary until its map is ten seconds old or a node
 // answers MOVED, which holds locks up for seconds after a failover.
 func (d *Driver) reloadAfterFailure(calls []*dlock.Call) {
-	c, ok := d.rdb.(*redis.ClusterClient)
-	if !ok {
+	c := d.clu
+	if c == nil {
 		return
 	}
 	for _, call := range calls {
@@ -316,7 +359,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 		return again, nil
 	}
 	switch c := d.rdb.(type) {
-	case *redis.ClusterClient:
+	case clusterClient:
 		nodes := map[string]*redis.Client{}
 		groups := map[string][]*dlock.Call{} // by primary
 		for _, call := range fcalls {
@@ -344,7 +387,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 			}()
 		}
 		wg.Wait()
-	case *redis.Ring:
+	case ringClient:
 		// On every shard that is up: the Ring's own map of keys to shards
 		// follows SetAddrs and shards that go down, where shardOf does
 		// not, and a Ring tells no key's shard. A call whose shard (by
@@ -500,7 +543,7 @@ func (d *Driver) closedUnder(ctx context.Context) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 	defer cancel()
-	if c, ok := d.rdb.(*redis.ClusterClient); ok {
+	if c := d.clu; c != nil {
 		return errors.Is(c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }), redis.ErrClosed)
 	}
 	return errors.Is(d.rdb.Ping(ctx).Err(), redis.ErrClosed)
@@ -851,9 +894,9 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 		})
 	}
 	switch c := d.rdb.(type) {
-	case *redis.ClusterClient:
+	case clusterClient:
 		return c.ForEachMaster(ctx, each)
-	case *redis.Ring:
+	case ringClient:
 		// ForEachShard skips the shards it takes for down: their locks
 		// would be missing without a word.
 		var walked atomic.Int64
@@ -893,7 +936,7 @@ func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Durati
 		acked, err := evalWait(ctx, c, replicas, timeout, calls)
 		d.settle(ctx, calls)
 		return acked, err
-	case *redis.ClusterClient:
+	case clusterClient:
 		defer d.reloadAfterFailure(calls)
 		groups := map[*redis.Client][]*dlock.Call{}
 		for _, call := range refuseAcrossSlots(calls) {

@@ -141,6 +141,63 @@ func TestRingRefusesLocksAcrossShards(t *testing.T) {
 	}
 }
 
+// embeddedRing is a type of the caller's that embeds a Ring, as a wrapper
+// that instruments one would.
+type embeddedRing struct{ *redis.Ring }
+
+// TestATypeThatEmbedsARingIsARing: a client that embeds a Ring is one for
+// the driver. Taken for a single server, it ran a lock on names of two
+// hash tags on the first name's shard, and another client then took the
+// second name on its own shard: two holders at once.
+func TestATypeThatEmbedsARingIsARing(t *testing.T) {
+	srvs, rdb, c := newRing(t)
+	d := goredis.New(embeddedRing{rdb})
+	if !d.Partitioned() {
+		t.Error("Partitioned() = false on a type that embeds a Ring")
+	}
+	wrapped := dlock.New(d)
+	t.Cleanup(func() { _ = wrapped.Close() })
+	ctx := context.Background()
+	if l, err := wrapped.TryLockMulti(ctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) {
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("names of two tags: err = %v, want ErrUnsupported", err)
+	}
+	for _, srv := range srvs {
+		if keys := srv.Do(t, "KEYS", "*"); keys != "" {
+			t.Errorf("a refused lock left keys on %s: %q", srv.Addr(), keys)
+		}
+	}
+	// One name's lock is the Ring's: the other client sees it.
+	l, err := wrapped.TryLock(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "orders"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("a name held through the embedding type: TryLock = %v, want ErrNotObtained", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewPanicsOnANilClient: a nil pointer to one of go-redis's clients is
+// a nil client, refused with New's own panic rather than one from deep
+// inside go-redis.
+func TestNewPanicsOnANilClient(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+		func() {
+			defer func() {
+				if r := recover(); r != "goredis: New with a nil client" {
+					t.Errorf("New(%T(nil)): panic %v, want New's own", rdb, r)
+				}
+			}()
+			goredis.New(rdb)
+		}()
+	}
+}
+
 // TestRingListsEveryShard: a Ring sends a keyless SCAN to a shard at
 // random, so List walks every shard itself.
 func TestRingListsEveryShard(t *testing.T) {
@@ -412,17 +469,23 @@ func TestARingLoadsTheLibraryOnShardsAddedLater(t *testing.T) {
 	}
 }
 
+// embeddedCluster is a type of the caller's that embeds a cluster client,
+// as a wrapper that instruments one would.
+type embeddedCluster struct{ *redis.ClusterClient }
+
 // TestClusterSlotsOverStandaloneServers: a cluster client made with
 // ClusterSlots over standalone servers, each given half of the slots,
 // takes a lock on names of both halves slot by slot, each on its own
 // server, as on a cluster: another client's lock on one of those names is
 // refused. (The servers never refuse keys of slots they do not own: taken
 // in one request, on the first name's server, the second name was locked
-// twice.) So does one WithReplicas, each server with a replica.
+// twice.) So does one WithReplicas, each server with a replica, and a
+// type that embeds the cluster client (taken for a single server, it
+// locked both names on the first one's server).
 func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 	sets := []*redistest.Replicated{redistest.StartReplicated(t, 1, 0), redistest.StartReplicated(t, 1, 0)}
 	srvs := []*redistest.Server{sets[0].Primary, sets[1].Primary}
-	newClient := func() *dlock.Client {
+	newClient := func(embedded bool) *dlock.Client {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{
 			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
 				return []redis.ClusterSlot{
@@ -433,12 +496,16 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 			MaxRetries: -1,
 		})
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := dlock.New(goredis.New(rdb))
+		var u redis.UniversalClient = rdb
+		if embedded {
+			u = embeddedCluster{rdb}
+		}
+		c := dlock.New(goredis.New(u))
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
 	// A name in each half.
-	a := newClient()
+	a := newClient(false)
 	var names [2]string
 	for i := 0; names[0] == "" || names[1] == ""; i++ {
 		name := "n" + strconv.Itoa(i)
@@ -451,20 +518,21 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	for _, opts := range [][]dlock.Option{nil, {dlock.WithReplicas(1, time.Second)}} {
+	for k, opts := range [][]dlock.Option{nil, {dlock.WithReplicas(1, time.Second)}, nil, {dlock.WithReplicas(1, time.Second)}} {
 		// New clients: one that has met a cluster's refusal splits every
-		// lock by slot before it sends it.
-		a, b := newClient(), newClient()
+		// lock by slot before it sends it. The last two lock through a
+		// type that embeds the cluster client.
+		a, b := newClient(k >= 2), newClient(false)
 		held, err := a.TryLockMulti(ctx, names[:], append(opts, dlock.WithTTL(time.Minute))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, name := range names {
 			if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
-				t.Errorf("%q (%d options), held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, len(opts), err)
+				t.Errorf("%q (case %d), held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, k, err)
 			}
 			if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
-				t.Errorf("%q (%d options) is not held on the server of its slot", name, len(opts))
+				t.Errorf("%q (case %d) is not held on the server of its slot", name, k)
 			}
 		}
 		if err := held.Release(ctx); err != nil {

@@ -42,8 +42,8 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // receive without its lock, and reads it, for a log line, when it
 // connects anew. go-redis v9.23 no longer reads it there.
 func (d *Driver) SubscribeSharded(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	c, ok := d.rdb.(*redis.ClusterClient)
-	if !ok {
+	c := d.clu
+	if c == nil {
 		return nil, dlock.ErrUnsupported
 	}
 	s := &shardedSubscription{c: c, notify: notify,
@@ -81,7 +81,7 @@ var (
 // asked failed; the questions still under way are counted in running, and end
 // within probeTimeout (with ContextTimeoutEnabled; go-redis's read
 // timeout else).
-func hasShardChannels(ctx context.Context, c *redis.ClusterClient, running *sync.WaitGroup) (bool, error) {
+func hasShardChannels(ctx context.Context, c clusterClient, running *sync.WaitGroup) (bool, error) {
 	// The primaries of the keys "0" to "63" by the client's slot map (not
 	// ForEachMaster's: it reads the map anew first, from a node taken at
 	// random, which may be the one that stalls).
@@ -145,7 +145,7 @@ func hasShardChannels(ctx context.Context, c *redis.ClusterClient, running *sync
 // shardedSubscription is the shard channels of one subscriber, by the
 // primary they are subscribed on.
 type shardedSubscription struct {
-	c      *redis.ClusterClient
+	c      clusterClient
 	notify func(channel, payload string)
 
 	deliver sync.Mutex      // notify is called one message at a time
