@@ -105,6 +105,19 @@ type leaseHolder interface {
 	giveBackRest(ctx context.Context)
 }
 
+// notALock is the panic of a method of a Lock that no acquire or Attach
+// made.
+const notALock = "dlock: Lock used without an acquire or Attach (the zero Lock is not usable)"
+
+// made panics unless an acquire or Attach made the Lock whose lease l is:
+// a zero Lock has no client to reach, and nothing would ever end it (its
+// Done would never close).
+func (l *lease) made() {
+	if l.c == nil {
+		panic(notALock)
+	}
+}
+
 func (l *lease) init(c *Client, holder leaseHolder, o *options) {
 	l.c, l.holder, l.repl, l.part = c, holder, o.repl, o.part
 	l.ttl, l.maxHold = o.ttl, o.maxHold
@@ -552,6 +565,7 @@ func (l *lease) refreshing() bool {
 // process was paused past its deadline finds the lock ended the moment it
 // looks, even before the deadline timer has run.
 func (l *lease) Done() <-chan struct{} {
+	l.made()
 	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -578,6 +592,7 @@ var closedChan = func() chan struct{} {
 // it, the reason otherwise (for a lock whose automatic refreshes failed
 // until its deadline, with why the last one failed, in its message).
 func (l *lease) Err() error {
+	l.made()
 	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -588,6 +603,7 @@ func (l *lease) Err() error {
 // refresh: its TTL measured from before the request that obtained or last
 // refreshed it, less an allowance for clock drift (1% of the TTL + 2ms).
 func (l *lease) Deadline() time.Time {
+	l.made()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -601,6 +617,7 @@ func (l *lease) Deadline() time.Time {
 // LockFromContext returns (Do's function gets such a context). Like
 // context.WithCancel, it panics if parent is nil.
 func (l *lease) Context(parent context.Context) context.Context {
+	l.made()
 	if lk, ok := l.holder.(*Lock); ok {
 		parent = context.WithValue(parent, lockKey{}, lk)
 	}

@@ -22,7 +22,8 @@ import (
 // Client.TryLock, Client.Lock, their multi-key forms or Client.Attach; a
 // read or write hold of an RWMutex; or a permit of a Semaphore. It is given
 // up with Release. Its methods are safe for concurrent use. Those of a nil
-// *Lock panic: check the error of the call that obtained it.
+// *Lock panic: check the error of the call that obtained it. So do those
+// of the zero Lock, which is not usable: a Lock comes from the calls above.
 type Lock struct {
 	lease
 	kind  *holdKind
@@ -1286,6 +1287,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		panic("dlock: Release of a nil *Lock")
 	}
+	l.made()
 	return l.releaseReporting(ctx, true)
 }
 
@@ -1483,6 +1485,7 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 // or the automatic refresh, is under way waits for it (or for ctx to end),
 // so that Deadline follows the refresh the server ran last.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.made()
 	if ctx == nil {
 		return ErrNilContext
 	}
@@ -1569,6 +1572,7 @@ func (l *Lock) foundLost(ctx context.Context, err error) {
 // that is invalid still fails the call): the TTL is the lock's (Refresh
 // changes it).
 func (l *Lock) AutoRefresh(opts ...Option) error {
+	l.made()
 	o := newOptions(append(append([]Option{WithAutoRefresh()}, opts...), WithTTL(l.currentTTL())))
 	if o.err != nil {
 		return o.err
@@ -1586,6 +1590,7 @@ func (l *Lock) AutoRefresh(opts ...Option) error {
 // is no longer held: then, as for Refresh, the lock ends as lost (Done
 // closes) unless Release was called.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	l.made()
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
@@ -1702,14 +1707,23 @@ func (l *Lock) inspect(ctx context.Context, attaching bool) (time.Duration, erro
 
 // Mode returns what the lock holds: ModeExclusive, ModeRead, ModeWrite or
 // ModePermit.
-func (l *Lock) Mode() string { return l.kind.mode }
+func (l *Lock) Mode() string {
+	l.made()
+	return l.kind.mode
+}
 
 // Name returns the name the lock was obtained on (the first, for a lock on
 // several names).
-func (l *Lock) Name() string { return l.names[0] }
+func (l *Lock) Name() string {
+	l.made()
+	return l.names[0]
+}
 
 // Names returns every name the lock was obtained on.
-func (l *Lock) Names() []string { return append([]string(nil), l.names...) }
+func (l *Lock) Names() []string {
+	l.made()
+	return append([]string(nil), l.names...)
+}
 
 // Token returns the lock's token: whoever knows it can refresh or release
 // the lock (see Client.Attach). An owner's lock on several names that
@@ -1720,6 +1734,7 @@ func (l *Lock) Names() []string { return append([]string(nil), l.names...) }
 // own, which is not so of the names taken anew. The Lock itself refreshes
 // and releases every name.
 func (l *Lock) Token() string {
+	l.made()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.token
@@ -1731,6 +1746,7 @@ func (l *Lock) Token() string {
 // the stored one: the server keeps the metadata of the hold's first
 // acquisition.
 func (l *Lock) Metadata() string {
+	l.made()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.meta
@@ -1745,6 +1761,7 @@ func (l *Lock) Metadata() string {
 // fence: 0. Fences do not count from 1: each is at least the server's clock
 // in microseconds (over 10^15), so a resource keeps them in 64 bits.
 func (l *Lock) Fence() uint64 {
+	l.made()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.fences) == 0 {
@@ -1755,6 +1772,7 @@ func (l *Lock) Fence() uint64 {
 
 // Fences returns the fencing token of each name, in the order of Keys.
 func (l *Lock) Fences() []uint64 {
+	l.made()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]uint64(nil), l.fences...)

@@ -58,6 +58,48 @@ func TestTryLockExcludesOthersUntilReleased(t *testing.T) {
 	}
 }
 
+// TestTheZeroLockPanics: every method of a Lock that no acquire or Attach
+// made panics at once with a message that says so, as the zero Client's
+// do, instead of failing deep inside (Release, Refresh, Name) or going on
+// as a lock that never ends (Done, Context) or whose TTL is invalid
+// (AutoRefresh).
+func TestTheZeroLockPanics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var l dlock.Lock
+	for _, tc := range []struct {
+		name string
+		call func()
+	}{
+		{"Release", func() { _ = l.Release(ctx) }},
+		{"Refresh", func() { _ = l.Refresh(ctx, time.Second) }},
+		{"AutoRefresh", func() { _ = l.AutoRefresh() }},
+		{"TTL", func() { _, _ = l.TTL(ctx) }},
+		{"Done", func() { l.Done() }},
+		{"Err", func() { _ = l.Err() }},
+		{"Deadline", func() { l.Deadline() }},
+		{"Context", func() { l.Context(ctx) }},
+		{"Mode", func() { l.Mode() }},
+		{"Name", func() { l.Name() }},
+		{"Names", func() { l.Names() }},
+		{"Token", func() { l.Token() }},
+		{"Metadata", func() { l.Metadata() }},
+		{"Fence", func() { l.Fence() }},
+		{"Fences", func() { l.Fences() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := func() (p any) {
+				defer func() { p = recover() }()
+				tc.call()
+				return nil
+			}()
+			if msg, _ := p.(string); !strings.HasPrefix(msg, "dlock: ") || !strings.Contains(msg, "zero Lock") {
+				t.Errorf("panic = %v, want a \"dlock: \" message about the zero Lock", p)
+			}
+		})
+	}
+}
+
 func TestUncontendedAcquireAndReleaseCostTwoRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
