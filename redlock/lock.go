@@ -21,7 +21,8 @@ import (
 
 // Lock is a lock held on a quorum of a Locker's nodes. It is obtained with
 // Locker.TryLock or Locker.Lock and given up with Release. Its methods are
-// safe for concurrent use.
+// safe for concurrent use. Those of a nil *Lock panic, and so do those of
+// the zero Lock, which is not usable.
 //
 // On each node the lock is an ordinary dlock lock, so dlock.Client.Inspect
 // shows it there with its metadata, held with the Lock's token (or, on a
@@ -859,6 +860,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		panic("redlock: Release of a nil *Lock")
 	}
+	l.made()
 	if ctx == nil {
 		return dlock.ErrNilContext
 	}
@@ -1010,6 +1012,7 @@ func (l *Lock) endReleaseFailed(err error) { l.endAs(err, true) }
 // the node timeout. Refreshes and Releases of one Lock run one after the
 // other: a Refresh waits for one under way only while ctx lasts.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.made()
 	if ctx == nil {
 		return dlock.ErrNilContext
 	}
@@ -1035,6 +1038,14 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.opDone()
 	return l.refresh(ctx, ttl, true)
+}
+
+// made panics unless a Locker made l: a zero Lock has no nodes, and its
+// Release and Refresh would wait for ever for their turn.
+func (l *Lock) made() {
+	if l.r == nil {
+		panic("redlock: Lock used without Locker.TryLock or Locker.Lock (the zero Lock is not usable)")
+	}
 }
 
 // opStart waits for the Refresh or Release under way, if any, to end, and
@@ -1331,6 +1342,7 @@ func (l *Lock) endAs(err error, relFailed bool) {
 // refresh found it gone from nodes, or their deadlines passed without a
 // refresh). Err then says which.
 func (l *Lock) Done() <-chan struct{} {
+	l.made()
 	l.expireIfDue()
 	return l.done
 }
@@ -1348,6 +1360,7 @@ func (l *Lock) Done() <-chan struct{} {
 // error, matching dlock.ErrNotHeld). A Context whose lock ended so keeps
 // the first Release's error as its cause.
 func (l *Lock) Err() error {
+	l.made()
 	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1365,6 +1378,7 @@ func (l *Lock) Err() error {
 // first), also while that Release runs; once Done is closed, when the lock
 // ended, or its deadline if that came first.
 func (l *Lock) Deadline() time.Time {
+	l.made()
 	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1402,6 +1416,7 @@ func (l *Lock) deadlineLocked() time.Time {
 // moment the lock is lost. It panics if parent is nil, as
 // context.WithCancelCause does.
 func (l *Lock) Context(parent context.Context) context.Context {
+	l.made()
 	ctx, cancel := context.WithCancelCause(parent)
 	l.expireIfDue()
 	l.mu.Lock()
@@ -1430,21 +1445,31 @@ func (l *Lock) Context(parent context.Context) context.Context {
 }
 
 // Name returns the name the lock was obtained on.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string {
+	l.made()
+	return l.name
+}
 
 // Token returns the lock's token: 128 random bits, new for every attempt,
 // the same on every node that granted the attempt. A node that Refresh
 // takes again holds the lock with a token of its own, so that the late
 // clean-up of one such attempt cannot free the next.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string {
+	l.made()
+	return l.token
+}
 
 // Metadata returns the string stored with the lock (see WithMetadata).
-func (l *Lock) Metadata() string { return l.meta }
+func (l *Lock) Metadata() string {
+	l.made()
+	return l.meta
+}
 
 // Nodes returns the addresses of the nodes that hold the lock, as far as
 // this process knows: those that granted it or last refreshed it, and
 // whose deadline has not passed.
 func (l *Lock) Nodes() []string {
+	l.made()
 	l.expireIfDue()
 	l.mu.Lock()
 	defer l.mu.Unlock()

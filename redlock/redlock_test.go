@@ -2636,6 +2636,47 @@ func TestALockerNotMadeByNewPanics(t *testing.T) {
 	}
 }
 
+// TestTheZeroLockPanics: a Lock that no Locker made has no nodes; its
+// Release and Refresh waited for ever for their turn, and its Done
+// returned a channel that never closes. Every method panics instead, with
+// a message that says so.
+func TestTheZeroLockPanics(t *testing.T) {
+	ctx := context.Background()
+	var l redlock.Lock
+	for _, tc := range []struct {
+		name string
+		call func()
+	}{
+		{"Release", func() { _ = l.Release(ctx) }},
+		{"Refresh", func() { _ = l.Refresh(ctx, time.Second) }},
+		{"Done", func() { l.Done() }},
+		{"Err", func() { _ = l.Err() }},
+		{"Deadline", func() { l.Deadline() }},
+		{"Context", func() { l.Context(ctx) }},
+		{"Name", func() { l.Name() }},
+		{"Token", func() { l.Token() }},
+		{"Metadata", func() { l.Metadata() }},
+		{"Nodes", func() { l.Nodes() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// On a goroutine, bounded: the call may block instead.
+			got := make(chan any, 1)
+			go func() {
+				defer func() { got <- recover() }()
+				tc.call()
+			}()
+			select {
+			case p := <-got:
+				if msg, _ := p.(string); !strings.HasPrefix(msg, "redlock: ") || !strings.Contains(msg, "zero Lock") {
+					t.Errorf("panic = %v, want a \"redlock: \" message about the zero Lock", p)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("blocked instead of panicking")
+			}
+		})
+	}
+}
+
 // TestAReleaseCalledAgainDoesNotBlameANodeItFreed: node 0 gets its
 // requests late, so that its lock runs out by the local clock (its
 // deadline counts from before the request) while its server still has it;
