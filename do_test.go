@@ -430,12 +430,17 @@ func TestAPanicInDosReleaseStartDoesNotLeaveTheLockRefreshed(t *testing.T) {
 }
 
 // The function of each Do finds its own Lock in its context: the hold it
-// runs under, the innermost of nested ones, and none outside.
+// runs under, the innermost of nested ones, and none outside (nor in a nil
+// context, which panicked).
 func TestLockFromContextIsTheLockDoRunsUnder(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	if l := dlock.LockFromContext(ctx); l != nil {
 		t.Fatalf("a context no Lock made carries %v", l)
+	}
+	var none context.Context
+	if l := dlock.LockFromContext(none); l != nil {
+		t.Fatalf("a nil context carries %v", l)
 	}
 	rw, sem := e.c.RWMutex("lfc-rw"), e.c.Semaphore("lfc-sem", 2)
 	for _, tc := range []struct {

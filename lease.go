@@ -653,11 +653,14 @@ type lockKey struct{}
 
 // LockFromContext returns the Lock whose Context made ctx (or a context
 // ctx derives from), the innermost one when there are several; nil when
-// none did. Do's function (and that of TryDo, RWMutex.Do, Semaphore.Do and
-// the others of this package, not redlock's, whose locks have no fence)
-// gets such a context: it finds its Lock so, to read its Fence for the
-// writes it makes, say.
+// none did, or ctx is nil. Do's function (and that of TryDo, RWMutex.Do,
+// Semaphore.Do and the others of this package, not redlock's, whose locks
+// have no fence) gets such a context: it finds its Lock so, to read its
+// Fence for the writes it makes, say.
 func LockFromContext(ctx context.Context) *Lock {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(lockKey{}).(*Lock)
 	return l
 }
