@@ -186,6 +186,7 @@ func init() {
 	friend.LogHookPanics = func() any { return Option(func(o *options) { o.logHooks = true }) }
 	friend.QuorumPart = func() any { return Option(func(o *options) { o.part = true }) }
 	friend.Logger = func(c any) *slog.Logger { return c.(*Client).log }
+	friend.Made = func(c any) bool { return c.(*Client).driver != nil }
 	friend.RefusedForGood = func(err error) bool {
 		refused, _ := refusedForGood(err)
 		return refused

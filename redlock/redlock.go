@@ -26,7 +26,8 @@ var (
 	// ErrDuplicateNode means New was given the same node twice: two nodes
 	// with the same address, or the same *dlock.Client for two addresses.
 	ErrDuplicateNode = fmt.Errorf("%w: redlock: node given twice", dlock.ErrInvalidArgument)
-	// ErrInvalidNode means a node has no address or no client.
+	// ErrInvalidNode means a node has no address or no client, or a
+	// client that dlock.New did not make (the zero dlock.Client).
 	ErrInvalidNode = fmt.Errorf("%w: redlock: node without an address or a client", dlock.ErrInvalidArgument)
 
 	// ErrNoQuorum means that nodes failed (or did not answer in time) and
@@ -161,10 +162,11 @@ func WithLogger(l *slog.Logger) LockerOption {
 // while fewer than half of the nodes are down or unreachable.
 //
 // New sends nothing to the servers. It returns ErrNoNodes for no nodes,
-// ErrInvalidNode for a node without an address or a client, and
-// ErrDuplicateNode when two nodes have the same address (compared without
-// regard to case or surrounding spaces) or the same client: a node counted
-// twice would give one server two votes. Two addresses that reach one
+// ErrInvalidNode for a node without an address or a client (or with a
+// Client that dlock.New did not make), and ErrDuplicateNode when two nodes
+// have the same address (compared without regard to case or surrounding
+// spaces) or the same client: a node counted twice would give one server
+// two votes. Two addresses that reach one
 // server under different names ("localhost:6379" and "127.0.0.1:6379")
 // cannot be told apart and must not be given.
 //
@@ -191,6 +193,9 @@ func New(nodes []Node, opts ...LockerOption) (*Locker, error) {
 			return nil, fmt.Errorf("%w: node %d has no address", ErrInvalidNode, i)
 		case n.Client == nil:
 			return nil, fmt.Errorf("%w: node %d (%s) has no client", ErrInvalidNode, i, n.Addr)
+		case !friend.Made(n.Client):
+			// Its methods would panic on the Locker's goroutines.
+			return nil, fmt.Errorf("%w: node %d (%s) has a Client that dlock.New did not make", ErrInvalidNode, i, n.Addr)
 		}
 		if j, ok := addrs[addr]; ok {
 			return nil, fmt.Errorf("%w: nodes %d and %d are both %q", ErrDuplicateNode, j, i, n.Addr)

@@ -42,6 +42,9 @@ func TestBadInputIsRefusedBeforeAnyRoundTrip(t *testing.T) {
 		{"same client twice", []redlock.Node{nodes[0], nodes[1], {Addr: "10.0.0.9:6379", Client: nodes[0].Client}}, nil, redlock.ErrDuplicateNode},
 		{"no address", []redlock.Node{nodes[0], {Client: nodes[1].Client}}, nil, redlock.ErrInvalidNode},
 		{"no client", []redlock.Node{nodes[0], {Addr: "10.0.0.9:6379"}}, nil, redlock.ErrInvalidNode},
+		// Its methods panic: on the Locker's goroutines, that crashed the
+		// process at the first lock.
+		{"a client New did not make", []redlock.Node{nodes[0], {Addr: "10.0.0.9:6379", Client: &dlock.Client{}}}, nil, redlock.ErrInvalidNode},
 		{"zero node timeout", nodes, []redlock.LockerOption{redlock.WithNodeTimeout(0)}, dlock.ErrInvalidOption},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,3 +57,9 @@ var QuorumPart func() any
 // discards everything. Package redlock logs through its nodes' clients'
 // logger when they all have the same one.
 var Logger func(c any) *slog.Logger
+
+// Made, set by package dlock, reports whether dlock.New made a
+// *dlock.Client (as any): the zero Client is not usable. Package redlock
+// refuses a node with a Client that New did not make, whose methods would
+// panic on the Locker's goroutines, where nobody could recover.
+var Made func(c any) bool
