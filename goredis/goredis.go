@@ -50,7 +50,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Driver carries dlock's requests over a go-redis client.
+// Driver carries dlock's requests over a go-redis client. Make one with
+// New: the zero Driver is not usable.
 type Driver struct {
 	rdb     redis.UniversalClient
 	ring    bool          // rdb is a Ring: see refuseAcrossShards

@@ -41,7 +41,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Driver carries dlock's requests over a redigo pool.
+// Driver carries dlock's requests over a redigo pool. Make one with New:
+// the zero Driver is not usable.
 type Driver struct {
 	pool    *redis.Pool
 	timeout time.Duration

@@ -27,7 +27,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Driver carries dlock's requests over a rueidis client.
+// Driver carries dlock's requests over a rueidis client. Make one with New:
+// the zero Driver is not usable.
 type Driver struct {
 	client rueidis.Client
 	slots  atomic.Pointer[slotMap] // a cluster's slot map, for EvalWait, SubscribeSharded and Server; nil until asked
