@@ -930,7 +930,9 @@ var _ dlock.Replicator = (*Driver)(nil)
 // returns the fewest replicas that acknowledged any group. On a cluster
 // the calls are grouped by the primary of their first key's slot, and the
 // primaries are asked at once. A Ring client is not supported: its shards
-// are independent primaries.
+// are independent primaries; nor is a client of a type of yours other than
+// one that embeds a cluster client (one that embeds a *redis.Client too):
+// the calls fail with dlock.ErrUnsupported, sending nothing.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	switch c := d.rdb.(type) {
 	case *redis.Client:
