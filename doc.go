@@ -223,10 +223,11 @@
 // side refuses.
 // errors.Is(err, ErrDenied) tells such a setting to fix from an outage.
 //
-// No input makes dlock panic, except a nil Driver given to
-// New, a Client, RWMutex or Semaphore that New, Client.RWMutex or
-// Client.Semaphore did not make (a zero value, or a nil *Client),
-// calling methods on a nil *Lock or on a Lock no acquire returned (the
-// zero Lock, whose methods fail as Go does on a nil pointer), and a nil
+// No input makes dlock panic, except a nil Driver given to New (or one
+// that its package's New did not make, such as a zero goredis.Driver), a
+// Client, RWMutex or Semaphore that New, Client.RWMutex or
+// Client.Semaphore did not make (a zero value, or a nil *Client), calling
+// methods on a nil *Lock or on a Lock no acquire or Attach returned (the
+// zero Lock, whose methods panic with a message that says so), and a nil
 // parent given to Lock.Context (as context.WithCancel panics).
 package dlock
