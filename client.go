@@ -72,7 +72,9 @@ type ClientOption func(*Client)
 // if they use the same prefix. A prefix with a hash tag ("app{locks}:") puts
 // every lock in one Redis Cluster slot; one whose first '{' opens an empty
 // tag ("p{}:") has every name refused (ErrInvalidName), as the keys of a
-// lock could not share a slot.
+// lock could not share a slot. An empty prefix is allowed, but then the
+// locks' keys sit among the application's own, and List and the dlock
+// command's ls scan every hash of the database.
 func WithPrefix(prefix string) ClientOption {
 	return func(c *Client) { c.prefix = prefix }
 }
