@@ -489,6 +489,22 @@ func (h *callbackHandler) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
+// releasingLocker returns a Locker over srvs whose log handler, given a
+// record whose message told accepts, releases the Lock in held and sends
+// the Release's error on released; and the buffer its records go to.
+func releasingLocker(t *testing.T, srvs []*redistest.Server, told func(msg string) bool) (_ *redlock.Locker, held *atomic.Pointer[redlock.Lock], released chan error, buf *redistest.Buffer) {
+	held, released, buf = new(atomic.Pointer[redlock.Lock]), make(chan error, 1), new(redistest.Buffer)
+	h := &callbackHandler{Handler: slog.NewJSONHandler(buf, nil), on: func(r slog.Record) {
+		if !told(r.Message) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		released <- held.Load().Release(ctx)
+	}}
+	return newLocker(t, srvs, redlock.WithLogger(slog.New(h))), held, released, buf
+}
+
 // TestALogHandlerMayReleaseTheLockItIsToldIsLost: the warning of a lock's
 // loss goes to a handler that releases the lock it names (an application
 // tidying up after a loss). The loss is found by the nodes' deadlines,
@@ -498,20 +514,7 @@ func (h *callbackHandler) Handle(ctx context.Context, r slog.Record) error {
 // Lock's records.
 func TestALogHandlerMayReleaseTheLockItIsToldIsLost(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	var (
-		buf      redistest.Buffer
-		held     atomic.Pointer[redlock.Lock]
-		released = make(chan error, 1)
-	)
-	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
-		if r.Message != "redlock: lock lost" {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		released <- held.Load().Release(ctx)
-	}}
-	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	r, held, released, buf := releasingLocker(t, srvs, func(msg string) bool { return msg == "redlock: lock lost" })
 	l, err := r.TryLock(context.Background(), "tidied", redlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -534,20 +537,7 @@ func TestALogHandlerMayReleaseTheLockItIsToldIsLost(t *testing.T) {
 // turn while the record was written within it.
 func TestALogHandlerMayReleaseTheLockWhoseNodeItIsToldLost(t *testing.T) {
 	srvs := redistest.StartMasters(t, 3)
-	var (
-		buf      redistest.Buffer
-		held     atomic.Pointer[redlock.Lock]
-		released = make(chan error, 1)
-	)
-	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
-		if !strings.Contains(r.Message, "quorum still holds") {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		released <- held.Load().Release(ctx)
-	}}
-	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	r, held, released, buf := releasingLocker(t, srvs, func(msg string) bool { return strings.Contains(msg, "quorum still holds") })
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "dented", redlock.WithTTL(5*time.Second))
 	if err != nil {
