@@ -70,6 +70,13 @@ func TestShardedSubscriptionResilience(t *testing.T) {
 	dlocktest.RunShardedResilience(t, newDriver(rueidis.ClientOption{}))
 }
 
+// TestLocksThroughASentinelFailover runs dlocktest's Sentinel failovers
+// (auto-refreshed locks and waiters, a killed primary and SENTINEL
+// FAILOVER, with and without WithReplicas) over rueidis's Sentinel client.
+func TestLocksThroughASentinelFailover(t *testing.T) {
+	dlocktest.RunSentinelFailover(t, newDriver(rueidis.ClientOption{}))
+}
+
 // newClusterDriver returns a driver over a client of cluster c, closed
 // when the test ends.
 func newClusterDriver(t *testing.T, c *redistest.Cluster) *dlockrueidis.Driver {
