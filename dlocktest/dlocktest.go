@@ -32,6 +32,9 @@
 // under its subscriptions, and checks that the driver says when it has
 // subscribed a channel anew.
 //
+// A driver for Sentinel also runs RunSentinelFailover, which fails
+// primaries over under auto-refreshed locks and waiting callers.
+//
 // Run starts the servers itself (see Topology) and needs redis-server,
 // redis-cli and, for Sentinel, redis-sentinel on PATH; without them the
 // tests fail with a message saying how to install them.
