@@ -45,6 +45,7 @@ func TestAClientNotMadeByNewPanics(t *testing.T) {
 		{"ForceRelease", func() { _, _ = c.ForceRelease(ctx, "x") }, "Client used without New"},
 		{"List", func() { _, _ = c.List(ctx, "*") }, "Client used without New"},
 		{"SetFenced", func() { _ = c.SetFenced(ctx, "x", 1, "v") }, "Client used without New"},
+		{"GetFenced", func() { _, _, _ = c.GetFenced(ctx, "x") }, "Client used without New"},
 		{"Prepare", func() { _ = c.Prepare(ctx) }, "Client used without New"},
 		{"RWMutex", func() { c.RWMutex("x") }, "Client used without New"},
 		{"Semaphore", func() { c.Semaphore("x", 1) }, "Client used without New"},

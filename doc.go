@@ -99,7 +99,8 @@
 // lock, gets a fencing token (Lock.Fence) larger than any given for that
 // name before (an owner's re-entry joins its hold, and keeps its fence),
 // so a resource can refuse writes from a holder whose lock has expired and
-// passed to another. SetFenced does that for a value kept in Redis. A
+// passed to another. SetFenced does that for a value kept in Redis, and
+// GetFenced reads it back with its fence. A
 // name's fence counter is kept for a day after its last fence;
 // WithFenceRetention sets another time, or none.
 //

@@ -148,14 +148,13 @@ func ExampleClient_SetFenced() {
 	err = locks.SetFenced(ctx, "report:body", old.Fence(), "stale")
 	fmt.Println(errors.Is(err, dlock.ErrStaleFence))
 
-	// The value is the field "value" of a hash at the key, as given: read it
-	// with the Redis client.
-	body, _ := rdb.HGet(ctx, "report:body", "value").Result()
-	fmt.Println(body)
+	// GetFenced reads it back, with the fence it was written with.
+	body, fence, err := locks.GetFenced(ctx, "report:body")
+	fmt.Println(body, fence == cur.Fence(), err)
 	// Output:
 	// <nil>
 	// true
-	// new
+	// new true <nil>
 }
 
 func ExampleLockFromContext() {

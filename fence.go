@@ -70,7 +70,48 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	return fmt.Errorf("%w: %s has seen fence %s, the write carried %d", ErrStaleFence, causes.Quote(key), newest, fence)
 }
 
-// notFenced is SetFenced's ErrWrongType: its key is the caller's data,
+// GetFenced reads the value that SetFenced wrote at key, and the fence it
+// was written with. A key that does not exist gives "" and fence 0 (no
+// lock issues fence 0): nothing was written there. A key that holds other
+// data is refused with ErrWrongType, as SetFenced refuses it; an empty key
+// with ErrInvalidArgument. The key is used as given, without the client's
+// prefix. One script, one round trip, that writes nothing.
+//
+// A value read is the newest written when it is read; a holder that must
+// act on what it read does so under its lock, and writes back with its
+// own fence, which SetFenced refuses once a newer holder has written.
+func (c *Client) GetFenced(ctx context.Context, key string) (value string, fence uint64, err error) {
+	c.made()
+	if ctx == nil {
+		return "", 0, ErrNilContext
+	}
+	if key == "" {
+		return "", 0, fmt.Errorf("%w: GetFenced with an empty key", ErrInvalidArgument)
+	}
+	v, err := c.eval(ctx, scriptFencedGet, []string{key})
+	if err != nil {
+		err = scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
+		if errors.Is(err, ErrWrongType) {
+			return "", 0, notFenced(key)
+		}
+		return "", 0, err
+	}
+	r, _ := v.([]any)
+	if len(r) == 0 {
+		return "", 0, nil
+	}
+	value, _ = r[0].(string)
+	var text string
+	if len(r) > 1 {
+		text, _ = r[1].(string)
+	}
+	if fence, err = strconv.ParseUint(text, 10, 64); err != nil {
+		return "", 0, &ServerError{Key: key, Err: fmt.Errorf("unexpected reply %#v", v)}
+	}
+	return value, fence, nil
+}
+
+// notFenced is SetFenced's and GetFenced's ErrWrongType: its key is the caller's data,
 // which holds something else than a fenced value, not a lock's key.
 type notFenced string
 

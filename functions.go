@@ -37,7 +37,7 @@ func FunctionLibrary() *Library { return library }
 var library = newLibrary(Scripts(), functionFlags)
 
 // functionFlags are the flags of the functions that need some: inspect
-// only reads, so it runs on a server at its maxmemory (and on a replica);
+// and fenced_get only read, so it runs on a server at its maxmemory (and on a replica);
 // the scripts that give locks up free memory, and the refreshes and TTL
 // reads add none (an attach by TTL adds a field), so they run there too: a
 // full server neither keeps a lock given up nor takes one from its holder.
@@ -46,6 +46,7 @@ var library = newLibrary(Scripts(), functionFlags)
 // which lets their others run: see allow_oom.)
 var functionFlags = map[string]string{
 	"inspect":       "'no-writes'",
+	"fenced_get":    "'no-writes'",
 	"release":       "'allow-oom'",
 	"holds_release": "'allow-oom'",
 	"force_release": "'allow-oom'",

@@ -858,6 +858,45 @@ func TestSetFencedInput(t *testing.T) {
 	}
 }
 
+// GetFenced reads back what SetFenced wrote, fences past 2^53 exactly,
+// nothing for a key never written, and refuses what SetFenced refuses.
+func TestGetFencedReadsWhatSetFencedWrote(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if v, f, err := e.c.GetFenced(ctx, "never"); v != "" || f != 0 || err != nil {
+		t.Errorf("a key never written: %q, %d, %v; want \"\", 0, nil", v, f, err)
+	}
+	for _, f := range []uint64{1, 1<<53 + 1, math.MaxUint64} {
+		key := "got" + strconv.FormatUint(f, 10)
+		if err := e.c.SetFenced(ctx, key, f, "v\x00"+key); err != nil {
+			t.Fatal(err)
+		}
+		if v, got, err := e.c.GetFenced(ctx, key); v != "v\x00"+key || got != f || err != nil {
+			t.Errorf("after SetFenced(%d): %q, %d, %v", f, v, got, err)
+		}
+	}
+	if _, _, err := e.c.GetFenced(ctx, ""); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("empty key: err = %v, want ErrInvalidArgument", err)
+	}
+	var nilCtx context.Context
+	if _, _, err := e.c.GetFenced(nilCtx, "never"); !errors.Is(err, dlock.ErrNilContext) {
+		t.Errorf("nil context: err = %v, want ErrNilContext", err)
+	}
+	e.srv.Do(t, "SET", "plain", "x")
+	e.srv.Do(t, "HSET", "user", "name", "bob", "fence", "3")
+	e.srv.Do(t, "HSET", "words", "fence", "seven", "value", "x")
+	l, err := e.c.TryLock(ctx, "guarded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, key := range []string{"plain", "user", "words", e.c.RedisKey("guarded")} {
+		if v, f, err := e.c.GetFenced(ctx, key); !errors.Is(err, dlock.ErrWrongType) || v != "" || f != 0 {
+			t.Errorf("%s: %q, %d, %v; want ErrWrongType", key, v, f, err)
+		}
+	}
+}
+
 // TestFencesStrictlyIncreaseUnderCompetition has four clients take one lock
 // 1,000 times in all; the fences, in the order the holders held the lock,
 // must strictly increase.

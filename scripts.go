@@ -26,7 +26,8 @@ var (
 	scriptHoldsRefresh = loadScript("holds_refresh", "wake", "holds")
 	scriptHoldsTTL     = loadScript("holds_ttl", "wake", "holds")
 
-	scriptFencedSet    = loadScript("fenced_set")
+	scriptFencedSet    = loadScript("fenced_set", "fenced")
+	scriptFencedGet    = loadScript("fenced_get", "fenced")
 	scriptInspect      = loadScript("inspect", "wake", "holds", "describe")
 	scriptForceRelease = loadScript("force_release", "wake", "holds", "describe", "held")
 	scriptUnwait       = loadScript("unwait", "wake")
@@ -37,7 +38,7 @@ var (
 func Scripts() []*Script {
 	return []*Script{scriptAcquire, scriptRelease, scriptRefresh, scriptTTL,
 		scriptRWAcquire, scriptSemAcquire, scriptHoldsRelease, scriptHoldsRefresh, scriptHoldsTTL,
-		scriptFencedSet, scriptInspect, scriptForceRelease, scriptUnwait}
+		scriptFencedSet, scriptFencedGet, scriptInspect, scriptForceRelease, scriptUnwait}
 }
 
 // loadScript builds a script from scripts/name.lua, preceded by

@@ -16,18 +16,11 @@ local function less(a, b)
   return a < b
 end
 
-local cur = redis.pcall('HMGET', KEYS[1], 'fence', 'kind', 'value')
--- Another type of key, a 'fence' that is not a decimal integer, a lock,
--- or a hash with fields other than 'fence' and 'value' (or none of
--- them): not a resource SetFenced wrote.
-local other = foreign(cur)
-local newest = not other and cur[1]
-if other or (newest and not string.match(newest, '^%d+$'))
-    or cur[2] == 'lock' or cur[2] == 'rwlock' or cur[2] == 'semaphore'
-    or (newest and redis.call('HLEN', KEYS[1]) ~= (cur[3] and 2 or 1))
-    or (not newest and redis.call('EXISTS', KEYS[1]) == 1) then
+local cur = fenced_read(KEYS[1])
+if not cur then
   return redis.error_reply('DLOCK_WRONGTYPE 1')
 end
+local newest = cur[1]
 if newest and less(ARGV[1], newest) then
   return {0, newest}
 end
