@@ -1218,6 +1218,10 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 			select {
 			case <-l.done:
 				return // lost (or released meanwhile)
+			case <-l.r.bg.Done():
+				// Close cut the round short: not the nodes' failure, and
+				// nothing retries it.
+				return
 			default:
 			}
 			switch {

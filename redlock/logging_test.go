@@ -614,3 +614,65 @@ func TestALogHandlersPanicLeavesLaterRecordsWritten(t *testing.T) {
 		return strings.Contains(r.msg(), "quorum still holds") && r["addr"] == srvs[1].Addr()
 	})
 }
+
+// TestCloseDuringAnAutomaticRefreshWarnsOfNothing: Locker.Close cuts short
+// an automatic refresh that two of three nodes have not answered yet. The
+// refresh reached no quorum, but it was not the nodes' failure, and
+// nothing retries it after Close: no warning says that it did not reach a
+// quorum and is retried until the lock's deadline.
+func TestCloseDuringAnAutomaticRefreshWarnsOfNothing(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var buf redistest.Buffer
+	entered := make(chan struct{}, 2)
+	r := newLockerOf(t, srvs, func(i int, d dlock.Driver) *dlock.Client {
+		if i > 0 {
+			d = &stalledRefreshDriver{Driver: d, entered: entered}
+		}
+		return dlock.New(d)
+	}, redlock.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))), redlock.WithNodeTimeout(2*time.Second))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "closing", redlock.WithTTL(10*time.Second), redlock.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no automatic refresh reached nodes 1 and 2 within 5s")
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close waited for the automatic refresh's goroutine, which writes its
+	// records: the log is complete.
+	for _, rec := range parseRecords(t, buf.String()) {
+		if rec.warns() {
+			t.Errorf("Close during a refresh logged a warning: %v", rec)
+		}
+	}
+}
+
+// stalledRefreshDriver holds back every refresh until its context ends,
+// having sent on entered if it can: a node that does not answer in time.
+type stalledRefreshDriver struct {
+	dlock.Driver
+	entered chan struct{}
+}
+
+func (d *stalledRefreshDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
+	if !slices.ContainsFunc(calls, func(c *dlock.Call) bool { return c.Script.Name == "refresh" }) {
+		d.Driver.Eval(ctx, calls...)
+		return
+	}
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	for _, c := range calls {
+		c.Err = ctx.Err()
+	}
+}
