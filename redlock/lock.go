@@ -494,8 +494,10 @@ func (l *Lock) writeLogs() {
 }
 
 // write writes records for writeLogs. A handler's panic goes on to the
-// caller, leaving the records after that one queued for the next
-// writeLogs, which it lets write them.
+// caller once the records after that one are written, with those queued
+// meanwhile: whoever queued them left them to this goroutine, and a
+// record left queued would wait for a later call of the Lock's, or for
+// ever.
 func (l *Lock) write(logs []func()) {
 	i := 0
 	defer func() {
@@ -504,6 +506,7 @@ func (l *Lock) write(logs []func()) {
 			l.logs = append(logs[i+1:], l.logs...)
 			l.writing = false
 			l.mu.Unlock()
+			l.writeLogs()
 		}
 	}()
 	for ; i < len(logs); i++ {

@@ -676,3 +676,51 @@ func (d *stalledRefreshDriver) Eval(ctx context.Context, calls ...*dlock.Call) {
 		c.Err = ctx.Err()
 	}
 }
+
+// TestALogHandlersPanicLeavesTheLossWritten: the handler panics at the
+// record of a node's loss, having refreshed the lock, which found it lost
+// (the other nodes held by another). The warning of the lock's loss,
+// queued by that Refresh while the record was being written, is written
+// all the same, without a later call of the Lock's: it stayed queued, with
+// nobody to write it.
+func TestALogHandlersPanicLeavesTheLossWritten(t *testing.T) {
+	srvs := redistest.StartMasters(t, 3)
+	var (
+		buf      redistest.Buffer
+		held     atomic.Pointer[redlock.Lock]
+		panicked atomic.Bool
+		lost     = make(chan error, 1)
+	)
+	h := &callbackHandler{Handler: slog.NewJSONHandler(&buf, nil), on: func(r slog.Record) {
+		if strings.Contains(r.Message, "quorum still holds") && panicked.CompareAndSwap(false, true) {
+			for _, srv := range srvs[1:] {
+				srv.Do(t, "HSET", "dlock:{stranded}", "token", "another-holder", "req", "another-holder")
+			}
+			lost <- held.Load().Refresh(context.Background(), 5*time.Second)
+			panic("the handler failed")
+		}
+	}}
+	r := newLocker(t, srvs, redlock.WithLogger(slog.New(h)))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "stranded", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Store(l)
+	srvs[0].Do(t, "DEL", "dlock:{stranded}")
+	refresh := func() (p any) {
+		defer func() { p = recover() }()
+		if err := l.Refresh(ctx, 5*time.Second); err != nil {
+			t.Errorf("Refresh: %v; a quorum still held it", err)
+		}
+		return nil
+	}
+	if p := refresh(); p == nil {
+		t.Fatal("the handler's panic did not reach the Refresh that wrote its record")
+	}
+	if err := <-lost; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("the handler's Refresh: %v, want ErrNotHeld (lost)", err)
+	}
+	logs := func() []logRecord { return parseRecords(t, buf.String()) }
+	awaitRecord(t, logs, `"redlock: lock lost"`, func(r logRecord) bool { return r.msg() == "redlock: lock lost" })
+}
