@@ -74,6 +74,11 @@ type Lock struct {
 	// handler may be slow, or call this Lock's methods.
 	logs    []func()
 	writing bool // a goroutine is writing the queued records
+
+	// unrefreshed is set once an automatic refresh that reached no quorum
+	// was warned of, and cleared by a refresh, automatic or not, that
+	// reached one: the warning comes once a run of failures.
+	unrefreshed bool
 }
 
 // nodeLock is the lock on one node.
@@ -1159,7 +1164,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, manual bool) erro
 		return err
 	}
 	if rd.succeeded() >= l.r.quorum {
-		l.ttl = ttl
+		l.ttl, l.unrefreshed = ttl, false
 		l.mu.Unlock()
 		return nil
 	}
@@ -1198,7 +1203,6 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 	return l.r.goOwned(func() {
 		timer := time.NewTimer(interval - time.Since(from))
 		defer timer.Stop()
-		failing := false // the last refresh did not reach a quorum
 		for {
 			select {
 			case <-l.done:
@@ -1231,20 +1235,22 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 			case err == nil && last:
 				return
 			case err == nil:
-				failing = false
 				timer.Reset(interval - time.Since(from))
 			default:
 				// Not refreshed on a quorum, but still held on one: try
 				// again soon, until the nodes' deadlines end the lock.
 				// Warned of once a run of failures: it is retried up to
 				// four times a second.
-				if !failing {
+				l.mu.Lock()
+				warn := !l.unrefreshed
+				l.unrefreshed = true
+				l.mu.Unlock()
+				if warn {
 					l.logUnlessEnded(func() {
 						l.r.log.Warn("redlock: refresh did not reach a quorum; retrying until the lock's deadline",
 							"names", []string{causes.Short(l.name)}, "err", err)
 					})
 				}
-				failing = true
 				timer.Reset(min(interval/4, maxRetryDelay))
 			}
 		}
