@@ -3,6 +3,7 @@ package dlockotel
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -62,14 +63,16 @@ type config struct {
 }
 
 // WithMeterProvider sets the provider of the meter the metrics are
-// recorded with. The default, also used for nil, is the global one,
+// recorded with. The default, also used for nil (a nil
+// *sdkmetric.MeterProvider too), is the global one,
 // otel.GetMeterProvider().
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
 }
 
 // WithTracerProvider sets the provider of the tracer the spans are
-// started with. The default, also used for nil, is the global one,
+// started with. The default, also used for nil (a nil
+// *sdktrace.TracerProvider too), is the global one,
 // otel.GetTracerProvider().
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
@@ -87,10 +90,10 @@ func Hooks(opts ...Option) (dlock.Hooks, error) {
 			o(&c)
 		}
 	}
-	if c.mp == nil {
+	if isNil(c.mp) {
 		c.mp = otel.GetMeterProvider()
 	}
-	if c.tp == nil {
+	if isNil(c.tp) {
 		c.tp = otel.GetTracerProvider()
 	}
 	r, err := newRecorder(c)
@@ -253,4 +256,15 @@ func (r *recorder) end(h dlock.HookInfo, held time.Duration, err error) {
 	mode := keyMode.String(h.Mode)
 	r.holdDuration.Record(ctx, held.Seconds(), metric.WithAttributes(mode, keyHoldEnd.String(how)))
 	r.heldLocks.Add(ctx, -1, metric.WithAttributes(mode))
+}
+
+// isNil reports whether p is nil, or a nil pointer in an interface (a
+// nil *sdkmetric.MeterProvider given as a metric.MeterProvider), whose
+// methods the SDK would fail in.
+func isNil(p any) bool {
+	if p == nil {
+		return true
+	}
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

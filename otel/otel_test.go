@@ -354,8 +354,9 @@ func TestTwoSetsOfHooksEndTheirOwnSpans(t *testing.T) {
 	}
 }
 
-// TestGlobalProvidersByDefault: without providers, the hooks record with
-// the global ones; a nil Option is left out, as dlock's own are.
+// TestGlobalProvidersByDefault: without providers (nil ones, or nil
+// pointers to the SDK's), the hooks record with the global ones; a nil
+// Option is left out, as dlock's own are.
 func TestGlobalProvidersByDefault(t *testing.T) {
 	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -368,7 +369,8 @@ func TestGlobalProvidersByDefault(t *testing.T) {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
 	})
-	h, err := dlockotel.Hooks(dlockotel.WithMeterProvider(nil), nil, dlockotel.WithTracerProvider(nil))
+	// Typed nils too: an SDK provider's pointer left nil.
+	h, err := dlockotel.Hooks(dlockotel.WithMeterProvider((*sdkmetric.MeterProvider)(nil)), nil, dlockotel.WithTracerProvider((*sdktrace.TracerProvider)(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
