@@ -86,10 +86,14 @@ var (
 // closes it. Requests take a connection from the pool for each round trip;
 // a subscription dials one of its own (see Driver.Subscribe). A request
 // ends at its context's deadline or, without one, after WithTimeout's
-// bound. New panics if pool is nil.
+// bound. New panics if pool is nil, or has neither DialContext nor Dial:
+// such a pool can make no connection, and every request would fail.
 func New(pool *redis.Pool, opts ...Option) *Driver {
 	if pool == nil {
 		panic("redigo: New with a nil pool")
+	}
+	if pool.DialContext == nil && pool.Dial == nil {
+		panic("redigo: New with a pool that has neither DialContext nor Dial")
 	}
 	d := &Driver{pool: pool, timeout: DefaultTimeout}
 	for _, o := range opts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -731,5 +732,20 @@ func TestPoolSizeIsMaxActive(t *testing.T) {
 	pool.MaxActive = 5
 	if got := dlockredigo.New(pool).PoolSize(); got != 5 {
 		t.Errorf("PoolSize = %d, want MaxActive, 5", got)
+	}
+}
+
+// New panics on a pool that can make no connection, as on a nil one: a
+// wait would retry its failures to its max wait.
+func TestNewPanicsOnAPoolThatCannotDial(t *testing.T) {
+	for name, pool := range map[string]*redis.Pool{"nil": nil, "without Dial": {MaxIdle: 1}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "redigo: New with a") {
+					t.Errorf("New of a %s pool: recovered %v, want redigo's own panic", name, r)
+				}
+			}()
+			dlockredigo.New(pool)
+		}()
 	}
 }
