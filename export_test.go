@@ -194,3 +194,48 @@ func HeldBack(c *Client) int64 {
 	}
 	return w.heldBack.Load()
 }
+
+// EndedMax is how many request tokens of ended Locks a client remembers
+// at most.
+const EndedMax = endedMax
+
+// StateSizes returns how many entries each of c's maps and slices that
+// keep state by name, request or server holds, by their field's name:
+// a client that locks many distinct names keeps them bounded.
+func StateSizes(c *Client) map[string]int {
+	sizes := map[string]int{}
+	c.mu.Lock()
+	sizes["waiting"] = len(c.waiting)
+	sizes["busy"] = c.busy
+	h, w := c.waits, c.wd
+	c.mu.Unlock()
+	if h != nil {
+		h.mu.Lock()
+		sizes["queues"] = len(h.queues)
+		sizes["others"] = len(h.others)
+		sizes["enrolled"] = len(h.enrolled)
+		sizes["unwaits"] = len(h.unwaits)
+		sizes["shards"] = len(h.shards)
+		sizes["unsent"] = len(h.unsent)
+		sizes["pending"] = len(h.pending)
+		sizes["idle"] = len(h.idle)
+		sizes["ended"] = len(h.ended)
+		sizes["endedAt"] = len(h.endedAt)
+		sizes["multis"] = h.multis
+		h.mu.Unlock()
+	}
+	if w != nil {
+		w.mu.Lock()
+		sizes["leases"] = len(w.leases)
+		w.mu.Unlock()
+		w.poolMu.Lock()
+		sizes["pools"] = len(w.pools)
+		for _, p := range w.pools {
+			sizes["pools.sent"] += len(p.sent)
+			sizes["pools.waiting"] += len(p.waiting)
+		}
+		w.poolMu.Unlock()
+	}
+	sizes["lanes"] = Lanes(c)
+	return sizes
+}

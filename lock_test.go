@@ -2993,3 +2993,44 @@ func TestACleanUpOfAWaitWhoseFirstAttemptRanGoesOnPastARefusedDial(t *testing.T)
 	}
 	awaitCond(t, 10*time.Second, func() bool { return !e.locked(t, "dlock:{wait-dial}") })
 }
+
+// TestLockingManyNamesKeepsNoState: a client that takes and releases one
+// name after another (alone, several at once, or attached to another
+// client's hold) keeps nothing in memory for the names it is done with.
+func TestLockingManyNamesKeepsNoState(t *testing.T) {
+	e := newEnv(t)
+	other := e.newClient(t)
+	ctx := context.Background()
+	ttl := dlock.WithTTL(time.Minute)
+	t.Run("TryLock", func(t *testing.T) {
+		keepsNoStateByName(t, "try", func(name string) error {
+			l, err := e.c.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("LockMulti", func(t *testing.T) {
+		keepsNoStateByName(t, "multi", func(name string) error {
+			l, err := e.c.LockMulti(ctx, []string{name + ":a", name + ":b"}, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("Attach", func(t *testing.T) {
+		keepsNoStateByName(t, "attach", func(name string) error {
+			held, err := other.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			l, err := e.c.Attach(ctx, name, held.Token(), ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c, other)
+	})
+}

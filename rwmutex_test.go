@@ -925,3 +925,40 @@ func TestAFairWaiterThatGivesUpLastLeavesNoKeys(t *testing.T) {
 		t.Errorf("the name with the other fairness: %v", err)
 	}
 }
+
+// TestReadWriteLockingManyNamesKeepsNoState: a client that holds one
+// read/write lock after another, to read or to write, or waits for one
+// until a writer releases it, keeps nothing in memory for the names it is
+// done with.
+func TestReadWriteLockingManyNamesKeepsNoState(t *testing.T) {
+	e := newEnv(t)
+	writer := e.newClient(t)
+	ctx := context.Background()
+	ttl := dlock.WithTTL(time.Minute)
+	t.Run("read", func(t *testing.T) {
+		keepsNoStateByName(t, "read", func(name string) error {
+			l, err := e.c.RWMutex(name).RLock(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("write", func(t *testing.T) {
+		keepsNoStateByName(t, "write", func(name string) error {
+			l, err := e.c.RWMutex(name).Lock(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("woken", func(t *testing.T) {
+		keepsNoStateByName(t, "woken", func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return writer.RWMutex(name, dlock.Fair()).Lock(ctx, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.RWMutex(name, dlock.Fair()).RLock(ctx, append(opts, ttl)...)
+				})
+		}, e.c, writer)
+	})
+}

@@ -509,3 +509,30 @@ func TestACutCountWakesTheCallerItLeavesFirst(t *testing.T) {
 		t.Fatalf("the caller with count 1: err = %v, want ErrNotObtained", err)
 	}
 }
+
+// TestSemaphoresOfManyNamesKeepNoState: a client that takes a permit of
+// one semaphore after another, or waits for one until it is released,
+// keeps nothing in memory for the names it is done with.
+func TestSemaphoresOfManyNamesKeepNoState(t *testing.T) {
+	e := newEnv(t)
+	holder := e.newClient(t)
+	ctx := context.Background()
+	ttl := dlock.WithTTL(time.Minute)
+	t.Run("permit", func(t *testing.T) {
+		keepsNoStateByName(t, "permit", func(name string) error {
+			l, err := e.c.Semaphore(name, 2).Acquire(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("woken", func(t *testing.T) {
+		keepsNoStateByName(t, "woken", func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.Semaphore(name, 1).Acquire(ctx, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.Semaphore(name, 1).Acquire(ctx, append(opts, ttl)...)
+				})
+		}, e.c, holder)
+	})
+}

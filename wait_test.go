@@ -1740,3 +1740,86 @@ func TestSiblingsRefusedAtEachOthersNamesDoNotWakeEachOtherOverAndOver(t *testin
 		}
 	}
 }
+
+// TestWaitingForManyNamesKeepsNoState: a client whose callers wait for one
+// name after another (woken by the release, giving up as their context
+// ends or their max wait passes, waiting for several names) keeps nothing
+// in memory for the names they are done with, beyond the request tokens
+// of the last Locks that ended, which it remembers for a while.
+func TestWaitingForManyNamesKeepsNoState(t *testing.T) {
+	e := newEnv(t)
+	holder := e.newClient(t)
+	ctx := context.Background()
+	ttl := dlock.WithTTL(time.Minute)
+	t.Run("woken", func(t *testing.T) {
+		keepsNoStateByName(t, "woken", func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.TryLock(ctx, name, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.Lock(ctx, name, append(opts, ttl)...)
+				})
+		}, e.c, holder)
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		keepsNoStateByName(t, "cancelled", func(name string) error {
+			held, err := holder.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			if _, err := e.c.Lock(wctx, name, ttl, dlock.WithOnRetry(func(int, error) { cancel() })); !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("a wait whose context was cancelled: %v", err)
+			}
+			return held.Release(ctx)
+		}, e.c, holder)
+	})
+	t.Run("max wait", func(t *testing.T) {
+		keepsNoStateByName(t, "maxwait", func(name string) error {
+			held, err := holder.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			if _, err := e.c.Lock(ctx, name, ttl, dlock.WithMaxWait(time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("a wait past its max wait: %v", err)
+			}
+			return held.Release(ctx)
+		}, e.c, holder)
+	})
+	t.Run("several names", func(t *testing.T) {
+		keepsNoStateByName(t, "multi", func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.TryLock(ctx, name+":b", ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.LockMulti(ctx, []string{name + ":a", name + ":b"}, append(opts, ttl)...)
+				})
+		}, e.c, holder)
+	})
+}
+
+// wokenAfterRefusal takes a lock with hold, waits for it with wait until
+// wait's first attempt is refused, releases it, and returns wait's error
+// (releasing what wait obtained).
+func wokenAfterRefusal(ctx context.Context, hold func() (*dlock.Lock, error), wait func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error)) error {
+	held, err := hold()
+	if err != nil {
+		return err
+	}
+	refused := make(chan struct{})
+	var once sync.Once
+	got := make(chan error, 1)
+	go func() {
+		l, err := wait(ctx, dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-refused:
+	case err := <-got:
+		return fmt.Errorf("the wait ended before it was refused: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		return err
+	}
+	return <-got
+}

@@ -718,3 +718,43 @@ func TestAHeldBackPipelineGoesWhenTheServerSlowsDown(t *testing.T) {
 		t.Error("no pipeline held back: the pass never filled the watchdog's share")
 	}
 }
+
+// TestAutoRefreshingManyNamesKeepsNoState: a client whose locks on one
+// name after another are refreshed automatically until released, or until
+// a refresh finds them gone, keeps nothing in memory for them: its
+// watchdog lets each lease go.
+func TestAutoRefreshingManyNamesKeepsNoState(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	t.Run("released", func(t *testing.T) {
+		keepsNoStateByName(t, "released", func(name string) error {
+			l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh())
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, e.c)
+	})
+	t.Run("lost", func(t *testing.T) {
+		keepsNoStateByName(t, "lost", func(name string) error {
+			l, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute), dlock.WithRefreshInterval(time.Millisecond))
+			if err != nil {
+				return err
+			}
+			if err := rdb.Del(ctx, e.c.RedisKey(name)).Err(); err != nil {
+				return err
+			}
+			select {
+			case <-l.Done():
+			case <-time.After(time.Minute):
+				return errors.New("a lock whose key was deleted was not found lost")
+			}
+			if !errors.Is(l.Err(), dlock.ErrLost) {
+				return fmt.Errorf("a lock whose key was deleted ended with %v", l.Err())
+			}
+			return nil
+		}, e.c)
+	})
+}
