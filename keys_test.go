@@ -3,11 +3,13 @@ package dlock_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -211,4 +213,201 @@ func keyShapes(t *testing.T, ctx context.Context, rdb *redis.Client) string {
 		}
 	}
 	return b.String()
+}
+
+// TestWhatANameLeavesBehindExpires takes names through every way a hold
+// or a wait ends (released, woken, given up, found lost, run out, released
+// by force, a lost reply cleaned up after) and checks what they leave in
+// Redis against docs/keys.md: every key expires, none outlives what the
+// document says (a released hash a minute, a fence counter its
+// retention, a clean-up's record two seconds, a read/write lock's or
+// semaphore's releases a minute), and nothing else is left (no waiter set,
+// holds, pending acquires or queue once the last hold and wait ended).
+func TestWhatANameLeavesBehindExpires(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	holder := e.newClient(t)
+	hourly := e.newClient(t, dlock.WithFenceRetention(time.Hour))
+	ttl := dlock.WithTTL(time.Minute)
+	const minute, day = 60 * time.Second, 24 * time.Hour
+	lockLeaves := map[string]time.Duration{"": minute, ":fence": day}
+	cleanedUpLeaves := map[string]time.Duration{"": minute, ":fence": day, ":late": 2 * time.Second}
+	for _, tc := range []struct {
+		name   string
+		leaves map[string]time.Duration // the longest TTL of the keys left, by suffix
+		alone  bool                     // one name at a time: it loses the driver's next reply
+		run    func(name string) error
+	}{
+		{"released", lockLeaves, false, func(name string) error {
+			l, err := e.c.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		{"fence kept an hour", map[string]time.Duration{"": minute, ":fence": time.Hour}, false, func(name string) error {
+			l, err := hourly.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		{"woken", lockLeaves, false, func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.TryLock(ctx, name, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.Lock(ctx, name, append(opts, ttl)...)
+				})
+		}},
+		{"wait given up", cleanedUpLeaves, false, func(name string) error {
+			held, err := holder.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			wctx, giveUp, cancel := untilRefused(ctx)
+			defer cancel()
+			if _, err := e.c.Lock(wctx, name, ttl, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
+				return fmt.Errorf("a wait given up: %v", err)
+			}
+			return held.Release(ctx)
+		}},
+		{"acquire's reply lost", cleanedUpLeaves, true, func(name string) error {
+			e.drv.timeOutReplies(1)
+			if _, err := e.c.TryLock(ctx, name, ttl); err == nil {
+				return errors.New("an acquire whose reply timed out succeeded")
+			}
+			return nil
+		}},
+		{"refreshed after a lost reply", lockLeaves, true, func(name string) error {
+			l, err := e.c.TryLock(ctx, name, ttl)
+			if err != nil {
+				return err
+			}
+			e.drv.loseReplies(1)
+			if err := l.Refresh(ctx, time.Minute); err == nil {
+				return errors.New("a refresh whose reply was lost succeeded")
+			}
+			if err := l.Refresh(ctx, time.Minute); err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		{"lost", map[string]time.Duration{":fence": day}, false, func(name string) error {
+			l, err := e.c.TryLock(ctx, name, ttl, dlock.WithRefreshInterval(time.Millisecond))
+			if err != nil {
+				return err
+			}
+			if err := rdb.Del(ctx, e.c.RedisKey(name)).Err(); err != nil {
+				return err
+			}
+			<-l.Done()
+			return nil
+		}},
+		{"run out", map[string]time.Duration{":fence": day}, false, func(name string) error {
+			// Long enough for the reply to come before it runs out, under
+			// the race detector too.
+			l, err := e.c.TryLock(ctx, name, dlock.WithTTL(200*time.Millisecond))
+			if err != nil {
+				return err
+			}
+			<-l.Done() // at its deadline, a little before its TTL runs out
+			for rdb.Exists(ctx, e.c.RedisKey(name)).Val() == 1 {
+				<-time.After(time.Millisecond)
+			}
+			return nil
+		}},
+		{"released by force", cleanedUpLeaves, false, func(name string) error {
+			if _, err := holder.TryLock(ctx, name, ttl); err != nil {
+				return err
+			}
+			_, err := e.c.ForceRelease(ctx, name)
+			return err
+		}},
+		{"on several names", lockLeaves, false, func(name string) error {
+			l, err := e.c.LockMulti(ctx, []string{name + ":a", name + ":b"}, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		{"read", map[string]time.Duration{":released": minute}, false, func(name string) error {
+			l, err := e.c.RWMutex(name).RLock(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		{"written, readers woken", map[string]time.Duration{":released": minute, ":fence": day}, false, func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.RWMutex(name, dlock.Fair()).Lock(ctx, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.RWMutex(name, dlock.Fair()).RLock(ctx, append(opts, ttl)...)
+				})
+		}},
+		{"writer's wait given up", map[string]time.Duration{":released": minute}, false, func(name string) error {
+			held, err := holder.RWMutex(name, dlock.Fair()).RLock(ctx, ttl)
+			if err != nil {
+				return err
+			}
+			wctx, giveUp, cancel := untilRefused(ctx)
+			defer cancel()
+			if _, err := e.c.RWMutex(name, dlock.Fair()).Lock(wctx, ttl, giveUp); !errors.Is(err, dlock.ErrNotObtained) {
+				return fmt.Errorf("a wait given up: %v", err)
+			}
+			return held.Release(ctx)
+		}},
+		{"read lock released by force", map[string]time.Duration{":released": minute}, false, func(name string) error {
+			if _, err := holder.RWMutex(name).RLock(ctx, ttl); err != nil {
+				return err
+			}
+			_, err := e.c.ForceRelease(ctx, name)
+			return err
+		}},
+		{"permit", map[string]time.Duration{":released": minute}, false, func(name string) error {
+			return wokenAfterRefusal(ctx, func() (*dlock.Lock, error) { return holder.Semaphore(name, 1).Acquire(ctx, ttl) },
+				func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+					return e.c.Semaphore(name, 1).Acquire(ctx, append(opts, ttl)...)
+				})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := rdb.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			const names = 20
+			if tc.alone {
+				for i := range names {
+					if err := tc.run("n:" + strconv.Itoa(i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				churnNames(t, "n", 0, names, tc.run)
+			}
+			dlock.GivenBack(e.c)
+			left := map[string]int{}
+			iter := rdb.Scan(ctx, 0, "*", 100).Iterator()
+			for iter.Next(ctx) {
+				k := iter.Val()
+				suffix := k[strings.LastIndex(k, "}")+1:]
+				left[suffix]++
+				longest, ok := tc.leaves[suffix]
+				pttl := rdb.PTTL(ctx, k).Val()
+				switch {
+				case !ok:
+					t.Errorf("%s is left", k)
+				case pttl == -2:
+					// Expired since the scan.
+				case pttl < 0:
+					t.Errorf("%s is left without a TTL", k)
+				case pttl > longest:
+					t.Errorf("%s is left for %v, more than %v", k, pttl, longest)
+				}
+			}
+			if err := iter.Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("keys left by %d names: %v", names, left)
+		})
+	}
 }
