@@ -1823,3 +1823,126 @@ func wokenAfterRefusal(ctx context.Context, hold func() (*dlock.Lock, error), wa
 	}
 	return <-got
 }
+
+// TestTheRequestsOfWaitersThatDiedAreForgotten: clients that die while
+// they wait for a lock (their connections close; nothing more is sent)
+// leave their registrations in its waiter set and the requests they left
+// for a grant in its hash. Once their registrations expire, the next
+// registration of a client still waiting takes them away: with a lock held
+// all along and a client waiting all along (a leader and a follower that
+// stays), the registrations and requests of followers that died must not
+// pile up in Redis for as long as that lasts.
+func TestTheRequestsOfWaitersThatDiedAreForgotten(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	name := "leader"
+	key := e.c.RedisKey(name)
+	held, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := lockAndRelease(e.newClient(t), name, time.Minute)
+	awaitCond(t, 10*time.Second, func() bool { return requestsLeft(t, e, key) == 1 })
+	const died = 4
+	for range died {
+		waitAndDie(t, e, name)
+	}
+	// The dead registrations expire within waitLease; the follower
+	// registers again at least every beat.
+	for deadline := time.Now().Add(10 * time.Second); ; <-time.After(10 * time.Millisecond) {
+		n, regs := requestsLeft(t, e, key), e.srv.Do(t, "ZCARD", key+":waiters")
+		if n == 1 && regs == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after %d waiting clients died: %d requests for a grant and %s registrations left, want those of the one still waiting", died, n, regs)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-follower; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAReleaseForgetsTheRequestsOfExpiredWaiters: a release that finds
+// only expired registrations in the waiter set takes them out, and the
+// requests for a grant their clients left with them.
+func TestAReleaseForgetsTheRequestsOfExpiredWaiters(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	name := "gone"
+	key := e.c.RedisKey(name)
+	held, err := e.c.TryLock(ctx, name, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two clients registered a second ago, for half a second, and left
+	// their requests, as their waiting attempts do; they died since.
+	past, err := strconv.ParseInt(strings.Fields(e.srv.Do(t, "TIME"))[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := strconv.FormatInt((past-1)*1000+500, 10)
+	for _, member := range []string{"dlock:client:dead1", "dlock:client:dead2"} {
+		e.srv.Do(t, "ZADD", key+":waiters", expired, member)
+		e.srv.Do(t, "HSET", key, "w", "1", "g:"+member, `["req-`+member+`",60000,"","",1,"0"]`)
+	}
+	e.srv.Do(t, "PEXPIRE", key+":waiters", "60000")
+	if n := requestsLeft(t, e, key); n != 2 {
+		t.Fatalf("%d requests left, want the 2 written", n)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := requestsLeft(t, e, key); n != 0 {
+		t.Errorf("the release left %d requests of expired waiters in the hash", n)
+	}
+	if e.exists(t, key+":waiters") {
+		t.Errorf("the release left the expired registrations: %s", e.srv.Do(t, "ZRANGE", key+":waiters", "0", "-1"))
+	}
+}
+
+// requestsLeft counts the requests for a grant that waiting clients left
+// in the hash of a lock (its 'g:' fields).
+func requestsLeft(t *testing.T, e *env, key string) int {
+	t.Helper()
+	n := 0
+	for _, f := range strings.Fields(e.srv.Do(t, "HKEYS", key)) {
+		if strings.HasPrefix(f, "g:") {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAndDie waits for the lock called name on a client of its own until
+// its first attempt is refused, having left its request for a grant, and
+// closes that client's connections then, as a process that dies does: it
+// sends nothing more.
+func waitAndDie(t *testing.T, e *env, name string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), MaxRetries: -1})
+	c := dlock.New(goredis.New(rdb))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	refused := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, name, dlock.WithTTL(time.Minute),
+			dlock.WithOnRetry(func(int, error) { once.Do(func() { close(refused) }) }))
+		done <- err
+	}()
+	<-refused
+	if e.srv.Do(t, "HEXISTS", c.RedisKey(name), "g:"+dlock.Member(c)) != "1" {
+		t.Fatal("a waiting client left no request for a grant")
+	}
+	_ = rdb.Close()
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a client that died obtained the lock")
+	}
+	_ = c.Close()
+}

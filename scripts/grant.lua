@@ -38,7 +38,7 @@
 -- ZREM of a grant; one only told is put back in its place.
 local function pass(k, wk, fk, fence, rel, forced)
   local h = waking()
-  local w, t = h.pop_waiter(wk)
+  local w, t = h.pop_waiter(wk, nil, k)
   for try = 1, wake_tries do
     if not w then return false end
     local m = w.member
@@ -79,7 +79,7 @@ local function pass(k, wk, fk, fence, rel, forced)
       return false
     end
     h.drop(wk, k, w, true)
-    if try < wake_tries then w = h.pop_waiter(wk, t) end
+    if try < wake_tries then w = h.pop_waiter(wk, t, k) end
   end
   return false
 end

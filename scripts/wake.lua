@@ -97,15 +97,51 @@ local function waking()
     return (cur[1] == 'lock' and cur[2] == '') or (not cur[1] and redis.call('EXISTS', k) == 0)
   end
 
+  -- forget_expired takes the clients whose registrations expired (by now, in ms)
+  -- out of waiter set wk of lock k, at most limit of them (all with nil),
+  -- with the requests they left in k (see grant): their clients died, or
+  -- register again, asking again. A set kept alive by the clients still
+  -- waiting (a lock held all along, waited for all along) would otherwise
+  -- keep those of clients that died for good, and k their requests.
+  local function forget_expired(wk, k, now, limit)
+    local bound = '(' .. string.format('%.0f', now)
+    local gone
+    if limit then
+      gone = redis.pcall('ZRANGEBYSCORE', wk, '-inf', bound, 'LIMIT', 0, limit)
+    else
+      gone = redis.pcall('ZRANGEBYSCORE', wk, '-inf', bound)
+    end
+    if type(gone) ~= 'table' or gone.err or #gone == 0 then return end
+    for i = 1, #gone, 1000 do
+      local fields = {}
+      for j = i, math.min(i + 999, #gone) do fields[#fields + 1] = 'g:' .. gone[j] end
+      redis.pcall('HDEL', k, unpack(fields))
+    end
+    if limit then
+      redis.pcall('ZREM', wk, unpack(gone))
+    else
+      redis.pcall('ZREMRANGEBYSCORE', wk, '-inf', bound)
+    end
+  end
+
+  -- forgotten bounds how many expired registrations (see forget_expired) each
+  -- registration takes out: more than clients die between two attempts of
+  -- one still waiting.
+  local forgotten = 16
+
   -- register puts waiting client member at the back of waiter set wk of
   -- lock k for lease ms from now_ms, marked as heard when the server sees it
-  -- listening for k. It returns false, having written nothing, when wk holds
-  -- data that is not a sorted set.
+  -- listening for k, and forgets registrations that expired. It returns
+  -- false, having written nothing, when wk holds data that is not a sorted
+  -- set.
   local function register(wk, k, member, now_ms, lease)
     local score = now_ms + lease
     if (listeners(member, k) or 0) > 0 then score = score + 0.5 end
     if not wrote(redis.pcall('ZADD', wk, score, member)) then return false end
     expire_or_drop(wk, lease)
+    -- After the ZADD: at maxmemory, the script's first write that may add
+    -- memory is the one refused, before anything is written.
+    forget_expired(wk, k, now_ms, forgotten)
     return true
   end
 
@@ -131,7 +167,7 @@ local function waking()
   -- mark (see acquire), and its releases find no waiter set most of the
   -- time. A server without ZPOPMIN (before Redis 5), or a user who may not
   -- run it, is served by next_waiter and ZREM.
-  local function pop_waiter(wk, t)
+  local function pop_waiter(wk, t, k)
     for _ = 1, 2 do
       local r = redis.pcall('ZPOPMIN', wk)
       if type(r) ~= 'table' then return nil, t end
@@ -148,8 +184,10 @@ local function waking()
       if tonumber(r[2]) >= now then
         return {member = r[1], heard = string.find(r[2], '.', 1, true) ~= nil, score = r[2]}, t
       end
-      -- Expired, and so may be the registrations after it: they go at once.
-      redis.pcall('ZREMRANGEBYSCORE', wk, '-inf', '(' .. string.format('%.0f', now))
+      -- Expired, and so may be the registrations after it: they go at once,
+      -- with the requests they left in k.
+      redis.pcall('HDEL', k, 'g:' .. r[1])
+      forget_expired(wk, k, now)
     end
     return nil, t
   end
