@@ -205,12 +205,13 @@ func testAutoRefreshedFailover(t *testing.T, newDriver NewDriver, kill, replicas
 func testWaitersFailover(t *testing.T, newDriver NewDriver, kill bool) {
 	const n = 100
 	r := redistest.StartReplicated(t, 1, 3)
-	// How each waiting Lock ended: its attempts and failed attempts. A
-	// lock a release granted came with no attempt of its own. Once the
-	// gate is set, a waiter whose attempt the lock's holder refused stops
-	// there until the gate opens: the releases find no attempt of the
-	// waiters under way, which could take a lock in the moment it is
-	// freed, and leave their grants to be taken.
+	// How each waiting Lock ended: its attempts and failed attempts (a
+	// lock a release granted comes with no attempt of its own when the
+	// waiter takes it up on its notice). Once the gate is set, a waiter
+	// whose attempt the lock's holder refused stops there until the gate
+	// opens: the releases find no attempt of the waiters under way, which
+	// could take a lock in the moment it is freed, and a lock held after
+	// its release was granted to its waiter.
 	var mu sync.Mutex
 	failed, attempts := map[string]int{}, map[string]int{}
 	var gate chan struct{}
@@ -305,18 +306,41 @@ func testWaitersFailover(t *testing.T, newDriver NewDriver, kill bool) {
 	mu.Unlock()
 	defer open()
 	// Each waiter tries again within half a second (dlock's beat), and
-	// stops at the gate.
+	// stops at the gate, where its registration, made by its last attempt,
+	// lasts 1.5s: the locks are released at once, not one after the
+	// other, which on a loaded machine outlasted the registrations of the
+	// last waiters.
 	await(t, "waiter stopped at the gate", func() bool { return stopped.Load() == n })
+	var releases sync.WaitGroup
 	for i, l := range held {
 		releasing[i].Store(true)
-		if err := l.Release(ctx); err != nil {
-			t.Errorf("Release of lock %d after the failover: %v", i, err)
+		releases.Add(1)
+		go func() {
+			defer releases.Done()
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release of lock %d after the failover: %v", i, err)
+			}
+		}()
+	}
+	releases.Wait()
+	// Every lock was granted by its release to its waiter, held at the
+	// gate, where no attempt of its own could take it: the lock is held.
+	granted := 0
+	for i := range n {
+		info, err := holder.Inspect(ctx, name(i))
+		switch {
+		case err != nil:
+			t.Errorf("Inspect of lock %d after its release: %v", i, err)
+		case len(info.Holders) == 0:
+			t.Errorf("lock %d was free after its release, its waiter passed over (registered with %d clients)", i, info.WaitingClients)
+		default:
+			granted++
 		}
 	}
 	open()
 	wg.Wait()
 	close(results)
-	got, granted := 0, 0
+	got, byAttempt := 0, 0
 	for res := range results {
 		if res.err != nil {
 			t.Errorf("waiter %d: %v", res.i, res.err)
@@ -329,13 +353,11 @@ func testWaitersFailover(t *testing.T, newDriver NewDriver, kill bool) {
 		mu.Lock()
 		k, a := failed[name(res.i)], attempts[name(res.i)]
 		mu.Unlock()
-		if a == k {
-			granted++
-		} else {
-			t.Errorf("waiter %d was passed over: it took its lock by an attempt of its own (%d attempts, %d failed), not granted by the release", res.i, a, k)
+		if a > k {
+			byAttempt++ // a grant found by its attempt, not by its notice
 		}
 		_ = res.l.Release(ctx)
 	}
-	t.Logf("%d of %d waiters obtained their lock after the failover, %d granted by the release; failover seen %v after it began, the waiting client listening on the new primary %v after that",
-		got, n, granted, seen.Sub(start).Round(time.Millisecond), listening.Sub(seen).Round(time.Millisecond))
+	t.Logf("%d of %d waiters obtained their lock after the failover, %d granted by the release (%d taken up by an attempt rather than on its notice); failover seen %v after it began, the waiting client listening on the new primary %v after that",
+		got, n, granted, byAttempt, seen.Sub(start).Round(time.Millisecond), listening.Sub(seen).Round(time.Millisecond))
 }
