@@ -615,7 +615,10 @@ func (l *lease) Deadline() time.Time {
 // soon as the lock is known lost (see Done: at its local deadline, or at
 // the refresh that finds it gone). It carries the Lock, which
 // LockFromContext returns (Do's function gets such a context). Like
-// context.WithCancel, it panics if parent is nil.
+// context.WithCancel, it panics if parent is nil. Each context is kept by
+// the lock until the lock or parent ends: on a lock held for long, call it
+// once and reuse the context, or give it a parent that ends (a request's),
+// rather than calling it anew from context.Background() for each task.
 func (l *lease) Context(parent context.Context) context.Context {
 	l.made()
 	if lk, ok := l.holder.(*Lock); ok {
