@@ -50,11 +50,7 @@ func (c *Client) SetFenced(ctx context.Context, key string, fence uint64, value 
 	}
 	v, err := c.eval(ctx, scriptFencedSet, []string{key}, strconv.FormatUint(fence, 10), value)
 	if err != nil {
-		err = scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
-		if errors.Is(err, ErrWrongType) {
-			return notFenced(key)
-		}
-		return err
+		return fencedError(err, key)
 	}
 	r, _ := v.([]any)
 	if len(r) == 0 {
@@ -90,11 +86,7 @@ func (c *Client) GetFenced(ctx context.Context, key string) (value string, fence
 	}
 	v, err := c.eval(ctx, scriptFencedGet, []string{key})
 	if err != nil {
-		err = scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
-		if errors.Is(err, ErrWrongType) {
-			return "", 0, notFenced(key)
-		}
-		return "", 0, err
+		return "", 0, fencedError(err, key)
 	}
 	r, _ := v.([]any)
 	if len(r) == 0 {
@@ -109,6 +101,16 @@ func (c *Client) GetFenced(ctx context.Context, key string) (value string, fence
 		return "", 0, &ServerError{Key: key, Err: fmt.Errorf("unexpected reply %#v", v)}
 	}
 	return value, fence, nil
+}
+
+// fencedError turns the failed script call of SetFenced or GetFenced on
+// key into their error: notFenced for data that is not a fenced value.
+func fencedError(err error, key string) error {
+	err = scriptError(err, key, func(int64) string { return key }, func(k string) string { return k })
+	if errors.Is(err, ErrWrongType) {
+		return notFenced(key)
+	}
+	return err
 }
 
 // notFenced is SetFenced's and GetFenced's ErrWrongType: its key is the caller's data,

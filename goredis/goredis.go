@@ -53,12 +53,10 @@ import (
 // Driver carries dlock's requests over a go-redis client. Make one with
 // New: the zero Driver is not usable.
 type Driver struct {
-	rdb     redis.UniversalClient
-	ring    bool          // rdb is a Ring: see refuseAcrossShards
-	cluster bool          // rdb is a cluster client: see refuseAcrossSlots
-	clu     clusterClient // rdb as a cluster client, nil elsewhere
-	rng     ringClient    // rdb as a Ring, nil elsewhere
-	plain   bool          // rdb is a Client: see settle
+	rdb   redis.UniversalClient
+	ring  bool          // rdb is a Ring: see refuseAcrossShards
+	clu   clusterClient // rdb as a cluster client, nil elsewhere: see refuseAcrossSlots
+	plain bool          // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
 	pool    int // see PoolSize
@@ -83,10 +81,10 @@ func New(rdb redis.UniversalClient) *Driver {
 		panic("goredis: New with a nil client")
 	}
 	d := &Driver{rdb: rdb}
-	d.clu, d.cluster = rdb.(clusterClient)
+	d.clu, _ = rdb.(clusterClient)
 	_, d.plain = rdb.(*redis.Client)
 	if r, ok := rdb.(ringClient); ok {
-		d.rng, d.ring, d.shardOf = r, true, shardOf(r.Options())
+		d.ring, d.shardOf = true, shardOf(r.Options())
 	}
 	d.pool = poolSize(rdb)
 	return d
@@ -184,7 +182,7 @@ func shardOf(opt *redis.RingOptions) func(key string) string {
 // Partitioned reports whether the client spreads keys over several servers:
 // a Redis Cluster or a Ring (see dlock.Partitioned).
 func (d *Driver) Partitioned() bool {
-	return d.cluster || d.ring
+	return d.clu != nil || d.ring
 }
 
 // Server returns the address of the primary that serves key's slot on a
@@ -291,7 +289,7 @@ func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
 	if d.ring {
 		calls = refuseAcrossShards(calls)
 	}
-	if d.cluster {
+	if d.clu != nil {
 		calls = refuseAcrossSlots(calls)
 	}
 	d.run(ctx, calls, nil)
@@ -522,7 +520,7 @@ func (d *Driver) settle(ctx context.Context, calls []*dlock.Call) (asked, closed
 			if closed {
 				call.Err = closedError(err)
 			}
-		case !d.cluster:
+		case d.clu == nil:
 			call.Err = redirected(err)
 		}
 	}

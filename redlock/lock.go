@@ -451,16 +451,18 @@ func (l *Lock) logKept() {
 	// locker the vote it needs, which an operator may want to know.
 	for _, k := range kept {
 		l.logs = append(l.logs, func() {
-			l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", []string{causes.Short(l.name)},
+			l.r.log.Info("redlock: a node lost the lock; the quorum still holds it", "names", l.logNames(),
 				"node", k.node, "addr", l.r.nodes[k.node].Addr, "held", held, "quorum", l.r.quorum, "err", k.err)
 		})
 	}
 }
 
-// logUnlessEnded queues record and writes it, unless the Lock has ended,
-// whose records say how: a record that it is held goes no later than its
-// end's. Called outside op's turn. l.mu must not be held.
-func (l *Lock) logUnlessEnded(record func()) {
+// logRefreshFailed warns that an automatic refresh reached no quorum,
+// failing with err, unless a warning was given since the last refresh that
+// reached one, or the Lock has ended, whose records say how: a record that
+// it is held goes no later than its end's. Called outside op's turn.
+// l.mu must not be held.
+func (l *Lock) logRefreshFailed(err error) {
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -468,7 +470,14 @@ func (l *Lock) logUnlessEnded(record func()) {
 		return
 	default:
 	}
-	l.logs = append(l.logs, record)
+	if l.unrefreshed {
+		l.mu.Unlock()
+		return
+	}
+	l.unrefreshed = true
+	l.logs = append(l.logs, func() {
+		l.r.log.Warn("redlock: refresh did not reach a quorum; retrying until the lock's deadline", "names", l.logNames(), "err", err)
+	})
 	l.mu.Unlock()
 	l.writeLogs()
 }
@@ -1241,16 +1250,7 @@ func (l *Lock) autoRefresh(from time.Time) bool {
 				// again soon, until the nodes' deadlines end the lock.
 				// Warned of once a run of failures: it is retried up to
 				// four times a second.
-				l.mu.Lock()
-				warn := !l.unrefreshed
-				l.unrefreshed = true
-				l.mu.Unlock()
-				if warn {
-					l.logUnlessEnded(func() {
-						l.r.log.Warn("redlock: refresh did not reach a quorum; retrying until the lock's deadline",
-							"names", []string{causes.Short(l.name)}, "err", err)
-					})
-				}
+				l.logRefreshFailed(err)
 				timer.Reset(min(interval/4, maxRetryDelay))
 			}
 		}
@@ -1334,7 +1334,7 @@ func (l *Lock) endAs(err error, relFailed bool) {
 		// losses as debug records (see quorumPart). Queued after the
 		// records of a logKept that found the Lock held.
 		l.logs = append(l.logs, func() {
-			l.r.log.Warn("redlock: lock lost", "names", []string{causes.Short(l.name)}, "err", err)
+			l.r.log.Warn("redlock: lock lost", "names", l.logNames(), "err", err)
 		})
 	}
 	l.mu.Unlock()
@@ -1462,6 +1462,10 @@ func (l *Lock) Name() string {
 	l.made()
 	return l.name
 }
+
+// logNames names the lock in its log records: the attribute "names", as
+// dlock's records have it (a name over causes.QuoteMax bytes cut short).
+func (l *Lock) logNames() []string { return []string{causes.Short(l.name)} }
 
 // Token returns the lock's token: 128 random bits, new for every attempt,
 // the same on every node that granted the attempt. A node that Refresh

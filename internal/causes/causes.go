@@ -49,7 +49,7 @@ func Quote(s string) string {
 	if len(s) <= QuoteMax {
 		return strconv.Quote(s)
 	}
-	return strconv.Quote(s[:cut(s)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+	return strconv.Quote(s[:cut(s)]) + length(s)
 }
 
 // QuoteAll returns names quoted as fmt's %q quotes a slice of strings,
@@ -73,7 +73,7 @@ func Short(s string) string {
 	if len(s) <= QuoteMax {
 		return s
 	}
-	return s[:cut(s)] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+	return s[:cut(s)] + length(s)
 }
 
 // Shorts returns names for a log record, each as Short returns it: names
@@ -100,3 +100,6 @@ func cut(s string) int {
 	}
 	return n
 }
+
+// length is what Quote and Short put after the bytes they keep of s.
+func length(s string) string { return "… (" + strconv.Itoa(len(s)) + " bytes)" }
