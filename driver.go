@@ -167,6 +167,8 @@ type Script struct {
 	// Function is the script's name in FunctionLibrary, the name FCALL
 	// knows it by; empty for a script that is not in it.
 	Function string
+
+	body string // for dlock's own scripts, Src without the helpers in front
 }
 
 // NewScript returns a Script with its SHA1 computed.

@@ -876,10 +876,26 @@ func TestFencesIncrease(t *testing.T) {
 // TestFenceRetention: WithFenceRetention sets how long a name's fence
 // counter is kept, for an exclusive lock's acquire, a grant to its waiter
 // and a read/write lock's writer; with 0 the client keeps none, and its
-// fences still grow, from the released lock's hash.
+// fences still grow, from the released lock's hash. Clients of each
+// retention take turns on one server, by EVALSHA and as Redis Functions,
+// whose library keeps the helpers between calls (see scripts/library.lua):
+// each call has its own client's retention, and the default is a day.
 func TestFenceRetention(t *testing.T) {
+	for _, functions := range []bool{false, true} {
+		t.Run(fmt.Sprintf("functions=%v", functions), func(t *testing.T) { testFenceRetention(t, functions) })
+	}
+}
+
+func testFenceRetention(t *testing.T, functions bool) {
 	e := newEnv(t)
 	ctx := context.Background()
+	// client makes a client with opts, and WithFunctions when asked.
+	client := func(opts ...dlock.ClientOption) *dlock.Client {
+		if functions {
+			opts = append(opts, dlock.WithFunctions())
+		}
+		return e.newClient(t, opts...)
+	}
 	// fences takes name, lets a waiter of c be granted it, and takes the
 	// write hold of the read/write lock rw:name, returning their fences.
 	fences := func(c *dlock.Client, name string) []uint64 {
@@ -918,7 +934,7 @@ func TestFenceRetention(t *testing.T) {
 		{time.Hour + time.Nanosecond, 3_590_000, 3_600_001}, // rounded up to a millisecond
 		{dlock.DefaultFenceRetention, 86_390_000, 86_400_000},
 	} {
-		c := e.newClient(t, dlock.WithFenceRetention(tc.d))
+		c := client(dlock.WithFenceRetention(tc.d))
 		name := "kept:" + tc.d.String()
 		f := fences(c, name)
 		if f[1] <= f[0] {
@@ -936,7 +952,7 @@ func TestFenceRetention(t *testing.T) {
 	// read or written: one holding other data is not refused, and none is
 	// made.
 	for _, d := range []time.Duration{0, -time.Second} {
-		c := e.newClient(t, dlock.WithFenceRetention(d))
+		c := client(dlock.WithFenceRetention(d))
 		name := "uncounted:" + d.String()
 		e.srv.Do(t, "RPUSH", "dlock:{"+name+"}:fence", "not a counter")
 		e.srv.Do(t, "RPUSH", "dlock:{rw:"+name+"}:fence", "not a counter")
@@ -984,6 +1000,14 @@ func TestFenceRetention(t *testing.T) {
 		}
 		if e.exists(t, "dlock:{"+fresh+"}:fence") {
 			t.Errorf("a fence counter for %s, from a client that keeps none", fresh)
+		}
+	}
+
+	// A client with the default after those that keep none: a day.
+	fences(client(), "default")
+	for _, key := range []string{"default", "rw:default"} {
+		if ttl := counterTTL(key); ttl < 86_390_000 || ttl > 86_400_000 {
+			t.Errorf("%s's fence counter PTTL = %d ms after clients that keep none, want a day", key, ttl)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"embed"
+	"slices"
 	"strings"
 )
 
@@ -10,11 +11,12 @@ var scriptFiles embed.FS
 
 // The scripts dlock runs on the server, one per operation. Helpers shared by
 // several scripts live in files of their own (held.lua, fence.lua, …) and
-// are put in front of the scripts that use them; replies.lua, which every
-// script uses (see foreign), goes first in each.
+// are put in front of the scripts that use them, in the order of
+// helperFiles; replies.lua, which every script uses (see foreign), goes
+// first in each.
 var (
 	scriptAcquire = loadScript("acquire", "wake", "fence", "held")
-	scriptRelease = loadScript("release", "held", "wake", "fence", "grant")
+	scriptRelease = loadScript("release", "wake", "fence", "held", "grant")
 	scriptRefresh = loadScript("refresh", "held")
 	scriptTTL     = loadScript("ttl", "held")
 
@@ -41,16 +43,39 @@ func Scripts() []*Script {
 		scriptFencedSet, scriptFencedGet, scriptInspect, scriptForceRelease, scriptUnwait}
 }
 
+// helperFiles are the helper files, in the order in which a script that
+// uses several has them, and in which the function library defines them
+// all (see newLibrary): a helper may use those of the files before its
+// own.
+var helperFiles = []string{"replies", "wake", "holds", "describe", "fence", "fenced", "held", "grant"}
+
 // loadScript builds a script from scripts/name.lua, preceded by
-// scripts/replies.lua and the named helper files.
+// scripts/replies.lua and the named helper files, which must come in the
+// order of helperFiles.
 func loadScript(name string, helpers ...string) *Script {
 	var b strings.Builder
-	for _, f := range append(append([]string{"replies"}, helpers...), name) {
-		src, err := scriptFiles.ReadFile("scripts/" + f + ".lua")
-		if err != nil {
-			panic("dlock: missing embedded script " + f) // a broken build, not a runtime condition
+	helpers = append([]string{"replies"}, helpers...)
+	at := 0
+	for _, f := range helpers {
+		i := slices.Index(helperFiles[at:], f)
+		if i < 0 {
+			panic("dlock: script " + name + " lists helper " + f + " out of helperFiles' order") // a broken build
 		}
-		b.Write(src)
+		at += i + 1
+		b.WriteString(scriptFile(f))
 	}
-	return NewScript(name, b.String())
+	body := scriptFile(name)
+	b.WriteString(body)
+	s := NewScript(name, b.String())
+	s.body = body
+	return s
+}
+
+// scriptFile returns the source of scripts/name.lua.
+func scriptFile(name string) string {
+	src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		panic("dlock: missing embedded script " + name) // a broken build, not a runtime condition
+	}
+	return string(src)
 }

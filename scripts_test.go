@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dlockio/dlock/internal/redistest"
@@ -86,5 +88,49 @@ return {s, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), refused}
 	rdb.RPush(ctx, "fence", "x")
 	if got := next(9000); got != "nil" {
 		t.Errorf("counter of another type: next_fence = %v, want nil", got)
+	}
+}
+
+// TestTheLibraryStartsEachCallAfresh: the function library defines the
+// helper files once, so that a helper's top-level local lives from call to
+// call (see scripts/library.lua). Every such local that a script assigns
+// after its definition must be set again by begin, or be wake's helpers
+// (functions made once, which keep no call's data); the others are
+// constants. A new helper that keeps state fails here until begin resets it.
+func TestTheLibraryStartsEachCallAfresh(t *testing.T) {
+	begin := scriptFile("library")
+	var all strings.Builder
+	for _, f := range []string{"acquire", "release", "refresh", "ttl", "rw_acquire", "sem_acquire", "holds_release",
+		"holds_refresh", "holds_ttl", "fenced_set", "fenced_get", "inspect", "force_release", "unwait"} {
+		all.WriteString(scriptFile(f))
+	}
+	for _, f := range helperFiles {
+		all.WriteString(scriptFile(f))
+	}
+	code := regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(all.String(), "")
+	declared := regexp.MustCompile(`(?m)^local ([a-z_]+(?:, *[a-z_]+)*)(?: *=|$)`)
+	seen := 0
+	for _, f := range helperFiles {
+		for _, m := range declared.FindAllStringSubmatch(scriptFile(f), -1) {
+			for _, name := range strings.Split(m[1], ",") {
+				name = strings.TrimSpace(name)
+				seen++
+				// An assignment other than its declaration: name = …, or
+				// name[…] = …, or a list of names assigned at once.
+				assigned := regexp.MustCompile(`(?m)(^|[^.\w])` + name + `(\[(?:[^][]|\[[^]]*\])*\])?( *, *[a-z_.\[\]]+)* *=[^=]`)
+				n := 0
+				for _, loc := range assigned.FindAllStringIndex(code, -1) {
+					if !strings.HasPrefix(strings.TrimLeft(code[strings.LastIndex(code[:loc[0]+1], "\n")+1:loc[1]], " "), "local ") {
+						n++
+					}
+				}
+				if n > 0 && name != "helpers" && !regexp.MustCompile(`\b`+name+`\b`).MatchString(begin) {
+					t.Errorf("%s.lua: %s is assigned after its definition (%d times), and scripts/library.lua's begin does not set it again", f, name, n)
+				}
+			}
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("found %d top-level locals in the helper files, want the 8 or more there are", seen)
 	}
 }

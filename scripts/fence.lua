@@ -17,7 +17,8 @@
 -- counter at 2^53 or beyond, where Lua's numbers stop telling one more
 -- apart (the clock gets there in 2255), was not written by dlock: the
 -- fences would stop growing, so it is refused.
-local fence_keep_ms = '86400000'
+local fence_keep_default = '86400000'
+local fence_keep_ms = fence_keep_default
 
 -- keep_fences sets how long, in ms, next_fence keeps a counter after its
 -- last fence, from a script's argument: '' or absent keeps the default, a

@@ -393,14 +393,14 @@ local function acquisition(k, hk, now, req, mode)
   return tok, d, i
 end
 
--- held finds the live hold of token in mode that counts the Lock's
+-- find_hold finds the live hold of token in mode that counts the Lock's
 -- acquisition, with request token req, among its own (see mine). It
 -- returns its token, the decoded hold and its expiry; nil when the caller
 -- holds nothing; nil and an error reply when token holds the name in
 -- another mode. Owner ids play no part: every acquisition of a hold has
 -- its token (a re-entry is granted the held one), and a Lock whose hold
 -- expired must not act on the next hold of the same owner.
-local function held(k, hk, now, token, req, mode)
+local function find_hold(k, hk, now, token, req, mode)
   local h = redis.pcall('HGET', k, 'h:' .. token)
   if foreign(h) or not h then return nil end -- k holds other data, or none
   local exp = alive(hk, token, now)

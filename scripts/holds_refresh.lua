@@ -4,7 +4,7 @@
 -- KEYS[1] base hash, KEYS[2] holds (see holds), KEYS[3] the release
 -- marker (see holds_release; absent: not read)
 -- ARGV[1] token, ARGV[2] the request token of the Lock's acquisition (see
--- held), ARGV[3] TTL in ms, ARGV[4] mode, ARGV[5] the refresh's number
+-- find_hold), ARGV[3] TTL in ms, ARGV[4] mode, ARGV[5] the refresh's number
 -- among its Lock's ('' or absent for none), ARGV[6] '1' when it fences off
 -- the earlier ones ('' or absent when not)
 --
@@ -21,7 +21,7 @@
 local k, hk = KEYS[1], KEYS[2]
 local token, req, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now = clock()
-local tok, d, exp = held(k, hk, now, token, req, mode)
+local tok, d, exp = find_hold(k, hk, now, token, req, mode)
 if not tok then
   if d then return d end
   if was_forced(KEYS[3], token, now) then return -1 end

@@ -16,7 +16,7 @@
 -- clean-up and its request token is its own (not given with WithToken)
 --
 -- A release gives up one count of the live hold of the token in the mode
--- that records the releasing Lock's acquisition (see held): the hold's
+-- that records the releasing Lock's acquisition (see find_hold): the hold's
 -- count goes down by one, and it forgets that record, then its oldest
 -- records beyond that count (see holds; a hold written before records were
 -- kept has none). A
@@ -129,7 +129,7 @@ local tok, d, at
 if undo then
   tok, d, at = acquisition(k, hk, now, token, mode)
 else
-  tok, d = held(k, hk, now, token, req, mode)
+  tok, d = find_hold(k, hk, now, token, req, mode)
   if not tok and d then return d end
 end
 local queued = unqueue()
