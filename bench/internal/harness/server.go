@@ -23,6 +23,10 @@ type ServerOptions struct {
 	Bin string
 	// CPU pins the server to one CPU with taskset; -1 leaves it unpinned.
 	CPU int
+	// Under is a command and its arguments that run the server, such as
+	// valgrind with its options, in the server's own process; none for
+	// none.
+	Under []string
 }
 
 // Server is a redis-server this process started, on a loopback port, with
@@ -53,7 +57,7 @@ func StartServer(opts ServerOptions) (*Server, error) {
 	}
 	var lastErr error
 	for range 5 {
-		s, err := startServer(path, opts.CPU)
+		s, err := startServer(path, opts.CPU, opts.Under)
 		if err == nil {
 			return s, nil
 		}
@@ -62,7 +66,7 @@ func StartServer(opts ServerOptions) (*Server, error) {
 	return nil, lastErr
 }
 
-func startServer(bin string, cpu int) (*Server, error) {
+func startServer(bin string, cpu int, under []string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -78,10 +82,14 @@ func startServer(bin string, cpu int) (*Server, error) {
 		"--logfile", filepath.Join(dir, "redis.log"),
 	}
 	name := bin
+	if len(under) > 0 {
+		args = append(append(under[1:len(under):len(under)], bin), args...)
+		name = under[0]
+	}
 	if cpu >= 0 {
 		// taskset execs redis-server, so the PID is the server's own.
 		if ts, err := exec.LookPath("taskset"); err == nil {
-			args = append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
+			args = append([]string{"-c", strconv.Itoa(cpu), name}, args...)
 			name = ts
 		}
 	}
