@@ -309,15 +309,21 @@ func runModel(t *testing.T, kind modelKind, fair bool) {
 }
 
 // runModelOn runs steps operations on the name, their choices drawn from
-// src, with clients of their own on e's server.
+// src, with clients of their own on e's server: three, the second of which
+// runs the scripts as Redis Functions (WithFunctions), whose library keeps
+// the helpers from call to call.
 func runModelOn(t *testing.T, e *env, kind modelKind, fair bool, src rand.Source, name string, steps int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := &modelRun{t: t, e: e, rng: rand.New(src), ctx: ctx, name: name,
 		m: &model{kind: kind, fair: fair, holds: map[string]*mHold{}}}
-	for range 3 {
+	for i := range 3 {
 		d := e.newDriver(t)
-		c := dlock.New(d)
+		var opts []dlock.ClientOption
+		if i == 1 {
+			opts = append(opts, dlock.WithFunctions())
+		}
+		c := dlock.New(d, opts...)
 		t.Cleanup(func() { _ = c.Close() })
 		r.drivers, r.clients = append(r.drivers, d), append(r.clients, c)
 		if fair {
