@@ -124,6 +124,7 @@ func TestFlagError(t *testing.T) {
 		{`invalid value "k: -v" for flag -ttl: bad`, []string{"--ttl", "k: -v"}, `invalid value "k: -v" for flag --ttl: bad`},
 		{`invalid value "a for -v" for flag -ttl: bad`, []string{"--ttl", "a for -v"}, `invalid value "a for -v" for flag --ttl: bad`},
 		{`invalid boolean value "-x" for -json: bad`, []string{"--json=-x"}, `invalid boolean value "-x" for --json: bad`},
+		{`invalid boolean value "2" for -json: parse error`, []string{"--json=2"}, `invalid boolean value "2" for --json: write true or false`},
 		{"flag needs an argument: -ttl", []string{"-ttl"}, "flag needs an argument: -ttl"},
 	} {
 		if got := flagError(errors.New(tc.err), tc.args).Error(); got != tc.want {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,19 +51,18 @@ func noSuchCommand(name string) error {
 }
 
 // helpFlag answers `dlock [FLAGS] --help [FLAGS] [COMMAND [ARGS...]]`,
-// once global has stopped at the --help (or -h): the help of COMMAND, as
-// `dlock help COMMAND` and `dlock COMMAND --help` show it, else the
-// overview. The flags after --help are read to find COMMAND (one that does
-// not parse leaves the overview); what follows COMMAND is not read, as
+// once global has stopped at the --help (or -h), or at a flag it does not
+// know beside one: the help of COMMAND, as `dlock help COMMAND` and
+// `dlock COMMAND --help` show it, else the overview. The flags up to
+// COMMAND are read to find it (one that does not parse is passed over, as
+// a single argument); what follows COMMAND is not read, as
 // `dlock COMMAND --help ARGS...` reads none of ARGS.
 func (a *app) helpFlag(global *flag.FlagSet) error {
 	for {
-		err := global.Parse(global.Args())
-		if err == nil {
+		// A flag it does not know, or another help flag, is passed over
+		// (the flag package has taken it off Args): help is what was asked.
+		if err := global.Parse(global.Args()); err == nil {
 			break
-		}
-		if !errors.Is(err, flag.ErrHelp) {
-			return a.printTopHelp(a.stdout)
 		}
 	}
 	rest := global.Args()

@@ -534,7 +534,11 @@ func TestVersionFlagTakesNoArguments(t *testing.T) {
 
 // `dlock --help COMMAND` (or -h) shows COMMAND's help, as `dlock help
 // COMMAND` and `dlock COMMAND --help` do; it showed the overview. An
-// unknown COMMAND is bad usage, as it is for help.
+// unknown COMMAND is bad usage, as it is for help. A help flag shows help
+// beside a flag dlock does not know, wherever each stands before the
+// command's `--` (`--help --bogus run` showed the overview, `--bogus
+// --help` and `run --bogus --help NAME -- COMMAND` were bad usage); a
+// --help after `--` is the command's.
 func TestHelpFlagBeforeACommand(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands {
@@ -549,6 +553,11 @@ func TestHelpFlagBeforeACommand(t *testing.T) {
 			{"--redis", redisURL, "--help", c.name},
 			{"--help", "--redis", redisURL, c.name},
 			{c.name, "--help"},
+			{"--help", "--bogus", c.name},
+			{"--bogus", "--help", c.name},
+			{"--bogus", c.name, "--help"},
+			{c.name, "--bogus", "--help"},
+			{c.name, "--help", "--bogus"},
 		} {
 			r := dlockRun(t, nil, args...)
 			if r.code != 0 || r.stderr != "" || r.stdout != want.stdout {
@@ -560,6 +569,19 @@ func TestHelpFlagBeforeACommand(t *testing.T) {
 	if want := dlockRun(t, nil, "run", "--help", "job", "--", "true"); r.code != 0 || r.stdout != want.stdout {
 		t.Errorf("--help run job -- true: code %d, stdout %.60q…; want 0 and run's help", r.code, r.stdout)
 	}
+	r = dlockRun(t, nil, "run", "--bogus", "--help", "job", "--", "true")
+	if want := dlockRun(t, nil, "run", "--help"); r.code != 0 || r.stdout != want.stdout {
+		t.Errorf("run --bogus --help job -- true: code %d, stdout %.60q…; want 0 and run's help", r.code, r.stdout)
+	}
+	overview := dlockRun(t, nil, "--help")
+	for _, args := range [][]string{{"--bogus", "--help"}, {"--help", "--bogus"}, {"-h", "--bogus=1", "--also"}} {
+		if r := dlockRun(t, nil, args...); r.code != 0 || r.stdout != overview.stdout {
+			t.Errorf("%q: code %d, stdout %.60q…; want 0 and the overview", args, r.code, r.stdout)
+		}
+	}
+	// After `--`, --help is the command's: beside a flag dlock does not
+	// know, run is bad usage, not help.
+	checkOneLine(t, dlockRun(t, nil, "run", "--bogus", "job", "--", "sh", "--help"), exitUsage, "flag provided but not defined: --bogus")
 	checkOneLine(t, dlockRun(t, nil, "--help", "frobnicate"), exitUsage, `unknown command "frobnicate"`)
 	checkOneLine(t, dlockRun(t, nil, "help", "frobnicate"), exitUsage, `unknown command "frobnicate"`)
 }

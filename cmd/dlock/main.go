@@ -179,7 +179,8 @@ func (a *app) dispatch(args []string) error {
 	a.conn.register(global)
 	showVersion := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || wantsHelp(args) {
+			// Asked for help, with a flag it does not know: help.
 			return a.helpFlag(global)
 		}
 		return usage(nil, "%v", flagError(err, args))
@@ -222,7 +223,7 @@ func (a *app) dispatch(args []string) error {
 	}
 	pos, err := parseInterleaved(fs, cmdArgs)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || wantsHelp(cmdArgs) {
 			return a.printHelp(a.stdout, a.cmd)
 		}
 		return usage(a.cmd, "%v%s", flagError(err, cmdArgs), dashNameHint(a.cmd, err, cmdArgs))
@@ -239,9 +240,13 @@ func (a *app) dispatch(args []string) error {
 	return action(a, pos)
 }
 
-// wantsHelp reports whether args ask for help.
+// wantsHelp reports whether args ask for help, before any "--": a help
+// flag shows help whatever else is there, a flag not defined among them.
 func wantsHelp(args []string) bool {
 	for _, s := range args {
+		if s == "--" {
+			return false
+		}
 		if s == "-h" || s == "-help" || s == "--help" {
 			return true
 		}
@@ -283,11 +288,16 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // as -name, with the flag as typed in args: -name or --name (--name, as
 // the help writes flags, when it is not found there).
 func flagError(err error, args []string) error {
-	return errors.New(flagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
+	msg := flagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
 		sub := flagName.FindStringSubmatch(m)
 		typed, _ := typedFlag(sub[2], args)
 		return sub[1] + typed
-	}))
+	})
+	if strings.HasPrefix(msg, "invalid boolean value ") && strings.HasSuffix(msg, ": parse error") {
+		// strconv.ParseBool's error says only that.
+		msg = strings.TrimSuffix(msg, "parse error") + "write true or false"
+	}
+	return errors.New(msg)
 }
 
 // flagName matches a flag where the flag package names one: after its
@@ -359,12 +369,13 @@ func durationFlag(fs *flag.FlagSet, p *time.Duration, name string) {
 
 // badDuration is the error of s, which time.ParseDuration refused: one
 // written as a duration is out of range, anything else is not a duration,
-// and examples show how to write one.
+// and examples show how to write one. It is a flag value's: the flag
+// package's message quotes s before it.
 func badDuration(s, examples string) error {
 	if durationSyntax.MatchString(s) {
-		return fmt.Errorf("%q is out of range (%s)", s, maxDurationText)
+		return fmt.Errorf("out of range (%s)", maxDurationText)
 	}
-	return fmt.Errorf("%q is not a duration; write one such as %s", s, examples)
+	return fmt.Errorf("not a duration; write one such as %s", examples)
 }
 
 // maxDurationText says how long a duration can be: time.Duration's

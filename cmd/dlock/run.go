@@ -214,11 +214,11 @@ Examples:
 				n, err := strconv.Atoi(s)
 				switch {
 				case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
-					return fmt.Errorf("%s must be a positive number of permits", s)
+					return errors.New("must be a positive number of permits")
 				case errors.Is(err, strconv.ErrRange):
-					return fmt.Errorf("%q is out of range (at most %d permits)", s, math.MaxInt)
+					return fmt.Errorf("out of range (at most %d permits)", math.MaxInt)
 				case err != nil:
-					return fmt.Errorf("%q is not a whole number of permits", s)
+					return errors.New("not a whole number of permits")
 				}
 				o.kind.permits, o.semaphore = n, true
 				return nil
@@ -227,11 +227,11 @@ Examples:
 				n, err := strconv.Atoi(s)
 				switch {
 				case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
-					return fmt.Errorf("%s must be at least 1", s)
+					return errors.New("must be at least 1")
 				case errors.Is(err, strconv.ErrRange):
-					return fmt.Errorf("%q is out of range (at most %d replicas)", s, math.MaxInt)
+					return fmt.Errorf("out of range (at most %d replicas)", math.MaxInt)
 				case err != nil:
-					return fmt.Errorf("%q is not a whole number of replicas", s)
+					return errors.New("not a whole number of replicas")
 				}
 				o.replicas, o.replicated = n, true
 				return nil
