@@ -162,8 +162,9 @@
 //
 // WithFunctions runs dlock's scripts as a Redis Functions library (Redis 7)
 // called by FCALL, so that lock traffic shows by function name in SLOWLOG,
-// MONITOR and client lists; Open reports ErrNoFunctions up front on a
-// server without functions. WithLogger logs acquisitions, retries,
+// MONITOR and client lists, and costs the server less (the library defines
+// the scripts' shared helpers once); Open reports ErrNoFunctions up front
+// on a server without functions. WithLogger logs acquisitions, retries,
 // refreshes and releases at debug level, refresh failures and losses as
 // warnings, and an automatic refresh Redis denies (ErrDenied) and a
 // hook's panic on one of its own goroutines as errors; it is silent by
