@@ -75,11 +75,20 @@ var (
 // a lock on names of several hash tags is refused as on the Ring itself.
 // Another implementation of redis.UniversalClient is taken for a single
 // server. New panics if rdb is nil, or a nil *redis.Client, ClusterClient
-// or Ring.
+// or Ring, or a type that embeds one of those nil.
 func New(rdb redis.UniversalClient) *Driver {
 	if isNil(rdb) {
 		panic("goredis: New with a nil client")
 	}
+	defer func() {
+		// The methods of an embedded nil client fail deep inside go-redis.
+		if r := recover(); r != nil {
+			if _, ok := r.(runtime.Error); ok {
+				panic(fmt.Sprintf("goredis: New with a %T that holds a nil client (%v)", rdb, r))
+			}
+			panic(r)
+		}
+	}()
 	d := &Driver{rdb: rdb}
 	d.clu, _ = rdb.(clusterClient)
 	_, d.plain = rdb.(*redis.Client)

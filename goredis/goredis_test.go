@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"runtime"
@@ -191,6 +192,22 @@ func TestNewPanicsOnANilClient(t *testing.T) {
 			defer func() {
 				if r := recover(); r != "goredis: New with a nil client" {
 					t.Errorf("New(%T(nil)): panic %v, want New's own", rdb, r)
+				}
+			}()
+			goredis.New(rdb)
+		}()
+	}
+	// A type that embeds one of them nil: New's own panic, naming the
+	// type, where go-redis's nil dereference came from inside Options.
+	type ring struct{ *redis.Ring }
+	type cluster struct{ *redis.ClusterClient }
+	type client struct{ *redis.Client }
+	for _, rdb := range []redis.UniversalClient{ring{}, cluster{}, client{}} {
+		func() {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.HasPrefix(msg, fmt.Sprintf("goredis: New with a %T that holds a nil client", rdb)) {
+					t.Errorf("New(%T{}): panic %v, want New's own", rdb, r)
 				}
 			}()
 			goredis.New(rdb)
