@@ -93,44 +93,95 @@ return {s, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), refused}
 
 // TestTheLibraryStartsEachCallAfresh: the function library defines the
 // helper files once, so that a helper's top-level local lives from call to
-// call (see scripts/library.lua). Every such local that a script assigns
-// after its definition must be set again by begin, or be wake's helpers
-// (functions made once, which keep no call's data); the others are
-// constants. A new helper that keeps state fails here until begin resets it.
+// call (see scripts/library.lua), and so do the locals of wake.lua's
+// waking, whose functions the library keeps (helpers): those of waking
+// must be functions or constants. Every such local that a script changes
+// after its definition (name = …, name[…] = …, name.field = …, or its
+// table changed by table.insert, table.remove, table.sort or rawset) must
+// be set again by begin's code, or be helpers itself (functions made once,
+// which keep no call's data); the others are constants. A new helper that
+// keeps state fails here until begin resets it. Not seen: a change through
+// another name for the same table, and one in a file that has a local or
+// parameter of the same name of its own.
 func TestTheLibraryStartsEachCallAfresh(t *testing.T) {
-	begin := scriptFile("library")
-	var all strings.Builder
-	for _, f := range []string{"acquire", "release", "refresh", "ttl", "rw_acquire", "sem_acquire", "holds_release",
-		"holds_refresh", "holds_ttl", "fenced_set", "fenced_get", "inspect", "force_release", "unwait"} {
-		all.WriteString(scriptFile(f))
+	// strip leaves the code of src: no comments, and strings empty.
+	comments := regexp.MustCompile(`(?m)--.*$`)
+	strs := regexp.MustCompile(`'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"`)
+	strip := func(src string) string {
+		return strs.ReplaceAllString(comments.ReplaceAllString(src, ""), "''")
+	}
+	begin := strip(scriptFile("library"))
+	// The code of each script's body and of each helper file, by name.
+	code := map[string]string{}
+	for _, s := range Scripts() {
+		code[s.Name] = strip(s.body)
 	}
 	for _, f := range helperFiles {
-		all.WriteString(scriptFile(f))
+		code[f] = strip(scriptFile(f))
 	}
-	code := regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(all.String(), "")
-	declared := regexp.MustCompile(`(?m)^local ([a-z_]+(?:, *[a-z_]+)*)(?: *=|$)`)
-	seen := 0
+	// The locals that live from call to call: those at a helper file's top
+	// level, and those of waking's body, indented once.
+	const names = `([A-Za-z_]\w*(?:, *[A-Za-z_]\w*)*)`
+	top := regexp.MustCompile(`(?m)^local (?:function )?` + names)
+	inWaking := regexp.MustCompile(`(?m)^  local (?:function )?` + names)
+	wakingBody := regexp.MustCompile(`(?ms)^local function waking\(\)$.*?^end$`)
+	wakingValue := regexp.MustCompile(`(?m)^  local ` + names + ` *= *(.*?) *$`)
+	constant := regexp.MustCompile(`^(?:-?\d+(?:\.\d+)?|''|true|false|nil)(?: *, *(?:-?\d+(?:\.\d+)?|''|true|false|nil))*$`)
+	seen, seenWaking := 0, 0
 	for _, f := range helperFiles {
-		for _, m := range declared.FindAllStringSubmatch(scriptFile(f), -1) {
+		found := top.FindAllStringSubmatch(code[f], -1)
+		n := len(found)
+		for _, body := range wakingBody.FindAllString(code[f], -1) {
+			found = append(found, inWaking.FindAllStringSubmatch(body, -1)...)
+			// waking's locals are made at the first call that needs them,
+			// and kept: functions, or constants, never that call's data.
+			for _, m := range wakingValue.FindAllStringSubmatch(body, -1) {
+				if !constant.MatchString(m[2]) {
+					t.Errorf("%s.lua: waking's %s is %s, which the library keeps from the call that made it to the next; want a constant", f, m[1], m[2])
+				}
+			}
+		}
+		seenWaking += len(found) - n
+		for _, m := range found {
 			for _, name := range strings.Split(m[1], ",") {
 				name = strings.TrimSpace(name)
 				seen++
 				// An assignment other than its declaration: name = …, or
-				// name[…] = …, or a list of names assigned at once.
-				assigned := regexp.MustCompile(`(?m)(^|[^.\w])` + name + `(\[(?:[^][]|\[[^]]*\])*\])?( *, *[a-z_.\[\]]+)* *=[^=]`)
+				// name[…] = …, or name.field = …, or a list of names
+				// assigned at once; or a call that changes its table.
+				assigned := regexp.MustCompile(`(?m)(^|[^.\w])` + name + `(\[(?:[^][]|\[[^]]*\])*\]|\.\w+)*( *, *[\w.\[\]]+)* *=[^=]` +
+					`|\b(?:table\.(?:insert|remove|sort)|rawset) *\( *` + name + `\b`)
+				// A local, parameter or loop variable of the same name.
+				declared := regexp.MustCompile(`\blocal +(?:function +)?[\w, ]*\b` + name + `\b|\bfunction *[\w.:]*\([\w, ]*\b` + name +
+					`\b|\bfor +[\w, ]*\b` + name + `\b[\w, ]*(?:=|in\b)`)
 				n := 0
-				for _, loc := range assigned.FindAllStringIndex(code, -1) {
-					if !strings.HasPrefix(strings.TrimLeft(code[strings.LastIndex(code[:loc[0]+1], "\n")+1:loc[1]], " "), "local ") {
-						n++
+				for file, src := range code {
+					// A file that declares a name of its own besides f's
+					// changes that one: it is not counted.
+					own := 0
+					if file == f {
+						own = 1
+					}
+					if len(declared.FindAllString(src, -1)) > own {
+						continue
+					}
+					for _, loc := range assigned.FindAllStringIndex(src, -1) {
+						// A key in a table constructor ({name = …}) is none.
+						if strings.Count(src[:loc[0]+1], "{") > strings.Count(src[:loc[0]+1], "}") {
+							continue
+						}
+						if !strings.HasPrefix(strings.TrimLeft(src[strings.LastIndex(src[:loc[0]+1], "\n")+1:loc[1]], " "), "local ") {
+							n++
+						}
 					}
 				}
 				if n > 0 && name != "helpers" && !regexp.MustCompile(`\b`+name+`\b`).MatchString(begin) {
-					t.Errorf("%s.lua: %s is assigned after its definition (%d times), and scripts/library.lua's begin does not set it again", f, name, n)
+					t.Errorf("%s.lua: %s is changed after its definition (%d times), and scripts/library.lua's begin does not set it again", f, name, n)
 				}
 			}
 		}
 	}
-	if seen < 8 {
-		t.Fatalf("found %d top-level locals in the helper files, want the 8 or more there are", seen)
+	if seen-seenWaking < 60 || seenWaking < 17 {
+		t.Fatalf("found %d top-level locals in the helper files and %d of waking's, want the 60 and 17 or more there are", seen-seenWaking, seenWaking)
 	}
 }
