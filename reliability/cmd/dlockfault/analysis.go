@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,7 +87,7 @@ func leakCheck(addr, prefix string, wait time.Duration) ([]string, error) {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c := dlock.New(goredis.New(rdb), dlock.WithPrefix(prefix))
+	c := newLocks(rdb, dlock.WithPrefix(prefix))
 	defer c.Close()
 	infos, err := c.List(ctx, "*")
 	if err != nil {

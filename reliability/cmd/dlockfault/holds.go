@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -296,7 +295,7 @@ func newLockClient(addr, prefix string) (*dlock.Client, func()) {
 // sends every command at most once.
 func newLockClientRetries(addr, prefix string, maxRetries int) (*dlock.Client, func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 8, MaxRetries: maxRetries})
-	c := dlock.New(goredis.New(rdb), dlock.WithPrefix(prefix))
+	c := newLocks(rdb, dlock.WithPrefix(prefix))
 	return c, func() {
 		_ = c.Close()
 		_ = rdb.Close()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -291,7 +290,7 @@ func linCleanup(addr, prefix string) (held, noTTL int, err error) {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c := dlock.New(goredis.New(rdb), dlock.WithPrefix(prefix))
+	c := newLocks(rdb, dlock.WithPrefix(prefix))
 	defer c.Close()
 	infos, err := c.List(ctx, "*")
 	if err != nil {

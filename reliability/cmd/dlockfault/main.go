@@ -98,7 +98,12 @@ func main() {
 	outDir := flag.String("outdir", "out", "where failing linearizability histories are saved")
 	only := flag.String("only", "", "run only the scenarios whose names start with one of these, comma-separated: "+keys())
 	seed := flag.Uint64("seed", 0, "random seed; 0 takes one from the clock")
+	functions := flag.Bool("functions", false, "every client runs dlock's scripts as Redis Functions (WithFunctions), workers included")
 	flag.Parse()
+	if *functions {
+		// The workers, started by this process, inherit it.
+		_ = os.Setenv(functionsEnv, "1")
+	}
 	cfg := config{quick: *quick, seed: *seed, outDir: *outDir}
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
@@ -118,7 +123,7 @@ func main() {
 		}
 	}
 	if *out != "" {
-		env := runEnv{took: time.Since(start), seed: cfg.seed, quick: cfg.quick, goVersion: runtime.Version(), cpus: runtime.NumCPU()}
+		env := runEnv{took: time.Since(start), seed: cfg.seed, quick: cfg.quick, functions: *functions, goVersion: runtime.Version(), cpus: runtime.NumCPU()}
 		if err := writeReport(*out, results, env); err != nil {
 			fmt.Fprintln(os.Stderr, "dlockfault:", err)
 			os.Exit(1)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/goredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,7 +90,7 @@ func pauseWorker(cfg pauseConfig) error {
 	defer closeClient()
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Resource})
 	defer rdb.Close()
-	res := &resource{rdb: rdb, locks: dlock.New(goredis.New(rdb))}
+	res := &resource{rdb: rdb, locks: newLocks(rdb)}
 	view := redis.NewClient(&redis.Options{Addr: cfg.Lock})
 	defer view.Close()
 	rec := newRecorder()

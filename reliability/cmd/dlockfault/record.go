@@ -16,7 +16,8 @@ import (
 // stream: which tokens the acquire script wrote a lock for, with which
 // fence, and how many times the release script deleted a lock held with a
 // token. A script runs atomically, so the commands it runs follow its own
-// EVALSHA (or EVAL) line in the stream.
+// EVALSHA (or EVAL, or FCALL of its function under -functions) line in the
+// stream.
 type serverRecord struct {
 	mu       sync.Mutex
 	script   string // the script whose commands follow: "acquire", "release" or ""
@@ -34,6 +35,16 @@ var scriptNames = func() map[string]string {
 	return m
 }()
 
+// functionNames are dlock's scripts' names by the names of their functions
+// in dlock.FunctionLibrary.
+var functionNames = func() map[string]string {
+	m := map[string]string{}
+	for _, sc := range dlock.Scripts() {
+		m[sc.Function] = sc.Name
+	}
+	return m
+}()
+
 func newServerRecord() *serverRecord {
 	return &serverRecord{acquired: map[string]uint64{}, deleted: map[string]int{}}
 }
@@ -44,7 +55,7 @@ func (s *serverRecord) handle(args []string, lua bool) {
 	if !lua {
 		s.script, s.token = "", ""
 		cmd := strings.ToUpper(args[0])
-		if (cmd != "EVALSHA" && cmd != "EVAL") || len(args) < 3 {
+		if (cmd != "EVALSHA" && cmd != "EVAL" && cmd != "FCALL") || len(args) < 3 {
 			return
 		}
 		n, err := strconv.Atoi(args[2])
@@ -52,15 +63,20 @@ func (s *serverRecord) handle(args []string, lua bool) {
 			return
 		}
 		// The scripts are told apart by their SHA1 (EVAL's by its
-		// source's): the first argument of acquire and release is the
-		// request token (of the acquisition a release gives up: the token
-		// of the hold it made, as the fault suite uses no owners).
+		// source's), or by their function's name: the first argument of
+		// acquire and release is the request token (of the acquisition a
+		// release gives up: the token of the hold it made, as the fault
+		// suite uses no owners).
 		sha := args[1]
 		if cmd == "EVAL" {
 			sum := sha1.Sum([]byte(args[1]))
 			sha = hex.EncodeToString(sum[:])
 		}
-		if name := scriptNames[strings.ToLower(sha)]; (name == "acquire" || name == "release") && len(args) > 3+n {
+		name := scriptNames[strings.ToLower(sha)]
+		if cmd == "FCALL" {
+			name = functionNames[args[1]]
+		}
+		if (name == "acquire" || name == "release") && len(args) > 3+n {
 			s.script, s.token = name, args[3+n]
 		}
 		return

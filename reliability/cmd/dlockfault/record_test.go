@@ -6,17 +6,27 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// The record tells dlock's scripts apart by their SHA1, whatever
-// arguments the client sends: an acquire of a given token, a Release and a
-// clean-up are seen, and the free hash a clean-up makes for a name it found
-// empty is not taken for a release.
+// The record tells dlock's scripts apart by their SHA1, or by their
+// function's name (FCALL, under -functions), whatever arguments the client
+// sends: an acquire of a given token, a Release and a clean-up are seen,
+// and the free hash a clean-up makes for a name it found empty is not
+// taken for a release.
 func TestTheRecordSeesAcquiresReleasesAndCleanups(t *testing.T) {
+	for _, fcall := range []bool{false, true} {
+		t.Run(map[bool]string{false: "EVALSHA", true: "FCALL"}[fcall], func(t *testing.T) { testRecord(t, fcall) })
+	}
+}
+
+func testRecord(t *testing.T, fcall bool) {
 	keys := []string{"dlock:{a}", "dlock:{a}:waiters", "dlock:{a}:fence"}
-	sha := map[string]string{}
+	sha, fn := map[string]string{}, map[string]string{}
 	for _, sc := range dlock.Scripts() {
-		sha[sc.Name] = sc.SHA1
+		sha[sc.Name], fn[sc.Name] = sc.SHA1, sc.Function
 	}
 	eval := func(script string, args ...string) []string {
+		if fcall {
+			return append(append([]string{"FCALL", fn[script], "3"}, keys...), args...)
+		}
 		return append(append([]string{"EVALSHA", sha[script], "3"}, keys...), args...)
 	}
 	rec := newServerRecord()

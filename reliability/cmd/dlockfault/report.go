@@ -17,6 +17,7 @@ type runEnv struct {
 	took      time.Duration
 	seed      uint64
 	quick     bool
+	functions bool // -functions: the scripts ran as Redis Functions
 	goVersion string
 	cpus      int
 }
@@ -28,6 +29,9 @@ func writeReport(path string, results []*result, env runEnv) error {
 	mode := ""
 	if env.quick {
 		mode = " in `-quick` mode (short runs: the figures are small)"
+	}
+	if env.functions {
+		mode += " with `-functions` (every client ran the scripts as Redis Functions, by `FCALL`)"
 	}
 	w("# Reliability\n\n")
 	w("What dlock does when the network between its clients and Redis fails, when the processes that hold locks are\n")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +47,7 @@ func startResource() (*resource, error) {
 		return nil, err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 32})
-	return &resource{srv: srv, rdb: rdb, locks: dlock.New(goredis.New(rdb)), mon: mon, writes: writes}, nil
+	return &resource{srv: srv, rdb: rdb, locks: newLocks(rdb), mon: mon, writes: writes}, nil
 }
 
 func (r *resource) close() {
@@ -284,4 +285,17 @@ func audit(appliedWrites []applied, told []write) fenceAudit {
 		}
 	}
 	return a
+}
+
+// functionsEnv, set to 1, makes every client of the suite run dlock's
+// scripts as Redis Functions (the -functions flag).
+const functionsEnv = "DLOCKFAULT_FUNCTIONS"
+
+// newLocks returns the dlock client of the suite over rdb, with opts, and
+// WithFunctions under -functions.
+func newLocks(rdb *redis.Client, opts ...dlock.ClientOption) *dlock.Client {
+	if os.Getenv(functionsEnv) == "1" {
+		opts = append(opts, dlock.WithFunctions())
+	}
+	return dlock.New(goredis.New(rdb), opts...)
 }
