@@ -106,34 +106,21 @@ func count(l harness.Library, n int, bin string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			srv.Stop()
-		}
-	}()
+	defer srv.Stop() // at once on an error; Stop may be called again
 	locker, err := l.New(harness.ClientConfig{Addr: srv.Addr, TTL: 10 * time.Second, PoolSize: 4, Counters: &harness.Counters{}})
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for i := range n {
-		h, err := locker.TryLock(ctx, "cost:"+strconv.Itoa(i))
-		if err != nil {
-			_ = locker.Close()
-			return 0, err
-		}
-		if err := h.Release(ctx); err != nil {
-			_ = locker.Close()
-			return 0, err
-		}
+	err = pairsOf(ctx, locker, n)
+	if cerr := locker.Close(); err == nil {
+		err = cerr
 	}
-	if err := locker.Close(); err != nil {
+	if err != nil {
 		return 0, err
 	}
-	srv.Stop()
-	stopped = true
+	srv.Stop() // cachegrind writes its count as the server exits
 	log, err := os.ReadFile(logFile)
 	if err != nil {
 		return 0, err
@@ -143,4 +130,18 @@ func count(l harness.Library, n int, bin string) (int64, error) {
 		return 0, fmt.Errorf("no instruction count in cachegrind's log: %.300s", log)
 	}
 	return strconv.ParseInt(strings.ReplaceAll(string(m[1]), ",", ""), 10, 64)
+}
+
+// pairsOf runs n TryLock and Release pairs of locker on fresh names.
+func pairsOf(ctx context.Context, locker harness.Locker, n int) error {
+	for i := range n {
+		h, err := locker.TryLock(ctx, "cost:"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		if err := h.Release(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -135,7 +135,8 @@ func startServer(bin string, cpu int, under []string) (*Server, error) {
 	}
 }
 
-// Stop stops the server by its PID: SIGTERM, then SIGKILL after 5s.
+// Stop stops the server by its PID: SIGTERM, then SIGKILL after 5s. It
+// may be called again, which does nothing.
 func (s *Server) Stop() {
 	if s.admin != nil {
 		_ = s.admin.Close()
