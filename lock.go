@@ -94,6 +94,21 @@ type Lock struct {
 	asked string
 	// sent is when the latest attempts that asked were sent.
 	sent []sent
+	// inline holds what a Lock would otherwise allocate apart: the name and
+	// keys of a lock on one name (which names and keys then use), and the
+	// calls of its first acquire attempt and its first release, and their
+	// arguments, each used once (see once).
+	inline struct {
+		name             [1]string
+		keys             [4]string
+		acquire, release once[Call]
+		acquireArgs      once[[4]any]
+		releaseArgs      once[[8]any]
+	}
+	// relIDText is the release id made with the request token, when dlock
+	// made that token (see newTokenAndID): relID, once boxed. Set before
+	// the Lock is handed out.
+	relIDText string
 
 	// Guarded by lease.mu.
 	relID  any    // the id every Release of this Lock carries; set by the first
@@ -155,7 +170,7 @@ func (k *holdKind) args(common ...any) []any {
 // when it is called sends nothing: the error matches ctx.Err() (every call
 // that acquires does the same).
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, false, c.exclusive([]string{name}, true))
+	return c.obtain(ctx, opts, false, c.exclusiveName(name))
 }
 
 // Lock obtains the exclusive lock called name, waiting while it is held.
@@ -194,7 +209,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 // ends, with ErrNotObtained. Give both acquisitions one owner
 // (WithOwner) to have the second join the first's hold.
 func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, opts, true, c.exclusive([]string{name}, true))
+	return c.obtain(ctx, opts, true, c.exclusiveName(name))
 }
 
 // TryLockMulti obtains the exclusive locks on all of names, or none of them,
@@ -310,14 +325,43 @@ func (c *Client) AttachMulti(ctx context.Context, names []string, token string, 
 
 // newLock validates names and builds the Lock value an acquisition fills in.
 // It keeps names itself when own is set (a slice dlock made), a copy
-// otherwise.
+// otherwise; one name is kept in the Lock, as are its keys.
 func (c *Client) newLock(names []string, own bool, token string, o *options) (*Lock, error) {
 	if len(names) == 0 {
 		return nil, ErrNoNames
 	}
+	l := newExclusive(token, o)
+	switch {
+	case len(names) == 1:
+		l.inline.name[0] = names[0]
+		l.names = l.inline.name[:]
+	case own:
+		l.names = names
+	default:
+		l.names = append([]string(nil), names...)
+	}
+	return c.keyLock(l, o)
+}
+
+// newExclusive returns an exclusive Lock on no names yet, with token and o.
+func newExclusive(token string, o *options) *Lock {
+	return &Lock{kind: exclusiveHold, req: token, token: token,
+		owner: o.owner, meta: o.metadata, givenToken: o.given(),
+		minHold: ceilMilliseconds(o.minHold)}
+}
+
+// keyLock validates the names of l, a Lock of newExclusive, gives it their
+// keys and readies it.
+func (c *Client) keyLock(l *Lock, o *options) (*Lock, error) {
+	names := l.names
 	n := len(names)
-	keys := make([]string, 4*n) // the lock keys first, see exclusiveKeys
-	var seen map[string]bool    // for many names; a few are compared directly
+	var keys []string // the lock keys first, see exclusiveKeys
+	if n == 1 {
+		keys = l.inline.keys[:]
+	} else {
+		keys = make([]string, 4*n)
+	}
+	var seen map[string]bool // for many names; a few are compared directly
 	if len(names) > 8 {
 		seen = make(map[string]bool, len(names))
 	}
@@ -339,12 +383,6 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 		}
 		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i] = key, waiters, fence, late
 	}
-	if !own {
-		names = append([]string(nil), names...)
-	}
-	l := &Lock{kind: exclusiveHold, names: names, req: token, token: token,
-		owner: o.owner, meta: o.metadata, givenToken: o.given(),
-		minHold: ceilMilliseconds(o.minHold)}
 	l.keys, l.held, l.rel = exclusiveKeys(keys)
 	if c.cluster.Load() {
 		l.parts = l.split()
@@ -376,6 +414,44 @@ func ceilMilliseconds(d time.Duration) int64 {
 // own as for newLock.
 func (c *Client) exclusive(names []string, own bool) func(token string, o *options) (*Lock, error) {
 	return func(token string, o *options) (*Lock, error) { return c.newLock(names, own, token, o) }
+}
+
+// once is room for a value that a Lock uses once, in place of one it
+// would allocate: the first take gets it, the later ones nothing, so that
+// it is never used twice while another goroutine may still read it (a
+// call sent again in the background, say).
+type once[T any] struct {
+	v     T
+	taken atomic.Bool
+}
+
+// take returns the value the first time, nil after.
+func (o *once[T]) take() *T {
+	if o.taken.CompareAndSwap(false, true) {
+		return &o.v
+	}
+	return nil
+}
+
+// newCall returns a call of script on keys with args: first's, the first
+// time, a new one after.
+func newCall(first *once[Call], script *Script, keys []string, args []any) *Call {
+	c := first.take()
+	if c == nil {
+		c = new(Call)
+	}
+	c.Script, c.Keys, c.Args = script, keys, args
+	return c
+}
+
+// exclusiveName returns what obtain builds an exclusive lock on name with.
+func (c *Client) exclusiveName(name string) func(token string, o *options) (*Lock, error) {
+	return func(token string, o *options) (*Lock, error) {
+		l := newExclusive(token, o)
+		l.inline.name[0] = name
+		l.names = l.inline.name[:]
+		return c.keyLock(l, o)
+	}
 }
 
 // init readies a Lock built by one of the primitives: its lease, refreshed
@@ -456,18 +532,26 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	token := o.token
+	token, relID := o.token, ""
 	if token == "" {
-		token = newToken()
+		token, relID = newTokenAndID()
 	}
 	l, err := build(token, o)
 	if err != nil {
 		return nil, err
 	}
+	l.relIDText = relID
 	l.ownReq = !o.given()
 	returned := false
+	// The context of the acquisition: the hooks' once they began it, hctx
+	// below. (Not ctx reassigned: o.onRetry keeps the hooks' context, and
+	// ctx, reassigned, would then be allocated for every acquisition.)
+	var hookCtx context.Context
 	defer func() {
 		if !returned {
+			if hookCtx != nil {
+				ctx = hookCtx
+			}
 			l.lostToPanic(ctx)
 		}
 	}()
@@ -483,14 +567,15 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 	// retries and the outcome.
 	h := &hooked{c: c, info: HookInfo{Mode: l.kind.mode, Names: l.names, Wait: wait}, logged: o.logHooks}
 	l.hook = h
-	ctx = h.acquireStart(ctx)
+	hctx := h.acquireStart(ctx)
+	hookCtx = hctx
 	start, attempts := time.Now(), 0
 	onRetry := o.onRetry
 	o.onRetry = func(failed int, err error) {
 		if onRetry != nil {
 			onRetry(failed, err)
 		}
-		h.retry(ctx, failed, err)
+		h.retry(hctx, failed, err)
 	}
 	func() {
 		// A hook that panics mid-acquisition (or a function that calls
@@ -505,13 +590,13 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 			if p != nil {
 				why = fmt.Sprintf("a panic (%v)", p)
 			}
-			h.acquireDone(ctx, AcquireResult{Outcome: OutcomeError, Wait: time.Since(start), Attempts: attempts,
+			h.acquireDone(hctx, AcquireResult{Outcome: OutcomeError, Wait: time.Since(start), Attempts: attempts,
 				Err: fmt.Errorf("dlock: %s ended the acquisition", why)})
 			if p != nil {
 				panic(p)
 			}
 		}()
-		err = l.obtain(ctx, o, wait, func(ctx context.Context, wa waitArgs) (time.Duration, error) {
+		err = l.obtain(hctx, o, wait, func(ctx context.Context, wa waitArgs) (time.Duration, error) {
 			attempts++
 			return l.acquire(ctx, wa)
 		})
@@ -524,10 +609,10 @@ func (c *Client) obtain(ctx context.Context, opts []Option, wait bool, build fun
 			// The lock's End, when it ended as these hooks ran, comes
 			// right after them, a panic of theirs included.
 			defer l.told()
-			h.acquireDone(ctx, r)
+			h.acquireDone(hctx, r)
 		}()
 	} else {
-		h.acquireDone(ctx, r)
+		h.acquireDone(hctx, r)
 	}
 	returned = true
 	if err != nil {
@@ -719,6 +804,10 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		if l.c.fenceKeep == nil {
+			if a := l.inline.acquireArgs.take(); a != nil {
+				*a = [4]any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
+				return a[:]
+			}
 			return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
 		}
 		return l.c.fenceArg(append(make([]any, 0, 11), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner), 10)
@@ -751,7 +840,7 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 // left. joins is the script's report of the names it joined as repeats,
 // when args ask for it (see takeParts), or else "".
 func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
-	call := &Call{Script: l.kind.acquire, Keys: l.scriptKeys(p.keys), Args: args}
+	call := newCall(&l.inline.acquire, l.kind.acquire, l.scriptKeys(p.keys), args)
 	l.c.evalWith(ctx, l.repl, call.one()...)
 	v, err := call.Val, call.Err
 	if err != nil {
@@ -1348,7 +1437,11 @@ func (l *Lock) release(ctx context.Context, reportLoss bool) error {
 	l.letGo = true // the watchdog stops: if this request fails, the lock runs out with its TTL
 	l.relFailed = nil
 	if l.relID == nil {
-		l.relID = newReleaseID()
+		if l.relIDText != "" {
+			l.relID = l.relIDText
+		} else {
+			l.relID = newReleaseID()
+		}
 	}
 	id := l.relID
 	l.mu.Unlock()
@@ -1800,6 +1893,9 @@ func (l *Lock) nameKeys() []string {
 func (l *Lock) releaseArgs(token string, id any) []any {
 	req := l.reqValue()
 	if !l.kind.modeArg {
+		if a := l.inline.releaseArgs.take(); a != nil {
+			return append(a[:0], req, id) // room for what Release adds
+		}
 		return append(make([]any, 0, 8), req, id) // room for what Release adds
 	}
 	tok := req
@@ -1836,7 +1932,7 @@ func (l *Lock) sendRelease(ctx context.Context, units []part, token string, id a
 		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 	}
 	return l.send(ctx, replication{}, units, func(p part) *Call {
-		return &Call{Script: l.kind.release, Keys: l.scriptKeys(p.rel), Args: args}
+		return newCall(&l.inline.release, l.kind.release, l.scriptKeys(p.rel), args)
 	})
 }
 
@@ -1952,6 +2048,20 @@ func newToken() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// newTokenAndID returns a token, as newToken does, and a release id, as
+// newReleaseID does, made in one string.
+func newTokenAndID() (token, id string) {
+	var b [16 + 8]byte
+	_, _ = crand.Read(b[:16])
+	binary.LittleEndian.PutUint64(b[16:], rand.Uint64())
+	enc := base64.RawURLEncoding
+	var text [22 + 11]byte
+	enc.Encode(text[:22], b[:16])
+	enc.Encode(text[22:], b[16:])
+	both := string(text[:])
+	return both[:22], both[22:]
 }
 
 // int64s converts a script's array of integers.
