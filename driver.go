@@ -169,12 +169,34 @@ type Script struct {
 	Function string
 
 	body string // for dlock's own scripts, Src without the helpers in front
+	// shaArg and fnArg are SHA1 and Function boxed once, as the drivers
+	// that take a command's arguments as values send them (see
+	// friend.ScriptArg); nil until made (by NewScript, FunctionLibrary).
+	shaArg, fnArg any
 }
 
 // NewScript returns a Script with its SHA1 computed.
 func NewScript(name, src string) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &Script{Name: name, Src: src, SHA1: hex.EncodeToString(sum[:])}
+	s := &Script{Name: name, Src: src, SHA1: hex.EncodeToString(sum[:])}
+	s.shaArg = s.SHA1
+	return s
+}
+
+// arg returns the script's Function (function set) or SHA1 as a command
+// argument: boxed once, unless the field changed since (a Script a caller
+// made or changed itself).
+func (s *Script) arg(function bool) any {
+	if function {
+		if v, ok := s.fnArg.(string); ok && v == s.Function {
+			return s.fnArg
+		}
+		return s.Function
+	}
+	if v, ok := s.shaArg.(string); ok && v == s.SHA1 {
+		return s.shaArg
+	}
+	return s.SHA1
 }
 
 // Call is one script invocation carried by a Driver.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/friend"
 )
 
 // TestEvalAgainSendsEachScriptOnceARound: of calls answered NOSCRIPT, the
@@ -103,4 +104,27 @@ func TestEvalAgainEndsAtAFailedPass(t *testing.T) {
 			t.Errorf("a call not sent again: Val %v, Err %v; want the pass's error", c.Val, c.Err)
 		}
 	}
+}
+
+// TestAScriptIsSentByItsFieldsOfTheMoment: the drivers send a script's
+// SHA1 and function name boxed once (friend.ScriptArg), and a Script whose
+// fields changed since, or that was made without NewScript, is sent by
+// its fields as they are.
+func TestAScriptIsSentByItsFieldsOfTheMoment(t *testing.T) {
+	s := dlock.NewScript("a", "return 1")
+	check := func(function bool, want string) {
+		t.Helper()
+		if got, _ := friend.ScriptArg(s, function).(string); got != want {
+			t.Errorf("ScriptArg(%q, %v) = %q, want %q", s.Name, function, got, want)
+		}
+	}
+	check(false, s.SHA1)
+	s.SHA1 = dlock.NewScript("b", "return 2").SHA1
+	check(false, s.SHA1)
+	check(true, "")
+	s.Function = "dlock_a"
+	check(true, "dlock_a")
+	s = &dlock.Script{Name: "c", Src: "return 3", SHA1: "e2b7f7b7b7c7d7b7b7b7b7b7b7b7b7b7b7b7b7b7", Function: "dlock_c"}
+	check(false, s.SHA1)
+	check(true, "dlock_c")
 }

@@ -99,6 +99,7 @@ func newLibrary(scripts []*Script, flags map[string]string) *Library {
 	name := "dlock_" + hex.EncodeToString(sum[:])[:10]
 	for _, s := range scripts {
 		s.Function = name + "_" + s.Name
+		s.fnArg = s.Function
 	}
 	return &Library{Name: name, Src: strings.ReplaceAll(b.String(), unnamed, name)}
 }

@@ -187,6 +187,7 @@ func init() {
 	friend.QuorumPart = func() any { return Option(func(o *options) { o.part = true }) }
 	friend.Logger = func(c any) *slog.Logger { return c.(*Client).log }
 	friend.Made = func(c any) bool { return c.(*Client).driver != nil }
+	friend.ScriptArg = func(s any, function bool) any { return s.(*Script).arg(function) }
 	friend.RefusedForGood = func(err error) bool {
 		refused, _ := refusedForGood(err)
 		return refused

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/friend"
 	"github.com/dlockio/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
@@ -432,8 +433,17 @@ func firstKey(call *dlock.Call) string {
 }
 
 // send adds one call to c: by FCALL when it has a library, else by
-// EVALSHA, or by EVAL when byEval is set.
+// EVALSHA, or by EVAL when byEval is set. On go-redis's own clients and
+// pipelines, it makes the command as their EvalSha, Eval and FCall do,
+// the same for their hooks and their routing, less an allocation: the
+// script's SHA1 or function name is boxed once for all calls (see
+// friend.ScriptArg). On a type of the caller's, it calls those methods,
+// which the type may have made its own (to instrument them, say).
 func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, byEval bool) *redis.Cmd {
+	switch c.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring, *redis.Pipeline:
+		return process(ctx, c.(processor), call, byEval)
+	}
 	switch {
 	case call.Lib != nil && call.Script.Function != "":
 		return c.FCall(ctx, call.Script.Function, call.Keys, call.Args...)
@@ -442,6 +452,35 @@ func send(ctx context.Context, c redis.Cmdable, call *dlock.Call, byEval bool) *
 	default:
 		return c.EvalSha(ctx, call.Script.SHA1, call.Keys, call.Args...)
 	}
+}
+
+// process adds call to c as send does, with a command it makes itself.
+func process(ctx context.Context, c processor, call *dlock.Call, byEval bool) *redis.Cmd {
+	args := make([]any, 3+len(call.Keys)+len(call.Args))
+	switch {
+	case call.Lib != nil && call.Script.Function != "":
+		args[0], args[1] = "fcall", friend.ScriptArg(call.Script, true)
+	case byEval:
+		args[0], args[1] = "eval", call.Script.Src
+	default:
+		args[0], args[1] = "evalsha", friend.ScriptArg(call.Script, false)
+	}
+	args[2] = len(call.Keys)
+	for i, k := range call.Keys {
+		args[3+i] = k
+	}
+	copy(args[3+len(call.Keys):], call.Args)
+	cmd := redis.NewCmd(ctx, args...)
+	if len(call.Keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = c.Process(ctx, cmd)
+	return cmd
+}
+
+// processor is what process uses of a client or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // run sends the calls, in one pipeline when there are several, by EVAL

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/friend"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -288,12 +289,12 @@ func run(ctx context.Context, limit time.Duration, conn redis.Conn, calls []*dlo
 		switch {
 		case c.Lib != nil && c.Script.Function != "":
 			name = "FCALL"
-			args = append(args, c.Script.Function)
+			args = append(args, friend.ScriptArg(c.Script, true)) // boxed once for every call
 		case byEval:
 			name = "EVAL"
 			args = append(args, c.Script.Src)
 		default:
-			args = append(args, c.Script.SHA1)
+			args = append(args, friend.ScriptArg(c.Script, false))
 		}
 		args = append(args, len(c.Keys))
 		for _, k := range c.Keys {

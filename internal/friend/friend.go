@@ -63,3 +63,10 @@ var Logger func(c any) *slog.Logger
 // refuses a node with a Client that New did not make, whose methods would
 // panic on the Locker's goroutines, where nobody could recover.
 var Made func(c any) bool
+
+// ScriptArg, set by package dlock, returns a *dlock.Script's (as any)
+// Function (function set) or SHA1 as a command argument, boxed once for
+// all its calls: the drivers whose client library takes a command's
+// arguments as values (goredis, redigo) send it so, an allocation less
+// for each call.
+var ScriptArg func(s any, function bool) any
