@@ -239,3 +239,11 @@ func StateSizes(c *Client) map[string]int {
 	sizes["lanes"] = Lanes(c)
 	return sizes
 }
+
+// ContextsKept returns how many contexts made by l's Context the lock
+// keeps, to cancel them when it ends.
+func ContextsKept(l *Lock) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.onEnd)
+}

@@ -59,6 +59,9 @@ type lease struct {
 	err         error
 	timer       *time.Timer // fires at the deadline
 	onEnd       map[*int]func()
+	// rootCtx is the Context made from context.Background() or
+	// context.TODO(), which every later call with either returns.
+	rootCtx context.Context
 
 	// Refreshes of one lease, by Refresh or by the watchdog, go one at a
 	// time (see takeTurn), so that its deadline follows the refresh the
@@ -616,11 +619,24 @@ func (l *lease) Deadline() time.Time {
 // the refresh that finds it gone). It carries the Lock, which
 // LockFromContext returns (Do's function gets such a context). Like
 // context.WithCancel, it panics if parent is nil. Each context is kept by
-// the lock until the lock or parent ends: on a lock held for long, call it
-// once and reuse the context, or give it a parent that ends (a request's),
-// rather than calling it anew from context.Background() for each task.
+// the lock until the lock or parent ends, but the one made from
+// context.Background() or context.TODO(), which every such call returns
+// again: on a lock held for long, call it once and reuse the context, or
+// give it a parent that ends (a request's), rather than calling it anew
+// from a parent that never ends (context.WithValue of Background, say)
+// for each task.
 func (l *lease) Context(parent context.Context) context.Context {
 	l.made()
+	root := parent == context.Background() || parent == context.TODO()
+	if root {
+		l.mu.Lock()
+		ctx := l.rootCtx
+		l.mu.Unlock()
+		if ctx != nil {
+			return ctx
+		}
+		parent = context.Background() // the one context serves TODO too
+	}
 	if lk, ok := l.holder.(*Lock); ok {
 		parent = context.WithValue(parent, lockKey{}, lk)
 	}
@@ -633,6 +649,14 @@ func (l *lease) Context(parent context.Context) context.Context {
 		l.mu.Unlock()
 		cancel(err)
 		return ctx
+	}
+	if root {
+		if made := l.rootCtx; made != nil { // by another call meanwhile
+			l.mu.Unlock()
+			cancel(nil)
+			return made
+		}
+		l.rootCtx = ctx
 	}
 	if l.onEnd == nil {
 		l.onEnd = make(map[*int]func())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -2486,6 +2487,60 @@ func TestTheContextOfALockPastItsDeadlineIsDone(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
 		t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
+	}
+}
+
+// TestALockKeepsOneContextOfBackground: Context called again and again
+// from context.Background() or context.TODO() returns one context, which
+// the lock keeps once, and which ends with the lock; a context made from a
+// parent that ends is forgotten when the parent ends.
+func TestALockKeepsOneContextOfBackground(t *testing.T) {
+	e := newEnv(t)
+	l, err := e.c.TryLock(context.Background(), "onecontext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Context(context.Background())
+	for range 1000 {
+		if l.Context(context.Background()) != first || l.Context(context.TODO()) != first {
+			t.Fatal("Context(Background) made another context")
+		}
+	}
+	if n := dlock.ContextsKept(l); n != 1 {
+		t.Errorf("the lock keeps %d contexts, want 1", n)
+	}
+	if dlock.LockFromContext(first) != l {
+		t.Error("the context does not carry its Lock")
+	}
+
+	parent, cancel := context.WithCancel(context.Background())
+	child := l.Context(parent)
+	if n := dlock.ContextsKept(l); n != 2 {
+		t.Errorf("with a child of a parent that ends, the lock keeps %d contexts, want 2", n)
+	}
+	cancel()
+	<-child.Done()
+	// AfterFunc forgets it on a goroutine of its own, after Done: no signal
+	// tells when.
+	for end := time.Now().Add(10 * time.Second); dlock.ContextsKept(l) != 1; runtime.Gosched() {
+		if time.Now().After(end) {
+			t.Fatalf("the lock keeps %d contexts 10s after the parent of one ended, want 1", dlock.ContextsKept(l))
+		}
+	}
+
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.Done():
+	default:
+		t.Fatal("the context of Background did not end with the lock")
+	}
+	if !errors.Is(context.Cause(first), context.Canceled) {
+		t.Errorf("Cause = %v, want context.Canceled after a release", context.Cause(first))
+	}
+	if got := l.Context(context.Background()); got.Err() == nil {
+		t.Error("Context(Background) of a released lock is not done")
 	}
 }
 
