@@ -55,7 +55,7 @@ import (
 // New: the zero Driver is not usable.
 type Driver struct {
 	rdb   redis.UniversalClient
-	ring  bool          // rdb is a Ring: see refuseAcrossShards
+	ring  ringClient    // rdb as a Ring, nil elsewhere: see refuseAcrossShards
 	clu   clusterClient // rdb as a cluster client, nil elsewhere: see refuseAcrossSlots
 	plain bool          // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
@@ -94,7 +94,7 @@ func New(rdb redis.UniversalClient) *Driver {
 	d.clu, _ = rdb.(clusterClient)
 	_, d.plain = rdb.(*redis.Client)
 	if r, ok := rdb.(ringClient); ok {
-		d.ring, d.shardOf = true, shardOf(r.Options())
+		d.ring, d.shardOf = r, shardOf(r.Options())
 	}
 	d.pool = poolSize(rdb)
 	return d
@@ -192,7 +192,7 @@ func shardOf(opt *redis.RingOptions) func(key string) string {
 // Partitioned reports whether the client spreads keys over several servers:
 // a Redis Cluster or a Ring (see dlock.Partitioned).
 func (d *Driver) Partitioned() bool {
-	return d.clu != nil || d.ring
+	return d.clu != nil || d.ring != nil
 }
 
 // Server returns the address of the primary that serves key's slot on a
@@ -296,7 +296,7 @@ func sameTag(keys []string) bool {
 // answered that the function is missing (by EVAL where the server cannot
 // load it for want of memory, or the function is missing still).
 func (d *Driver) Eval(ctx context.Context, calls ...*dlock.Call) {
-	if d.ring {
+	if d.ring != nil {
 		calls = refuseAcrossShards(calls)
 	}
 	if d.clu != nil {
@@ -367,12 +367,12 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 	if len(fcalls) == 0 {
 		return again, nil
 	}
-	switch c := d.rdb.(type) {
-	case clusterClient:
+	switch {
+	case d.clu != nil:
 		nodes := map[string]*redis.Client{}
 		groups := map[string][]*dlock.Call{} // by primary
 		for _, call := range fcalls {
-			node, err := c.MasterForKey(ctx, firstKey(call))
+			node, err := d.clu.MasterForKey(ctx, firstKey(call))
 			if err != nil {
 				call.Val, call.Err = nil, err
 				continue
@@ -396,7 +396,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 			}()
 		}
 		wg.Wait()
-	case ringClient:
+	case d.ring != nil:
 		// On every shard that is up: the Ring's own map of keys to shards
 		// follows SetAddrs and shards that go down, where shardOf does
 		// not, and a Ring tells no key's shard. A call whose shard (by
@@ -405,7 +405,7 @@ func (d *Driver) load(ctx context.Context, lib *dlock.Library, calls []*dlock.Ca
 		// they run by EVAL).
 		var mu sync.Mutex
 		failed := map[string]error{}
-		_ = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+		_ = d.ring.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
 			if err := node.FunctionLoad(ctx, lib.Src).Err(); err != nil {
 				mu.Lock()
 				defer mu.Unlock()
@@ -626,7 +626,7 @@ func (unsentError) NotSent() bool { return true }
 // servers, each with its own channels, and a release publishes on the
 // shard of its lock.
 func (d *Driver) Subscribe(ctx context.Context, notify func(channel, payload string)) (dlock.Subscription, error) {
-	if d.ring {
+	if d.ring != nil {
 		return nil, fmt.Errorf("%w: pub/sub on a go-redis Ring", dlock.ErrUnsupported)
 	}
 	s := &subscription{rdb: d.rdb, ps: d.rdb.Subscribe(ctx), notify: notify,
@@ -940,10 +940,10 @@ func (d *Driver) Scan(ctx context.Context, match, typ string, fn func(key string
 			return stop
 		})
 	}
-	switch c := d.rdb.(type) {
-	case clusterClient:
-		return c.ForEachMaster(ctx, each)
-	case ringClient:
+	if d.clu != nil {
+		return d.clu.ForEachMaster(ctx, each)
+	}
+	if c := d.ring; c != nil {
 		// ForEachShard skips the shards it takes for down: their locks
 		// would be missing without a word.
 		var walked atomic.Int64
@@ -980,12 +980,12 @@ var _ dlock.Replicator = (*Driver)(nil)
 // one that embeds a cluster client (one that embeds a *redis.Client too):
 // the calls fail with dlock.ErrUnsupported, sending nothing.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
-	switch c := d.rdb.(type) {
-	case *redis.Client:
+	if c, ok := d.rdb.(*redis.Client); ok {
 		acked, err := evalWait(ctx, c, replicas, timeout, calls)
 		d.settle(ctx, calls)
 		return acked, err
-	case clusterClient:
+	}
+	if c := d.clu; c != nil {
 		defer d.reloadAfterFailure(calls)
 		groups := map[*redis.Client][]*dlock.Call{}
 		for _, call := range refuseAcrossSlots(calls) {
