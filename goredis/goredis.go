@@ -1,15 +1,16 @@
 // Package goredis lets dlock use a go-redis v9 client: a single node, a
 // Sentinel-managed failover client, or a Redis Cluster, anything that
-// implements redis.UniversalClient (a type of yours that embeds a cluster
-// client or a Ring is taken for what it embeds; any other for a single
-// server: see New). On a Ring, a lock on names of several
-// hash tags is refused with dlock.ErrUnsupported: a Ring would run its
-// script on the first name's shard only. A Ring cannot subscribe either
-// (its shards' channels are separate): waits on it poll. A Ring moves
-// names between shards when a shard's heartbeat fails or SetAddrs changes
-// them, and a moved name is free on its new shard while its holder still
-// acts: a Ring does not keep two holders apart across such a change (see
-// the README's Drivers section).
+// implements redis.UniversalClient (a type of yours that wraps a cluster
+// client or a Ring, embedding it or a redis.UniversalClient that holds it,
+// is taken for what it wraps; any other for a single server: see New). On a
+// Ring, a lock on names of several hash tags is refused with
+// dlock.ErrUnsupported: a Ring would run its script on the first name's
+// shard only. A Ring cannot subscribe either (its shards' channels are
+// separate): waits on it poll. A Ring moves names between shards when a
+// shard's heartbeat fails or SetAddrs changes them, and a moved name is
+// free on its new shard while its holder still acts: a Ring does not keep
+// two holders apart across such a change (see the README's Drivers
+// section).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locks := dlock.New(goredis.New(rdb))
@@ -39,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -54,9 +56,13 @@ import (
 // Driver carries dlock's requests over a go-redis client. Make one with
 // New: the zero Driver is not usable.
 type Driver struct {
+	// rdb is the caller's client: every request sent through a client
+	// (rather than through one node's client, see clu) goes through it,
+	// a wrapper of the caller's included, so that its instrumentation sees
+	// them.
 	rdb   redis.UniversalClient
-	ring  ringClient    // rdb as a Ring, nil elsewhere: see refuseAcrossShards
-	clu   clusterClient // rdb as a cluster client, nil elsewhere: see refuseAcrossSlots
+	ring  ringClient    // the Ring that rdb is or wraps, nil elsewhere: see refuseAcrossShards
+	clu   clusterClient // the cluster client that rdb is or wraps, nil elsewhere: see refuseAcrossSlots
 	plain bool          // rdb is a Client: see settle
 	// shardOf returns the address of a Ring's shard for a key (see Server).
 	shardOf func(key string) string
@@ -70,16 +76,36 @@ var (
 )
 
 // New returns a Driver over rdb. The client stays the caller's: dlock never
-// closes it. A type of the caller's that embeds a *redis.ClusterClient or a
-// *redis.Ring (a wrapper that instruments one, say) is taken for what it
-// embeds, by the methods it gets from it (Options among them): on a Ring,
-// a lock on names of several hash tags is refused as on the Ring itself.
-// Another implementation of redis.UniversalClient is taken for a single
-// server. New panics if rdb is nil, or a nil *redis.Client, ClusterClient
-// or Ring, or a type that embeds one of those nil.
+// closes it. A type of the caller's that wraps a go-redis client (to
+// instrument it, say) is taken for the client it wraps, whose kind, pool
+// size and cluster slot map the driver uses: a cluster client or a Ring by
+// the methods it gets from one it embeds by pointer (Options among them);
+// else the client it holds in an exported embedded field, of type
+// redis.UniversalClient or a pointer, looked for through up to eight
+// wrappers (a wrapper of a wrapper). On a Ring, a lock on names of several
+// hash tags is refused as on the Ring itself. The driver sends its
+// requests through rdb all the same, so that the wrapper sees them; only
+// those that must reach one node of a cluster or one shard of a Ring
+// (WithReplicas's pipelines with WAIT, the function library's loads,
+// SSUBSCRIBE, SCAN, the PING that tells whether the client was closed) go
+// through that node's client, which the cluster client or the Ring gives,
+// as they do when rdb is one. Another implementation of
+// redis.UniversalClient, or a wrapper whose client lies in an unexported
+// field (which the driver cannot read), is taken for a single server.
+// New panics if rdb is nil or a nil *redis.Client, ClusterClient or Ring,
+// or if it wraps nil: a wrapper that is a nil pointer, or that holds one of
+// those nil or a nil redis.UniversalClient, whose methods would fail at
+// their first use.
 func New(rdb redis.UniversalClient) *Driver {
 	if isNil(rdb) {
 		panic("goredis: New with a nil client")
+	}
+	under, nilAt := unwrap(rdb)
+	switch {
+	case nilAt == 0:
+		panic("goredis: New with a nil client")
+	case nilAt > 0:
+		panic(fmt.Sprintf("goredis: New with a %T that holds a nil client", rdb))
 	}
 	defer func() {
 		// The methods of an embedded nil client fail deep inside go-redis.
@@ -91,12 +117,12 @@ func New(rdb redis.UniversalClient) *Driver {
 		}
 	}()
 	d := &Driver{rdb: rdb}
-	d.clu, _ = rdb.(clusterClient)
+	d.clu, _ = under.(clusterClient)
 	_, d.plain = rdb.(*redis.Client)
-	if r, ok := rdb.(ringClient); ok {
+	if r, ok := under.(ringClient); ok {
 		d.ring, d.shardOf = r, shardOf(r.Options())
 	}
-	d.pool = poolSize(rdb)
+	d.pool = poolSize(under)
 	return d
 }
 
@@ -114,6 +140,81 @@ func isNil(rdb redis.UniversalClient) bool {
 		return c == nil
 	}
 	return false
+}
+
+// shows reports whether rdb tells by its methods which of go-redis's
+// clients it is: a cluster client, a Ring or a Client, or a type that
+// embeds one by pointer.
+func shows(rdb redis.UniversalClient) bool {
+	switch rdb.(type) {
+	case clusterClient, ringClient, interface{ Options() *redis.Options }:
+		return true
+	}
+	return false
+}
+
+// maxWrapping is how many wrappers deep unwrap looks for a client.
+const maxWrapping = 8
+
+var universalClient = reflect.TypeFor[redis.UniversalClient]()
+
+// unwrap returns the client that shows what rdb is (see shows): rdb
+// itself, or the one a wrapper of the caller's holds in its embedded
+// field, a wrapper's wrapper's, and so on; rdb itself when it finds none.
+// nilAt is the depth at which it found nil in place of a client, whose
+// methods would fail at their first use (0: rdb is a nil pointer to a
+// wrapper), or -1 for none.
+//
+// Only exported fields are followed: reflect cannot hand out the value of
+// an unexported one (without package unsafe). A struct with several
+// embedded clients promotes the methods of none (Go's rule for fields at
+// one depth): it implements them itself, sending wherever it likes, and is
+// taken for what it shows.
+func unwrap(rdb redis.UniversalClient) (under redis.UniversalClient, nilAt int) {
+	v := reflect.ValueOf(rdb)
+	for depth := 0; depth <= maxWrapping; depth++ {
+		if c, ok := v.Interface().(redis.UniversalClient); ok {
+			if isNil(c) {
+				return nil, depth
+			}
+			if shows(c) {
+				return c, -1
+			}
+		}
+		t := v.Type()
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return rdb, -1
+		}
+		field := -1
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous && f.IsExported() && (f.Type.Implements(universalClient) || reflect.PointerTo(f.Type).Implements(universalClient)) {
+				if field >= 0 {
+					return rdb, -1 // several
+				}
+				field = i
+			}
+		}
+		if field < 0 {
+			return rdb, -1
+		}
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return nil, depth
+			}
+			v = v.Elem()
+		}
+		if v = v.Field(field); v.Kind() == reflect.Interface {
+			if v.IsNil() {
+				return nil, depth + 1
+			}
+			v = v.Elem()
+		}
+	}
+	return rdb, -1
 }
 
 // clusterClient is what the driver uses of a *redis.ClusterClient beyond
@@ -975,10 +1076,14 @@ var _ dlock.Replicator = (*Driver)(nil)
 // primary in one pipeline followed by WAIT on the same connection, and
 // returns the fewest replicas that acknowledged any group. On a cluster
 // the calls are grouped by the primary of their first key's slot, and the
-// primaries are asked at once. A Ring client is not supported: its shards
-// are independent primaries; nor is a client of a type of yours other than
-// one that embeds a cluster client (one that embeds a *redis.Client too):
-// the calls fail with dlock.ErrUnsupported, sending nothing.
+// primaries are asked at once (on their nodes' clients, which the cluster
+// client gives, whether rdb is one or wraps one). A Ring client is not
+// supported: its shards are independent primaries; nor is a client of a
+// type of yours other than one that wraps a cluster client (one that wraps
+// a *redis.Client too: WAIT must follow the calls on their connection,
+// which only the Client's own pipeline promises, and sent through the
+// Client they would pass the wrapper by). The calls fail with
+// dlock.ErrUnsupported, sending nothing.
 func (d *Driver) EvalWait(ctx context.Context, replicas int, timeout time.Duration, calls ...*dlock.Call) (int, error) {
 	if c, ok := d.rdb.(*redis.Client); ok {
 		acked, err := evalWait(ctx, c, replicas, timeout, calls)

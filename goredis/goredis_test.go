@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -146,48 +147,121 @@ func TestRingRefusesLocksAcrossShards(t *testing.T) {
 // that instruments one would.
 type embeddedRing struct{ *redis.Ring }
 
-// TestATypeThatEmbedsARingIsARing: a client that embeds a Ring is one for
-// the driver. Taken for a single server, it ran a lock on names of two
-// hash tags on the first name's shard, and another client then took the
-// second name on its own shard: two holders at once.
-func TestATypeThatEmbedsARingIsARing(t *testing.T) {
+// wrapped is a type of the caller's that wraps any go-redis client by
+// embedding the interface, as an instrumenting wrapper would; it counts
+// the requests by EVALSHA and the pipelines sent through it.
+type wrapped struct {
+	redis.UniversalClient
+	sent *atomic.Int64
+}
+
+func wrap(rdb redis.UniversalClient) wrapped { return wrapped{rdb, new(atomic.Int64)} }
+
+func (w wrapped) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	w.sent.Add(1)
+	return w.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (w wrapped) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	w.sent.Add(1)
+	return w.UniversalClient.Pipelined(ctx, fn)
+}
+
+// sentThrough fails t when rdb is a wrapped that nothing was sent through.
+func sentThrough(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	if w, ok := rdb.(wrapped); ok && w.sent.Load() == 0 {
+		t.Errorf("nothing was sent through the %T", rdb)
+	}
+}
+
+// TestATypeThatWrapsARingIsARing: a client that embeds a Ring, or a
+// redis.UniversalClient that holds one (or holds such a wrapper), is a
+// Ring for the driver. Taken for a single server, it ran a lock on names
+// of two hash tags on the first name's shard, and another client then took
+// the second name on its own shard: two holders at once. The requests go
+// through the wrapper.
+func TestATypeThatWrapsARingIsARing(t *testing.T) {
 	srvs, rdb, c := newRing(t)
-	d := goredis.New(embeddedRing{rdb})
-	if !d.Partitioned() {
-		t.Error("Partitioned() = false on a type that embeds a Ring")
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{
+		{"embeds the Ring", embeddedRing{rdb}},
+		{"embeds a UniversalClient", wrap(rdb)},
+		{"wraps a wrapper", wrap(wrap(rdb))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, srv := range srvs {
+				srv.Do(t, "FLUSHALL") // the fences of the cases before
+			}
+			d := goredis.New(tc.rdb)
+			if !d.Partitioned() {
+				t.Errorf("Partitioned() = false on a %T that wraps a Ring", tc.rdb)
+			}
+			through := dlock.New(d)
+			t.Cleanup(func() { _ = through.Close() })
+			ctx := context.Background()
+			if l, err := through.TryLockMulti(ctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) {
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+				t.Fatalf("names of two tags: err = %v, want ErrUnsupported", err)
+			}
+			for _, srv := range srvs {
+				if keys := srv.Do(t, "KEYS", "*"); keys != "" {
+					t.Errorf("a refused lock left keys on %s: %q", srv.Addr(), keys)
+				}
+			}
+			// One name's lock is the Ring's: the other client sees it.
+			l, err := through.TryLock(ctx, "orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.TryLock(ctx, "orders"); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("a name held through the wrapping type: TryLock = %v, want ErrNotObtained", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			sentThrough(t, tc.rdb)
+		})
 	}
-	wrapped := dlock.New(d)
-	t.Cleanup(func() { _ = wrapped.Close() })
+}
+
+// TestATypeThatWrapsAClientIsASingleServer: a redis.UniversalClient that
+// holds a Client is a single server, with the Client's pool, and the
+// requests go through it.
+func TestATypeThatWrapsAClientIsASingleServer(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 7})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := wrap(rdb)
+	d := goredis.New(w)
+	if d.Partitioned() {
+		t.Error("Partitioned() = true on a wrapped Client")
+	}
+	if got := d.PoolSize(); got != 7 {
+		t.Errorf("PoolSize() = %d, want the wrapped Client's 7", got)
+	}
+	c := dlock.New(d)
+	defer c.Close()
 	ctx := context.Background()
-	if l, err := wrapped.TryLockMulti(ctx, []string{"orders", "invoices"}); !errors.Is(err, dlock.ErrUnsupported) {
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		t.Fatalf("names of two tags: err = %v, want ErrUnsupported", err)
-	}
-	for _, srv := range srvs {
-		if keys := srv.Do(t, "KEYS", "*"); keys != "" {
-			t.Errorf("a refused lock left keys on %s: %q", srv.Addr(), keys)
-		}
-	}
-	// One name's lock is the Ring's: the other client sees it.
-	l, err := wrapped.TryLock(ctx, "orders")
+	l, err := c.TryLock(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := c.TryLock(ctx, "orders"); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("a name held through the embedding type: TryLock = %v, want ErrNotObtained", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	sentThrough(t, w)
 }
 
 // TestNewPanicsOnANilClient: a nil pointer to one of go-redis's clients is
 // a nil client, refused with New's own panic rather than one from deep
 // inside go-redis.
 func TestNewPanicsOnANilClient(t *testing.T) {
-	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil), (*wrapped)(nil)} {
 		func() {
 			defer func() {
 				if r := recover(); r != "goredis: New with a nil client" {
@@ -197,17 +271,21 @@ func TestNewPanicsOnANilClient(t *testing.T) {
 			goredis.New(rdb)
 		}()
 	}
-	// A type that embeds one of them nil: New's own panic, naming the
-	// type, where go-redis's nil dereference came from inside Options.
+	// A type that embeds one of them nil, or a redis.UniversalClient that
+	// holds nil, one of them nil or such a type (a wrapper of a wrapper):
+	// New's own panic, naming the type, where go-redis's nil dereference
+	// came from inside Options, or from the first request.
 	type ring struct{ *redis.Ring }
 	type cluster struct{ *redis.ClusterClient }
 	type client struct{ *redis.Client }
-	for _, rdb := range []redis.UniversalClient{ring{}, cluster{}, client{}} {
+	for _, rdb := range []redis.UniversalClient{ring{}, cluster{}, client{},
+		wrapped{}, wrap((*redis.Client)(nil)), wrap((*redis.ClusterClient)(nil)), wrap((*redis.Ring)(nil)),
+		wrap(wrapped{}), wrap(cluster{}), wrap(&wrapped{}), wrap((*wrapped)(nil))} {
 		func() {
 			defer func() {
 				r := recover()
 				if msg, _ := r.(string); !strings.HasPrefix(msg, fmt.Sprintf("goredis: New with a %T that holds a nil client", rdb)) {
-					t.Errorf("New(%T{}): panic %v, want New's own", rdb, r)
+					t.Errorf("New(%#v): panic %v, want New's own", rdb, r)
 				}
 			}()
 			goredis.New(rdb)
@@ -496,13 +574,16 @@ type embeddedCluster struct{ *redis.ClusterClient }
 // server, as on a cluster: another client's lock on one of those names is
 // refused. (The servers never refuse keys of slots they do not own: taken
 // in one request, on the first name's server, the second name was locked
-// twice.) So does one WithReplicas, each server with a replica, and a
-// type that embeds the cluster client (taken for a single server, it
-// locked both names on the first one's server).
+// twice.) So does one WithReplicas, each server with a replica, and so do
+// both through a type that wraps the cluster client, embedding it or a
+// redis.UniversalClient that holds it or such a type (taken for a single
+// server, it locked both names on the first one's server, and refused
+// WithReplicas); the requests without WithReplicas go through the
+// wrapper.
 func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 	sets := []*redistest.Replicated{redistest.StartReplicated(t, 1, 0), redistest.StartReplicated(t, 1, 0)}
 	srvs := []*redistest.Server{sets[0].Primary, sets[1].Primary}
-	newClient := func(embedded bool) *dlock.Client {
+	newClient := func(wrapper func(*redis.ClusterClient) redis.UniversalClient) (redis.UniversalClient, *goredis.Driver, *dlock.Client) {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{
 			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
 				return []redis.ClusterSlot{
@@ -514,15 +595,16 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		})
 		t.Cleanup(func() { _ = rdb.Close() })
 		var u redis.UniversalClient = rdb
-		if embedded {
-			u = embeddedCluster{rdb}
+		if wrapper != nil {
+			u = wrapper(rdb)
 		}
-		c := dlock.New(goredis.New(u))
+		d := goredis.New(u)
+		c := dlock.New(d)
 		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return u, d, c
 	}
 	// A name in each half.
-	a := newClient(false)
+	_, _, a := newClient(nil)
 	var names [2]string
 	for i := 0; names[0] == "" || names[1] == ""; i++ {
 		name := "n" + strconv.Itoa(i)
@@ -535,25 +617,51 @@ func TestClusterSlotsOverStandaloneServers(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	for k, opts := range [][]dlock.Option{nil, {dlock.WithReplicas(1, time.Second)}, nil, {dlock.WithReplicas(1, time.Second)}} {
-		// New clients: one that has met a cluster's refusal splits every
-		// lock by slot before it sends it. The last two lock through a
-		// type that embeds the cluster client.
-		a, b := newClient(k >= 2), newClient(false)
-		held, err := a.TryLockMulti(ctx, names[:], append(opts, dlock.WithTTL(time.Minute))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, name := range names {
-			if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
-				t.Errorf("%q (case %d), held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, k, err)
+	for _, w := range []struct {
+		name string
+		wrap func(*redis.ClusterClient) redis.UniversalClient
+	}{
+		{"the cluster client", nil},
+		{"a type that embeds it", func(c *redis.ClusterClient) redis.UniversalClient { return embeddedCluster{c} }},
+		{"a type that embeds a UniversalClient", func(c *redis.ClusterClient) redis.UniversalClient { return wrap(c) }},
+		{"a wrapper of a wrapper", func(c *redis.ClusterClient) redis.UniversalClient { return wrap(embeddedCluster{c}) }},
+	} {
+		for _, opts := range [][]dlock.Option{nil, {dlock.WithReplicas(1, time.Second)}} {
+			// New clients: one that has met a cluster's refusal splits
+			// every lock by slot before it sends it.
+			rdb, d, a := newClient(w.wrap)
+			_, _, b := newClient(nil)
+			if !d.Partitioned() {
+				t.Errorf("through %s: Partitioned() = false", w.name)
 			}
-			if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
-				t.Errorf("%q (case %d) is not held on the server of its slot", name, k)
+			held, err := a.TryLockMulti(ctx, names[:], append(opts, dlock.WithTTL(time.Minute))...)
+			if err != nil {
+				t.Fatalf("through %s, %d options: %v", w.name, len(opts), err)
 			}
-		}
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
+			for i, name := range names {
+				if _, err := b.TryLock(ctx, name); !errors.Is(err, dlock.ErrNotObtained) {
+					t.Errorf("%q (through %s, %d options), held by another client's lock on both names: TryLock = %v, want ErrNotObtained", name, w.name, len(opts), err)
+				}
+				if got := srvs[i].Do(t, "HGET", a.RedisKey(name), "token"); got == "" || got == "(nil)" {
+					t.Errorf("%q (through %s, %d options) is not held on the server of its slot", name, w.name, len(opts))
+				}
+				if got := d.Server(ctx, a.RedisKey(name)); got != srvs[i].Addr() {
+					t.Errorf("through %s: Server(%q) = %q, want %s", w.name, a.RedisKey(name), got, srvs[i].Addr())
+				}
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if opts == nil {
+				sentThrough(t, rdb)
+				// Shard channels, on the primaries the cluster client gives.
+				sub, err := d.SubscribeSharded(ctx, func(string, string) {})
+				if err != nil {
+					t.Errorf("through %s: SubscribeSharded: %v", w.name, err)
+				} else {
+					_ = sub.Close()
+				}
+			}
 		}
 	}
 }
@@ -747,7 +855,8 @@ func TestAFirstAcquireWithReplicasWaitsItsTimeoutOnce(t *testing.T) {
 
 // PoolSize is what the client's pool lets out at once to one server (see
 // dlock.Pooled): its PoolSize, or MaxActiveConns when less, per node of a
-// cluster and shard of a Ring, with go-redis's defaults for none.
+// cluster and shard of a Ring, with go-redis's defaults for none; a
+// wrapper's, the client's it wraps.
 func TestPoolSizeIsTheClientsPerServer(t *testing.T) {
 	procs := runtime.GOMAXPROCS(0)
 	for _, tc := range []struct {
@@ -763,6 +872,9 @@ func TestPoolSizeIsTheClientsPerServer(t *testing.T) {
 		{"cluster, default", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), 5 * procs},
 		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, PoolSize: 6}), 6},
 		{"ring, default", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), 10 * procs},
+		{"client, wrapped", wrap(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 7})), 7},
+		{"cluster, wrapped", wrap(redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, PoolSize: 5})), 5},
+		{"ring, wrapped", wrap(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, PoolSize: 6})), 6},
 	} {
 		if got := goredis.New(tc.rdb).PoolSize(); got != tc.want {
 			t.Errorf("%s: PoolSize = %d, want %d", tc.name, got, tc.want)

@@ -32,8 +32,8 @@ var _ dlock.ShardedSubscriber = (*Driver)(nil)
 // SSubscribe, which before v9.18 picks a random node.) notify is called
 // one message at a time. A primary's connection is closed when its last
 // channel is unsubscribed. A cluster without shard channels (before Redis
-// 7), and any client other than a ClusterClient, return
-// dlock.ErrUnsupported; dlock then uses PUBLISH.
+// 7), and any client other than a ClusterClient or a wrapper of one (see
+// New), return dlock.ErrUnsupported; dlock then uses PUBLISH.
 //
 // With go-redis v9.7 (as this module's go.mod allows), the race detector
 // may report a data race inside go-redis's PubSub when a primary's
