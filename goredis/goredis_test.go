@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -880,5 +881,121 @@ func TestPoolSizeIsTheClientsPerServer(t *testing.T) {
 			t.Errorf("%s: PoolSize = %d, want %d", tc.name, got, tc.want)
 		}
 		_ = tc.rdb.Close()
+	}
+}
+
+// recorder is a go-redis hook that keeps the name and arguments of every
+// command the client sends, alone or in a pipeline.
+type recorder struct {
+	mu   sync.Mutex
+	cmds [][]any
+}
+
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.keep(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.keep(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *recorder) keep(cmd redis.Cmder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cmds = append(r.cmds, append([]any{cmd.Name(), cmd.FullName(), cmd.String()}, cmd.Args()...))
+}
+
+// take returns the commands kept since the last take.
+func (r *recorder) take() [][]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cmds := r.cmds
+	r.cmds = nil
+	return cmds
+}
+
+// TestHooksSeeScriptsAsGoRedisSendsThem: the commands the driver makes
+// itself on a go-redis client (see send) reach its hooks as go-redis's own
+// EvalSha and Eval make them (name, arguments, and their text once
+// answered), alone and in a pipeline, on a single server and on a
+// cluster, and a cluster routes them by their first key.
+func TestHooksSeeScriptsAsGoRedisSendsThem(t *testing.T) {
+	srv := redistest.Start(t)
+	cluster := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	script := dlock.NewScript("hooked", "return {KEYS[1], ARGV[1], ARGV[2]}")
+	call := func(key string) *dlock.Call {
+		return &dlock.Call{Script: script, Keys: []string{key, key + ":waiters"}, Args: []any{"token", int64(1500)}}
+	}
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: srv.Addr()})},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster.Nodes[0].Addr()}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.rdb.Close()
+			rec := &recorder{}
+			tc.rdb.AddHook(rec)
+			d := goredis.New(tc.rdb)
+			// By EVAL after NOSCRIPT, then by EVALSHA; alone, then in a
+			// pipeline.
+			for _, calls := range [][]*dlock.Call{{call("{a}")}, {call("{a}")}, {call("{a}"), call("{b}")}} {
+				d.Eval(ctx, calls...)
+				got := rec.take()
+				for _, c := range calls {
+					if c.Err != nil {
+						t.Fatalf("%v: %v", c.Keys, c.Err)
+					}
+					if want := []any{c.Keys[0], "token", "1500"}; fmt.Sprint(c.Val) != fmt.Sprint(want) {
+						t.Errorf("%v: reply %v, want %v", c.Keys, c.Val, want)
+					}
+				}
+				// Each as go-redis's own method makes it (queued, not sent).
+				p := tc.rdb.Pipeline()
+				for _, cmd := range got {
+					args := cmd[3:]
+					n, ok := args[2].(int)
+					if !ok {
+						t.Fatalf("the hook saw %#v, whose number of keys is no int, as go-redis's own are", cmd)
+					}
+					keys := make([]string, n)
+					for i := range keys {
+						keys[i], _ = args[3+i].(string)
+					}
+					var own redis.Cmder
+					switch cmd[0] {
+					case "evalsha":
+						own = p.EvalSha(ctx, script.SHA1, keys, args[3+n:]...)
+					case "eval":
+						own = p.Eval(ctx, script.Src, keys, args[3+n:]...)
+					default:
+						t.Fatalf("the hook saw %v", cmd)
+					}
+					want := append([]any{own.Name(), own.FullName(), own.String()}, own.Args()...)
+					if !reflect.DeepEqual(cmd, want) {
+						t.Errorf("the hook saw %#v where go-redis's own method makes %#v", cmd, want)
+					}
+				}
+				p.Discard()
+				if len(got) < len(calls) {
+					t.Errorf("the hook saw %d commands for %d calls", len(got), len(calls))
+				}
+				if tc.name == "client" {
+					srv.Do(t, "SCRIPT", "FLUSH") // by EVAL again next time
+				}
+			}
+		})
 	}
 }
