@@ -65,7 +65,8 @@ type Lock struct {
 	done      chan struct{}
 	err       error
 	onEnd     map[*int]func()
-	kept      []nodeLoss // nodes' losses yet to log (see logKept); nil once the Lock ended
+	rootCtx   context.Context // made by Context from context.Background() or TODO(), returned again
+	kept      []nodeLoss      // nodes' losses yet to log (see logKept); nil once the Lock ended
 
 	// The Lock's records, queued under mu in the order of what they tell
 	// (a record saying that the quorum still holds the Lock never follows
@@ -1427,9 +1428,22 @@ func (l *Lock) deadlineLocked() time.Time {
 // after a later Release changes Err), or context.Canceled after a
 // release. Work done under the lock should use it, so that it stops the
 // moment the lock is lost. It panics if parent is nil, as
-// context.WithCancelCause does.
+// context.WithCancelCause does. Each context is kept by the lock until the
+// lock or parent ends, but the one made from context.Background() or
+// context.TODO(), which every such call returns again (as dlock's
+// Lock.Context).
 func (l *Lock) Context(parent context.Context) context.Context {
 	l.made()
+	root := parent == context.Background() || parent == context.TODO()
+	if root {
+		l.mu.Lock()
+		ctx := l.rootCtx
+		l.mu.Unlock()
+		if ctx != nil {
+			return ctx
+		}
+		parent = context.Background() // the one context serves TODO too
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	l.expireIfDue()
 	l.mu.Lock()
@@ -1440,6 +1454,14 @@ func (l *Lock) Context(parent context.Context) context.Context {
 		cancel(err)
 		return ctx
 	default:
+	}
+	if root {
+		if made := l.rootCtx; made != nil { // by another call meanwhile
+			l.mu.Unlock()
+			cancel(nil)
+			return made
+		}
+		l.rootCtx = ctx
 	}
 	if l.onEnd == nil {
 		l.onEnd = make(map[*int]func())

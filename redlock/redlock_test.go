@@ -511,6 +511,47 @@ func TestFailedAttemptReleasesOnSlowNodes(t *testing.T) {
 	}
 }
 
+// TestALockKeepsOneContextOfBackground: Context called again and again
+// from context.Background() or context.TODO() returns one context, which
+// the lock keeps once, and which ends with the lock; a context made from a
+// parent that ends is forgotten when the parent ends.
+func TestALockKeepsOneContextOfBackground(t *testing.T) {
+	r := newLocker(t, redistest.StartMasters(t, 3))
+	l, err := r.TryLock(context.Background(), "onecontext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Context(context.Background())
+	for range 1000 {
+		if l.Context(context.Background()) != first || l.Context(context.TODO()) != first {
+			t.Fatal("Context(Background) made another context")
+		}
+	}
+	if n := redlock.ContextsKept(l); n != 1 {
+		t.Errorf("the lock keeps %d contexts, want 1", n)
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	child := l.Context(parent)
+	if n := redlock.ContextsKept(l); n != 2 {
+		t.Errorf("with a child of a parent that ends, the lock keeps %d contexts, want 2", n)
+	}
+	cancel()
+	<-child.Done()
+	// AfterFunc forgets it on a goroutine of its own: no signal tells when.
+	eventually(t, 10*time.Second, "the child's context forgotten", func() bool { return redlock.ContextsKept(l) == 1 })
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.Done():
+	default:
+		t.Fatal("the context of Background did not end with the lock")
+	}
+	if !errors.Is(context.Cause(first), context.Canceled) {
+		t.Errorf("Cause = %v, want context.Canceled after a release", context.Cause(first))
+	}
+}
+
 // TestCancelledAttemptBlamesTheContext: an attempt whose context ends
 // before the node timeout says so, and blames no node for answering late,
 // whether the nodes' clients honour the context or not.
