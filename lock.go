@@ -94,16 +94,11 @@ type Lock struct {
 	asked string
 	// sent is when the latest attempts that asked were sent.
 	sent []sent
-	// inline holds what a Lock would otherwise allocate apart: the name and
-	// keys of a lock on one name (which names and keys then use), and the
-	// calls of its first acquire attempt and its first release, and their
-	// arguments, each used once (see once).
+	// inline holds the name and keys of a lock on one name, which names and
+	// keys then use, in place of allocations of their own.
 	inline struct {
-		name             [1]string
-		keys             [4]string
-		acquire, release once[Call]
-		acquireArgs      once[[4]any]
-		releaseArgs      once[[8]any]
+		name [1]string
+		keys [4]string
 	}
 	// relIDText is the release id made with the request token, when dlock
 	// made that token (see newTokenAndID): relID, once boxed. Set before
@@ -416,32 +411,22 @@ func (c *Client) exclusive(names []string, own bool) func(token string, o *optio
 	return func(token string, o *options) (*Lock, error) { return c.newLock(names, own, token, o) }
 }
 
-// once is room for a value that a Lock uses once, in place of one it
-// would allocate: the first take gets it, the later ones nothing, so that
-// it is never used twice while another goroutine may still read it (a
-// call sent again in the background, say).
-type once[T any] struct {
-	v     T
-	taken atomic.Bool
+// callBuf is a call and room for its arguments, made in one allocation
+// for an acquire attempt or a release on all of a lock's names (see take,
+// sendRelease); a new one for each, since a call may still be read, or
+// sent again, after the next is made.
+type callBuf struct {
+	call Call
+	args [11]any
 }
 
-// take returns the value the first time, nil after.
-func (o *once[T]) take() *T {
-	if o.taken.CompareAndSwap(false, true) {
-		return &o.v
+// argsIn returns buf, room for the arguments of a call, or when buf is nil
+// a new slice with room for n.
+func argsIn(buf []any, n int) []any {
+	if buf == nil {
+		return make([]any, 0, n)
 	}
-	return nil
-}
-
-// newCall returns a call of script on keys with args: first's, the first
-// time, a new one after.
-func newCall(first *once[Call], script *Script, keys []string, args []any) *Call {
-	c := first.take()
-	if c == nil {
-		c = new(Call)
-	}
-	c.Script, c.Keys, c.Args = script, keys, args
-	return c
+	return buf[:0]
 }
 
 // exclusiveName returns what obtain builds an exclusive lock on name with.
@@ -788,7 +773,8 @@ func (l *Lock) acquire(ctx context.Context, wa waitArgs) (time.Duration, error) 
 // token the names are held with and their fences.
 func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token string, fences []uint64, holderTTL time.Duration, err error) {
 	if l.parts == nil {
-		token, fences, _, holderTTL, err = l.takePart(ctx, part{keys: l.keys}, l.acquireArgs(ttl, wa))
+		b := new(callBuf)
+		token, fences, _, holderTTL, err = l.takePart(ctx, part{keys: l.keys}, l.acquireArgs(ttl, wa, b.args[:0]), &b.call)
 		if !l.splitIfRefused(err) {
 			return token, fences, holderTTL, err
 		}
@@ -796,24 +782,20 @@ func (l *Lock) take(ctx context.Context, ttl time.Duration, wa waitArgs) (token 
 	return l.takeParts(ctx, ttl, wa)
 }
 
-// acquireArgs returns the arguments of the acquire script.
-func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
+// acquireArgs returns the arguments of the acquire script, in buf when it
+// is not nil (see argsIn).
+func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs, buf []any) []any {
 	if l.reqArg == nil {
 		l.reqArg = l.req
 	}
 	if wa.channel == "" && l.extra == nil && l.asked == "" && !l.givenToken {
 		// Not waiting: the exclusive acquire needs no waiter arguments.
 		if l.c.fenceKeep == nil {
-			if a := l.inline.acquireArgs.take(); a != nil {
-				*a = [4]any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
-				return a[:]
-			}
-			return []any{l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner}
+			return append(argsIn(buf, 4), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner)
 		}
-		return l.c.fenceArg(append(make([]any, 0, 11), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner), 10)
+		return l.c.fenceArg(append(argsIn(buf, 11), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner), 10)
 	}
-	args := make([]any, 0, 11)
-	args = append(args, l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg)
+	args := append(argsIn(buf, 11), l.reqArg, l.c.ttlArg(ttl), l.meta, l.owner, wa.channel, cmp.Or(wa.more, "0"), waitLeaseArg)
 	switch {
 	case l.extra != nil:
 		return append(args, l.extra(wa)...)
@@ -839,8 +821,11 @@ func (l *Lock) acquireArgs(ttl time.Duration, wa waitArgs) []any {
 // another, it returns ErrNotObtained and how long the holder's lock has
 // left. joins is the script's report of the names it joined as repeats,
 // when args ask for it (see takeParts), or else "".
-func (l *Lock) takePart(ctx context.Context, p part, args []any) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
-	call := newCall(&l.inline.acquire, l.kind.acquire, l.scriptKeys(p.keys), args)
+func (l *Lock) takePart(ctx context.Context, p part, args []any, call *Call) (token string, fences []uint64, joins string, holderTTL time.Duration, err error) {
+	if call == nil {
+		call = new(Call)
+	}
+	call.Script, call.Keys, call.Args = l.kind.acquire, l.scriptKeys(p.keys), args
 	l.c.evalWith(ctx, l.repl, call.one()...)
 	v, err := call.Val, call.Err
 	if err != nil {
@@ -1890,25 +1875,28 @@ func (l *Lock) nameKeys() []string {
 // The id is the Lock's, the same for every Release call: a client library
 // may send the request again after a lost reply, and so may the caller; the
 // id lets the script tell the repeat from a second release.
-func (l *Lock) releaseArgs(token string, id any) []any {
+func (l *Lock) releaseArgs(token string, id any, buf []any) []any {
 	req := l.reqValue()
 	if !l.kind.modeArg {
-		if a := l.inline.releaseArgs.take(); a != nil {
-			return append(a[:0], req, id) // room for what Release adds
-		}
-		return append(make([]any, 0, 8), req, id) // room for what Release adds
+		return append(argsIn(buf, 8), req, id) // room for what Release adds
 	}
 	tok := req
 	if token != l.req {
 		tok = token // boxed only then
 	}
-	return append(l.kind.args(append(make([]any, 0, 6), tok, req)...), id) // room for the mode, the id and what Release adds
+	return append(l.kind.args(append(argsIn(buf, 6), tok, req)...), id) // room for the mode, the id and what Release adds
 }
 
 // sendRelease sends the release of the lock's units, held with token, as
 // the release with id, and returns its calls.
 func (l *Lock) sendRelease(ctx context.Context, units []part, token string, id any) []*Call {
-	args := l.releaseArgs(token, id)
+	var b *callBuf // the call and its arguments on a lock's one unit
+	var buf []any
+	if len(units) == 1 {
+		b = new(callBuf)
+		buf = b.args[:0]
+	}
+	args := l.releaseArgs(token, id, buf)
 	if l.kind.modeArg {
 		// Not a clean-up; whether the acquisition ends there.
 		args = append(args, argNone, l.endsArg())
@@ -1932,7 +1920,14 @@ func (l *Lock) sendRelease(ctx context.Context, units []part, token string, id a
 		args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 	}
 	return l.send(ctx, replication{}, units, func(p part) *Call {
-		return newCall(&l.inline.release, l.kind.release, l.scriptKeys(p.rel), args)
+		var call *Call
+		if b != nil {
+			call = &b.call
+		} else {
+			call = new(Call)
+		}
+		call.Script, call.Keys, call.Args = l.kind.release, l.scriptKeys(p.rel), args
+		return call
 	})
 }
 

@@ -194,7 +194,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	// over and over, while the name that refused it stays held.
 	more := wa.more
 	wa.more = ""
-	args := l.acquireArgs(ttl, wa)
+	args := l.acquireArgs(ttl, wa, nil)
 	if l.givenToken {
 		// A name this attempt finds held with the caller's token may be
 		// another Lock's hold of it (see WithToken), which the give-back
@@ -208,7 +208,7 @@ func (l *Lock) takeParts(ctx context.Context, ttl time.Duration, wa waitArgs) (t
 	taken := make([]part, 0, len(l.parts))
 	tokens := make([]string, 0, len(l.parts))
 	for i, p := range l.parts {
-		t, f, joins, holderTTL, err := l.takePart(ctx, p, args)
+		t, f, joins, holderTTL, err := l.takePart(ctx, p, args, nil)
 		if err != nil {
 			refused := errors.Is(err, ErrNotObtained)
 			if wa.channel != "" && !isFinal(err) && !notRun(err) {
@@ -441,7 +441,7 @@ func (l *Lock) giveBack(ctx context.Context, parts []part, tokens []string) erro
 	defer func() { l.gaveBackLate = attempt.Err() != nil }()
 	calls := make([]*Call, len(parts))
 	for i, p := range parts {
-		args := l.releaseArgs(tokens[i], newReleaseID())
+		args := l.releaseArgs(tokens[i], newReleaseID(), nil)
 		if !l.kind.modeArg {
 			args = l.c.fenceArg(args, 7) // how long a fence counter is kept, for a grant
 		}
