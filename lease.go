@@ -627,6 +627,7 @@ func (l *lease) Deadline() time.Time {
 // for each task.
 func (l *lease) Context(parent context.Context) context.Context {
 	l.made()
+	l.expireIfDue() // before the cached context too: a lock past its deadline ends now
 	root := parent == context.Background() || parent == context.TODO()
 	if root {
 		l.mu.Lock()
@@ -641,7 +642,6 @@ func (l *lease) Context(parent context.Context) context.Context {
 		parent = context.WithValue(parent, lockKey{}, lk)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	l.expireIfDue()
 	l.mu.Lock()
 	l.arm()
 	if l.ended() {

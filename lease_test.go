@@ -2770,3 +2770,26 @@ func TestARefreshAnsweredAfterTheDeadlineReportsTheLoss(t *testing.T) {
 		t.Error("the name is still held after Release")
 	}
 }
+
+// TestTheCachedContextOfALockPastItsDeadlineIsDone: as
+// TestTheContextOfALockPastItsDeadlineIsDone, when Context(Background) was
+// called once before the deadline: a holder that looks after a pause past
+// the deadline, before the deadline timer ran, gets a context that is done.
+func TestTheCachedContextOfALockPastItsDeadlineIsDone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l, err := e.c.TryLock(ctx, "pastdeadlinecached", dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Context(ctx) // before the deadline
+	dlock.HoldDeadlineTimer(l)
+	time.Sleep(time.Until(l.Deadline()) + time.Millisecond)
+	lctx := l.Context(ctx)
+	if lctx.Err() == nil {
+		t.Fatal("the Context of a lock past its deadline is not done")
+	}
+	if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
+		t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
+	}
+}

@@ -1434,6 +1434,7 @@ func (l *Lock) deadlineLocked() time.Time {
 // Lock.Context).
 func (l *Lock) Context(parent context.Context) context.Context {
 	l.made()
+	l.expireIfDue() // before the cached context too: a lock past its deadline ends now
 	root := parent == context.Background() || parent == context.TODO()
 	if root {
 		l.mu.Lock()
@@ -1445,7 +1446,6 @@ func (l *Lock) Context(parent context.Context) context.Context {
 		parent = context.Background() // the one context serves TODO too
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	l.expireIfDue()
 	l.mu.Lock()
 	select {
 	case <-l.done:
