@@ -417,7 +417,7 @@ func (c *Client) exclusive(names []string, own bool) func(token string, o *optio
 // sent again, after the next is made.
 type callBuf struct {
 	call Call
-	args [11]any
+	args [12]any // as many as an acquire takes (a write hold's with fences kept WithFenceRetention)
 }
 
 // argsIn returns buf, room for the arguments of a call, or when buf is nil
