@@ -249,7 +249,7 @@ func ContextsKept(l *Lock) int {
 }
 
 // HoldDeadlineTimer stops l's deadline timer, as a process paused past the
-// deadline would find it not yet run (review test).
+// deadline would find it not yet run.
 func HoldDeadlineTimer(l *Lock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

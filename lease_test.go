@@ -2472,21 +2472,32 @@ func TestATTLThatFindsTheLockGoneEndsIt(t *testing.T) {
 
 // TestTheContextOfALockPastItsDeadlineIsDone asks for the Context of a lock
 // whose deadline has passed, before any timer has run (nothing watched
-// it): the context is done at once, as Done is closed.
+// it): the context is done at once, as Done is closed; so is the context
+// of Background made before the deadline, which Context returns again (a
+// holder back from a pause past the deadline, before the deadline timer
+// ran).
 func TestTheContextOfALockPastItsDeadlineIsDone(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	l, err := e.c.TryLock(ctx, "pastdeadline", dlock.WithTTL(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Until(l.Deadline()) + time.Millisecond)
-	lctx := l.Context(ctx)
-	if lctx.Err() == nil {
-		t.Fatal("the Context of a lock past its deadline is not done")
-	}
-	if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
-		t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
+	for _, before := range []bool{false, true} {
+		t.Run(fmt.Sprintf("made before %v", before), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			l, err := e.c.TryLock(ctx, "pastdeadline", dlock.WithTTL(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before {
+				_ = l.Context(ctx)
+				dlock.HoldDeadlineTimer(l)
+			}
+			time.Sleep(time.Until(l.Deadline()) + time.Millisecond)
+			lctx := l.Context(ctx)
+			if lctx.Err() == nil {
+				t.Fatal("the Context of a lock past its deadline is not done")
+			}
+			if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
+				t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
+			}
+		})
 	}
 }
 
@@ -2768,28 +2779,5 @@ func TestARefreshAnsweredAfterTheDeadlineReportsTheLoss(t *testing.T) {
 	}
 	if e.locked(t, "dlock:{answered-late}") {
 		t.Error("the name is still held after Release")
-	}
-}
-
-// TestTheCachedContextOfALockPastItsDeadlineIsDone: as
-// TestTheContextOfALockPastItsDeadlineIsDone, when Context(Background) was
-// called once before the deadline: a holder that looks after a pause past
-// the deadline, before the deadline timer ran, gets a context that is done.
-func TestTheCachedContextOfALockPastItsDeadlineIsDone(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	l, err := e.c.TryLock(ctx, "pastdeadlinecached", dlock.WithTTL(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = l.Context(ctx) // before the deadline
-	dlock.HoldDeadlineTimer(l)
-	time.Sleep(time.Until(l.Deadline()) + time.Millisecond)
-	lctx := l.Context(ctx)
-	if lctx.Err() == nil {
-		t.Fatal("the Context of a lock past its deadline is not done")
-	}
-	if !errors.Is(context.Cause(lctx), dlock.ErrLost) {
-		t.Errorf("Cause = %v, want ErrLost", context.Cause(lctx))
 	}
 }
