@@ -325,16 +325,23 @@ func (c *Client) newLock(names []string, own bool, token string, o *options) (*L
 	if len(names) == 0 {
 		return nil, ErrNoNames
 	}
+	if len(names) == 1 {
+		return c.newLockOn(names[0], token, o)
+	}
 	l := newExclusive(token, o)
-	switch {
-	case len(names) == 1:
-		l.inline.name[0] = names[0]
-		l.names = l.inline.name[:]
-	case own:
+	if own {
 		l.names = names
-	default:
+	} else {
 		l.names = append([]string(nil), names...)
 	}
+	return c.keyLock(l, o)
+}
+
+// newLockOn is newLock for one name, which the Lock keeps itself.
+func (c *Client) newLockOn(name, token string, o *options) (*Lock, error) {
+	l := newExclusive(token, o)
+	l.inline.name[0] = name
+	l.names = l.inline.name[:]
 	return c.keyLock(l, o)
 }
 
@@ -431,12 +438,7 @@ func argsIn(buf []any, n int) []any {
 
 // exclusiveName returns what obtain builds an exclusive lock on name with.
 func (c *Client) exclusiveName(name string) func(token string, o *options) (*Lock, error) {
-	return func(token string, o *options) (*Lock, error) {
-		l := newExclusive(token, o)
-		l.inline.name[0] = name
-		l.names = l.inline.name[:]
-		return c.keyLock(l, o)
-	}
+	return func(token string, o *options) (*Lock, error) { return c.newLockOn(name, token, o) }
 }
 
 // init readies a Lock built by one of the primitives: its lease, refreshed
